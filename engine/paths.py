@@ -1,0 +1,43 @@
+"""Where Halaman keeps its files (platformdirs), with one override for tests and portable installs.
+
+Set `HALAMAN_HOME=/some/dir` to put config, cache and data under that directory instead of the
+user's platform directories.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "halaman"
+
+
+def _home() -> Path | None:
+    value = os.environ.get("HALAMAN_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def config_dir() -> Path:
+    """Directory for settings.toml (created on demand)."""
+    home = _home()
+    path = home / "config" if home else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """Directory for re-computable files: converted models, prefix caches (created on demand)."""
+    home = _home()
+    path = home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dir() -> Path:
+    """Directory for user data that must survive: library, chat history (created on demand)."""
+    home = _home()
+    path = home / "data" if home else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
