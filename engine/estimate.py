@@ -1,0 +1,81 @@
+"""KV-cache memory before anything is loaded: full cache vs. the compressed cache.
+
+Full cache: bytes = 2 (K and V) · L (layers) · H_kv (KV heads) · D (head dim) · bytes per element · N.
+For Llama-3.2-3B (L=28, H_kv=8, D=128) at 16 bits that is 114,688 bytes per token and 14.0 GiB at
+131,072 tokens.
+
+Compressed cache (what `engine.kvcache.cache` holds at rest, per layer and KV head):
+    kept = min(N, budget)
+    16-bit: sinks + residual tokens, 2 · D · 2 bytes each
+    quantized: the other kept tokens, codes + scale + zero point per group (`KVFormat`), rounded up
+               to whole blocks of the pool
+    per kept token: one float32 score and one int32 position
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.kvcache.quant import KVFormat
+from engine.models.loader import ModelProfile
+from engine.settings import CachePolicy
+
+# Shapes from the public config.json of each model (num_hidden_layers, num_key_value_heads,
+# head_dim, num_attention_heads, max_position_embeddings), for estimates without downloading.
+KNOWN_SHAPES: dict[str, ModelProfile] = {
+    "smollm2-135m": ModelProfile("llama", 30, 3, 64, 9, 8192, 49152),
+    "llama-3.2-1b": ModelProfile("llama", 16, 8, 64, 32, 131072, 128256),
+    "llama-3.2-3b": ModelProfile("llama", 28, 8, 128, 24, 131072, 128256),
+    "qwen2.5-3b": ModelProfile("qwen2", 36, 2, 128, 16, 32768, 151936),
+    "qwen3-4b": ModelProfile("qwen3", 36, 8, 128, 32, 40960, 151936),
+}
+
+
+@dataclass(frozen=True)
+class KVEstimate:
+    """Estimated KV bytes for `n_tokens` tokens of one sequence."""
+
+    n_tokens: int
+    full_bytes: int            # 16-bit full cache (the formula above)
+    compressed_bytes: int      # compressed cache at rest, metadata included
+    kept_tokens: int           # tokens kept per layer and KV head
+    peak_bytes: int            # compressed cache during prefill: budget + one chunk
+
+    @property
+    def ratio(self) -> float:
+        """How many times smaller the compressed cache is."""
+        return self.full_bytes / self.compressed_bytes if self.compressed_bytes else float("inf")
+
+
+def full_cache_bytes(profile: ModelProfile, n_tokens: int, bytes_per_element: int = 2) -> int:
+    """2 · L · H_kv · D · bytes_per_element · N."""
+    return 2 * profile.num_layers * profile.kv_heads * profile.head_dim * bytes_per_element * n_tokens
+
+
+def compressed_cache_bytes(profile: ModelProfile, policy: CachePolicy, n_tokens: int) -> int:
+    """Bytes the compressed cache holds at rest after `n_tokens` tokens (see module docstring)."""
+    kept = min(n_tokens, policy.budget_tokens)
+    full_precision = min(kept, policy.sink_tokens + policy.residual_tokens)
+    quantized = kept - full_precision
+    blocks = -(-quantized // policy.block_tokens)
+    fmt = KVFormat(bits=policy.kv_bits, group_size=policy.group_size)
+    per_head = (
+        2 * profile.head_dim * 2 * full_precision
+        + 2 * fmt.bytes_per_token(profile.head_dim) * blocks * policy.block_tokens
+        + 8 * kept  # float32 score + int32 position
+        + 8 * blocks  # block table entry (int64)
+    )
+    return profile.num_layers * profile.kv_heads * per_head
+
+
+def estimate(profile: ModelProfile, policy: CachePolicy, n_tokens: int) -> KVEstimate:
+    """Full vs. compressed KV bytes for `n_tokens`; peak adds one prefill chunk."""
+    peak_tokens = min(n_tokens, policy.budget_tokens + policy.chunk_tokens)
+    peak_policy = policy.replace(budget_tokens=max(policy.budget_tokens, peak_tokens))
+    return KVEstimate(
+        n_tokens=n_tokens,
+        full_bytes=full_cache_bytes(profile, n_tokens),
+        compressed_bytes=compressed_cache_bytes(profile, policy, n_tokens),
+        kept_tokens=min(n_tokens, policy.budget_tokens),
+        peak_bytes=compressed_cache_bytes(profile, peak_policy, peak_tokens),
+    )

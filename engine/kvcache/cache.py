@@ -1,0 +1,333 @@
+"""The compressed KV cache: per layer, sinks + quantized blocks + a 16-bit residual, under a budget.
+
+Per layer and KV head the cache holds, in arrival order:
+
+    [ sinks (16-bit) | quantized tokens in pool blocks (INT4/INT8/16) | residual (16-bit, newest) ]
+
+with one accumulated attention score and one stream position per slot. A chunk of new tokens goes
+through `LayerKV.attend`: its queries attend to everything held plus the chunk (causally), the
+probabilities are summed into the scores (H2O), and the chunk is appended. Then `compress` moves
+the residual's overflow into the quantized pool and, when more than `budget + slack` tokens are
+held, keeps sinks ∪ window ∪ top-scored tokens (`policy.select_kept`) and frees the rest.
+
+Keys are stored before RoPE; `attend` rotates them with their stream positions ("original") or
+their slot order ("compact", StreamingLLM) every time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import torch
+
+from engine.kvcache.attention import RotaryTable, apply_rope, chunk_attention
+from engine.kvcache.blocks import PagedTokens
+from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
+from engine.kvcache.quant import KVFormat
+from engine.settings import CachePolicy
+
+# The residual is flushed into the quantized pool in batches of at least this many tokens, so
+# that decoding does not quantize and write one token per layer per step.
+FLUSH_BATCH_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """Model dimensions the cache needs: layers, KV heads (GQA/MQA), head dim, query heads."""
+
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    query_heads: int
+
+    @property
+    def group(self) -> int:
+        return self.query_heads // self.kv_heads
+
+
+@dataclass
+class MemoryBreakdown:
+    """Bytes held by the cache, by kind. `total_bytes` is the sum of all fields."""
+
+    codes_bytes: int = 0          # quantized K/V codes in used blocks
+    quant_meta_bytes: int = 0     # scales and zero points in used blocks
+    residual_bytes: int = 0       # 16-bit sinks and residual K/V
+    score_bytes: int = 0          # accumulated attention, float32 per slot
+    position_bytes: int = 0       # stream positions, int32 per slot
+    block_table_bytes: int = 0
+    pool_free_bytes: int = 0      # blocks allocated by the pool but not in use
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(asdict(self).values())
+
+    def __add__(self, other: MemoryBreakdown) -> MemoryBreakdown:
+        return MemoryBreakdown(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
+
+
+class LayerKV:
+    """One layer's compressed K/V. Tensor shapes are `[kv_heads, tokens, head_dim]`."""
+
+    def __init__(self, shape: CacheShape, policy: CachePolicy, *, store_dtype: torch.dtype, device: torch.device) -> None:
+        self.shape = shape
+        self.policy = policy
+        self.store_dtype = store_dtype
+        self.fmt = KVFormat(bits=policy.kv_bits, group_size=policy.group_size)
+        self.fmt.validate(shape.head_dim)
+        h, d = shape.kv_heads, shape.head_dim
+        empty = torch.empty((h, 0, d), dtype=store_dtype, device=device)
+        self.sink_k, self.sink_v = empty, empty.clone()
+        self.resid_k, self.resid_v = empty.clone(), empty.clone()
+        self.score = torch.empty((h, 0), dtype=torch.float32, device=device)
+        self.index = torch.empty((h, 0), dtype=torch.int32, device=device)
+        specs = {f"{kv}.{name}": spec for kv in "kv" for name, spec in self.fmt.field_specs(d).items()}
+        # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
+        max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
+        self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens held per KV head."""
+        return self.index.shape[1]
+
+    def held_kv(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """All held keys (pre-RoPE) and values, dequantized: each `[kv_heads, n_tokens, head_dim]`."""
+        parts_k, parts_v = [self.sink_k.to(dtype)], [self.sink_v.to(dtype)]
+        if self.paged.n_tokens:
+            for kv, parts in (("k", parts_k), ("v", parts_v)):
+                fields = {name: self.paged.gather(f"{kv}.{name}") for name in self.fmt.field_specs(self.shape.head_dim)}
+                parts.append(self.fmt.decode(fields, dtype))
+        parts_k.append(self.resid_k.to(dtype))
+        parts_v.append(self.resid_v.to(dtype))
+        return torch.cat(parts_k, dim=1), torch.cat(parts_v, dim=1)
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        start: int,
+        rope: RotaryTable,
+        compact_positions: bool,
+        scaling: float,
+    ) -> torch.Tensor:
+        """Attend a chunk and append it to the cache.
+
+        query `[query_heads, chunk, head_dim]`, key / value `[kv_heads, chunk, head_dim]`, all
+        before RoPE; `start` is the stream position of the chunk's first token. Returns the
+        attention output `[query_heads, chunk, head_dim]` in the query's dtype.
+        """
+        chunk = query.shape[1]
+        compute = query.dtype
+        held_k, held_v = self.held_kv(compute)
+        n = held_k.shape[1]
+        new_index = torch.arange(start, start + chunk, device=query.device, dtype=torch.int32)
+        if compact_positions:
+            key_pos = torch.arange(n + chunk, device=query.device).expand(self.shape.kv_heads, -1)
+            query_pos = key_pos[0, n:]
+        else:
+            key_pos = torch.cat((self.index, new_index.expand(self.shape.kv_heads, -1)), dim=1)
+            query_pos = new_index
+        cos, sin = rope.lookup(key_pos.long())
+        keys = apply_rope(torch.cat((held_k, key.to(compute)), dim=1), cos, sin)
+        values = torch.cat((held_v, value.to(compute)), dim=1)
+        qcos, qsin = rope.lookup(query_pos.long())
+        q = apply_rope(query, qcos, qsin).view(self.shape.kv_heads, self.shape.group, chunk, -1)
+        out, scores = chunk_attention(q, keys, values, n_cached=n, scaling=scaling)
+        self._append(key, value, new_index, scores)
+        return out.reshape(self.shape.query_heads, chunk, -1)
+
+    def _append(self, key: torch.Tensor, value: torch.Tensor, new_index: torch.Tensor, scores: torch.Tensor) -> None:
+        n = self.n_tokens
+        self.score = torch.cat((self.score + scores[:, :n], scores[:, n:]), dim=1)
+        self.index = torch.cat((self.index, new_index.expand(self.shape.kv_heads, -1)), dim=1)
+        key, value = key.to(self.store_dtype), value.to(self.store_dtype)
+        n_sink = max(0, min(self.policy.sink_tokens - int(new_index[0]), key.shape[1]))
+        if n_sink:
+            self.sink_k = torch.cat((self.sink_k, key[:, :n_sink]), dim=1)
+            self.sink_v = torch.cat((self.sink_v, value[:, :n_sink]), dim=1)
+        self.resid_k = torch.cat((self.resid_k, key[:, n_sink:]), dim=1)
+        self.resid_v = torch.cat((self.resid_v, value[:, n_sink:]), dim=1)
+
+    def compress(self, seen_tokens: int, slack_tokens: int) -> None:
+        """Flush the residual's overflow into the pool; evict down to the budget if over budget + slack."""
+        over_budget = self.n_tokens > self.policy.budget_tokens + slack_tokens
+        overflow = self.resid_k.shape[1] - self.policy.residual_tokens
+        # Flush before evicting, so the residual is inside the recent window and never evicted.
+        if overflow > 0 and (overflow >= FLUSH_BATCH_TOKENS or slack_tokens == 0 or over_budget):
+            fields = {}
+            for kv, data in (("k", self.resid_k[:, :overflow]), ("v", self.resid_v[:, :overflow])):
+                fields.update({f"{kv}.{name}": t for name, t in self.fmt.encode(data).items()})
+            self.paged.append(fields)
+            self.resid_k, self.resid_v = self.resid_k[:, overflow:], self.resid_v[:, overflow:]
+        if over_budget:
+            self._evict(seen_tokens)
+
+    def _evict(self, seen_tokens: int) -> None:
+        kept = select_kept(
+            self.index,
+            self.score,
+            seen_tokens=seen_tokens,
+            budget_tokens=self.policy.budget_tokens,
+            protectors=(AttentionSinks(self.policy.sink_tokens), RecentWindow(self.policy.window_tokens)),
+            ranker=HeavyHitters(),
+        )
+        n_sink, n_paged = self.sink_k.shape[1], self.paged.n_tokens
+        paged_slots = kept[:, n_sink : kept.shape[1] - self.resid_k.shape[1]] - n_sink
+        if paged_slots.numel() and (int(paged_slots.min()) < 0 or int(paged_slots.max()) >= n_paged):
+            raise RuntimeError("eviction chose a sink or residual slot to drop; the window is smaller than the residual")
+        self.paged.keep(paged_slots)
+        self.score = torch.gather(self.score, 1, kept)
+        self.index = torch.gather(self.index, 1, kept)
+
+    def memory(self) -> MemoryBreakdown:
+        """Bytes held, computed from the token counts and formats (checked against tensor nbytes in tests)."""
+        h, d = self.shape.kv_heads, self.shape.head_dim
+        store_elem = torch.empty((), dtype=self.store_dtype).element_size()
+        used_slots = self.paged.used_blocks() * self.paged.block_tokens
+        codes_per_slot = meta_per_slot = 0
+        for name, (shape, dtype) in self.fmt.field_specs(d).items():
+            size = shape[0] * torch.empty((), dtype=dtype).element_size()
+            if name == "codes":
+                codes_per_slot += 2 * size
+            else:
+                meta_per_slot += 2 * size
+        free_blocks = self.paged.pool.capacity_blocks - self.paged.used_blocks()
+        return MemoryBreakdown(
+            codes_bytes=used_slots * codes_per_slot,
+            quant_meta_bytes=used_slots * meta_per_slot,
+            residual_bytes=2 * h * d * store_elem * (self.sink_k.shape[1] + self.resid_k.shape[1]),
+            score_bytes=4 * h * self.n_tokens,
+            position_bytes=4 * h * self.n_tokens,
+            block_table_bytes=self.paged.table.nbytes,
+            pool_free_bytes=free_blocks * self.paged.pool.bytes_per_block(),
+        )
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor this layer holds, by name (pool storage included)."""
+        held = {
+            "sink_k": self.sink_k, "sink_v": self.sink_v, "resid_k": self.resid_k, "resid_v": self.resid_v,
+            "score": self.score, "index": self.index, "block_table": self.paged.table,
+        }
+        held.update({f"pool.{name}": t for name, t in self.paged.pool.storage.items()})
+        return held
+
+    def export(self) -> dict[str, torch.Tensor]:
+        """Tensors to persist: like `tensors()` but with only the used blocks of the pool."""
+        storage, table = self.paged.export()
+        out = {name: t.contiguous() for name, t in self.tensors().items() if not name.startswith("pool.")}
+        out["block_table"] = table
+        out.update({f"pool.{name}": t for name, t in storage.items()})
+        return out
+
+    def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore from `export()` output; raises ValueError on a shape or dtype mismatch."""
+        h, d = self.shape.kv_heads, self.shape.head_dim
+        for name in ("sink_k", "sink_v", "resid_k", "resid_v"):
+            t = tensors[name]
+            if t.dim() != 3 or t.shape[0] != h or t.shape[2] != d or t.dtype != self.store_dtype:
+                raise ValueError(f"{name}: unexpected shape {tuple(t.shape)} / dtype {t.dtype}")
+        device = self.index.device
+        self.sink_k, self.sink_v = tensors["sink_k"].to(device), tensors["sink_v"].to(device)
+        self.resid_k, self.resid_v = tensors["resid_k"].to(device), tensors["resid_v"].to(device)
+        self.score, self.index = tensors["score"].to(device), tensors["index"].to(device)
+        n_paged = self.index.shape[1] - self.sink_k.shape[1] - self.resid_k.shape[1]
+        storage = {name[len("pool."):]: t for name, t in tensors.items() if name.startswith("pool.")}
+        if set(storage) != set(self.paged.pool.specs) or self.score.shape != self.index.shape or n_paged < 0:
+            raise ValueError("persisted layer does not match this cache's format")
+        self.paged.load(storage, tensors["block_table"], n_paged)
+
+    def clone(self) -> LayerKV:
+        """An independent deep copy (the question-time copy of a document snapshot)."""
+        twin = object.__new__(LayerKV)
+        twin.__dict__.update(self.__dict__)
+        for name in ("sink_k", "sink_v", "resid_k", "resid_v", "score", "index"):
+            setattr(twin, name, getattr(self, name).clone())
+        paged = object.__new__(PagedTokens)
+        paged.__dict__.update(self.paged.__dict__)
+        paged.table = self.paged.table.clone()
+        pool = object.__new__(type(self.paged.pool))
+        pool.__dict__.update(self.paged.pool.__dict__)
+        pool.storage = {name: t.clone() for name, t in self.paged.pool.storage.items()}
+        pool.free = list(self.paged.pool.free)
+        paged.pool = pool
+        twin.paged = paged
+        return twin
+
+
+class CompressedCache:
+    """All layers of the compressed cache plus the stream position.
+
+    `seen_tokens`: tokens that have passed through the cache (the next token's stream position).
+    `position_mode`: "original" or "compact" (resolved; "auto" is decided by the session).
+    """
+
+    def __init__(self, shape: CacheShape, policy: CachePolicy, *, position_mode: str, store_dtype: torch.dtype, device: torch.device) -> None:
+        if position_mode not in ("original", "compact"):
+            raise ValueError(f"position mode must be resolved to original or compact, got {position_mode!r}")
+        policy.validate()
+        self.shape = shape
+        self.policy = policy
+        self.position_mode = position_mode
+        self.store_dtype = store_dtype
+        self.device = device
+        self.layers = [LayerKV(shape, policy, store_dtype=store_dtype, device=device) for _ in range(shape.num_layers)]
+        self.seen_tokens = 0
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens held per layer and KV head."""
+        return self.layers[0].n_tokens
+
+    def memory(self) -> MemoryBreakdown:
+        """Bytes held by all layers, by kind."""
+        total = MemoryBreakdown()
+        for layer in self.layers:
+            total = total + layer.memory()
+        return total
+
+    def shrink(self) -> None:
+        """Return the pools' free blocks to the allocator (after a prefill, before a snapshot)."""
+        for layer in self.layers:
+            layer.paged.shrink()
+
+    def clone(self) -> CompressedCache:
+        """An independent deep copy: every question starts from a copy of the document snapshot."""
+        twin = object.__new__(CompressedCache)
+        twin.__dict__.update(self.__dict__)
+        twin.layers = [layer.clone() for layer in self.layers]
+        return twin
+
+    def export(self) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        """(tensors, metadata) for the prefix store; tensors are on the CPU."""
+        tensors = {}
+        for i, layer in enumerate(self.layers):
+            tensors.update({f"layer{i}.{name}": t.cpu() for name, t in layer.export().items()})
+        meta = {
+            "seen_tokens": str(self.seen_tokens),
+            "position_mode": self.position_mode,
+            "policy": json.dumps(asdict(self.policy), sort_keys=True),
+            "shape": json.dumps(asdict(self.shape), sort_keys=True),
+            "store_dtype": str(self.store_dtype),
+        }
+        return tensors, meta
+
+    @classmethod
+    def restore(
+        cls, tensors: dict[str, torch.Tensor], meta: dict[str, str], *, shape: CacheShape, policy: CachePolicy, device: torch.device, store_dtype: torch.dtype
+    ) -> CompressedCache:
+        """Rebuild from `export()` output; raises ValueError if it was made for another shape or policy."""
+        if json.loads(meta["shape"]) != asdict(shape) or json.loads(meta["policy"]) != asdict(policy):
+            raise ValueError("prefix cache was made for another model shape or cache policy")
+        if meta["store_dtype"] != str(store_dtype):
+            raise ValueError("prefix cache was made with another dtype")
+        cache = cls(shape, policy, position_mode=meta["position_mode"], store_dtype=store_dtype, device=device)
+        cache.seen_tokens = int(meta["seen_tokens"])
+        for i, layer in enumerate(cache.layers):
+            prefix = f"layer{i}."
+            layer.load({name[len(prefix):]: t for name, t in tensors.items() if name.startswith(prefix)})
+            if layer.index.numel() and int(layer.index.max()) >= cache.seen_tokens:
+                raise ValueError("prefix cache holds positions beyond its token count")
+        return cache

@@ -1,0 +1,140 @@
+"""Run a transformers Llama / Qwen2 / Qwen3 model over the compressed KV cache.
+
+This is the only place that knows transformers' module layout. It uses the model's own modules
+(embedding, RMSNorms, q/k/v/o projections — 4-bit bitsandbytes layers or plain Linear — Qwen3's
+q/k norms, MLPs, rotary embedding, LM head) but not its forward methods: those apply RoPE before
+the cache sees the keys and change signature between releases, while Halaman caches keys before
+RoPE and needs the attention probabilities for H2O. The decoder layer of all three families is
+
+    h = h + o_proj(attention(input_layernorm(h)));  h = h + mlp(post_attention_layernorm(h))
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from engine.errors import Cancelled, ModelError
+from engine.kvcache.attention import RotaryTable
+from engine.kvcache.cache import CacheShape, CompressedCache
+from engine.settings import CachePolicy
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+# (tokens done, tokens total, seconds elapsed)
+ProgressFn = Callable[[int, int, float], None]
+
+
+class CompressedDecoder:
+    """A causal LM whose attention reads and writes a `CompressedCache`.
+
+    Raises ModelError for a model family other than Llama, Qwen2 or Qwen3.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        config = model.config
+        if config.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ModelError(
+                f"model family {config.model_type!r} is not supported; use a Llama, Qwen2 or Qwen3 model"
+            )
+        self.model = model
+        self.config = config
+        inner = model.model
+        self.embed = inner.embed_tokens
+        self.layers = inner.layers
+        self.norm = inner.norm
+        self.lm_head = model.lm_head
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.shape = CacheShape(
+            num_layers=config.num_hidden_layers,
+            kv_heads=config.num_key_value_heads,
+            head_dim=head_dim,
+            query_heads=config.num_attention_heads,
+        )
+        self.device = self.embed.weight.device
+        self.compute_dtype = self.embed.weight.dtype
+        self.rope = RotaryTable(inner.rotary_emb, head_dim, self.device)
+        self.scaling = head_dim**-0.5
+        self.max_positions = int(config.max_position_embeddings)
+
+    @property
+    def store_dtype(self) -> torch.dtype:
+        """16-bit dtype of the residual and of 16-bit storage: the compute dtype if it is 16-bit, else float16."""
+        return self.compute_dtype if self.compute_dtype in (torch.float16, torch.bfloat16) else torch.float16
+
+    def new_cache(self, policy: CachePolicy, position_mode: str) -> CompressedCache:
+        """An empty cache for this model (position_mode already resolved: original / compact)."""
+        return CompressedCache(self.shape, policy, position_mode=position_mode, store_dtype=self.store_dtype, device=self.device)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        token_ids: torch.Tensor,
+        cache: CompressedCache,
+        *,
+        all_logits: bool = False,
+        slack_tokens: int = 0,
+        cancel: threading.Event | None = None,
+    ) -> torch.Tensor:
+        """Feed `token_ids` `[chunk]` through the model, appending them to `cache`.
+
+        Returns float32 logits `[chunk, vocab]` if `all_logits`, else `[1, vocab]` for the last
+        token (the LM head is the costliest matmul of a prefill chunk; it runs once). After each
+        layer the cache evicts down to its budget when it holds more than budget + `slack_tokens`.
+        Raises Cancelled (between layers) when `cancel` is set; the cache is then inconsistent
+        and must be dropped.
+        """
+        ids = token_ids.to(self.device).reshape(1, -1)
+        chunk = ids.shape[1]
+        start = cache.seen_tokens
+        compact = cache.position_mode == "compact"
+        hidden = self.embed(ids)  # [1, chunk, hidden]
+        for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            attn = layer.self_attn
+            x = layer.input_layernorm(hidden)
+            q = attn.q_proj(x).view(chunk, self.shape.query_heads, -1)
+            k = attn.k_proj(x).view(chunk, self.shape.kv_heads, -1)
+            v = attn.v_proj(x).view(chunk, self.shape.kv_heads, -1)
+            if hasattr(attn, "q_norm"):  # Qwen3 normalises each head before RoPE
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            out = layer_cache.attend(
+                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
+            )
+            layer_cache.compress(start + chunk, slack_tokens)
+            hidden = hidden + attn.o_proj(out.transpose(0, 1).reshape(1, chunk, -1))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        cache.seen_tokens = start + chunk
+        hidden = self.norm(hidden if all_logits else hidden[:, -1:])
+        return self.lm_head(hidden)[0].float()
+
+    def prefill(
+        self,
+        token_ids: torch.Tensor,
+        cache: CompressedCache,
+        *,
+        progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> torch.Tensor:
+        """Feed `token_ids` `[n]` in chunks of `policy.chunk_tokens`; returns the last logits `[1, vocab]`.
+
+        Memory peaks at budget + one chunk: each chunk attends to the compressed cache plus itself
+        and the cache is evicted back to the budget before the next chunk.
+        Raises ValueError for an empty input, Cancelled when `cancel` is set.
+        """
+        n = int(token_ids.numel())
+        if n == 0:
+            raise ValueError("nothing to prefill")
+        step = cache.policy.chunk_tokens
+        began = time.perf_counter()
+        logits = None
+        for first in range(0, n, step):
+            logits = self.forward(token_ids[first : first + step], cache, cancel=cancel)
+            if progress is not None:
+                progress(min(first + step, n), n, time.perf_counter() - began)
+        return logits

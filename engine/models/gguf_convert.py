@@ -1,0 +1,92 @@
+"""Convert a GGUF file once into a Hugging Face model folder kept in the user cache dir.
+
+transformers reads GGUF by dequantizing every tensor (about 15 s for the 98 MB default model on
+two CPU cores) and refuses `save_pretrained` on the result, so the state dict is written with
+safetensors next to the config and tokenizer. The folder is keyed by the file's SHA-256; later
+starts load it directly, and then quantize to 4-bit like any other folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from engine import paths
+from engine.errors import ModelError
+from engine.models.source import file_sha256
+
+SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+_DONE_MARKER = "halaman-converted.txt"
+
+
+def gguf_architecture(path: Path) -> str:
+    """`general.architecture` of a GGUF file. Raises ModelError if it is not a readable GGUF."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        field = reader.fields["general.architecture"]
+        return bytes(field.parts[field.data[0]]).decode("utf-8")
+    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
+        raise ModelError(f"{path.name} is not a readable GGUF file ({type(exc).__name__}); check the download") from None
+
+
+def converted_folder(gguf_path: Path) -> Path:
+    """The HF folder for `gguf_path`, converting it first if this file was never converted.
+
+    Raises ModelError for an unsupported architecture (checked before the slow conversion,
+    transformers #32577 / Qwen3 #1454) or a conversion failure. The conversion writes into a
+    temporary folder that is renamed into place, so a crash never leaves a half-converted model.
+    """
+    sha = file_sha256(gguf_path)
+    target = paths.cache_dir() / "models" / sha[:32]
+    if (target / _DONE_MARKER).is_file():
+        return target
+    arch = gguf_architecture(gguf_path)
+    if arch not in SUPPORTED_GGUF_ARCHITECTURES:
+        raise ModelError(
+            f"{gguf_path.name} is a {arch!r} model; Halaman runs {', '.join(SUPPORTED_GGUF_ARCHITECTURES)} models"
+        )
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _convert(gguf_path, tmp)
+        (tmp / _DONE_MARKER).write_text(f"converted from {gguf_path.name}\nsha256 {sha}\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    except ModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - transformers raises many types here
+        raise ModelError(f"could not convert {gguf_path.name}: {type(exc).__name__}: {exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert(gguf_path: Path, out: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    out.mkdir(parents=True)
+    folder, name = str(gguf_path.parent), gguf_path.name
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    logging.getLogger("gguf").setLevel(logging.ERROR)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # shared with embed_tokens; safetensors refuses aliases
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the GGUF "quantization" is gone once dequantized
+    config.save_pretrained(out)
+    tokenizer.save_pretrained(out)

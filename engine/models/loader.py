@@ -1,0 +1,213 @@
+"""Load a model with 4-bit weights (bitsandbytes NF4) and wrap it in a `CompressedDecoder`.
+
+Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub id is downloaded
+once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`.
+bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA; torchao's int4 paths did not run on our CPUs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import ModelError
+from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
+from engine.models.gguf_convert import converted_folder
+from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Dimensions that decide KV-cache memory, read from a model config.
+
+    KV bytes per token = 2 (K and V) · num_layers · kv_heads · head_dim · bytes per element.
+    """
+
+    model_type: str
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    query_heads: int
+    max_positions: int
+    vocab_size: int
+
+    @classmethod
+    def from_config(cls, config) -> ModelProfile:
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return cls(
+            model_type=config.model_type,
+            num_layers=config.num_hidden_layers,
+            kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+            head_dim=head_dim,
+            query_heads=config.num_attention_heads,
+            max_positions=int(config.max_position_embeddings),
+            vocab_size=config.vocab_size,
+        )
+
+
+@dataclass
+class LoadedModel:
+    """A ready model. `weight_bytes`: bytes the weights really hold (4-bit codes + absmax + the rest)."""
+
+    decoder: CompressedDecoder
+    tokenizer: object
+    profile: ModelProfile
+    label: str
+    model_fingerprint: str
+    tokenizer_fingerprint: str
+    weight_bytes: int
+    device: torch.device
+    load_seconds: float
+
+
+def resolve_device(device: str) -> torch.device:
+    """"auto" -> CUDA if available else CPU. Raises ModelError for "cuda" without a GPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelError("device is set to CUDA but no CUDA GPU is available; choose auto or cpu")
+    return torch.device(device)
+
+
+def compute_dtype_for(device: torch.device) -> torch.dtype:
+    """float32 on CPU (fastest there); bfloat16 on GPUs that support it, else float16."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def load_model(spec: str = "default", *, device: str = "auto", quantize_4bit: bool = True) -> LoadedModel:
+    """Locate, convert or download, and load a model. Raises ModelError with what to do."""
+    began = time.perf_counter()
+    source = resolve(spec)
+    folder, fingerprint = _materialize(source)
+    dev = resolve_device(device)
+    dtype = compute_dtype_for(dev)
+    model, tokenizer = _load_folder(folder, dev, dtype, quantize_4bit)
+    tokenizer_fp = hashlib.sha256(
+        tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
+    ).hexdigest()
+    weights_mode = f"nf4-{dtype}" if quantize_4bit else str(dtype)
+    return LoadedModel(
+        decoder=CompressedDecoder(model),
+        tokenizer=tokenizer,
+        profile=ModelProfile.from_config(model.config),
+        label=source.label,
+        model_fingerprint=hashlib.sha256(f"{fingerprint}:{weights_mode}".encode()).hexdigest(),
+        tokenizer_fingerprint=tokenizer_fp,
+        weight_bytes=weight_bytes(model),
+        device=dev,
+        load_seconds=time.perf_counter() - began,
+    )
+
+
+def profile_for(spec: str) -> ModelProfile:
+    """The KV-relevant shape of a model from its config alone (no weights are loaded).
+
+    Raises ModelError when the model cannot be found or its config read.
+    """
+    from transformers import AutoConfig
+
+    source = resolve(spec)
+    try:
+        if source.kind == "gguf":
+            path = Path(source.path)
+            config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        elif source.kind == "folder":
+            config = AutoConfig.from_pretrained(source.path)
+        else:
+            from huggingface_hub import hf_hub_download
+
+            config = AutoConfig.from_pretrained(str(Path(hf_hub_download(source.path, "config.json")).parent))
+    except Exception as exc:  # noqa: BLE001 - offline, missing file, bad JSON
+        raise ModelError(f"could not read the config of {spec} ({type(exc).__name__}); check the name or path") from None
+    return ModelProfile.from_config(config)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes held by parameters and buffers, counting a 4-bit layer's packed codes and its
+    quantization state (absmax per block, code book) — what the weights really occupy."""
+    total = 0
+    seen: set[int] = set()
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if id(tensor) in seen:  # tied embeddings are one tensor
+            continue
+        seen.add(id(tensor))
+        total += tensor.numel() * tensor.element_size()
+        state = getattr(tensor, "quant_state", None)
+        if state is not None:
+            total += sum(t.nbytes for t in (state.absmax, state.code) if t is not None)
+            if getattr(state, "state2", None) is not None:
+                total += sum(t.nbytes for t in (state.state2.absmax, state.state2.code) if t is not None)
+    return total
+
+
+def _materialize(source: ModelSource) -> tuple[Path, str]:
+    """A local HF folder for `source` and a fingerprint of the exact weights."""
+    if source.kind == "gguf":
+        path = Path(source.path)
+        return converted_folder(path), file_sha256(path)
+    if source.kind == "folder":
+        folder = Path(source.path)
+        return folder, folder_fingerprint(folder)
+    return _download(source.path)
+
+
+def _download(repo_id: str) -> tuple[Path, str]:
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]))
+    except Exception as exc:  # noqa: BLE001 - offline, 404, auth: all end the same way for the user
+        raise ModelError(
+            f"could not download {repo_id} ({type(exc).__name__}); check the id and your connection, or pick a local model"
+        ) from None
+    return folder, folder_fingerprint(folder)
+
+
+def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, quantize_4bit: bool):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"{folder} has no readable config.json ({type(exc).__name__})") from None
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise ModelError(f"{folder.name} is a {config.model_type!r} model; Halaman runs {', '.join(SUPPORTED_MODEL_TYPES)} models")
+    quant = None
+    if quantize_4bit:
+        # bitsandbytes tries to fetch an optional CPU kernel from the Hugging Face hub and logs a
+        # warning when it cannot; its built-in kernel is used instead, so the warning is noise.
+        logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dtype, quantization_config=quant, device_map={"": str(device)}
+        )
+    except torch.cuda.OutOfMemoryError:
+        raise ModelError(f"not enough GPU memory to load {folder.name}; choose a smaller model or the CPU") from None
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"could not load the model in {folder.name}: {type(exc).__name__}: {exc}") from None
+    model.eval()
+    if quantize_4bit and device.type == "cpu":
+        _use_portable_cpu_4bit_kernel(model)
+    return model, tokenizer
+
+
+def _use_portable_cpu_4bit_kernel(model: torch.nn.Module) -> None:
+    """Keep bitsandbytes on its dequantize-then-matmul CPU path.
+
+    On CPUs with AVX512-BF16, bitsandbytes 0.50 repacks NF4 weights on the first eval-mode call and
+    switches to a fused kernel that rounds activations to bfloat16 (logits then differ from the
+    compute dtype's by ~0.7) and killed our process with SIGFPE once during a chunked prefill. The
+    portable path computes in the configured dtype and was as fast or faster for chunks here.
+    """
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False

@@ -1,0 +1,180 @@
+"""Typed settings: the KV cache policy and the engine options, saved as TOML in the config dir.
+
+`CachePolicy` is everything that changes what the compressed cache holds; every field of it is part
+of the prefix-cache key, so changing one invalidates exactly the prefix caches it affects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from engine import paths
+from engine.errors import SettingsError
+
+POSITION_MODES = ("auto", "original", "compact")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """What the compressed KV cache keeps and how it stores it.
+
+    budget_tokens: tokens kept per layer and KV head (sinks + window + heavy hitters), default 4096.
+    sink_tokens: first tokens always kept (attention sinks, StreamingLLM), default 4.
+    window_tokens: newest tokens always kept (recent window), default 1024.
+    kv_bits: storage of the quantized part, 4 (INT4), 8 (INT8) or 16 (float16), default 4.
+    group_size: channels per scale / zero point in group quantization, default 32.
+    residual_tokens: newest tokens held in 16-bit before they are quantized, default 128.
+    position_mode: RoPE positions: "original" (true positions; the document must fit the model's
+        max_position_embeddings), "compact" (slot order, StreamingLLM) or "auto" (original when it
+        fits, else compact), default "auto".
+    chunk_tokens: prefill chunk; memory peaks at budget + one chunk, default 512.
+    block_tokens: tokens per block in the pool (PagedAttention), default 64.
+
+    With the defaults on SmolLM2-135M (30 layers, 3 KV heads, head dim 64) the cache holds
+    4096 tokens in about 16 MiB, against 92 MiB for a full 16-bit cache of 8192 tokens.
+    """
+
+    budget_tokens: int = 4096
+    sink_tokens: int = 4
+    window_tokens: int = 1024
+    kv_bits: int = 4
+    group_size: int = 32
+    residual_tokens: int = 128
+    position_mode: str = "auto"
+    chunk_tokens: int = 512
+    block_tokens: int = 64
+
+    def validate(self) -> None:
+        """Raise SettingsError naming the first invalid field and a valid value."""
+        ints = ("budget_tokens", "sink_tokens", "window_tokens", "group_size", "residual_tokens", "chunk_tokens", "block_tokens")
+        for name in ints:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SettingsError(f"{name} must be a whole number ≥ 0, got {value!r}")
+        for name in ("budget_tokens", "group_size", "chunk_tokens", "block_tokens", "window_tokens"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} must be at least 1")
+        if self.sink_tokens + self.window_tokens > self.budget_tokens:
+            raise SettingsError(
+                f"budget ({self.budget_tokens} tokens) is smaller than sink + window "
+                f"({self.sink_tokens} + {self.window_tokens}): raise the budget or shrink the window"
+            )
+        if self.residual_tokens > self.window_tokens:
+            raise SettingsError(
+                f"residual ({self.residual_tokens} tokens) must not exceed the window ({self.window_tokens}): "
+                "the 16-bit residual is part of the recent window"
+            )
+        if self.kv_bits not in (4, 8, 16):
+            raise SettingsError(f"kv_bits must be 4, 8 or 16, got {self.kv_bits!r}")
+        if self.position_mode not in POSITION_MODES:
+            raise SettingsError(f"position_mode must be one of {', '.join(POSITION_MODES)}, got {self.position_mode!r}")
+
+    def replace(self, **changes: Any) -> CachePolicy:
+        """A copy with `changes` applied and validated."""
+        policy = dataclasses.replace(self, **changes)
+        policy.validate()
+        return policy
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Engine options, saved in `settings.toml` under the platform config dir.
+
+    model: "default" (the embedded SmolLM2-135M-Instruct), a .gguf file, a Hugging Face model
+        folder, or a hub id.
+    device: "auto" (CUDA when available), "cpu" or "cuda".
+    max_new_tokens: longest answer, in tokens.
+    temperature: 0 = greedy decoding.
+    repetition_penalty: CTRL-style penalty on tokens already in the answer (1 = off).
+    prefix_cache: reuse persisted document caches.
+    prefix_cache_disk_bytes: disk budget of the prefix-cache store, in bytes (LRU beyond it).
+    """
+
+    model: str = "default"
+    device: str = "auto"
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    repetition_penalty: float = 1.1
+    prefix_cache: bool = True
+    prefix_cache_disk_bytes: int = 2 * 1024**3
+    cache: CachePolicy = field(default_factory=CachePolicy)
+
+    def validate(self) -> None:
+        """Raise SettingsError for the first invalid value."""
+        self.cache.validate()
+        if self.device not in DEVICES:
+            raise SettingsError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise SettingsError(f"max_new_tokens must be at least 1, got {self.max_new_tokens!r}")
+        if not 0 <= float(self.temperature) <= 5:
+            raise SettingsError(f"temperature must be between 0 and 5, got {self.temperature!r}")
+        if not 1 <= float(self.repetition_penalty) <= 3:
+            raise SettingsError(f"repetition_penalty must be between 1 and 3, got {self.repetition_penalty!r}")
+        if not isinstance(self.prefix_cache_disk_bytes, int) or self.prefix_cache_disk_bytes < 0:
+            raise SettingsError("prefix_cache_disk_bytes must be a number of bytes ≥ 0")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise SettingsError("model must name the default, a .gguf file, a model folder or a hub id")
+
+    def replace(self, **changes: Any) -> EngineSettings:
+        """A copy with `changes` applied and validated (`cache=` takes a CachePolicy)."""
+        settings = dataclasses.replace(self, **changes)
+        settings.validate()
+        return settings
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineSettings:
+        """Build and validate from a dict (as read from TOML). Raises SettingsError on unknown keys."""
+        data = dict(data)
+        cache_data = data.pop("cache", {}) or {}
+        _reject_unknown(cls, data, "")
+        _reject_unknown(CachePolicy, cache_data, "cache.")
+        settings = cls(**data, cache=CachePolicy(**cache_data))
+        settings.validate()
+        return settings
+
+
+def settings_path() -> Path:
+    """Where the settings file lives."""
+    return paths.config_dir() / "settings.toml"
+
+
+def load_settings(path: Path | None = None) -> EngineSettings:
+    """Read settings; a missing file gives the defaults. Raises SettingsError on a bad file."""
+    path = path or settings_path()
+    if not path.exists():
+        return EngineSettings()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"cannot read settings file {path}: {exc}; fix or delete it") from None
+    try:
+        return EngineSettings.from_dict(data)
+    except TypeError as exc:
+        raise SettingsError(f"settings file {path} is invalid ({exc}); fix or delete it") from None
+
+
+def save_settings(settings: EngineSettings, path: Path | None = None) -> Path:
+    """Validate and write settings atomically (temp file + rename). Returns the path."""
+    settings.validate()
+    path = path or settings_path()
+    tmp = path.with_suffix(".toml.tmp")
+    tmp.write_text(tomli_w.dumps(settings.to_dict()), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _reject_unknown(cls: type, data: dict[str, Any], prefix: str) -> None:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SettingsError(f"unknown setting {prefix}{unknown[0]}; known: {', '.join(sorted(known))}")
