@@ -1,0 +1,171 @@
+"""Documents: turn a PDF, a code repository or a text file into page- or file-sized segments.
+
+`load_document(path)` is the one entry point. Every segment's text is normalised by
+`engine.documents.text.normalize_text`, so the same file always renders to the same string (and
+therefore the same token ids and prefix-cache keys). Everything that was left out is listed in
+`Document.warnings`; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import DocumentError
+
+ProgressCallback = Callable[[int, int], None]
+"""progress(units_done, units_total): pages for PDFs, files for repositories."""
+
+
+class FileNotReadableError(DocumentError):
+    """The path does not exist, is not a regular file or folder, or may not be read."""
+
+
+class EmptyFileError(DocumentError):
+    """The file has 0 bytes (CASES.md S06: an interrupted download or copy)."""
+
+
+class NotTextError(DocumentError):
+    """A single file given as text is binary (NUL bytes) or holds no text after normalisation."""
+
+
+class NoTextFilesError(DocumentError):
+    """A folder contains no file that can be read as text."""
+
+
+class NotPdfError(DocumentError):
+    """A .pdf file has no %PDF header (CASES.md S05: an HTML error page saved as .pdf)."""
+
+
+class PasswordRequiredError(DocumentError):
+    """The PDF needs a user password and none was given (CASES.md P02, P04). Ask for one."""
+
+
+class WrongPasswordError(DocumentError):
+    """The password given does not open the PDF (CASES.md P02, P04). Ask again."""
+
+
+class UnsupportedEncryptionError(DocumentError):
+    """The PDF uses a security handler the reader does not implement (e.g. certificates)."""
+
+
+class DamagedPdfError(DocumentError):
+    """The PDF cannot be parsed: truncated (S04), broken beyond repair (P08), bad page tree (S03)."""
+
+
+class SuspiciousPdfError(DocumentError):
+    """Pages needed more memory or time than allowed (S01 flate bomb) and nothing else was read."""
+
+
+class NoTextLayerError(DocumentError):
+    """No page has a text layer: a scan or photos (CASES.md P09). Needs OCR first."""
+
+
+class UnreadableTextError(DocumentError):
+    """Every page's text is noise: fonts without a Unicode map. Needs OCR first."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One citable unit of a document: a PDF page or a repository file.
+
+    text: normalised text (see `normalize_text`), never empty.
+    label: what a citation shows, "page 12" or "src/app.py".
+    page: 1-based physical page number for PDFs (not the printed page label), else None.
+    path: repository-relative POSIX path for repository files, else None.
+    """
+
+    text: str
+    label: str
+    page: int | None
+    path: str | None
+
+
+@dataclass
+class Document:
+    """A loaded document: its segments in reading order plus what the user should know.
+
+    kind: "pdf" | "repo" | "text". source: absolute path of the file or folder.
+    warnings: user-facing lines, e.g. "page 7: no text layer (scanned?)" or
+    "skipped (minified): static/vendor.min.js". pages: PDFs only, total page count including
+    blank pages and pages that were left out.
+    """
+
+    title: str
+    source: str
+    kind: str
+    segments: list[Segment]
+    warnings: list[str] = field(default_factory=list)
+    pages: int | None = None
+
+    def marker(self, segment: Segment) -> str:
+        """The line before `segment` in `render()`: "[page 12]" or "=== src/app.py ===". """
+        return f"[{segment.label}]" if self.kind == "pdf" else f"=== {segment.label} ==="
+
+    def render(self) -> str:
+        """The text fed to the model: each segment after its marker line, separated by a blank line.
+
+        Deterministic: the same document always renders to the same string.
+        """
+        return "\n\n".join(f"{self.marker(s)}\n{s.text}" for s in self.segments) + "\n"
+
+
+def load_document(path: str | os.PathLike[str], *, password: str | None = None,
+                  progress: ProgressCallback | None = None,
+                  cancel: threading.Event | None = None) -> Document:
+    """Load a folder (as a repository), a PDF, or a single text file.
+
+    A PDF is recognised by its `.pdf` suffix or a `%PDF` header. `password` is used for PDFs only.
+    `progress(done, total)` is called from this thread as pages or files are read; setting
+    `cancel` stops the work.
+
+    Raises a `DocumentError` subclass whose `str()` is one line naming the file, the problem and
+    what to do (see `engine.documents.pdf` for the PDF ones), or `engine.errors.Cancelled`.
+    """
+    source = Path(path).expanduser()
+    try:
+        source = source.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop on older Pythons
+        raise FileNotReadableError(
+            f"{source.name or source}: not found or not reachable ({_reason(exc)}): "
+            "check the path") from None
+    if source.is_dir():
+        from engine.documents.repo import load_repository
+
+        return load_repository(source, progress=progress, cancel=cancel)
+    if not source.is_file():
+        raise FileNotReadableError(
+            f"{source.name}: not a regular file or folder: choose a file or a folder")
+    if source.suffix.lower() == ".pdf" or _starts_with_pdf_header(source):
+        from engine.documents.pdf import load_pdf
+
+        return load_pdf(source, password=password, progress=progress, cancel=cancel)
+    from engine.documents.plain import load_text_file
+
+    return load_text_file(source, progress=progress, cancel=cancel)
+
+
+def _starts_with_pdf_header(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(5) == b"%PDF-"
+    except OSError:
+        return False  # the loader that runs next reports the read error with its own wording
+
+
+def _reason(exc: BaseException) -> str:
+    """A short, lower-case reason for an OS error, without the path Python appends."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return type(exc).__name__
+
+
+__all__ = [
+    "Document", "Segment", "load_document", "ProgressCallback", "FileNotReadableError",
+    "EmptyFileError", "NotTextError", "NoTextFilesError", "NotPdfError", "PasswordRequiredError",
+    "WrongPasswordError", "UnsupportedEncryptionError", "DamagedPdfError", "SuspiciousPdfError",
+    "NoTextLayerError", "UnreadableTextError",
+]

@@ -1,0 +1,324 @@
+"""PDF loading: one segment per page with text, extracted in a bounded child process.
+
+The parsers run in `engine.documents.pdf_worker` (see there for the extractor choice) under an
+address-space cap and a per-page time limit, so a hostile file costs at most
+`WORKER_MEMORY_BYTES` and `PAGE_TIMEOUT_S` per page, never the app. A page that crashes or stalls
+the worker is skipped with a warning and the worker restarts after it, at most `MAX_FAILED_PAGES`
+times. Policy decisions (what is a warning, what is an error, what is left out) live here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from engine.documents import (
+    DamagedPdfError, Document, EmptyFileError, FileNotReadableError, NoTextLayerError,
+    NotPdfError, PasswordRequiredError, ProgressCallback, Segment, SuspiciousPdfError,
+    UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError, _reason,
+)
+from engine.documents.text import is_unreliable, measure, normalize_text
+from engine.errors import Cancelled
+
+log = logging.getLogger(__name__)
+
+WORKER_MEMORY_BYTES = 1 << 30
+"""Address-space cap of the extraction process (POSIX only). Extracting P16 peaks at ~70 MB RSS;
+the S01 bomb aborts under this cap after ~2 s instead of taking 7.6 GB."""
+
+PAGE_TIMEOUT_S = 30.0
+"""Longest wait for the worker's next event (open or page) before the page counts as hostile.
+pypdf #2790 took 1:45 min on one 127 MiB page; normal pages take milliseconds."""
+
+MAX_FAILED_PAGES = 3
+"""After this many crashed or stalled pages the file is refused as suspicious."""
+
+_POLL_S = 0.1  # how often cancel is checked while waiting for the worker
+_HEADER_WINDOW_BYTES = 1024  # the spec allows junk before %PDF within the first 1024 bytes
+
+
+def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallback | None = None,
+             cancel: threading.Event | None = None) -> Document:
+    """Read the text of every page of the PDF at `path` (absolute).
+
+    Pages without text are not segments: blank pages are silent, pages with images only get a
+    "no text layer (scanned?)" warning, pages whose text is noise are left out with a warning.
+    Raises EmptyFileError, NotPdfError, PasswordRequiredError, WrongPasswordError,
+    UnsupportedEncryptionError, DamagedPdfError, SuspiciousPdfError, NoTextLayerError,
+    UnreadableTextError, FileNotReadableError, or Cancelled.
+    """
+    _check_header(path)
+    state = _Collected(path)
+    start_page = 0
+    while True:
+        try:
+            # closing(): an error raised while handling an event must still end the worker now.
+            with closing(_run_worker(path, password, start_page, cancel)) as events:
+                for event in events:
+                    state.apply(event, progress)
+            break
+        except _WorkerLost as lost:
+            if state.total is None:
+                raise SuspiciousPdfError(
+                    f"{path.name} could not be opened safely ({lost.reason}): it may be hostile "
+                    "or broken; check where the file came from") from None
+            if state.next_page > state.total:
+                break  # every page arrived; it failed on the way out
+            state.fail_page(lost.reason, progress)
+            if state.next_page > state.total:
+                break
+            start_page = state.next_page - 1
+    return state.document()
+
+
+class _Collected:
+    """What the worker has sent so far, across restarts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.total: int | None = None
+        self.title = ""
+        self.next_page = 1  # 1-based number of the page the worker is expected to send next
+        self.segments: list[Segment] = []
+        self.scanned: list[int] = []
+        self.unreadable: list[int] = []
+        self.failed: list[tuple[int, str]] = []
+        self.notes: list[str] = []
+
+    def apply(self, event: dict[str, Any], progress: ProgressCallback | None) -> None:
+        kind = event.get("event")
+        if kind == "open":
+            if self.total is None:
+                self.total, self.title = int(event["pages"]), normalize_text(event["title"] or "")
+                if event.get("repaired"):
+                    self.notes.append("the file is damaged (broken cross-reference table) and was "
+                                      "repaired while reading: text may be missing")
+                if progress:
+                    progress(0, self.total)
+        elif kind == "page":
+            self._add_page(int(event["page"]), event["text"], int(event.get("images", 0)))
+            self.next_page = int(event["page"]) + 1
+            if progress and self.total:
+                progress(self.next_page - 1, self.total)
+        elif kind == "error":
+            if event["code"] == "page_too_large":
+                raise _WorkerLost("too much text")
+            raise _error_for(self.path, event)
+
+    def _add_page(self, number: int, raw: str, images: int) -> None:
+        text = normalize_text(raw)
+        if not text:
+            if images:
+                self.scanned.append(number)
+            return  # a blank page is not a failure (P16 has 12)
+        if is_unreliable(measure(raw)):
+            # Left out, not kept with a marker: noise would take budget and could be quoted
+            # as if the document said it; the warning names the page so the user can look.
+            self.unreadable.append(number)
+            return
+        self.segments.append(Segment(text=text, label=f"page {number}", page=number, path=None))
+
+    def fail_page(self, reason: str, progress: ProgressCallback | None) -> None:
+        self.failed.append((self.next_page, reason))
+        if len(self.failed) > MAX_FAILED_PAGES:
+            raise SuspiciousPdfError(
+                f"{self.path.name}: {len(self.failed)} pages are too large or malformed to read "
+                "safely (suspicious file): check where the file came from")
+        self.next_page += 1
+        if progress and self.total:
+            progress(min(self.next_page - 1, self.total), self.total)
+
+    def document(self) -> Document:
+        if not self.segments:
+            raise self._no_text_error()
+        warnings = list(self.notes)
+        warnings += [f"page {page}: too large or malformed to read safely ({reason}), skipped"
+                     for page, reason in self.failed]
+        if self.scanned:
+            warnings.append(f"{_pages(self.scanned)}: no text layer (scanned?)")
+        if self.unreadable:
+            warnings.append(f"{_pages(self.unreadable)}: text unreadable (font without a Unicode "
+                            "map?), left out")
+        return Document(title=self.title.split("\n", 1)[0] or self.path.stem,
+                        source=str(self.path), kind="pdf", segments=self.segments,
+                        warnings=warnings, pages=self.total)
+
+    def _no_text_error(self) -> Exception:
+        name = self.path.name
+        if self.failed:
+            page, reason = self.failed[0]
+            return SuspiciousPdfError(
+                f"{name}: page {page} is too large or malformed to read safely ({reason}); "
+                "suspicious file: check where it came from")
+        if self.unreadable:
+            return UnreadableTextError(
+                f"{name}: the text of every page is unreadable (fonts without a Unicode map): "
+                "run OCR on it first (e.g. ocrmypdf --force-ocr)")
+        return NoTextLayerError(
+            f"{name} has no text layer (scanned?): run OCR on it first (e.g. ocrmypdf)")
+
+
+def _pages(numbers: list[int]) -> str:
+    """'page 7' or 'pages 3-5, 9': consecutive pages as ranges so a scan does not flood the list."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
+    return f"page {text}" if len(numbers) == 1 else f"pages {text}"
+
+
+def _check_header(path: Path) -> None:
+    """Refuse empty files and non-PDFs before starting a process (CASES.md S05, S06)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(_HEADER_WINDOW_BYTES)
+    except OSError as exc:
+        raise FileNotReadableError(
+            f"{path.name} cannot be read ({_reason(exc)}): check the file's permissions") from None
+    if size == 0:
+        raise EmptyFileError(f"{path.name} is empty (0 bytes): the download or copy was probably "
+                             "interrupted; get the file again")
+    if b"%PDF-" not in head:
+        lowered = head.lower()
+        what = ("an HTML web page saved with a .pdf name" if b"<html" in lowered
+                or b"<!doctype" in lowered else "it has no %PDF header")
+        raise NotPdfError(
+            f"{path.name} is not a PDF ({what}): download or export the real PDF again")
+
+
+def _ends_like_pdf(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - _HEADER_WINDOW_BYTES))
+            return b"%%EOF" in handle.read()
+    except OSError:
+        return True
+
+
+def _error_for(path: Path, event: dict[str, Any]) -> Exception:
+    name, code = path.name, event.get("code")
+    if code == "password_required":
+        return PasswordRequiredError(
+            f"{name} is password-protected: open it with its password (--password)")
+    if code == "wrong_password":
+        return WrongPasswordError(
+            f"{name}: wrong password: check it (passwords are case-sensitive) and try again")
+    if code == "unsupported_security":
+        return UnsupportedEncryptionError(
+            f"{name} uses an encryption this reader does not support (e.g. certificates): "
+            "save an unencrypted copy from the app that made it")
+    if code == "page_unreadable":
+        return DamagedPdfError(
+            f"{name} is damaged: page {event.get('page')} cannot be loaded (broken or cyclic page "
+            "tree): open it in a PDF viewer and print it to a new PDF")
+    if not _ends_like_pdf(path):
+        return DamagedPdfError(
+            f"{name} is incomplete (it stops before the end of the PDF, e.g. an interrupted "
+            "download): download it again")
+    return DamagedPdfError(
+        f"{name} is damaged and cannot be read: open it in a PDF viewer and save or print it to a "
+        "new PDF, or get the file again")
+
+
+class _WorkerLost(Exception):
+    """The worker died, stalled or refused a page before finishing."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def worker_command() -> list[str]:
+    """The command line that starts the extraction process (tests replace it)."""
+    return [sys.executable, "-m", "engine.documents.pdf_worker"]
+
+
+def _run_worker(path: Path, password: str | None, start_page: int,
+                cancel: threading.Event | None) -> Iterator[dict[str, Any]]:
+    """Yield the worker's events until "done"; raise _WorkerLost if it dies or stalls."""
+    request = {"path": str(path), "password": password, "start_page": start_page,
+               "memory_bytes": WORKER_MEMORY_BYTES}
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    with tempfile.TemporaryFile() as stderr:
+        try:
+            process = subprocess.Popen(
+                worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                env=env, text=True, encoding="utf-8")
+        except OSError as exc:
+            raise FileNotReadableError(
+                f"{path.name}: the PDF reader could not be started ({_reason(exc)}): "
+                "reinstall Halaman") from None
+        try:
+            try:
+                # The password goes through stdin, never argv, which other users can list.
+                process.stdin.write(json.dumps(request) + "\n")
+                process.stdin.close()
+            except OSError:
+                pass  # it died at once; reading its (empty) output reports that
+            yield from _events(process, cancel)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            process.stdout.close()
+            _log_stderr(stderr, process.returncode)
+
+
+def _events(process: subprocess.Popen, cancel: threading.Event | None) -> Iterator[dict[str, Any]]:
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    deadline = time.monotonic() + PAGE_TIMEOUT_S
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("Reading the PDF was cancelled.")
+        try:
+            line = lines.get(timeout=_POLL_S)
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise _WorkerLost(f"no result within {PAGE_TIMEOUT_S:g} s") from None
+            continue
+        if line is None:
+            status = process.wait()
+            raise _WorkerLost("it exhausted the reader's memory or crashed it" if status
+                              else "the reader stopped early")
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            raise _WorkerLost("the reader sent garbled output") from None
+        if event.get("event") == "done":
+            return
+        yield event
+        deadline = time.monotonic() + PAGE_TIMEOUT_S
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    try:
+        for line in stream:
+            lines.put(line)
+    except (OSError, ValueError):
+        pass  # the process was killed while we read
+    finally:
+        lines.put(None)
+
+
+def _log_stderr(stderr: IO[bytes], status: int | None) -> None:
+    if status:
+        stderr.seek(0)
+        tail = stderr.read()[-2000:].decode("utf-8", "replace")
+        log.debug("pdf worker exited with %s: %s", status, tail)

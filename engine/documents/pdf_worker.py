@@ -1,0 +1,218 @@
+"""Child process that reads one PDF and streams its text page by page as JSON lines.
+
+Run as `python -m engine.documents.pdf_worker`; `engine.documents.pdf` starts it, sends one JSON
+request on stdin and reads one JSON object per line from stdout. PDF parsers run here, never in
+the app's process, because a hostile file can take unbounded time and memory: PDFium took 46 s and
+7.6 GB RSS on the corpus' 80 MB flate bomb (S01; pypdf #2790, #3167). Under the address-space
+cap set below PDFium aborts within 2 s instead, and the parent reports the page as suspicious.
+
+Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
+Events:   {"event": "open", "pages": int, "title": str, "repaired": bool}
+          {"event": "page", "page": int (1-based), "text": str, "extractor": "pdfium" | "pypdf",
+           "images": int}
+          {"event": "error", "code": str, "page": int | null, "detail": str}
+          {"event": "done"}
+Error codes: "password_required", "wrong_password", "unsupported_security", "unreadable" (PDFium
+cannot parse the file), "page_unreadable" (page tree broken at `page`), "page_too_large".
+
+Text extractor, chosen by measurement (bench/pdf_text_quality.py, docs/PDF_TEXT.md): PDFium for
+every page, because pypdf loses word boundaries in justified text (148 of 288 pages of P16 have
+runs of 20+ letters, 0 with PDFium) and is ~17x slower (6.5 s vs 0.4 s). pypdf gives a second opinion on pages where
+PDFium's text is suspect (see `_needs_second_opinion`), and wins when it scores better.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import sys
+import warnings
+from typing import Any, Callable
+
+from engine.documents.text import TextQuality, measure, same_content
+
+MAX_PAGE_CHARS = 2_000_000
+"""A page with more text than this is treated as hostile (P16's densest page has ~3,000)."""
+
+SECOND_OPINION_MARGIN = 0.02
+"""pypdf replaces PDFium's text for a page only when its score is higher by more than this
+(on P15, pypdf's wins on suspect pages were 0.006-0.04; P10's were 0.25-0.62)."""
+
+
+def _emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _limit_memory(memory_bytes: int) -> None:
+    """Cap this process's address space so that an allocation failure ends it, not the machine."""
+    try:
+        import resource
+    except ImportError:  # Windows: the parent's timeouts are the only bound there.
+        return
+    if memory_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+def _needs_second_opinion(quality: TextQuality, uses_type3: Callable[[], bool]) -> bool:
+    """Whether PDFium's text for a page is suspect enough to also run pypdf on it.
+
+    Suspect: empty; any NUL, control, U+FFFD, private-use or mixed-script character; a 20+ letter
+    run; right-to-left letters (PDFium reversed P10's Arabic); under 80% word-like words; or a
+    Type3 font (PDFium glued P14's Type3 tick labels "0 2 4 6 8" into "02468").
+    Measured: 4 of P16's 288 pages are suspect (0.1 s of pypdf), 78 of P15's 117 (2.3 s).
+    """
+    return (quality.chars == 0 or quality.garbage > 0 or quality.long_runs > 0
+            or quality.rtl_letters > 0 or quality.wordlike_share < 0.8 or uses_type3())
+
+
+def _prefer_second(first: str, second: str) -> bool:
+    """True when `second` (pypdf) is the better text for a page than `first` (PDFium)."""
+    q1, q2 = measure(first), measure(second)
+    if q2.score > q1.score + SECOND_OPINION_MARGIN:
+        return True
+    # Same characters, different spacing: more word breaks win (P14), unless they split words.
+    return (abs(q2.score - q1.score) <= SECOND_OPINION_MARGIN and same_content(first, second)
+            and len(second.split()) > len(first.split()) and q2.wordlike_share >= q1.wordlike_share)
+
+
+class _PypdfPages:
+    """pypdf's view of the same file, opened lazily; a failure only disables the second opinion."""
+
+    def __init__(self, path: str, password: str | None) -> None:
+        self._path, self._password = path, password
+        self._reader: Any = None
+        self._failed = False
+
+    def _open(self) -> Any:
+        if self._reader is None and not self._failed:
+            try:
+                import pypdf
+
+                reader = pypdf.PdfReader(self._path, strict=False)
+                if reader.is_encrypted and not reader.decrypt(self._password or ""):
+                    raise ValueError("pypdf could not decrypt")
+                len(reader.pages)  # walks the page tree now, so a cyclic tree fails here
+                self._reader = reader
+            except Exception:  # noqa: BLE001 - pypdf is optional here; PDFium's text stands
+                self._failed = True
+        return self._reader
+
+    def text(self, index: int) -> str | None:
+        reader = self._open()
+        if reader is None:
+            return None
+        try:
+            return reader.pages[index].extract_text()
+        except Exception:  # noqa: BLE001 - includes pypdf's LimitReachedError on bombs
+            return None
+
+
+def _uses_type3(page: Any, pdfium: Any) -> bool:
+    """Whether the page draws text with a Type3 font (also inside form XObjects).
+
+    PDFium has no font-type query; a Type3 font is the one font that counts as embedded
+    (CPDF_Font::IsEmbedded is true for Type3) yet has no font program to return. Costs ~0.8 ms
+    per page on P16.
+    """
+    raw = pdfium.raw
+    seen: set[int] = set()
+    for obj in page.get_objects(filter=[raw.FPDF_PAGEOBJ_TEXT], max_depth=3):
+        font = raw.FPDFTextObj_GetFont(obj.raw)
+        address = ctypes.cast(font, ctypes.c_void_p).value or 0
+        if not font or address in seen:
+            continue
+        seen.add(address)
+        if raw.FPDFFont_GetIsEmbedded(font):
+            size = ctypes.c_size_t(0)
+            if not raw.FPDFFont_GetFontData(font, None, 0, ctypes.byref(size)) or size.value == 0:
+                return True
+    return False
+
+
+def _count_objects(page: Any, kind: int) -> int:
+    """Page objects of one kind (FPDF_PAGEOBJ_*), including those inside form XObjects."""
+    return sum(1 for _ in page.get_objects(filter=[kind], max_depth=3))
+
+
+def _pdfium_page_text(page: Any) -> str:
+    textpage = page.get_textpage()
+    try:
+        # PDFium writes U+FFFE where it joined a word hyphenated across a line end
+        # ("adip\ufffeiscing", P11); print it as the page shows it, like pypdf does.
+        return textpage.get_text_range().replace("\ufffe", "-\n")
+    finally:
+        textpage.close()
+
+
+def _open_document(pdfium: Any, path: str, password: str | None) -> tuple[Any, dict | None]:
+    """Open with PDFium: (document, None), or (None, the matching error event)."""
+    try:
+        return pdfium.PdfDocument(path, password=password), None
+    except pdfium.PdfiumError as exc:
+        code = {
+            pdfium.raw.FPDF_ERR_PASSWORD: "wrong_password" if password else "password_required",
+            pdfium.raw.FPDF_ERR_SECURITY: "unsupported_security",
+        }.get(getattr(exc, "err_code", None), "unreadable")
+        return None, {"event": "error", "code": code, "page": None, "detail": str(exc)}
+
+
+def _title(document: Any) -> str:
+    try:
+        return str(document.get_metadata_value("Title") or "")
+    except Exception:  # noqa: BLE001 - broken metadata must not cost the text (P08)
+        return ""
+
+
+def extract(path: str, password: str | None, start_page: int,
+            emit: Callable[[dict[str, Any]], None] = _emit) -> None:
+    """Stream the events for one PDF, from page `start_page` (0-based) to the end."""
+    import pypdfium2 as pdfium
+
+    document, error = _open_document(pdfium, path, password)
+    if error is not None:
+        emit(error)
+        return
+    total = len(document)
+    emit({"event": "open", "pages": total, "title": _title(document),
+          "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(document.raw)})
+    second = _PypdfPages(path, password)
+    for index in range(start_page, total):
+        try:
+            page = document[index]
+        except pdfium.PdfiumError as exc:
+            emit({"event": "error", "code": "page_unreadable", "page": index + 1,
+                  "detail": str(exc)})
+            return
+        text, extractor = _pdfium_page_text(page), "pdfium"
+        if len(text) > MAX_PAGE_CHARS:
+            emit({"event": "error", "code": "page_too_large", "page": index + 1,
+                  "detail": f"{len(text)} characters"})
+            return
+        # A page without text objects (P16's 12 blank pages) has nothing pypdf could find either.
+        has_text = bool(text.strip()) or _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_TEXT) > 0
+        if has_text and _needs_second_opinion(measure(text), lambda: _uses_type3(page, pdfium)):
+            alternative = second.text(index)
+            if (alternative and len(alternative) <= MAX_PAGE_CHARS
+                    and _prefer_second(text, alternative)):
+                text, extractor = alternative, "pypdf"
+        images = 0 if text.strip() else _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_IMAGE)
+        page.close()
+        emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,
+              "images": images})
+    emit({"event": "done"})
+
+
+def main() -> int:
+    """Read one request from stdin and stream events to stdout; exit status 0 unless crashed."""
+    logging.disable(logging.WARNING)  # pypdf logs thousands of font warnings on P15
+    warnings.simplefilter("ignore")
+    request = json.loads(sys.stdin.readline())
+    _limit_memory(int(request.get("memory_bytes", 0)))
+    extract(request["path"], request.get("password"), int(request.get("start_page", 0)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Plain-text files (.txt, .md, source code): safe reading and decoding, shared with repo.py.
+
+`read_text` never blocks on a device or FIFO, never reads more than `MAX_FILE_BYTES`, and never
+follows a symlink; the reasons it refuses a file are returned as short phrases that the
+repository loader lists in `Document.warnings` ("skipped (binary): assets/logo.png").
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.documents import (
+    Document, EmptyFileError, FileNotReadableError, NotTextError, ProgressCallback, Segment,
+    _reason,
+)
+from engine.documents.text import normalize_text
+from engine.errors import Cancelled
+
+MAX_FILE_BYTES = 2 * 1024 * 1024
+"""Files larger than this are not read (checked with stat first; CASES.md R06: a 480 MB file
+committed by accident crashed repomix). 2 MiB of text is ~500k tokens, beyond any budget."""
+
+SNIFF_BYTES = 8 * 1024
+"""Binary sniffing window: NULs anywhere in it mean binary (git also looks at 8000 bytes)."""
+
+# Longest first: the UTF-32-LE BOM starts with the UTF-16-LE one.
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+_BINARY_CONTROL_SHARE = 0.3
+
+
+def bom_encoding(data: bytes) -> str | None:
+    """The codec named by a byte-order mark at the start of `data`, or None."""
+    return next((codec for bom, codec in _BOMS if data.startswith(bom)), None)
+
+
+def looks_binary(window: bytes) -> bool:
+    """Whether the first bytes of a file (8 KiB is enough) say it is not text.
+
+    Binary: a NUL byte anywhere in the window, unless a UTF-16/32 byte-order mark explains it
+    (CASES.md R02: data/late-binary.dat has its first NUL after 2.8 KB, so 512 B or 1 KB windows
+    miss it), or over 30% control characters. The window is decoded with an incremental decoder,
+    so a multi-byte character cut by the end of the window is not mistaken for binary
+    (gitingest #578, docs/boundary.md in the fixture).
+    """
+    if bom_encoding(window) in ("utf-16", "utf-32"):
+        return False
+    if b"\x00" in window:
+        return True
+    try:
+        sample = codecs.getincrementaldecoder("utf-8")().decode(window, final=False)
+    except UnicodeDecodeError:
+        sample = window.decode("latin-1")
+    controls = sum(1 for ch in sample if ch < " " and ch not in "\t\n\r\f\x1b")
+    return bool(sample) and controls / len(sample) > _BINARY_CONTROL_SHARE
+
+
+def decode_bytes(data: bytes) -> tuple[str, str | None]:
+    """Decode a text file: byte-order mark, else strict UTF-8, else cp1252, else latin-1.
+
+    Returns (text, fallback), where fallback names the legacy codec used ("cp1252" or "latin-1")
+    and is None for UTF-8 or a BOM-declared encoding. Never raises (CASES.md R03: fred #1898,
+    reuse-tool #598). The text is not normalised yet.
+    """
+    codec = bom_encoding(data)
+    if codec is not None:
+        try:
+            return data.decode(codec), None
+        except UnicodeDecodeError:
+            pass  # a stray BOM-like prefix: fall through to the guesses
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        pass
+    try:
+        return data.decode("cp1252"), "cp1252"
+    except UnicodeDecodeError:  # cp1252 leaves 0x81, 0x8d, 0x8f, 0x90, 0x9d undefined
+        return data.decode("latin-1"), "latin-1"
+
+
+# O_NOFOLLOW: never read through a link; O_NONBLOCK: opening a FIFO must not wait for a writer.
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_BINARY", 0))
+
+
+@dataclass(frozen=True)
+class TextFile:
+    """A decoded, normalised file, or why it was not read.
+
+    text: normalised text (empty when skipped). skipped: reason phrase for warnings, e.g.
+    "binary" or "too large: 60 MiB > 2 MiB", or None. code: the reason as one word ("special",
+    "too_large", "binary", "unreadable", "empty"). fallback: legacy codec used when the file was
+    not UTF-8 ("cp1252", "latin-1"), else None.
+    """
+
+    text: str
+    skipped: str | None = None
+    code: str | None = None
+    fallback: str | None = None
+
+
+def _skip(code: str, phrase: str) -> TextFile:
+    return TextFile("", skipped=phrase, code=code)
+
+
+def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
+    """Read one regular file as text without following symlinks or blocking on special files.
+
+    Skip phrases: "not a regular file", "too large: 60 MiB > 2 MiB", "binary",
+    "unreadable: permission denied", "empty". Does not raise for any of them.
+    `max_bytes` defaults to MAX_FILE_BYTES (read at call time, so tests can lower it).
+    """
+    max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        return _skip("unreadable", f"unreadable: {_reason(exc)}")
+    try:
+        info = os.fstat(fd)
+        # fstat on the opened descriptor, not the name: the file cannot be swapped for a FIFO
+        # or a device between the check and the read.
+        if not stat.S_ISREG(info.st_mode):
+            return _skip("special", "not a regular file")
+        if info.st_size > max_bytes:
+            return _skip("too_large", f"too large: {_size(info.st_size)} > {_size(max_bytes)}")
+        data = _read_at_most(fd, max_bytes + 1)
+    except OSError as exc:
+        return _skip("unreadable", f"unreadable: {_reason(exc)}")
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew after fstat
+        return _skip("too_large", f"too large: over {_size(max_bytes)}")
+    if looks_binary(data[:SNIFF_BYTES]):
+        return _skip("binary", "binary")
+    raw, fallback = decode_bytes(data)
+    text = normalize_text(raw)
+    if not text:
+        return _skip("empty", "empty")
+    return TextFile(text, fallback=fallback)
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _size(n_bytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n_bytes} bytes"
+
+
+def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
+                   cancel: threading.Event | None = None) -> Document:
+    """Load one text file (absolute `path`) as a one-segment document labelled with its name.
+
+    Raises EmptyFileError (0 bytes or only whitespace/control characters), NotTextError (binary
+    or too large), FileNotReadableError, or Cancelled.
+    """
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("Reading the file was cancelled.")
+    if progress:
+        progress(0, 1)
+    result = read_text(path)
+    name = path.name
+    if result.code == "empty":
+        raise EmptyFileError(f"{name} is empty (no text in it): choose another file")
+    if result.code == "binary":
+        raise NotTextError(f"{name} is not a text file (it contains binary data): "
+                           "open a PDF, a text file or a folder")
+    if result.code == "too_large":
+        size = (result.skipped or "").removeprefix("too large: ")
+        raise NotTextError(f"{name} is too large ({size}): split it or open a smaller file")
+    if result.code is not None:
+        reason = (result.skipped or "").removeprefix("unreadable: ")
+        raise FileNotReadableError(f"{name} cannot be read ({reason}): check the file's permissions")
+    warnings = [f"decoded with fallback ({result.fallback}): {name}"] if result.fallback else []
+    if progress:
+        progress(1, 1)
+    return Document(title=name, source=str(path), kind="text",
+                    segments=[Segment(text=result.text, label=name, page=None, path=None)],
+                    warnings=warnings)

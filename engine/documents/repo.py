@@ -1,0 +1,301 @@
+"""Code repositories: every text file that git would show, one segment per file, in path order.
+
+Which files: for a git work tree, git itself answers (`git ls-files --cached --others
+--exclude-standard`), because only git implements its ignore rules exactly (CASES.md R05:
+libgit2 #7284, node-ignore #79). Without git, or outside a work tree, nested .gitignore files are
+applied with pathspec, and an ignored directory is never entered (so a file under it cannot be
+re-included, as in git). The fixture from corpus/repo/make_repo_fixture.py is the ground truth.
+
+What is skipped, each listed in `Document.warnings`: vendored folders, symlinks (never followed:
+CASES.md R04), non-regular files, files over `plain.MAX_FILE_BYTES`, binary files, minified
+files, empty files. Files in legacy encodings are read with a fallback codec and flagged.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import stat
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
+from engine.documents.plain import read_text
+from engine.errors import Cancelled
+
+VENDORED_DIRS = frozenset({
+    "node_modules", "bower_components", "site-packages", "__pycache__", ".tox", ".venv",
+    ".hg", ".svn",
+})
+"""Folder names skipped at any depth: installed third-party code or tool state, never authored."""
+
+VENDORED_TOP_DIRS = frozenset({"vendor", "third_party", "Pods"})
+"""Skipped only directly under the root (Go, Composer, Bundler, CocoaPods put them there). Deeper
+ones are left to .gitignore: the fixture's a/vendor/ is re-included on purpose (libgit2 #7284)."""
+
+MINIFIED_AVG_LINE_CHARS = 200
+"""Average line length above which a file is minified (github/codeql PR #20940)."""
+
+MINIFIED_MAX_LINE_CHARS = 5000
+"""A single line longer than this also means minified or generated (Deslop #539: one 113,564
+character line took most of a scan's memory)."""
+
+PROSE_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".adoc", ".tex", ".org"})
+"""Not checked for minification: unwrapped paragraphs make long lines normal in prose."""
+
+GIT_TIMEOUT_S = 60.0
+
+IGNORED_LISTED = 20
+"""How many ignored paths the one-line .gitignore summary names before "and N more"."""
+
+
+def load_repository(root: Path, *, progress: ProgressCallback | None = None,
+                    cancel: threading.Event | None = None, use_git: bool = True) -> Document:
+    """Load every text file under the folder `root` (absolute, symlinks resolved).
+
+    `use_git=False` forces the pathspec fallback (tests compare both). Progress counts files.
+    Raises NoTextFilesError when nothing is readable, or Cancelled.
+    """
+    root = Path(os.path.realpath(root))
+    listing = list_files(root, use_git=use_git)
+    warnings: list[str] = []
+    if listing.ignored:
+        more = len(listing.ignored) - IGNORED_LISTED
+        names = ", ".join(listing.ignored[:IGNORED_LISTED])
+        warnings.append(f"ignored by .gitignore: {names}" + (f" and {more} more" if more > 0 else ""))
+    segments: list[Segment] = []
+    vendored_seen: set[str] = set()
+    total = len(listing.files)
+    for done, rel in enumerate(listing.files):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("Reading the folder was cancelled.")
+        if progress:
+            progress(done, total)
+        vendored = _vendored_dir(rel)
+        if vendored is not None:
+            if vendored not in vendored_seen:
+                vendored_seen.add(vendored)
+                warnings.append(f"skipped (vendored): {vendored}/")
+            continue
+        text, skipped, note = _read_file(root, rel)
+        if skipped is not None:
+            warnings.append(f"skipped ({skipped}): {rel}")
+            continue
+        if note is not None:
+            warnings.append(f"{note}: {rel}")
+        segments.append(Segment(text=text, label=rel, page=None, path=rel))
+    if progress:
+        progress(total, total)
+    if not segments:
+        raise NoTextFilesError(
+            f"{root.name}: no readable text files in this folder ({total} files found, none "
+            "readable as text): choose a folder with source code or text files")
+    return Document(title=root.name, source=str(root), kind="repo", segments=segments,
+                    warnings=warnings)
+
+
+@dataclass
+class Listing:
+    """Candidate files (repo-relative POSIX paths, sorted) and ignored paths (folders end in /)."""
+
+    files: list[str]
+    ignored: list[str] = field(default_factory=list)
+    source: str = "gitignore"  # "git" when git answered
+
+
+def list_files(root: Path, *, use_git: bool = True) -> Listing:
+    """Which paths under `root` an ingest considers: git's answer, else the pathspec fallback."""
+    return (_git_listing(root) if use_git else None) or _walk_listing(root)
+
+
+def _git_listing(root: Path) -> Listing | None:
+    """Ask git; None when git is missing, fails, or `root` is not in a work tree."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+
+    def run(*args: str) -> list[str] | None:
+        try:
+            done = subprocess.run([git, "-C", str(root), *args], capture_output=True, env=env,
+                                  timeout=GIT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if done.returncode != 0:
+            return None
+        return [os.fsdecode(p) for p in done.stdout.split(b"\0") if p]
+
+    inside = run("rev-parse", "--is-inside-work-tree")
+    if not inside or inside[0].strip() != "true":
+        return None
+    files = run("ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    if files is None:
+        return None
+    ignored = run("ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z")
+    # --cached lists a conflicted path once per stage; a nested repository shows as "dir/".
+    return Listing(files=sorted({p.rstrip("/") for p in files}),
+                   ignored=_outermost(ignored or []), source="git")
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Drop paths inside another listed folder: ["b/", "b/vendor/"] -> ["b/"].
+
+    Paths sharing a prefix are contiguous once sorted, so one pass suffices.
+    """
+    result: list[str] = []
+    folder = None
+    for path in sorted(paths):
+        if folder is not None and path.startswith(folder):
+            continue
+        result.append(path)
+        folder = path if path.endswith("/") else None
+    return result
+
+
+def _walk_listing(root: Path) -> Listing:
+    """Walk `root` without following symlinks, applying nested .gitignore files like git."""
+    files: list[str] = []
+    ignored: list[str] = []
+    unreadable_folders: list[str] = []
+    base_specs = []
+    exclude = _read_patterns(root / ".git" / "info" / "exclude")
+    if exclude:
+        base_specs.append(("", pathspec.GitIgnoreSpec.from_lines(exclude)))
+
+    def visit(folder: Path, prefix: str, specs: list[tuple[str, pathspec.GitIgnoreSpec]]) -> None:
+        patterns = _read_patterns(folder / ".gitignore")
+        if patterns:
+            specs = [*specs, (prefix, pathspec.GitIgnoreSpec.from_lines(patterns))]
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            unreadable_folders.append(prefix.rstrip("/") or ".")
+            return
+        for entry in entries:
+            if entry.name == ".git":
+                continue  # git's own data, never content
+            rel = prefix + entry.name
+            is_dir = entry.is_dir(follow_symlinks=False)  # a symlink to a folder is a file here
+            if _is_ignored(rel, is_dir, specs):
+                ignored.append(rel + "/" if is_dir else rel)
+            elif is_dir:
+                visit(Path(entry.path), rel + "/", specs)
+            else:
+                files.append(rel)
+
+    visit(root, "", base_specs)
+    # An unreadable folder is listed like a file, so that it shows up in the skip list.
+    files.extend(unreadable_folders)
+    return Listing(files=sorted(files), ignored=sorted(ignored), source="gitignore")
+
+
+def _read_patterns(path: Path) -> list[str]:
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return []  # git does not follow a symlinked .gitignore either (since 2.32)
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _is_ignored(rel: str, is_dir: bool, specs: list[tuple[str, pathspec.GitIgnoreSpec]]) -> bool:
+    """git's verdict for one path: the deepest .gitignore with a matching pattern decides, and
+    within a file the last matching pattern wins."""
+    for prefix, spec in reversed(specs):
+        relative = rel[len(prefix):]
+        verdict = None
+        for pattern in spec.patterns:
+            if pattern.include is not None and _matches_itself(pattern.regex, relative, is_dir):
+                verdict = pattern.include
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _matches_itself(regex: re.Pattern[str], path: str, is_dir: bool) -> bool:
+    """Whether a pathspec pattern matches `path` itself, not merely a folder above it.
+
+    pathspec's regexes also match everything under a matched folder (group "ps_d"), and check
+    "foo/**" as matching "foo/" itself; git does neither. Since ignored folders are never entered,
+    only a match on the path itself may count, else "foo/**" + "!foo/keep.txt" or "*" + "!*/" +
+    "!*.py" give other answers than git (tests/test_documents_repo.py compares with git).
+    """
+    if is_dir:
+        for match in regex.finditer(path + "/"):
+            if match.end() == len(path) + 1 and match.groupdict().get("ps_d") is not None:
+                return True
+    match = regex.search(path)
+    return match is not None and match.groupdict().get("ps_d") is None
+
+
+def _vendored_dir(rel: str) -> str | None:
+    """The vendored folder `rel` lies in ("node_modules", "web/node_modules"), or None."""
+    parts = rel.split("/")[:-1]
+    if parts and parts[0] in VENDORED_TOP_DIRS:
+        return parts[0]
+    for depth, part in enumerate(parts):
+        if part in VENDORED_DIRS:
+            return "/".join(parts[:depth + 1])
+    return None
+
+
+def _read_file(root: Path, rel: str) -> tuple[str, str | None, str | None]:
+    """(text, skip reason or None, note such as "decoded with fallback (cp1252)" or None)."""
+    path = root / rel
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return "", "missing: listed by git but not on disk", None
+    if stat.S_ISLNK(info.st_mode):
+        return "", _symlink_reason(path, root), None
+    if stat.S_ISDIR(info.st_mode):
+        return "", "folder: git submodule, nested repository or unreadable folder", None
+    if not stat.S_ISREG(info.st_mode):
+        return "", "not a regular file", None
+    if not _inside(os.path.realpath(path), root):
+        return "", "outside the folder", None  # defensive: a listing never goes through links
+    result = read_text(path)
+    if result.skipped is not None:
+        return "", result.skipped, None
+    if path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
+        return "", "minified", None
+    note = f"decoded with fallback ({result.fallback})" if result.fallback else None
+    return result.text, None, note
+
+
+def _minified(text: str) -> bool:
+    lines = text.split("\n")
+    return (len(text) / len(lines) > MINIFIED_AVG_LINE_CHARS
+            or max(map(len, lines)) > MINIFIED_MAX_LINE_CHARS)
+
+
+def _inside(real: str, root: Path) -> bool:
+    root_text = str(root)
+    return real == root_text or real.startswith(root_text.rstrip(os.sep) + os.sep)
+
+
+def _symlink_reason(path: Path, root: Path) -> str:
+    """Why a symlink is not read; the link is never followed for content (CASES.md R04)."""
+    try:
+        target = os.path.realpath(path, strict=True)
+    except FileNotFoundError:
+        return "dangling symlink"
+    except OSError as exc:
+        return "symlink loop" if exc.errno == errno.ELOOP else "unreadable symlink"
+    if not _inside(target, root):
+        return "symlink pointing outside the folder"
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return "unreadable symlink"
+    if stat.S_ISDIR(mode):
+        return "symlink to a folder"
+    if not stat.S_ISREG(mode):
+        return "symlink to a device or special file"
+    return f"symlink to {Path(target).relative_to(root).as_posix()}"
