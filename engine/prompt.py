@@ -2,21 +2,26 @@
 
 The model's chat template is rendered once around sentinel strings and cut there, so that
 
-    prefix   = <template up to the user message> + document text
-    question = "Question: ..." + <template from the end of the user message to the assistant turn>
+    prefix   = <template head> + instructions + document text + <template up to the user turn>
+    question = question text + <template from the end of the user turn to the assistant turn>
 
 are tokenized separately and concatenated. The prefix's token ids then never depend on the
 question, which is what makes the prefix cache (and its key over exact token ids) work.
+
+The document goes into the system message and the question into the user message: on the
+embedded SmolLM2-135M that layout gave the most on-topic answers of three we tried (document and
+question together in the user message made it recite the document).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SYSTEM_PROMPT = (
+INSTRUCTIONS = (
     "You answer questions about the document below. Use only the document. "
     "Cite the page or file you used, like [page 12] or [src/app.py]. Be brief."
 )
+_SYSTEM = "\x00HALAMAN-SYSTEM\x00"
 _USER = "\x00HALAMAN-USER\x00"
 _ANSWER = "\x00HALAMAN-ANSWER\x00"
 _NEXT = "\x00HALAMAN-NEXT\x00"
@@ -24,9 +29,10 @@ _NEXT = "\x00HALAMAN-NEXT\x00"
 
 @dataclass(frozen=True)
 class ChatLayout:
-    """Template pieces around the content: `before_user + content + after_user` opens an assistant
-    turn; `after_answer + content + after_user` is a follow-up turn after an answer."""
+    """Template pieces: `before_system + system + before_user + question + after_user` opens an
+    assistant turn; `after_answer + question + after_user` is a follow-up after an answer."""
 
+    before_system: str
     before_user: str
     after_user: str
     after_answer: str
@@ -36,7 +42,7 @@ def chat_layout(tokenizer) -> ChatLayout:
     """Cut the tokenizer's chat template at sentinels. Raises ValueError if it has no template."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the model has no chat template; use an instruction-tuned (chat) model")
-    system = {"role": "system", "content": SYSTEM_PROMPT}
+    system = {"role": "system", "content": _SYSTEM}
     one = tokenizer.apply_chat_template(
         [system, {"role": "user", "content": _USER}], tokenize=False, add_generation_prompt=True
     )
@@ -45,21 +51,26 @@ def chat_layout(tokenizer) -> ChatLayout:
          {"role": "user", "content": _NEXT}],
         tokenize=False, add_generation_prompt=True,
     )
-    before_user, after_user = one.split(_USER)
+    before_system, rest = one.split(_SYSTEM)
+    before_user, after_user = rest.split(_USER)
     after_answer = two.split(_ANSWER, 1)[1].split(_NEXT, 1)[0]
-    return ChatLayout(before_user=before_user, after_user=after_user, after_answer=after_answer)
+    return ChatLayout(before_system, before_user, after_user, after_answer)
 
 
-def document_prefix(layout: ChatLayout, document_text: str) -> str:
-    """Text of the cached prefix: template head + the document."""
-    return f"{layout.before_user}Document:\n\n{document_text.strip()}\n\n"
+def document_prefix(layout: ChatLayout, document_text: str) -> tuple[str, str, str]:
+    """The cached prefix as (template head + instructions, document, template up to the user turn).
+
+    Kept apart so the caller tokenizes the document with special-token strings split: a PDF that
+    contains "<|im_end|>" must not end the system turn.
+    """
+    return f"{layout.before_system}{INSTRUCTIONS}\n\nDocument:\n\n", document_text.strip(), layout.before_user
 
 
-def question_suffix(layout: ChatLayout, question: str) -> str:
-    """Text after the prefix for a first question."""
-    return f"Question: {question.strip()}{layout.after_user}"
+def question_suffix(layout: ChatLayout, question: str) -> tuple[str, str, str]:
+    """(template, user text, template) after the prefix for a first question."""
+    return "", question.strip(), layout.after_user
 
 
-def follow_up_suffix(layout: ChatLayout, question: str) -> str:
-    """Text after an answer (which is already in the cache) for a follow-up question."""
-    return f"{layout.after_answer}{question.strip()}{layout.after_user}"
+def follow_up_suffix(layout: ChatLayout, question: str) -> tuple[str, str, str]:
+    """(template, user text, template) after an answer (already in the cache) for a follow-up."""
+    return layout.after_answer, question.strip(), layout.after_user

@@ -1,0 +1,226 @@
+"""`halaman` command line, headless: `ask`, `estimate`, `cache` (`app.entry` starts the desktop app
+when `halaman` gets no arguments and hands everything else to `main` here).
+
+    halaman ask book.pdf "What is chapter 3 about?"      stream an answer, then a short report
+    halaman estimate --model llama-3.2-3b --tokens 131072  KV memory: full vs. compressed
+    halaman cache list | clear                            the prefix-cache store on disk
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from engine.errors import HalamanError
+from engine.settings import CachePolicy, EngineSettings, load_settings
+
+EXIT_ERROR = 1
+EXIT_CANCELLED = 130
+
+
+def format_bytes(n: int) -> str:
+    """Human-readable binary size: 1536 -> '1.5 KiB'."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the headless command line with `argv`. Returns the process exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return args.handler(args)
+    except HalamanError as exc:
+        print(f"halaman: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("halaman: cancelled", file=sys.stderr)
+        return EXIT_CANCELLED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="halaman", description="Ask questions about whole documents with a local model.")
+    parser.set_defaults(command=None)
+    sub = parser.add_subparsers(dest="command")
+
+    ask = sub.add_parser("ask", help="answer a question about a PDF, a folder or a text file")
+    ask.add_argument("path", help="a PDF, a code folder or a text file")
+    ask.add_argument("question")
+    ask.add_argument("--password", help="password of an encrypted PDF")
+    ask.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
+    ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    ask.add_argument("--max-new-tokens", type=int)
+    ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
+    _policy_flags(ask)
+    ask.set_defaults(handler=_cmd_ask)
+
+    est = sub.add_parser("estimate", help="KV-cache memory of a model: full vs. compressed")
+    est.add_argument("--model", default="default", help="a model as for ask, or a known shape: " + ", ".join(_known_shapes()))
+    est.add_argument("--tokens", type=int, required=True, help="document length in tokens")
+    _policy_flags(est)
+    est.set_defaults(handler=_cmd_estimate)
+
+    cache = sub.add_parser("cache", help="list or clear the prefix caches on disk")
+    cache.add_argument("action", choices=("list", "clear"))
+    cache.set_defaults(handler=_cmd_cache)
+    return parser
+
+
+def _policy_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("KV cache policy (defaults from settings.toml)")
+    group.add_argument("--budget", type=int, dest="budget_tokens", help="tokens kept per layer and KV head")
+    group.add_argument("--sink", type=int, dest="sink_tokens", help="attention-sink tokens")
+    group.add_argument("--window", type=int, dest="window_tokens", help="recent-window tokens")
+    group.add_argument("--kv-bits", type=int, choices=(4, 8, 16), dest="kv_bits")
+    group.add_argument("--group-size", type=int, dest="group_size")
+    group.add_argument("--residual", type=int, dest="residual_tokens", help="newest tokens kept in 16-bit")
+    group.add_argument("--position-mode", choices=("auto", "original", "compact"), dest="position_mode")
+    group.add_argument("--chunk", type=int, dest="chunk_tokens", help="prefill chunk in tokens")
+
+
+def _settings_from(args: argparse.Namespace) -> EngineSettings:
+    settings = load_settings()
+    policy_changes = {name: getattr(args, name) for name in asdict(CachePolicy()) if getattr(args, name, None) is not None}
+    changes = {"cache": settings.cache.replace(**policy_changes)}
+    for flag, name in (("model", "model"), ("device", "device"), ("max_new_tokens", "max_new_tokens")):
+        if getattr(args, flag, None) is not None:
+            changes[name] = getattr(args, flag)
+    if getattr(args, "no_prefix_cache", False):
+        changes["prefix_cache"] = False
+    return settings.replace(**changes)
+
+
+def _open_store(settings: EngineSettings):
+    from engine import paths
+    from engine.prefix_store import PrefixStore
+
+    return PrefixStore(paths.cache_dir() / "prefix", disk_budget_bytes=settings.prefix_cache_disk_bytes)
+
+
+def _cmd_ask(args: argparse.Namespace) -> int:
+    from engine.models.loader import load_model
+    from engine.session import DocumentSession
+
+    settings = _settings_from(args)
+    if not Path(args.path).exists():  # say so before spending seconds on the model
+        raise HalamanError(f"{args.path}: no such file or folder; check the path")
+    err = sys.stderr
+    print(f"Loading {settings.model} ...", file=err, flush=True)
+    model = load_model(settings.model, device=settings.device)
+    print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} (4-bit), "
+          f"loaded in {model.load_seconds:.1f} s", file=err)
+    session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
+    cancel = threading.Event()
+    bar = _ProgressBar()
+    try:
+        report = session.open(args.path, password=args.password, progress=bar.update, cancel=cancel)
+    finally:
+        bar.close()
+    for warning in report.warnings[:10]:
+        print(f"warning: {warning}", file=err)
+    if len(report.warnings) > 10:
+        print(f"warning: ... and {len(report.warnings) - 10} more", file=err)
+    answer = session.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
+    print()
+    policy = settings.cache
+    print(
+        "\n--- report ---\n"
+        f"document        {report.title} ({report.kind}, {report.document_tokens:,} tokens"
+        f"{f', {report.pages} pages' if report.pages else ''})\n"
+        f"cache policy    budget {policy.budget_tokens:,} tokens = sink {policy.sink_tokens} + window {policy.window_tokens:,}"
+        f" + heavy hitters; INT{policy.kv_bits} group {policy.group_size}; positions {report.position_mode}\n"
+        f"KV cache held   {format_bytes(report.kv.total_bytes)} ({report.kv.total_bytes:,} bytes) vs. full FP16 "
+        f"{format_bytes(report.full_fp16_bytes)} ({report.full_fp16_bytes / max(report.kv.total_bytes, 1):.1f}x smaller)\n"
+        f"prefix cache    {'hit' if report.prefix_hit else 'miss'}"
+        f"{'' if report.prefix_hit else f' (prefill {report.prefill_seconds:.1f} s, {report.prefill_tokens_per_s:,.0f} tokens/s)'}"
+        f"{'' if settings.prefix_cache else ' (disabled)'}\n"
+        f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
+        f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
+    )
+    return 0
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    from engine.estimate import KNOWN_SHAPES, estimate
+    from engine.models.loader import profile_for
+
+    settings = _settings_from(args)
+    profile = KNOWN_SHAPES.get(args.model.lower()) or profile_for(args.model)
+    if args.tokens < 1:
+        raise HalamanError("--tokens must be at least 1")
+    result = estimate(profile, settings.cache, args.tokens)
+    policy = settings.cache
+    per_token = result.full_bytes // args.tokens
+    print(
+        f"model shape     {args.model}: L={profile.num_layers} layers, H_kv={profile.kv_heads} KV heads, "
+        f"D={profile.head_dim}, max positions {profile.max_positions:,}\n"
+        f"full FP16 cache 2·L·H_kv·D·2 bytes = {per_token:,} bytes/token; "
+        f"{args.tokens:,} tokens = {result.full_bytes:,} bytes ({format_bytes(result.full_bytes)})\n"
+        f"compressed      budget {policy.budget_tokens:,} (sink {policy.sink_tokens} + window {policy.window_tokens:,} "
+        f"+ heavy hitters), INT{policy.kv_bits} group {policy.group_size}, residual {policy.residual_tokens}: "
+        f"{result.compressed_bytes:,} bytes ({format_bytes(result.compressed_bytes)}), {result.ratio:.1f}x smaller\n"
+        f"prefill peak    {result.peak_bytes:,} bytes ({format_bytes(result.peak_bytes)}) with {policy.chunk_tokens}-token chunks"
+    )
+    if profile.max_positions < args.tokens:
+        print(f"note            {args.tokens:,} tokens exceed the model's {profile.max_positions:,} positions: "
+              "'auto' uses compact positions")
+    return 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    store = _open_store(settings)
+    if args.action == "clear":
+        removed = store.clear()
+        print(f"removed {removed} prefix cache entr{'y' if removed == 1 else 'ies'}")
+        return 0
+    entries = store.entries()
+    for entry in entries:
+        print(f"{entry.key[:12]}  {format_bytes(entry.size_bytes):>10}  {entry.n_tokens:>8,} tokens  {entry.label}")
+    print(f"{len(entries)} entries, {format_bytes(store.total_bytes())} of {format_bytes(settings.prefix_cache_disk_bytes)}")
+    return 0
+
+
+def _known_shapes() -> list[str]:
+    from engine.estimate import KNOWN_SHAPES
+
+    return sorted(KNOWN_SHAPES)
+
+
+class _ProgressBar:
+    """tqdm bars on stderr: one per phase, tokens/s and ETA during prefill."""
+
+    def __init__(self) -> None:
+        self._bar = None
+        self._phase = None
+
+    def update(self, progress) -> None:
+        from tqdm import tqdm
+
+        if progress.phase != self._phase:
+            self.close()
+            self._phase = progress.phase
+            if progress.phase in ("prefill", "reading") and progress.total > 1:
+                self._bar = tqdm(total=progress.total, unit=f" {progress.unit}", desc=progress.phase, file=sys.stderr,
+                                 unit_scale=progress.unit == "tokens", dynamic_ncols=True)
+        if self._bar is not None:
+            self._bar.update(progress.done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

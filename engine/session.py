@@ -1,0 +1,340 @@
+"""DocumentSession: open a document → prefill it once (or load its prefix cache) → ask questions.
+
+    session = DocumentSession(load_model("default"), settings, store)
+    report = session.open("book.pdf", progress=print)      # PDF / folder / text → token ids → cache
+    answer = session.ask("What is chapter 3 about?", on_text=print)
+
+1. `open` renders the document (`engine.documents`) into the prompt prefix (`engine.prompt`) and
+   tokenizes it. The prefix-cache key is the SHA-256 of model, tokenizer, the exact token ids and
+   the cache policy (`engine.prefix_store.prefix_key`). On a hit the compressed cache is restored
+   from disk; on a miss the prefix is prefilled chunk by chunk into a `CompressedCache` (sinks +
+   window + heavy hitters, INT4 blocks) and saved. The result is the document *snapshot*.
+2. `ask` starts from a copy of the snapshot (never from what the previous answer left behind;
+   transformers #34164), feeds the question, then decodes token by token, streaming text. A
+   follow-up (`follow_up=True`) continues the previous answer's cache instead.
+Cancel: set the `cancel` event; prefill and decoding stop between two layers (well under a second).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+import transformers
+
+from engine.documents import Document, load_document
+from engine.errors import Cancelled, HalamanError, SettingsError
+from engine.estimate import estimate, full_cache_bytes
+from engine.kvcache.cache import CompressedCache, MemoryBreakdown
+from engine.memory import MemoryReport, measure
+from engine.models.loader import LoadedModel
+from engine.prefix_store import PrefixStore, prefix_key
+from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
+from engine.settings import CachePolicy, EngineSettings
+
+# Bumped whenever what a snapshot holds, or how it is computed, changes.
+SNAPSHOT_FORMAT = "halaman-kv-1"
+# Tokens kept free in the position range for the question and the answer when deciding whether
+# the document fits the model's context in "original" position mode.
+QUESTION_RESERVE_TOKENS = 512
+# While decoding, evict in batches: the cache may exceed its budget by this many tokens.
+DECODE_EVICTION_SLACK_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress event. phase: "reading", "tokenizing", "prefill" or "loading cache"."""
+
+    phase: str
+    done: int
+    total: int
+    unit: str                  # "pages", "files", "tokens"
+    tokens_per_s: float = 0.0
+    eta_s: float | None = None
+
+
+@dataclass
+class OpenReport:
+    """What opening a document did and cost."""
+
+    title: str
+    kind: str
+    document_tokens: int
+    prefix_hit: bool
+    position_mode: str
+    seconds: float              # whole open, reading included
+    prefill_seconds: float      # 0 on a prefix-cache hit
+    prefill_tokens_per_s: float
+    kv: MemoryBreakdown
+    full_fp16_bytes: int        # what a full 16-bit cache of the document would take
+    warnings: list[str] = field(default_factory=list)
+    pages: int | None = None
+
+
+@dataclass
+class Answer:
+    """One answer. time_to_first_token_s counts from the call to the first streamed token."""
+
+    question: str
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    time_to_first_token_s: float
+    decode_tokens_per_s: float
+    prefix_hit: bool
+    stop_reason: str            # "end" | "max_tokens" | "cancelled"
+    mean_logprob: float         # mean log-probability of the chosen tokens (confidence signal)
+    kv: MemoryBreakdown
+    source: str = "local"                # "local" or "cloud": where the answer came from
+    endpoint: str | None = None          # cloud only: the base URL it was sent to
+    cloud_model: str | None = None       # cloud only: the model name the endpoint used
+    escalation_reason: str | None = None # why it went to the cloud ("user asked", "low confidence ...")
+    incomplete: bool = False             # the stream was cut before the model finished
+
+
+class DocumentSession:
+    """One model, at most one open document, and its snapshot. Not thread-safe: one caller at a time."""
+
+    def __init__(self, model: LoadedModel, settings: EngineSettings, store: PrefixStore | None = None) -> None:
+        settings.validate()
+        self.model = model
+        self.settings = settings
+        self.store = store if settings.prefix_cache else None
+        self.layout = chat_layout(model.tokenizer)
+        self.document: Document | None = None
+        self.report: OpenReport | None = None
+        self._snapshot: CompressedCache | None = None
+        self._conversation: CompressedCache | None = None
+        self._stop_ids = _stop_token_ids(model)
+
+    # ------------------------------------------------------------------ open
+    def open(
+        self,
+        path: str,
+        *,
+        password: str | None = None,
+        progress: Callable[[Progress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> OpenReport:
+        """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled.
+
+        Any failure leaves the session with no document, so a later `ask` says so clearly.
+        """
+        self.close()
+        began = time.perf_counter()
+        notify = progress or (lambda _p: None)
+        document = load_document(
+            path, password=password, cancel=cancel,
+            progress=lambda done, total: notify(Progress("reading", done, total, "pages" if total else "files")),
+        )
+        notify(Progress("tokenizing", 0, 1, "documents"))
+        prefix_ids = self._encode(document_prefix(self.layout, document.render()))
+        policy = self._resolve_policy(len(prefix_ids))
+        key = self._key(prefix_ids, policy)
+        cache, hit = self._restore(key, policy, len(prefix_ids), notify)
+        prefill_s = 0.0
+        if cache is None:
+            cache = self.model.decoder.new_cache(policy, policy.position_mode)
+            t0 = time.perf_counter()
+            self.model.decoder.prefill(
+                torch.tensor(prefix_ids), cache, cancel=cancel,
+                progress=lambda done, total, elapsed: notify(_prefill_progress(done, total, elapsed)),
+            )
+            prefill_s = time.perf_counter() - t0
+            cache.shrink()
+            self._save(key, cache, len(prefix_ids), f"{document.title} · {self.model.label}")
+        self.document, self._snapshot = document, cache
+        self.report = OpenReport(
+            title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
+            position_mode=policy.position_mode, seconds=time.perf_counter() - began,
+            prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
+            kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
+            warnings=list(document.warnings), pages=document.pages,
+        )
+        return self.report
+
+    def close(self) -> None:
+        """Forget the open document and its caches."""
+        self.document = self.report = self._snapshot = self._conversation = None
+
+    # ------------------------------------------------------------------- ask
+    def ask(
+        self,
+        question: str,
+        *,
+        follow_up: bool = False,
+        on_text: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+        max_new_tokens: int | None = None,
+    ) -> Answer:
+        """Answer `question` about the open document, streaming text pieces to `on_text`.
+
+        Starts from a copy of the document snapshot unless `follow_up` continues the previous
+        answer. Cancelling keeps what was generated (stop_reason "cancelled"). Raises
+        HalamanError when no document is open or the question is empty.
+        """
+        if self._snapshot is None or self.report is None:
+            raise HalamanError("no document is open: open a document first (it may have failed to load)")
+        if not question.strip():
+            raise HalamanError("the question is empty: type a question about the document")
+        began = time.perf_counter()
+        if follow_up and self._conversation is not None:
+            cache, suffix = self._conversation, follow_up_suffix(self.layout, question)
+        else:
+            cache, suffix = self._snapshot.clone(), question_suffix(self.layout, question)
+        self._conversation = None
+        suffix_ids = self._encode(suffix)
+        decoder = self.model.decoder
+        limit = max_new_tokens or self.settings.max_new_tokens
+        generated: list[int] = []
+        logprobs: list[float] = []
+        text, ttft, stop = "", 0.0, "max_tokens"
+        decode_began = None
+        try:
+            logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel)
+            for _ in range(limit):
+                token, logprob = self._pick(logits, generated)
+                if token in self._stop_ids:
+                    stop = "end"
+                    break
+                generated.append(token)
+                logprobs.append(logprob)
+                piece = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
+                if decode_began is None:
+                    ttft = time.perf_counter() - began
+                    decode_began = time.perf_counter()
+                if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
+                    text += piece
+                    if on_text:
+                        on_text(piece)
+                logits = decoder.forward(torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel)
+        except Cancelled:
+            stop = "cancelled"
+        tail = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
+        if tail:
+            text += tail
+            if on_text:
+                on_text(tail)
+        if stop != "cancelled":
+            self._conversation = cache  # a follow-up continues from here
+        decode_s = time.perf_counter() - decode_began if decode_began else 0.0
+        return Answer(
+            question=question, text=text, token_ids=generated, prompt_tokens=self.report.document_tokens + len(suffix_ids),
+            time_to_first_token_s=ttft, decode_tokens_per_s=(len(generated) - 1) / decode_s if decode_s and len(generated) > 1 else 0.0,
+            prefix_hit=self.report.prefix_hit, stop_reason=stop,
+            mean_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0, kv=cache.memory(),
+        )
+
+    def memory(self) -> MemoryReport:
+        """Weights / KV / workspace / free now, on the model's device."""
+        cache = self._conversation or self._snapshot
+        policy = cache.policy if cache else self.settings.cache
+        # The mark on the gauge: what the cache may hold at its peak (budget + one chunk).
+        peak = estimate(self.model.profile, policy, policy.budget_tokens + policy.chunk_tokens).peak_bytes
+        return measure(self.model.device, weights_bytes=self.model.weight_bytes, kv=cache.memory() if cache else None, budget_bytes=peak)
+
+    # -------------------------------------------------------------- helpers
+    def _encode(self, parts: tuple[str, str, str]) -> list[int]:
+        """Token ids of (template, user text, template); special-token strings in the user text
+        (the document or the question) are split into ordinary tokens, never obeyed."""
+        tokenizer = self.model.tokenizer
+        head, text, tail = parts
+        ids = tokenizer(head, add_special_tokens=False)["input_ids"] if head else []
+        ids += tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return ids + tokenizer(tail, add_special_tokens=False)["input_ids"]
+
+    def _resolve_policy(self, n_tokens: int) -> CachePolicy:
+        policy = self.settings.cache
+        fits = n_tokens + QUESTION_RESERVE_TOKENS + self.settings.max_new_tokens <= self.model.profile.max_positions
+        if policy.position_mode == "auto":
+            return policy.replace(position_mode="original" if fits else "compact")
+        if policy.position_mode == "original" and not fits:
+            raise SettingsError(
+                f"the document has {n_tokens} tokens, more than the model's {self.model.profile.max_positions} positions "
+                "allow in 'original' position mode; use 'compact' or 'auto'"
+            )
+        return policy
+
+    def _key(self, prefix_ids: list[int], policy: CachePolicy) -> str:
+        config = self.model.decoder.config
+        return prefix_key(
+            model_fingerprint=self.model.model_fingerprint,
+            tokenizer_fingerprint=self.model.tokenizer_fingerprint,
+            token_ids=prefix_ids,
+            policy=asdict(policy),
+            dtype=f"{self.model.decoder.compute_dtype}/{self.model.decoder.store_dtype}",
+            extra={
+                "format": SNAPSHOT_FORMAT,
+                "transformers": transformers.__version__,
+                "rope": json.dumps(getattr(config, "rope_parameters", None) or {}, sort_keys=True, default=str),
+                "device_type": self.model.device.type,
+            },
+        )
+
+    def _restore(self, key: str, policy: CachePolicy, n_tokens: int, notify) -> tuple[CompressedCache | None, bool]:
+        if self.store is None:
+            return None, False
+        notify(Progress("loading cache", 0, 1, "files"))
+        found = self.store.get(key)
+        if found is None:
+            return None, False
+        tensors, meta = found
+        decoder = self.model.decoder
+        try:
+            cache = CompressedCache.restore(
+                tensors, meta, shape=decoder.shape, policy=policy, device=decoder.device, store_dtype=decoder.store_dtype
+            )
+            if cache.seen_tokens != n_tokens:
+                raise ValueError("token count differs")
+        except (ValueError, KeyError):
+            self.store.delete(key)  # made by a different build of the same key: recompute
+            return None, False
+        notify(Progress("loading cache", 1, 1, "files"))
+        return cache, True
+
+    def _save(self, key: str, cache: CompressedCache, n_tokens: int, label: str) -> None:
+        if self.store is None:
+            return
+        tensors, meta = cache.export()
+        try:
+            self.store.put(key, tensors, meta, n_tokens=n_tokens, label=label)
+        except HalamanError:
+            pass  # a full disk or an entry over the disk budget costs the next open a prefill, nothing else
+
+    def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
+        """Next token: greedy or sampled, after a repetition penalty on the answer so far."""
+        scores = logits[-1].clone()
+        penalty = self.settings.repetition_penalty
+        if penalty != 1.0 and generated:
+            seen = torch.tensor(sorted(set(generated)), device=scores.device)
+            picked = scores[seen]
+            scores[seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
+        logprobs = torch.log_softmax(logits[-1].float(), dim=-1)
+        if self.settings.temperature > 0:
+            probs = torch.softmax(scores / self.settings.temperature, dim=-1)
+            token = int(torch.multinomial(probs, 1))
+        else:
+            token = int(scores.argmax())
+        return token, float(logprobs[token])
+
+
+def _prefill_progress(done: int, total: int, elapsed: float) -> Progress:
+    rate = done / elapsed if elapsed > 0 else 0.0
+    eta = (total - done) / rate if rate > 0 else None
+    return Progress("prefill", done, total, "tokens", tokens_per_s=rate, eta_s=eta)
+
+
+def _stop_token_ids(model: LoadedModel) -> set[int]:
+    """End-of-turn ids: the tokenizer's EOS, the generation config's, and common chat end markers."""
+    tokenizer = model.tokenizer
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    generation = getattr(model.decoder.model, "generation_config", None)
+    eos = getattr(generation, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[marker] for marker in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>") if marker in vocab)
+    return {i for i in ids if isinstance(i, int)}

