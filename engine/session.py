@@ -110,6 +110,9 @@ class DocumentSession:
         self._snapshot: CompressedCache | None = None
         self._conversation: CompressedCache | None = None
         self._stop_ids = _stop_token_ids(model)
+        # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
+        # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
+        self._reuse_workspace = model.device.type == "cpu"
 
     # ------------------------------------------------------------------ open
     def open(
@@ -211,9 +214,14 @@ class DocumentSession:
                     text += piece
                     if on_text:
                         on_text(piece)
-                logits = decoder.forward(torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel)
+                logits = decoder.forward(
+                    torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
+                    reuse_workspace=self._reuse_workspace,
+                )
         except Cancelled:
             stop = "cancelled"
+        finally:
+            cache.release_workspace()
         tail = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
         if tail:
             text += tail
@@ -236,6 +244,18 @@ class DocumentSession:
         # The mark on the gauge: what the cache may hold at its peak (budget + one chunk).
         peak = estimate(self.model.profile, policy, policy.budget_tokens + policy.chunk_tokens).peak_bytes
         return measure(self.model.device, weights_bytes=self.model.weight_bytes, kv=cache.memory() if cache else None, budget_bytes=peak)
+
+    def prefix_key_for(self, document: Document | None = None) -> str:
+        """The prefix-cache key `open` uses for `document` (default: the open one), without prefilling.
+
+        Tokenizes the rendered document (no model call). Raises HalamanError when no document is
+        given or open, SettingsError as `open` would for a policy the document cannot use.
+        """
+        document = document or self.document
+        if document is None:
+            raise HalamanError("no document is open: open a document first")
+        prefix_ids = self._encode(document_prefix(self.layout, document.render()))
+        return self._key(prefix_ids, self._resolve_policy(len(prefix_ids)))
 
     # -------------------------------------------------------------- helpers
     def _encode(self, parts: tuple[str, str, str]) -> list[int]:

@@ -163,6 +163,23 @@ def test_export_restore_and_clone_continue_identically(smol, text_ids):
         type(cache).restore(tensors, meta, shape=smol.decoder.shape, policy=policy.replace(kv_bits=8), device=torch.device("cpu"), store_dtype=cache.store_dtype)
 
 
+@pytest.mark.parametrize("mode", ["original", "compact"])
+def test_decode_workspace_changes_nothing(smol, text_ids, mode):
+    """Reusing dequantized, rotated keys across decode steps gives the same logits, across flushes and evictions."""
+    policy = CachePolicy(budget_tokens=96, window_tokens=32, residual_tokens=16, kv_bits=4, chunk_tokens=64, block_tokens=16)
+    plain = smol.decoder.new_cache(policy, mode)
+    smol.decoder.prefill(text_ids[:200], plain)
+    reused = plain.clone()
+    for token in text_ids[200:280].tolist():  # 80 steps: several flushes and evictions with slack 8
+        a = smol.decoder.forward(torch.tensor([token]), plain, slack_tokens=8)
+        b = smol.decoder.forward(torch.tensor([token]), reused, slack_tokens=8, reuse_workspace=True)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert reused.workspace_bytes() > 0 and plain.workspace_bytes() == 0
+    assert torch.equal(plain.layers[3].index, reused.layers[3].index)
+    reused.release_workspace()
+    assert reused.workspace_bytes() == 0
+
+
 def test_compact_positions_run_past_the_models_context(smol):
     """A stream longer than max_position_embeddings (8192): compact positions stay below budget + chunk."""
     policy = CachePolicy(budget_tokens=256, window_tokens=64, residual_tokens=32, kv_bits=4, chunk_tokens=512)

@@ -56,30 +56,37 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 def chunk_attention(
     query: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
+    keys: tuple[torch.Tensor, ...],
+    values: tuple[torch.Tensor, ...],
     *,
-    n_cached: int,
     scaling: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention of a chunk over `n_cached` cached keys followed by the chunk's own keys.
+    """Causal attention of a chunk over cached keys followed by the chunk's own keys.
 
     query: `[kv_heads, group, chunk, head_dim]` (RoPE applied); query head `kv * group + g` reads
         KV head `kv`, as in transformers' `repeat_kv` (GQA/MQA).
-    keys, values: `[kv_heads, n_cached + chunk, head_dim]` (RoPE applied to keys).
+    keys, values: parts `[kv_heads, n_i, head_dim]` (RoPE applied to keys) that concatenate to
+        `n_cached + chunk` tokens in slot order; the last `chunk` tokens are the chunk itself.
+        Parts are attended separately and joined in one softmax, so the caller never copies the
+        whole cache into one tensor.
     Returns `(output [kv_heads, group, chunk, head_dim], scores [kv_heads, n_cached + chunk] float32)`
     where `scores[kv, j] = Σ_g Σ_i P[kv, g, i, j]`: the attention mass key j received from this
     chunk, summed over the query heads of its group (H2O's accumulated attention).
     """
     kv_heads, group, chunk, head_dim = query.shape
-    total = keys.shape[1]
     q = query.reshape(kv_heads, group * chunk, head_dim)
-    logits = torch.matmul(q, keys.transpose(1, 2)).float() * scaling  # [H, G*c, total]
+    logits = torch.cat([torch.matmul(q, k.transpose(1, 2)) for k in keys], dim=-1).float() * scaling
+    total = logits.shape[-1]
     logits = logits.view(kv_heads, group, chunk, total)
     # Query i of the chunk may see the chunk's keys 0..i only.
     future = torch.ones(chunk, chunk, dtype=torch.bool, device=query.device).triu_(1)
-    logits[..., n_cached:].masked_fill_(future, float("-inf"))
+    logits[..., total - chunk :].masked_fill_(future, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     scores = probs.sum(dim=(1, 2))
-    output = torch.matmul(probs.view(kv_heads, group * chunk, total).to(values.dtype), values)
+    flat = probs.view(kv_heads, group * chunk, total)
+    output, offset = None, 0
+    for v in values:
+        part = torch.matmul(flat[..., offset : offset + v.shape[1]].to(v.dtype), v)
+        output = part if output is None else output + part
+        offset += v.shape[1]
     return output.view(kv_heads, group, chunk, head_dim), scores

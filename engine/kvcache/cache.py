@@ -11,7 +11,8 @@ the residual's overflow into the quantized pool and, when more than `budget + sl
 held, keeps sinks ∪ window ∪ top-scored tokens (`policy.select_kept`) and frees the rest.
 
 Keys are stored before RoPE; `attend` rotates them with their stream positions ("original") or
-their slot order ("compact", StreamingLLM) every time.
+their slot order ("compact", StreamingLLM). While decoding on the CPU the dequantized, rotated
+sinks + quantized tokens are kept as a workspace until the next flush or eviction changes them.
 """
 
 from __future__ import annotations
@@ -85,22 +86,35 @@ class LayerKV:
         # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
+        self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def n_tokens(self) -> int:
         """Tokens held per KV head."""
         return self.index.shape[1]
 
-    def held_kv(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """All held keys (pre-RoPE) and values, dequantized: each `[kv_heads, n_tokens, head_dim]`."""
+    def _dequantized_stable(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sinks + quantized tokens (everything but the residual), dequantized, keys before RoPE."""
         parts_k, parts_v = [self.sink_k.to(dtype)], [self.sink_v.to(dtype)]
         if self.paged.n_tokens:
             for kv, parts in (("k", parts_k), ("v", parts_v)):
                 fields = {name: self.paged.gather(f"{kv}.{name}") for name in self.fmt.field_specs(self.shape.head_dim)}
                 parts.append(self.fmt.decode(fields, dtype))
-        parts_k.append(self.resid_k.to(dtype))
-        parts_v.append(self.resid_v.to(dtype))
         return torch.cat(parts_k, dim=1), torch.cat(parts_v, dim=1)
+
+    def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values of sinks + quantized tokens, from the decode workspace if valid."""
+        if reuse and self._workspace is not None and self._workspace[0].dtype == dtype:
+            return self._workspace
+        keys, values = self._dequantized_stable(dtype)
+        cos, sin = rope.lookup(positions.long())
+        stable = (apply_rope(keys, cos, sin), values)
+        self._workspace = stable if reuse else None
+        return stable
+
+    def workspace_bytes(self) -> int:
+        """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens), 0 if none."""
+        return sum(t.nbytes for t in self._workspace) if self._workspace is not None else 0
 
     def attend(
         self,
@@ -112,30 +126,39 @@ class LayerKV:
         rope: RotaryTable,
         compact_positions: bool,
         scaling: float,
+        reuse_workspace: bool = False,
     ) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
         query `[query_heads, chunk, head_dim]`, key / value `[kv_heads, chunk, head_dim]`, all
         before RoPE; `start` is the stream position of the chunk's first token. Returns the
         attention output `[query_heads, chunk, head_dim]` in the query's dtype.
+
+        reuse_workspace: keep the dequantized, rotated sinks + quantized tokens between calls and
+        reuse them until a flush or an eviction changes them (every ~32 decode steps). Dequantizing
+        and rotating the whole budget was ~60 % of a CPU decode step; the workspace costs one
+        `compute`-dtype copy of those tokens while a conversation decodes (`workspace_bytes`).
         """
         chunk = query.shape[1]
         compute = query.dtype
-        held_k, held_v = self.held_kv(compute)
-        n = held_k.shape[1]
-        new_index = torch.arange(start, start + chunk, device=query.device, dtype=torch.int32)
-        if compact_positions:
-            key_pos = torch.arange(n + chunk, device=query.device).expand(self.shape.kv_heads, -1)
-            query_pos = key_pos[0, n:]
+        device = query.device
+        n, stable_n = self.n_tokens, self.n_tokens - self.resid_k.shape[1]
+        new_index = torch.arange(start, start + chunk, device=device, dtype=torch.int32)
+        if compact_positions:  # slot order, the same for every head
+            stable_pos = torch.arange(stable_n, device=device).expand(self.shape.kv_heads, -1)
+            tail_pos = torch.arange(stable_n, n + chunk, device=device).expand(self.shape.kv_heads, -1)
+            query_pos = tail_pos[0, -chunk:]
         else:
-            key_pos = torch.cat((self.index, new_index.expand(self.shape.kv_heads, -1)), dim=1)
+            stable_pos = self.index[:, :stable_n]
+            tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(self.shape.kv_heads, -1)), dim=1)
             query_pos = new_index
-        cos, sin = rope.lookup(key_pos.long())
-        keys = apply_rope(torch.cat((held_k, key.to(compute)), dim=1), cos, sin)
-        values = torch.cat((held_v, value.to(compute)), dim=1)
+        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace)
+        cos, sin = rope.lookup(tail_pos.long())
+        tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
+        tail_v = torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
         qcos, qsin = rope.lookup(query_pos.long())
         q = apply_rope(query, qcos, qsin).view(self.shape.kv_heads, self.shape.group, chunk, -1)
-        out, scores = chunk_attention(q, keys, values, n_cached=n, scaling=scaling)
+        out, scores = chunk_attention(q, (stable_k, tail_k), (stable_v, tail_v), scaling=scaling)
         self._append(key, value, new_index, scores)
         return out.reshape(self.shape.query_heads, chunk, -1)
 
@@ -146,6 +169,7 @@ class LayerKV:
         key, value = key.to(self.store_dtype), value.to(self.store_dtype)
         n_sink = max(0, min(self.policy.sink_tokens - int(new_index[0]), key.shape[1]))
         if n_sink:
+            self._workspace = None
             self.sink_k = torch.cat((self.sink_k, key[:, :n_sink]), dim=1)
             self.sink_v = torch.cat((self.sink_v, value[:, :n_sink]), dim=1)
         self.resid_k = torch.cat((self.resid_k, key[:, n_sink:]), dim=1)
@@ -162,8 +186,10 @@ class LayerKV:
                 fields.update({f"{kv}.{name}": t for name, t in self.fmt.encode(data).items()})
             self.paged.append(fields)
             self.resid_k, self.resid_v = self.resid_k[:, overflow:], self.resid_v[:, overflow:]
+            self._workspace = None
         if over_budget:
             self._evict(seen_tokens)
+            self._workspace = None
 
     def _evict(self, seen_tokens: int) -> None:
         kept = select_kept(
@@ -238,11 +264,13 @@ class LayerKV:
         if set(storage) != set(self.paged.pool.specs) or self.score.shape != self.index.shape or n_paged < 0:
             raise ValueError("persisted layer does not match this cache's format")
         self.paged.load(storage, tensors["block_table"], n_paged)
+        self._workspace = None
 
     def clone(self) -> LayerKV:
         """An independent deep copy (the question-time copy of a document snapshot)."""
         twin = object.__new__(LayerKV)
         twin.__dict__.update(self.__dict__)
+        twin._workspace = None
         for name in ("sink_k", "sink_v", "resid_k", "resid_v", "score", "index"):
             setattr(twin, name, getattr(self, name).clone())
         paged = object.__new__(PagedTokens)
@@ -287,6 +315,15 @@ class CompressedCache:
         for layer in self.layers:
             total = total + layer.memory()
         return total
+
+    def workspace_bytes(self) -> int:
+        """Bytes of the layers' decode workspaces (not part of the KV cache's own accounting)."""
+        return sum(layer.workspace_bytes() for layer in self.layers)
+
+    def release_workspace(self) -> None:
+        """Drop the decode workspaces (after an answer; they are rebuilt on demand)."""
+        for layer in self.layers:
+            layer._workspace = None
 
     def shrink(self) -> None:
         """Return the pools' free blocks to the allocator (after a prefill, before a snapshot)."""

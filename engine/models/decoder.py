@@ -78,6 +78,7 @@ class CompressedDecoder:
         all_logits: bool = False,
         slack_tokens: int = 0,
         cancel: threading.Event | None = None,
+        reuse_workspace: bool = False,
     ) -> torch.Tensor:
         """Feed `token_ids` `[chunk]` through the model, appending them to `cache`.
 
@@ -85,7 +86,7 @@ class CompressedDecoder:
         token (the LM head is the costliest matmul of a prefill chunk; it runs once). After each
         layer the cache evicts down to its budget when it holds more than budget + `slack_tokens`.
         Raises Cancelled (between layers) when `cancel` is set; the cache is then inconsistent
-        and must be dropped.
+        and must be dropped. `reuse_workspace`: see `LayerKV.attend` (for token-by-token decoding).
         """
         ids = token_ids.to(self.device).reshape(1, -1)
         chunk = ids.shape[1]
@@ -105,6 +106,7 @@ class CompressedDecoder:
             out = layer_cache.attend(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
+                reuse_workspace=reuse_workspace,
             )
             layer_cache.compress(start + chunk, slack_tokens)
             hidden = hidden + attn.o_proj(out.transpose(0, 1).reshape(1, chunk, -1))
