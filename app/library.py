@@ -1,0 +1,214 @@
+"""The document library and the chat history, in one SQLite file (sqlite-utils) under the data dir.
+
+    library.sqlite
+      documents   id, path (unique), title, kind, pages, files, tokens, prefix_key, config_sig,
+                  file_sig, added_s, opened_s
+      messages    id, document_id, role ("user" | "assistant"), text, state, created_s and, for
+                  answers, where it came from and what it cost (source, endpoint, model, reason,
+                  ttft_s, tokens_per_s, tokens, prefix_hit, stop_reason)
+
+Used from the GUI thread only (no engine calls, no model): the worker never touches it. Every
+change is committed at once, so closing the window, or a crash, loses at most the answer being
+streamed — and that is written as it streams (`update_message`).
+
+Prefix-cache status of a document, as the sidebar shows it:
+    cached       the prefix store holds the key recorded when it was last opened, the file is
+                 unchanged, and the model and cache policy are the ones in use now
+    stale        a saved cache exists but the file changed since, or it was made with another
+                 model / cache policy (opening it will prefill again)
+    not cached   no saved cache (never opened, evicted, cleared, or prefix caching is off)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from engine import paths
+from engine.settings import EngineSettings
+
+SCHEMA_VERSION = 1
+CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
+
+
+@dataclass
+class DocumentRecord:
+    id: int
+    path: str
+    title: str
+    kind: str
+    pages: int | None
+    files: int | None
+    tokens: int | None
+    prefix_key: str | None
+    config_sig: str | None
+    file_sig: str | None
+    added_s: float
+    opened_s: float | None
+
+    @property
+    def size_text(self) -> str:
+        """'18 pages', '42 files' or '1 file'."""
+        if self.kind == "text":
+            return "text file"
+        if self.kind == "pdf" and self.pages is not None:
+            return f"{self.pages} page{'s' if self.pages != 1 else ''}"
+        if self.files is not None:
+            return f"{self.files} file{'s' if self.files != 1 else ''}"
+        return ""
+
+
+@dataclass
+class MessageRecord:
+    id: int
+    document_id: int
+    role: str
+    text: str
+    state: str                      # "done" | "streaming" | "cancelled" | "interrupted" | "error"
+    created_s: float
+    source: str | None = None       # "local" | "cloud"
+    endpoint: str | None = None
+    model: str | None = None
+    reason: str | None = None
+    ttft_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens: int | None = None
+    prefix_hit: int | None = None
+    stop_reason: str | None = None
+
+
+def library_path() -> Path:
+    return paths.data_dir() / "library.sqlite"
+
+
+def config_signature(settings: EngineSettings) -> str:
+    """What decides whether a saved prefix cache still applies: model, device and cache policy."""
+    payload = json.dumps({"model": settings.model, "device": settings.device, "cache": asdict(settings.cache)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def file_signature(path: str | Path) -> str | None:
+    """Size and modification time of a file (a folder: of its top level). None if it is gone."""
+    p = Path(path)
+    try:
+        st = p.stat()
+        if p.is_dir():
+            newest = max((c.stat().st_mtime_ns for c in p.iterdir()), default=st.st_mtime_ns)
+            return f"dir:{max(newest, st.st_mtime_ns)}"
+        return f"file:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return None
+
+
+class Library:
+    """The library and chat history. `path` defaults to `library.sqlite` in the data dir."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path or library_path())
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=10)
+        self.db = sqlite_utils.Database(conn, execute_plugins=False)
+        self.db.enable_wal()
+        self._ensure_schema()
+        # An answer that was streaming when the app died is kept, marked as interrupted.
+        self.db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
+        conn.commit()
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    # ------------------------------------------------------------- documents
+    def upsert_document(self, *, path: str, title: str, kind: str, pages: int | None = None, files: int | None = None,
+                        tokens: int | None = None, prefix_key: str | None = None, config_sig: str | None = None) -> int:
+        """Add or update the document at `path` (marked as opened now). Returns its id."""
+        now = time.time()
+        row = {
+            "path": path, "title": title, "kind": kind, "pages": pages, "files": files, "tokens": tokens,
+            "prefix_key": prefix_key, "config_sig": config_sig, "file_sig": file_signature(path), "opened_s": now,
+        }
+        existing = self._document_row(path)
+        with self.db.conn:
+            if existing is None:
+                return int(self.db["documents"].insert({**row, "added_s": now}).last_pk)
+            self.db["documents"].update(existing["id"], row)
+            return int(existing["id"])
+
+    def documents(self) -> list[DocumentRecord]:
+        """Most recently opened first."""
+        rows = self.db.query("SELECT * FROM documents ORDER BY COALESCE(opened_s, added_s) DESC, id DESC")
+        return [DocumentRecord(**row) for row in rows]
+
+    def document(self, document_id: int) -> DocumentRecord | None:
+        rows = list(self.db.query("SELECT * FROM documents WHERE id = ?", [document_id]))
+        return DocumentRecord(**rows[0]) if rows else None
+
+    def find(self, path: str) -> DocumentRecord | None:
+        row = self._document_row(path)
+        return DocumentRecord(**row) if row else None
+
+    def remove_document(self, document_id: int) -> None:
+        """Forget a document and its chat history (the file itself is not touched)."""
+        with self.db.conn:
+            self.db.execute("DELETE FROM messages WHERE document_id = ?", [document_id])
+            self.db.execute("DELETE FROM documents WHERE id = ?", [document_id])
+
+    def status(self, record: DocumentRecord, cached_keys: set[str] | None, settings: EngineSettings) -> str:
+        """cached / stale / not cached (see the module docstring). `cached_keys`: keys in the store,
+        None when unknown yet (then only what the library itself knows is used)."""
+        if not record.prefix_key or not settings.prefix_cache:
+            return NOT_CACHED
+        if cached_keys is not None and record.prefix_key not in cached_keys:
+            return NOT_CACHED
+        if record.file_sig != file_signature(record.path) or record.config_sig != config_signature(settings):
+            return STALE
+        return CACHED
+
+    # -------------------------------------------------------------- messages
+    def add_message(self, document_id: int, role: str, text: str, *, state: str = "done", **meta) -> int:
+        with self.db.conn:
+            return int(self.db["messages"].insert(
+                {"document_id": document_id, "role": role, "text": text, "state": state, "created_s": time.time(), **meta}
+            ).last_pk)
+
+    def update_message(self, message_id: int, **fields) -> None:
+        with self.db.conn:
+            self.db["messages"].update(message_id, fields)
+
+    def messages(self, document_id: int) -> list[MessageRecord]:
+        rows = self.db.query("SELECT * FROM messages WHERE document_id = ? ORDER BY id", [document_id])
+        return [MessageRecord(**row) for row in rows]
+
+    def message(self, message_id: int) -> MessageRecord | None:
+        rows = list(self.db.query("SELECT * FROM messages WHERE id = ?", [message_id]))
+        return MessageRecord(**rows[0]) if rows else None
+
+    # --------------------------------------------------------------- helpers
+    def _document_row(self, path: str) -> dict | None:
+        rows = list(self.db.query("SELECT * FROM documents WHERE path = ?", [path]))
+        return rows[0] if rows else None
+
+    def _ensure_schema(self) -> None:
+        with self.db.conn:
+            if "documents" not in self.db.table_names():
+                self.db["documents"].create(
+                    {"id": int, "path": str, "title": str, "kind": str, "pages": int, "files": int, "tokens": int,
+                     "prefix_key": str, "config_sig": str, "file_sig": str, "added_s": float, "opened_s": float},
+                    pk="id", not_null={"path", "title", "kind", "added_s"},
+                )
+                self.db["documents"].create_index(["path"], unique=True)
+            if "messages" not in self.db.table_names():
+                self.db["messages"].create(
+                    {"id": int, "document_id": int, "role": str, "text": str, "state": str, "created_s": float,
+                     "source": str, "endpoint": str, "model": str, "reason": str, "ttft_s": float,
+                     "tokens_per_s": float, "tokens": int, "prefix_hit": int, "stop_reason": str},
+                    pk="id", not_null={"document_id", "role", "text", "state", "created_s"},
+                    foreign_keys=[("document_id", "documents", "id")],
+                )
+                self.db["messages"].create_index(["document_id"])
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -1,0 +1,32 @@
+"""Human-readable numbers for the window: bytes, durations, rates."""
+
+from __future__ import annotations
+
+
+def fmt_bytes(n: int | float) -> str:
+    """Binary size: 1536 -> '1.5 KiB', 0 -> '0 B'."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """'45 s', '3 min 50 s', '1 h 02 min'; '—' when unknown."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "—"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+def fmt_count(n: int | None, unit: str) -> str:
+    """'1 page', '18 pages', '5,231 tokens'."""
+    if n is None:
+        return ""
+    return f"{n:,} {unit if n == 1 else unit + 's'}"

@@ -1,0 +1,514 @@
+"""The engine worker: one long-lived QObject on its own QThread owns the model, its device, the
+document session and the prefix store. The GUI never calls the engine itself; it submits `Job`s.
+
+    client = EngineClient(settings)                                   # GUI thread
+    client.submit(Job("open", lambda engine, ctx: engine.open(path, ctx=ctx),
+                      on_done=show_report, on_error=show_error, on_progress=bar.update))
+
+`Job` is the only shape background work takes (Anki's QueryOp, napari's workers):
+
+* `fn(engine, ctx)` runs on the worker thread. **It must not touch widgets or the `Library`**; it
+  reports through `ctx.progress(...)`, `ctx.text(...)` and returns a result.
+* `on_done(result)`, `on_error(JobError)`, `on_progress(Progress)`, `on_text(str)` run on the GUI
+  thread (queued signals), in that order of events.
+* Every exception becomes a `JobError` with a one-line, readable message (engine errors say what to
+  do already); an unexpected one also carries its traceback for the log. Nothing escapes the thread.
+
+Cancel: `client.cancel()` sets the running and queued jobs' `threading.Event`s; the engine checks it
+between two layers of prefill or decode and raises `Cancelled` (or ends the answer with
+stop_reason "cancelled"), so work stops well within a second.
+
+Memory gauge, and why it is thread-safe: `DocumentSession.memory()` reads the cache's tensors and
+counters, which the worker mutates during prefill and decode, so only the worker calls it — at safe
+points between engine steps (each progress event and each streamed piece, at most every
+MEMORY_EVERY_S, and at the end of every job) — and emits the resulting `MemoryReport` (frozen, plain
+ints). Between those points the GUI refreshes only the device-wide numbers (free memory, process
+workspace) with `engine.memory.measure`, which reads psutil / `torch.cuda.mem_get_info` and no
+engine state, reusing the last report's weights / KV / budget. See `EngineClient.sample_memory`.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+
+from engine import paths
+from engine.documents import Document, PasswordRequiredError, WrongPasswordError
+from engine.errors import CacheStoreError, Cancelled, DocumentError, HalamanError, ModelError, SettingsError
+from engine.memory import MemoryReport, measure
+from engine.models.loader import LoadedModel, ModelProfile
+from engine.prefix_store import PrefixStore
+from engine.session import Answer, DocumentSession, OpenReport, Progress
+from engine.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+MEMORY_EVERY_S = 0.2
+"""Least time between two memory reports emitted by the worker while a job runs."""
+
+OutOfMemory: tuple[type[BaseException], ...] = (MemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))
+
+
+def default_model_factory(settings: EngineSettings) -> LoadedModel:
+    """Load the model the settings name, on the device they name (runs on the worker thread)."""
+    from engine.models.loader import load_model
+
+    return load_model(settings.model, device=settings.device)
+
+
+# ----------------------------------------------------------------------------- jobs
+@dataclass
+class JobError:
+    """A failed job, for people. kind: "cancelled", "password", "oom", "document", "model",
+    "settings", "cache", "error" (another engine error) or "bug" (unexpected; `details` holds the
+    traceback, which goes to the log, never to the window)."""
+
+    kind: str
+    message: str
+    exception: BaseException | None = None
+    details: str = ""
+
+
+def describe_error(exc: BaseException) -> JobError:
+    """Turn any exception from an engine call into a readable JobError."""
+    if isinstance(exc, Cancelled):
+        return JobError("cancelled", "Cancelled.", exc)
+    if isinstance(exc, (PasswordRequiredError, WrongPasswordError)):
+        return JobError("password", str(exc), exc)
+    if isinstance(exc, OutOfMemory):
+        where = "GPU" if not isinstance(exc, MemoryError) else "system"
+        return JobError("oom", f"Out of {where} memory while working on the document: lower the KV budget "
+                               "(Settings › KV budget) or choose a smaller model, then retry.", exc)
+    for cls, kind in ((DocumentError, "document"), (ModelError, "model"), (SettingsError, "settings"),
+                      (CacheStoreError, "cache"), (HalamanError, "error")):
+        if isinstance(exc, cls):
+            return JobError(kind, str(exc) or type(exc).__name__, exc)
+    details = "".join(traceback.format_exception(exc))
+    return JobError("bug", f"Unexpected error ({type(exc).__name__}: {exc}). It was logged; please report it.", exc, details)
+
+
+@dataclass(eq=False)
+class Job:
+    """One engine call to run on the worker thread (see the module docstring for the rules)."""
+
+    name: str
+    fn: Callable[[Engine, JobContext], Any]
+    title: str | None = None        # shown in the progress panel while it runs; None: a quiet background job
+    on_done: Callable[[Any], None] | None = None
+    on_error: Callable[[JobError], None] | None = None
+    on_progress: Callable[[Progress], None] | None = None
+    on_text: Callable[[str], None] | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(eq=False)
+class ConfirmRequest:
+    """A question the worker asks the user mid-job (e.g. "send this to the cloud?").
+
+    The worker waits on `answered` (checking its cancel event); the GUI sets `accepted` and then
+    `answered`. Waiting on an Event, not a blocking signal, so closing the window never deadlocks.
+    """
+
+    kind: str
+    payload: Any
+    accepted: bool = False
+    answered: threading.Event = field(default_factory=threading.Event)
+
+    def answer(self, accepted: bool) -> None:
+        self.accepted = accepted
+        self.answered.set()
+
+
+class JobContext:
+    """What a job's `fn` may use besides the engine: the cancel event and the ways to report."""
+
+    def __init__(self, worker: EngineWorker, job: Job) -> None:
+        self._worker = worker
+        self.job = job
+        self.cancel = job.cancel
+        self._last_memory = 0.0
+
+    def progress(self, event: Progress) -> None:
+        self._worker.progress.emit(self.job, event)
+        self.checkpoint()
+
+    def text(self, piece: str) -> None:
+        self._worker.text.emit(self.job, piece)
+        self.checkpoint()
+
+    def model_loaded(self, info: ModelInfo) -> None:
+        self._worker.model_loaded.emit(info)
+
+    def checkpoint(self, *, force: bool = False) -> None:
+        """A safe point between engine steps: emit a memory report (at most every MEMORY_EVERY_S)."""
+        now = time.monotonic()
+        if not force and now - self._last_memory < MEMORY_EVERY_S:
+            return
+        self._last_memory = now
+        report = self._worker.engine.memory()
+        if report is not None:
+            self._worker.memory.emit(report)
+
+    def confirm(self, kind: str, payload: Any) -> bool:
+        """Ask the user (on the GUI thread) and wait for the answer; False if cancelled or closing."""
+        request = ConfirmRequest(kind, payload)
+        self._worker.confirm.emit(self.job, request)
+        while not request.answered.wait(0.1):
+            if self.cancel.is_set() or self._worker.closing.is_set():
+                return False
+        return request.accepted
+
+
+# --------------------------------------------------------------------------- engine
+@dataclass
+class ModelInfo:
+    label: str
+    device: str                 # "cpu" | "cuda" | "cuda:0"
+    profile: ModelProfile
+    weight_bytes: int
+    load_seconds: float
+
+
+@dataclass
+class OpenResult:
+    report: OpenReport
+    document: Document          # read-only for the GUI (citations); the worker never mutates it
+    path: str
+    prefix_key: str | None
+    memory: MemoryReport
+
+
+@dataclass
+class ApplyResult:
+    reload_model: bool
+    reopen: bool                # the open document must be opened again (cache policy changed)
+
+
+class Engine:
+    """Worker-thread state: settings, model, session, prefix store. Used only on the worker thread
+    (it is created on the GUI thread, but nothing there calls it)."""
+
+    def __init__(self, settings: EngineSettings, model_factory: Callable[[EngineSettings], LoadedModel] | None = None) -> None:
+        self.settings = settings
+        self.model_factory = model_factory or default_model_factory
+        self.model: LoadedModel | None = None
+        self.session: DocumentSession | None = None
+        self.store: PrefixStore | None = None
+
+    # -- model
+    def ensure_model(self, ctx: JobContext | None = None) -> ModelInfo:
+        if self.model is None:
+            if ctx is not None:
+                ctx.progress(Progress("loading model", 0, 0, "model"))
+            self.model = self.model_factory(self.settings)
+            self.session = None
+            if ctx is not None:
+                ctx.model_loaded(self.model_info())
+        if self.session is None:
+            self.session = DocumentSession(self.model, self.settings, self._store())
+        return self.model_info()
+
+    def model_info(self) -> ModelInfo | None:
+        m = self.model
+        return ModelInfo(m.label, str(m.device), m.profile, m.weight_bytes, m.load_seconds) if m else None
+
+    def unload_model(self) -> None:
+        self.session = None
+        self.model = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    # -- documents
+    def open(self, path: str, *, password: str | None = None, ctx: JobContext) -> OpenResult:
+        self.ensure_model(ctx)
+        assert self.session is not None
+        report = self.session.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel)
+        key = self.session.prefix_key_for() if self.session.store is not None else None
+        return OpenResult(report, self.session.document, path, key, self.session.memory())
+
+    def ask(self, question: str, *, follow_up: bool = False, ctx: JobContext) -> Answer:
+        self.ensure_model(ctx)
+        assert self.session is not None
+        return self.session.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel)
+
+    def ask_cloud(self, question: str, *, reason: str, ctx: JobContext) -> Answer | None:
+        """Send the question (and what fits of the document) to the configured cloud endpoint."""
+        from engine import cloud  # guarded by the caller: the module may not exist in this build
+        from engine.secrets import load_api_key
+
+        assert self.session is not None
+        confirm = None
+        if self.settings.cloud.ask_before_sending:
+            confirm = lambda plan: ctx.confirm("cloud", plan)  # noqa: E731
+        return cloud.ask_cloud(
+            self.session, question, self.settings, reason=reason, on_text=ctx.text, cancel=ctx.cancel,
+            confirm=confirm, api_key=load_api_key(self.settings.cloud.base_url),
+        )
+
+    def escalation_reason(self, answer: Answer) -> str | None:
+        from engine import cloud
+
+        assert self.session is not None and self.session.report is not None
+        return cloud.escalation_reason(answer, self.session.report, self.settings)
+
+    # -- settings and the prefix store
+    def apply_settings(self, new: EngineSettings) -> ApplyResult:
+        """Use `new` from now on. A model/device change drops the model (the next job reloads it);
+        a cache-policy change needs the open document re-opened (its prefix key changes)."""
+        new.validate()
+        old, self.settings = self.settings, new
+        if old.prefix_cache_disk_bytes != new.prefix_cache_disk_bytes or old.prefix_cache != new.prefix_cache:
+            self._close_store()
+        had_document = self.session is not None and self.session.document is not None
+        if (old.model, old.device) != (new.model, new.device):
+            self.unload_model()
+            return ApplyResult(reload_model=True, reopen=had_document)
+        if self.session is None:
+            return ApplyResult(False, False)
+        if old.cache != new.cache or old.prefix_cache != new.prefix_cache:
+            self.session = DocumentSession(self.model, new, self._store())
+            return ApplyResult(False, had_document)
+        self.session.settings = new  # answer length, temperature...: read at the next ask
+        self.session.store = self._store()
+        return ApplyResult(False, False)
+
+    def cached_keys(self) -> set[str]:
+        store = self._store()
+        return {entry.key for entry in store.entries()} if store is not None else set()
+
+    def prefix_cache_usage(self) -> tuple[int, int]:
+        """(entries, bytes) in the prefix store."""
+        store = self._store()
+        return (len(store.entries()), store.total_bytes()) if store is not None else (0, 0)
+
+    def clear_prefix_cache(self) -> int:
+        store = self._store() or PrefixStore(paths.cache_dir() / "prefix", disk_budget_bytes=self.settings.prefix_cache_disk_bytes)
+        return store.clear()
+
+    def memory(self) -> MemoryReport | None:
+        return self.session.memory() if self.session is not None else None
+
+    def shutdown(self) -> None:
+        self._close_store()
+        self.session = None
+        self.model = None
+
+    def _store(self) -> PrefixStore | None:
+        if not self.settings.prefix_cache:
+            return None
+        if self.store is None:
+            self.store = PrefixStore(paths.cache_dir() / "prefix", disk_budget_bytes=self.settings.prefix_cache_disk_bytes)
+        return self.store
+
+    def _close_store(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.session is not None:
+            self.session.store = None
+
+
+# --------------------------------------------------------------------------- worker
+class EngineWorker(QObject):
+    """Lives on the engine thread. `run(job)` is its only slot; everything else is signals."""
+
+    started = Signal(object)              # job
+    progress = Signal(object, object)     # job, engine.session.Progress
+    text = Signal(object, str)            # job, streamed piece
+    memory = Signal(object)               # engine.memory.MemoryReport
+    done = Signal(object, object)         # job, result
+    failed = Signal(object, object)       # job, JobError
+    confirm = Signal(object, object)      # job, ConfirmRequest
+    model_loaded = Signal(object)         # ModelInfo
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__()
+        self.engine = engine
+        self.closing = threading.Event()
+
+    @Slot(object)
+    def run(self, job: Job) -> None:
+        if self.closing.is_set() or job.cancel.is_set():
+            self.failed.emit(job, JobError("cancelled", "Cancelled."))
+            return
+        ctx = JobContext(self, job)
+        self.started.emit(job)
+        try:
+            result = job.fn(self.engine, ctx)
+        except BaseException as exc:  # noqa: BLE001 - the thread must survive anything a job raises
+            error = describe_error(exc)
+            if error.kind == "bug":
+                log.error("job %s failed:\n%s", job.name, error.details)
+            elif error.kind != "cancelled":
+                log.info("job %s: %s", job.name, error.message)
+            self.failed.emit(job, error)
+        else:
+            self.done.emit(job, result)
+        finally:
+            try:
+                ctx.checkpoint(force=True)
+            except Exception:  # noqa: BLE001 - a gauge reading is never worth a failure
+                log.exception("memory report after %s", job.name)
+
+
+class EngineClient(QObject):
+    """The GUI thread's handle on the worker: submit jobs, cancel them, shut the thread down.
+
+    Signals (GUI thread): `busy_changed(bool)`, `job_started(job)`, `memory(MemoryReport)`,
+    `model_loaded(ModelInfo)`, `confirm(job, ConfirmRequest)`.
+    """
+
+    busy_changed = Signal(bool)
+    job_started = Signal(object)
+    memory = Signal(object)
+    model_loaded = Signal(object)
+    confirm = Signal(object, object)
+    _submit = Signal(object)
+
+    def __init__(self, settings: EngineSettings, model_factory: Callable[[EngineSettings], LoadedModel] | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings           # the GUI's copy; the worker's is engine.settings
+        self.engine = Engine(settings, model_factory)
+        self.model: ModelInfo | None = None
+        self.last_memory: MemoryReport | None = None
+        self._pending: list[Job] = []
+        self._closed = False
+        self.current: Job | None = None
+        self.thread = QThread()
+        self.thread.setObjectName("halaman-engine")
+        self.worker = EngineWorker(self.engine)
+        self.worker.moveToThread(self.thread)
+        self._submit.connect(self.worker.run)
+        self.worker.model_loaded.connect(self._on_model_loaded)
+        self.worker.started.connect(self._on_started)
+        self.worker.progress.connect(self._on_progress)
+        self.worker.text.connect(self._on_text)
+        self.worker.memory.connect(self._on_memory)
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.confirm.connect(self.confirm)
+        self.thread.start()
+
+    # -- submitting
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    def submit(self, job: Job) -> Job:
+        was_busy = self.busy
+        self._pending.append(job)
+        self._submit.emit(job)
+        if not was_busy:
+            self.busy_changed.emit(True)
+        return job
+
+    def run(self, name: str, fn: Callable[[Engine, JobContext], Any], **callbacks) -> Job:
+        """Shorthand for `submit(Job(name, fn, **callbacks))`."""
+        return self.submit(Job(name, fn, **callbacks))
+
+    def cancel(self, names: set[str] | None = None) -> None:
+        """Stop the running job and drop the queued ones (each ends with a "cancelled" JobError);
+        with `names`, only jobs of those names."""
+        for job in list(self._pending):
+            if names is None or job.name in names:
+                job.cancel.set()
+
+    def shutdown(self, timeout_s: float = 30.0) -> bool:
+        """Cancel everything, let the worker release the model, quit the thread and wait for it.
+        Returns False if the thread did not end in time (e.g. a model load, which cannot be cancelled)."""
+        if not self.thread.isRunning():
+            return True
+        self.worker.closing.set()
+        self.cancel()
+        self.thread.quit()  # ends the thread's event loop once the running job returns
+        finished = self.thread.wait(int(timeout_s * 1000))
+        if finished:
+            self.engine.shutdown()  # the thread is gone: nothing else touches the engine now
+            # Deliver what the worker sent before it stopped (e.g. a cancelled answer's last pieces
+            # and its result), so the window can save it; after this, late signals are ignored.
+            QCoreApplication.sendPostedEvents(self)
+        else:
+            log.warning("the engine thread did not stop within %.0f s", timeout_s)
+        self._closed = True
+        return finished
+
+    # -- memory between the worker's reports
+    def sample_memory(self) -> MemoryReport | None:
+        """The last report with the device-wide numbers measured again now (thread-safe: reads
+        psutil / torch.cuda.mem_get_info only, never the session)."""
+        last = self.last_memory
+        if last is None or self.model is None:
+            return last
+        return measure(torch.device(self.model.device), weights_bytes=last.weights_bytes, kv=last.kv,
+                       budget_bytes=last.budget_bytes)
+
+    # -- worker signals, on the GUI thread
+    @Slot(object)
+    def _on_started(self, job: Job) -> None:
+        if self._closed:
+            return
+        self.current = job
+        self.job_started.emit(job)
+
+    @Slot(object, object)
+    def _on_progress(self, job: Job, event: Progress) -> None:
+        if self._closed:
+            return
+        if job.on_progress:
+            job.on_progress(event)
+
+    @Slot(object, str)
+    def _on_text(self, job: Job, piece: str) -> None:
+        if self._closed:
+            return
+        if job.on_text:
+            job.on_text(piece)
+
+    @Slot(object)
+    def _on_memory(self, report: MemoryReport) -> None:
+        if self._closed:
+            return
+        self.last_memory = report
+        self.memory.emit(report)
+
+    @Slot(object)
+    def _on_model_loaded(self, info: ModelInfo) -> None:
+        if self._closed:
+            return
+        self.model = info
+        self.model_loaded.emit(info)
+
+    @Slot(object, object)
+    def _on_done(self, job: Job, result: Any) -> None:
+        if self._closed:
+            return
+        self._finish(job)
+        if job.on_done:
+            job.on_done(result)
+
+    @Slot(object, object)
+    def _on_failed(self, job: Job, error: JobError) -> None:
+        if self._closed:
+            return
+        self._finish(job)
+        if job.on_error:
+            job.on_error(error)
+
+    def _finish(self, job: Job) -> None:
+        if job in self._pending:
+            self._pending.remove(job)
+        if self.current is job:
+            self.current = None
+        if not self._pending:
+            self.busy_changed.emit(False)

@@ -1,0 +1,571 @@
+"""The desktop app, offscreen, on the real default model, real corpus PDFs and real SQLite files.
+
+Every window gets its own HALAMAN_HOME (library, chat history, settings, prefix caches) under
+tmp_path and the session's already loaded model (`smol`) through the worker's model factory; the
+real load path is covered once, through the `halaman` entry point, in test_app_entry.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
+
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+import keyring  # noqa: E402
+import keyring.backend  # noqa: E402
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl  # noqa: E402
+from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from app.gauge import AMBER_AT, RED_AT, level_for  # noqa: E402
+from app.library import CACHED, Library  # noqa: E402
+from app.window import MainWindow  # noqa: E402
+from engine.kvcache.cache import MemoryBreakdown  # noqa: E402
+from engine.memory import MemoryReport  # noqa: E402
+from engine.settings import CachePolicy, EngineSettings, load_settings, save_settings, settings_path  # noqa: E402
+
+SMALL = EngineSettings(
+    cache=CachePolicy(budget_tokens=512, window_tokens=128, residual_tokens=64, chunk_tokens=256),
+    max_new_tokens=12,
+)
+OPEN_TIMEOUT_MS = 240_000   # a few hundred tokens of prefill on two busy CPU cores
+ANSWER_TIMEOUT_MS = 180_000
+
+
+class MemoryKeyring(keyring.backend.KeyringBackend):
+    """An in-memory OS keyring, so tests never touch (or need) the real one."""
+
+    priority = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service, username):
+        return self.store.get((service, username))
+
+    def set_password(self, service, username, password):
+        self.store[(service, username)] = password
+
+    def delete_password(self, service, username):
+        self.store.pop((service, username), None)
+
+
+@pytest.fixture
+def memory_keyring():
+    previous = keyring.get_keyring()
+    ring = MemoryKeyring()
+    keyring.set_keyring(ring)
+    yield ring
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch, memory_keyring):
+    """An isolated HALAMAN_HOME with small, fast settings saved in it."""
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))
+    save_settings(SMALL)
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def make_window(qtbot, smol, home):
+    """Open a real window on the shared model; every window is closed (thread stopped) afterwards."""
+    windows: list[MainWindow] = []
+
+    def make(settings: EngineSettings | None = None, wait_model: bool = True) -> MainWindow:
+        if settings is not None:
+            save_settings(settings)
+        window = MainWindow(model_factory=lambda _settings: smol)
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        if wait_model:
+            qtbot.waitUntil(lambda: window.client.model is not None and not window.client.busy, timeout=60_000)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+        assert not window.client.thread.isRunning()
+
+
+def drop(window: MainWindow, path: Path) -> QDropEvent:
+    """What the OS delivers when a file or folder is dragged onto the window."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    enter = QDragEnterEvent(QPoint(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, enter)
+    assert enter.isAccepted()
+    event = QDropEvent(QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, event)
+    return event
+
+
+def wait_open(qtbot, window: MainWindow, timeout: int = OPEN_TIMEOUT_MS) -> None:
+    qtbot.waitUntil(lambda: window.open_document_id is not None and window.opening is None, timeout=timeout)
+
+
+def ask(qtbot, window: MainWindow, question: str, *, wait: bool = True) -> list[str]:
+    """Type a question, press Ask; returns the list the streamed pieces are appended to."""
+    pieces: list[str] = []
+    original = window._on_answer_text
+
+    def spy(piece: str) -> None:
+        pieces.append(piece)
+        original(piece)
+
+    window._on_answer_text = spy
+    assert window.question.isEnabled()
+    window.question.setText(question)
+    qtbot.mouseClick(window.ask_button, Qt.MouseButton.LeftButton)
+    assert window.live is not None
+    if wait:
+        qtbot.waitUntil(lambda: window.live is None, timeout=ANSWER_TIMEOUT_MS)
+    return pieces
+
+
+def text_doc(tmp_path: Path, name: str = "notes.txt") -> Path:
+    path = tmp_path / name
+    path.write_text("The meeting is on Tuesday at 10 in room 4. Bring the budget report.\n", encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------------------- tests
+def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot, corpus):
+    window = make_window()
+    pdf = corpus / "pdf" / "P01_minimal-document.pdf"
+    assert drop(window, pdf).isAccepted()
+    assert window.opening == str(pdf.resolve())
+    assert not window.question.isEnabled()  # no questions while the document is read
+    wait_open(qtbot, window)
+
+    record = window.library.find(str(pdf.resolve()))
+    assert record is not None and record.kind == "pdf" and record.pages == 1 and record.tokens > 100
+    assert window.library.status(record, window.cached_keys, window.settings) == CACHED
+    # The key the library recorded (DocumentSession.prefix_key_for) is the one open() saved under.
+    assert [entry.key for entry in window.client.engine.store.entries()] == [record.prefix_key]
+    assert "page 1" in window.segments
+    item_text = window.library_list.currentItem().text()
+    assert "P01" in item_text or record.title in item_text
+    assert "1 page" in item_text and "cached" in item_text
+
+    pieces = ask(qtbot, window, "What is the first word of the document?")
+    assert len(pieces) >= 2  # streamed, not delivered at once
+    messages = window.library.messages(record.id)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    answer = messages[-1]
+    assert answer.state == "done" and answer.text.strip() and answer.text == "".join(pieces)
+    assert answer.source == "local" and answer.ttft_s > 0 and answer.tokens >= 2 and answer.prefix_hit == 0
+    shown = window.chat.toPlainText()
+    assert "What is the first word" in shown
+    assert answer.text.strip()[:10] in shown
+    footer = shown.strip().splitlines()[-1]
+    for expected in ("local", "TTFT", "tokens/s", "prefix cache miss"):
+        assert expected in footer, footer
+    assert window.question.isEnabled()
+    # A citation shows the cited page of the document.
+    window.chat.citation_clicked.emit("page 1")
+    assert window.citation_box.isVisible() and window.citation_box.informativeText()[:30] in window.segments["page 1"]
+    window.citation_box.close()
+
+
+def test_a_folder_drop_ingests_a_small_code_tree(make_window, qtbot, tmp_path):
+    repo = tmp_path / "tinyrepo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "build").mkdir()
+    (repo / "src" / "app.py").write_text("def main():\n    return parse_config('halaman.toml')\n")
+    (repo / "src" / "config.py").write_text("def parse_config(path):\n    return open(path).read()\n")
+    (repo / "README.md").write_text("# Tiny\nA tiny repository.\n")
+    (repo / ".gitignore").write_text("build/\n")
+    (repo / "build" / "generated.py").write_text("IGNORED = True\n")
+
+    window = make_window()
+    assert drop(window, repo).isAccepted()
+    wait_open(qtbot, window)
+    record = window.library.find(str(repo.resolve()))
+    assert record.kind == "repo" and record.files == 4
+    assert set(window.segments) == {".gitignore", "README.md", "src/app.py", "src/config.py"}  # build/ is ignored
+    assert "4 files" in window.library_list.currentItem().text()
+    assert "ignored by .gitignore: build/" in window.banner.text  # what was left out is said, not hidden
+    assert window.question.isEnabled()
+
+
+def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot, memory_keyring):
+    window = make_window()
+    window.show_settings()
+    dialog = window.settings_dialog
+    assert dialog is not None and dialog.isVisible()
+    assert dialog.budget.value() == 512 and dialog.window.value() == 128
+    before = dialog.budget_info.text()
+    assert "MiB" in before or "KiB" in before
+    dialog.budget.setValue(1024)
+    assert dialog.budget_info.text() != before  # the MB it implies, live
+    dialog.window.setValue(256)
+    dialog.sink.setValue(8)
+    dialog.kv_bits.setCurrentIndex(dialog.kv_bits.findData(8))
+    dialog.max_new_tokens.setValue(20)
+    dialog.cloud_box.setChecked(True)
+    dialog.cloud_url.setText("http://127.0.0.1:9/v1")
+    dialog.cloud_model.setText("tiny-cloud")
+    dialog.cloud_key.setText("sk-secret-123")
+    dialog.cloud_threshold.setValue(-2.25)
+    dialog.cloud_auto.setChecked(True)
+    assert dialog.error.text() == ""
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert not dialog.isVisible()
+
+    saved = load_settings()
+    assert saved.cache.budget_tokens == 1024 and saved.cache.window_tokens == 256 and saved.cache.sink_tokens == 8
+    assert saved.cache.kv_bits == 8 and saved.max_new_tokens == 20
+    assert saved.cloud.enabled and saved.cloud.base_url == "http://127.0.0.1:9/v1" and saved.cloud.model == "tiny-cloud"
+    assert saved.cloud.escalation_threshold == -2.25 and saved.cloud.auto_escalate
+    assert "sk-secret-123" not in settings_path().read_text()
+    assert "sk-secret-123" in memory_keyring.store.values()
+    assert window.settings == saved
+    qtbot.waitUntil(lambda: window.client.engine.settings == saved, timeout=10_000)  # applied, no restart
+
+    window.show_settings()
+    again = window.settings_dialog
+    assert again.budget.value() == 1024 and again.window.value() == 256 and again.sink.value() == 8
+    assert again.kv_bits.currentData() == 8 and again.cloud_box.isChecked()
+    assert again.cloud_model.text() == "tiny-cloud" and again.cloud_key.text() == ""
+    assert "A key is stored" in again.cloud_key_state.text()
+    again.reject()
+
+
+def test_invalid_settings_are_refused_with_a_message(make_window, qtbot):
+    window = make_window()
+    before = settings_path().read_text()
+    window.show_settings()
+    dialog = window.settings_dialog
+    dialog.budget.setValue(100)  # smaller than sink 4 + window 128
+    assert "smaller than sink + window" in dialog.error.text()
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert dialog.isVisible()  # refused
+    assert "smaller than sink + window" in dialog.error.text()
+    assert settings_path().read_text() == before
+    dialog.budget.setValue(512)
+    dialog.residual.setValue(200)  # more than the window
+    assert "residual" in dialog.error.text()
+    dialog.reject()
+    assert window.settings == SMALL
+
+
+def test_the_gauge_shows_the_engines_memory_report(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, window)
+    qtbot.waitUntil(lambda: not window.client.busy, timeout=30_000)
+    engine_report = window.client.engine.session.memory()  # the worker is idle: safe to call here
+    qtbot.waitUntil(lambda: window.gauge.report is not None and window.gauge.report.kv.total_bytes > 0, timeout=5_000)
+    shown = window.gauge.report
+    assert shown.weights_bytes == engine_report.weights_bytes == window.client.engine.model.weight_bytes
+    assert shown.kv == engine_report.kv and shown.kv_bytes > 0
+    assert shown.budget_bytes == engine_report.budget_bytes > shown.kv_bytes
+    assert shown.device == engine_report.device and shown.device_total_bytes == engine_report.device_total_bytes
+    tip = window.gauge.toolTip()
+    for value in (engine_report.weights_bytes, engine_report.kv.total_bytes, engine_report.kv.codes_bytes,
+                  engine_report.kv.quant_meta_bytes, engine_report.kv.residual_bytes, engine_report.budget_bytes):
+        assert f"{value:,} bytes" in tip
+    # Colours by how full the device is.
+    def at(used: float) -> MemoryReport:
+        total = 1000
+        return MemoryReport("test", 100, MemoryBreakdown(codes_bytes=10), 10, total, int(total * (1 - used)), 50)
+    assert level_for(at(0.5)) == "ok"
+    assert level_for(at(AMBER_AT + 0.01)) == "amber"
+    assert level_for(at(RED_AT + 0.01)) == "red"
+    window.gauge.set_report(at(RED_AT + 0.01))
+    assert window.gauge.level == "red" and "almost out of memory" in window.gauge.used.text()
+
+
+def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_window, qtbot, tmp_path):
+    long = tmp_path / "long.txt"
+    long.write_text("The quick brown fox jumps over the lazy dog near the river bank. " * 400, encoding="utf-8")
+    window = make_window()
+    ticks = []
+    timer = QTimer()
+    timer.setInterval(20)
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start()
+    window.open_path(str(long))
+    qtbot.waitUntil(lambda: window.progress.label.text().startswith("Prefill"), timeout=60_000)
+    assert window.progress.isVisible() and "tokens/s" in window.progress.label.text()
+    assert "ETA" in window.progress.label.text()
+    assert window.progress.bar.maximum() > 3000  # tokens done / total
+    assert not window.question.isEnabled() and "Reading the document" in window.question.placeholderText()
+    assert "KV estimate" in window.doc_info.text()  # the estimate before the cache is built
+    started, gauge_before = time.monotonic(), window.gauge.updates
+    count_before = len(ticks)
+    qtbot.wait(2000)
+    elapsed = time.monotonic() - started
+    assert window.opening is not None  # still prefilling
+    assert len(ticks) - count_before >= 0.5 * elapsed / 0.020, "the GUI thread stalled during the prefill"
+    assert window.gauge.updates - gauge_before >= 2 * elapsed - 1, "the gauge must update at least twice a second"
+
+    cancel_at = time.monotonic()
+    qtbot.mouseClick(window.progress.cancel, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=5_000)
+    assert time.monotonic() - cancel_at < 1.0
+    assert "cancelled" in window.doc_info.text().lower()
+    assert not window.banner.isVisible()  # cancelling is not an error
+    timer.stop()
+
+
+def test_cancel_stops_an_answer_within_a_second(make_window, qtbot, tmp_path):
+    window = make_window(SMALL.replace(max_new_tokens=400))
+    window.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, window)
+    pieces = ask(qtbot, window, "Write a long story about the meeting.", wait=False)
+    qtbot.waitUntil(lambda: len(pieces) >= 2, timeout=ANSWER_TIMEOUT_MS)
+    message_id = window.live.message_id
+    cancel_at = time.monotonic()
+    qtbot.keyClick(window, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: window.live is None, timeout=5_000)
+    assert time.monotonic() - cancel_at < 1.0
+    saved = window.library.message(message_id)
+    assert saved.state == "cancelled" and saved.text.strip() and saved.stop_reason == "cancelled"
+    assert "cancelled" in window.chat.toPlainText().splitlines()[-1]
+    assert window.question.isEnabled()
+
+
+def test_history_survives_closing_and_reopening_the_window(make_window, qtbot, tmp_path):
+    doc = text_doc(tmp_path)
+    first = make_window()
+    first.open_path(str(doc))
+    wait_open(qtbot, first)
+    ask(qtbot, first, "When is the meeting?")
+    answer = first.library.messages(first.open_document_id)[-1].text
+    assert answer.strip()
+    first.close()
+    assert not first.client.thread.isRunning()
+
+    second = make_window()
+    record = second.library.find(str(doc.resolve()))
+    assert record is not None
+    second._select(record.id)
+    shown = second.chat.toPlainText()
+    assert "When is the meeting?" in shown and answer.strip()[:12] in shown
+    assert second.library_status(record.id) == CACHED and "cached" in second.library_list.currentItem().text()
+    assert second.open_button.isVisible() and not second.question.isEnabled()
+    # Opening it again restores the prefix cache instead of prefilling.
+    qtbot.mouseClick(second.open_button, Qt.MouseButton.LeftButton)
+    wait_open(qtbot, second)
+    assert second.last_report.prefix_hit and second.last_report.prefill_seconds == 0
+    assert "prefix cache hit" in second.doc_info.text()
+
+
+def test_closing_during_an_answer_stops_cleanly_and_keeps_the_history(make_window, qtbot, tmp_path, home):
+    window = make_window(SMALL.replace(max_new_tokens=400))
+    window.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, window)
+    doc_id = window.open_document_id
+    pieces = ask(qtbot, window, "Tell me everything about the meeting, in detail.", wait=False)
+    qtbot.waitUntil(lambda: len(pieces) >= 3, timeout=ANSWER_TIMEOUT_MS)
+    began = time.monotonic()
+    window.close()
+    assert time.monotonic() - began < 5
+    assert not window.client.thread.isRunning()
+    library = Library(home / "data" / "library.sqlite")
+    messages = library.messages(doc_id)
+    library.close()
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[0].text.startswith("Tell me everything")
+    assert messages[1].state in ("cancelled", "interrupted")
+    assert messages[1].text.startswith("".join(pieces[:3]).strip()[:5]) and len(messages[1].text) >= len("".join(pieces[:3]))
+
+
+def test_a_broken_pdf_shows_an_error_and_the_app_keeps_working(make_window, qtbot, corpus):
+    window = make_window()
+    broken = corpus / "pdf" / "synthetic" / "synthetic-truncated.pdf"
+    drop(window, broken)
+    qtbot.waitUntil(lambda: window.banner.isVisible() and window.opening is None, timeout=60_000)
+    message = window.banner.text
+    assert "synthetic-truncated.pdf" in message and "incomplete" in message
+    assert "Traceback" not in message and window.banner.kind == "error"
+    assert window.open_document_id is None and not window.question.isEnabled()
+
+    drop(window, corpus / "pdf" / "P01_minimal-document.pdf")
+    assert not window.banner.isVisible()
+    wait_open(qtbot, window)
+    assert window.question.isEnabled() and "page 1" in window.segments
+
+
+def test_a_password_protected_pdf_prompts_and_retries(make_window, qtbot, corpus):
+    window = make_window()
+    prompts: list[bool] = []
+    answers = iter(["not-it", "openpassword"])
+
+    def fake_prompt(name: str, wrong: bool) -> str | None:
+        prompts.append(wrong)
+        return next(answers)
+
+    window.ask_password = fake_prompt
+    drop(window, corpus / "pdf" / "P02_libreoffice-writer-password.pdf")
+    wait_open(qtbot, window)
+    assert prompts == [False, True]  # asked, then told the first password was wrong
+    assert "Lorem ipsum" in window.segments["page 1"]
+
+
+def test_unexpected_errors_go_to_a_dialog_and_the_log(make_window, qtbot, monkeypatch):
+    import sys
+    import threading
+
+    from app import errors
+
+    window = make_window()
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    reporter = errors.install_error_hooks(window)
+    try:
+        raise ValueError("boom from a slot")
+    except ValueError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    qtbot.waitUntil(lambda: bool(reporter.shown), timeout=2_000)
+    assert reporter.shown == ["ValueError: boom from a slot"]
+    assert reporter.dialogs[-1].isVisible()
+    assert "boom from a slot" in errors.log_path().read_text()
+    reporter.dialogs[-1].close()
+    from PySide6.QtCore import qInstallMessageHandler
+
+    qInstallMessageHandler(reporter.previous_qt_handler)
+
+
+def _cloud_settings(base_url: str, **cloud) -> EngineSettings:
+    return SMALL.replace(cloud=SMALL.cloud.replace(enabled=True, base_url=base_url, model="ok", **cloud))
+
+
+def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_provenance(make_window, qtbot, tmp_path):
+    pytest.importorskip("engine.cloud")
+    from cloud_server import PIECES, CloudServer
+
+    with CloudServer() as server:
+        window = make_window(_cloud_settings(server.base_url, ask_before_sending=True))
+        window.open_path(str(text_doc(tmp_path)))
+        wait_open(qtbot, window)
+        assert window.cloud_button.isVisible() and window.cloud_button.isEnabled()
+
+        # Declined: nothing is sent, the question stays in the history as not sent.
+        window.question.setText("When is the meeting?")
+        qtbot.mouseClick(window.cloud_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: window.confirm_box is not None and window.confirm_box.isVisible(), timeout=30_000)
+        assert "When is the meeting?" in window.confirm_box.informativeText()
+        assert server.base_url.split("//")[1].split("/")[0] in window.confirm_box.text()
+        next(b for b in window.confirm_box.buttons() if b.text() == "Don't send").click()
+        qtbot.waitUntil(lambda: window.live is None, timeout=10_000)
+        assert server.requests == []
+        doc_id = window.open_document_id
+        assert window.library.messages(doc_id)[-1].state == "cancelled"
+
+        # Accepted: streamed, with endpoint, model and reason in the footer.
+        pieces = []
+        original = window._on_answer_text
+        window._on_answer_text = lambda piece: (pieces.append(piece), original(piece))
+        window.question.setText("When is the meeting?")
+        qtbot.mouseClick(window.cloud_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: window.confirm_box.isVisible(), timeout=30_000)
+        send = next(b for b in window.confirm_box.buttons() if b.text() == "Send")
+        send.click()
+        qtbot.waitUntil(lambda: window.live is None, timeout=30_000)
+        assert len(server.requests) == 1 and pieces == PIECES
+        answer = window.library.messages(doc_id)[-1]
+        assert answer.source == "cloud" and answer.text == "".join(PIECES) and answer.state == "done"
+        # The model the endpoint says it used (the test server answers requests for "ok" as "served-model").
+        assert answer.model == "served-model" and answer.reason == "user asked" and answer.endpoint
+        footer = window.chat.toPlainText().strip().splitlines()[-1]
+        assert footer.startswith(f"cloud · {answer.endpoint} · model served-model") and "reason: user asked" in footer
+
+
+def test_a_low_confidence_local_answer_escalates_to_the_cloud_by_itself(make_window, qtbot, tmp_path):
+    pytest.importorskip("engine.cloud")
+    from cloud_server import PIECES, CloudServer
+
+    with CloudServer() as server:
+        settings = _cloud_settings(server.base_url, ask_before_sending=False, auto_escalate=True, escalation_threshold=0.0)
+        window = make_window(settings)
+        window.open_path(str(text_doc(tmp_path)))
+        wait_open(qtbot, window)
+        ask(qtbot, window, "When is the meeting?")
+        doc_id = window.open_document_id
+        qtbot.waitUntil(lambda: len(window.library.messages(doc_id)) == 3 and window.live is None, timeout=60_000)
+        roles = [(m.role, m.source) for m in window.library.messages(doc_id)]
+        assert roles == [("user", None), ("assistant", "local"), ("assistant", "cloud")]  # the question is not repeated
+        cloud = window.library.messages(doc_id)[-1]
+        assert cloud.text == "".join(PIECES) and cloud.reason.startswith("low confidence")
+        assert len(server.requests) == 1
+
+
+def test_out_of_memory_offers_to_lower_the_budget_and_retry(make_window, qtbot, tmp_path, monkeypatch):
+    import torch
+
+    from app.worker import Engine
+
+    real_open = Engine.open
+    calls = []
+
+    def open_once_out_of_memory(self, path, **kwargs):
+        calls.append(self.settings.cache.budget_tokens)
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_open(self, path, **kwargs)
+
+    monkeypatch.setattr(Engine, "open", open_once_out_of_memory)
+    window = make_window()
+    window.open_path(str(text_doc(tmp_path)))
+    qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=30_000)
+    assert "Out of GPU memory" in window.banner.text and "Traceback" not in window.banner.text
+    assert window.banner.action.isVisible() and "Lower the budget" in window.banner.action.text()
+    qtbot.mouseClick(window.banner.action, Qt.MouseButton.LeftButton)
+    wait_open(qtbot, window)
+    assert calls == [512, 256]
+    assert load_settings().cache.budget_tokens == 256 and window.settings.cache.budget_tokens == 256
+
+
+def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_misses(make_window, qtbot, tmp_path):
+    window = make_window()
+    doc = text_doc(tmp_path)
+    window.open_path(str(doc))
+    wait_open(qtbot, window)
+    assert not window.last_report.prefix_hit
+    record_id = window.open_document_id
+
+    bigger = window.settings.replace(cache=window.settings.cache.replace(budget_tokens=640))
+    save_settings(bigger)
+    window.apply_settings(bigger)  # what the dialog's Save does
+    assert window.opening == str(doc.resolve()) and not window.question.isEnabled()
+    wait_open(qtbot, window)
+    qtbot.waitUntil(lambda: not window.client.busy, timeout=30_000)
+    assert window.client.engine.settings.cache.budget_tokens == 640  # no restart
+    assert window.open_document_id == record_id and not window.last_report.prefix_hit  # new policy: a miss
+
+    window.apply_settings(SMALL)  # back: the first policy's cache is still on disk
+    assert window.opening is not None
+    wait_open(qtbot, window)
+    assert window.last_report.prefix_hit
+
+
+def test_a_model_that_cannot_be_loaded_is_a_message_not_a_crash(qtbot, home):
+    from engine.errors import ModelError
+
+    def missing(_settings):
+        raise ModelError("model not found: /nowhere/model.gguf does not exist; check the path in Settings")
+
+    window = MainWindow(model_factory=missing)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=30_000)
+    assert "Could not load the model: model not found" in window.banner.text
+    assert window.banner.action.text() == "Settings…" and "Traceback" not in window.banner.text
+    assert window.model_status.text() == "No model loaded" and not window.question.isEnabled()
+    window.close()
+    assert not window.client.thread.isRunning()
