@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
     _policy_flags(ask)
+    _cloud_flags(ask)
     ask.set_defaults(handler=_cmd_ask)
 
     est = sub.add_parser("estimate", help="KV-cache memory of a model: full vs. compressed")
@@ -86,6 +87,16 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--residual", type=int, dest="residual_tokens", help="newest tokens kept in 16-bit")
     group.add_argument("--position-mode", choices=("auto", "original", "compact"), dest="position_mode")
     group.add_argument("--chunk", type=int, dest="chunk_tokens", help="prefill chunk in tokens")
+
+
+def _cloud_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "cloud fallback (nothing is sent without --cloud or --cloud-auto; key from $HALAMAN_CLOUD_API_KEY or the OS keyring)")
+    group.add_argument("--cloud", action="store_true", help="after the local answer, also ask the cloud model (sends the question and document text)")
+    group.add_argument("--cloud-auto", action="store_true", help="ask the cloud model only when the local answer looks unreliable")
+    group.add_argument("--cloud-url", help="OpenAI-compatible endpoint for this run, e.g. https://api.example.com/v1 (turns the fallback on)")
+    group.add_argument("--cloud-model", help="model name at the endpoint")
+    group.add_argument("--yes", action="store_true", help="send without asking even when 'ask before sending' is on")
 
 
 def _settings_from(args: argparse.Namespace) -> EngineSettings:
@@ -114,6 +125,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
     if not Path(args.path).exists():  # say so before spending seconds on the model
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
+    cloud_settings = _cloud_settings(args, settings)
     err = sys.stderr
     print(f"Loading {settings.model} ...", file=err, flush=True)
     model = load_model(settings.model, device=settings.device)
@@ -147,6 +159,56 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
         f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
     )
+    if cloud_settings is not None:
+        return _ask_cloud_after(args, cloud_settings, session, report, answer, cancel)
+    return 0
+
+
+def _cloud_settings(args: argparse.Namespace, settings: EngineSettings) -> EngineSettings | None:
+    """`settings` with the cloud flags applied, or None without --cloud / --cloud-auto.
+    Raises HalamanError when the fallback is off (checked before any work, nothing is sent)."""
+    if not (args.cloud or args.cloud_auto):
+        return None
+    changes = {"enabled": True, "base_url": args.cloud_url} if args.cloud_url else {}
+    if args.cloud_model:
+        changes["model"] = args.cloud_model
+    cloud = settings.cloud.replace(**changes)
+    if not cloud.enabled:
+        raise HalamanError("cloud fallback is off, so nothing was sent: turn it on in settings.toml [cloud] "
+                           "or pass --cloud-url and --cloud-model")
+    return settings.replace(cloud=cloud)
+
+
+def _ask_cloud_after(args: argparse.Namespace, settings: EngineSettings, session, report, answer, cancel) -> int:
+    """`--cloud`: always escalate after the local answer; `--cloud-auto`: only when
+    `escalation_reason` gives a reason."""
+    import os
+
+    from engine.cloud import ask_cloud, escalation_reason
+    from engine.cloud.report import plan_lines, provenance_lines
+
+    cloud = settings.cloud
+    reason = "user asked (--cloud)"
+    if not args.cloud:
+        reason = escalation_reason(answer, report, settings.replace(cloud=cloud.replace(auto_escalate=True)))
+        if reason is None:
+            print(f"\ncloud: not asked (the local answer looks reliable: mean log-probability {answer.mean_logprob:.2f})")
+            return 0
+
+    def confirm(plan) -> bool:
+        print("\n".join(["", "--- cloud request ---", *plan_lines(plan)]), file=sys.stderr)
+        if cloud.ask_before_sending and not args.yes and sys.stdin.isatty():
+            return input("Send this to the cloud? [y/N] ").strip().lower() in ("y", "yes")
+        return True  # --cloud / --cloud-auto on a command line with no terminal to ask is the consent
+
+    print(f"\n--- cloud answer ({reason}) ---", flush=True)
+    cloud_answer = ask_cloud(session, args.question, settings, reason=reason, cancel=cancel, confirm=confirm,
+                             on_text=lambda piece: print(piece, end="", flush=True),
+                             api_key=os.environ.get("HALAMAN_CLOUD_API_KEY") or None)
+    if cloud_answer is None:
+        print("(not sent)")
+        return 0
+    print("\n".join(["", "", "--- cloud report ---", *provenance_lines(cloud_answer)]))
     return 0
 
 

@@ -86,7 +86,7 @@ class Answer:
     time_to_first_token_s: float
     decode_tokens_per_s: float
     prefix_hit: bool
-    stop_reason: str            # "end" | "max_tokens" | "cancelled"
+    stop_reason: str            # "end" | "max_tokens" | "cancelled" | "cut" (cloud stream cut short)
     mean_logprob: float         # mean log-probability of the chosen tokens (confidence signal)
     kv: MemoryBreakdown
     source: str = "local"                # "local" or "cloud": where the answer came from

@@ -107,7 +107,7 @@ class CloudSettings:
     max_tokens: int = 512
     context_tokens: int = 16000
     auto_escalate: bool = False
-    escalation_threshold: float = -1.5
+    escalation_threshold: float = -1.0
     ask_before_sending: bool = True
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0

@@ -1,0 +1,423 @@
+"""Streaming client for OpenAI-compatible Chat Completions endpoints, on `requests`.
+
+Protocol: `POST {base_url}/chat/completions` with a JSON body
+`{"model", "messages", "stream": true, "stream_options": {"include_usage": true}, "temperature",
+"max_tokens"}` (OpenAI API reference, "Create chat completion", streaming). The answer arrives as
+server-sent events (W3C EventSource format, `engine.cloud.sse`): each `data:` line holds a
+`chat.completion.chunk` whose `choices[0].delta.content` is the next piece of text and whose
+`choices[0].finish_reason` ends it; with `include_usage` a last chunk with empty `choices` carries
+`usage`; `data: [DONE]` closes the stream. vLLM, llama.cpp's server, Ollama and hosted providers
+speak this. A server that ignores `stream` and answers with one `chat.completion` JSON object is
+accepted too.
+
+Behaviour:
+- Timeouts: `connect_timeout_s` to open the connection, `read_timeout_s` of silence between bytes.
+- Retries: on 429 and 5xx, up to `max_retries` more attempts, waiting what `Retry-After` asks
+  (seconds or an HTTP date) or else `backoff_s · 2^attempt`; no jitter, since a desktop app sends
+  one request at a time. A wait longer than `max_wait_s` is not waited: the error says so.
+- Cancel: a watcher thread shuts down the request's sockets when the `cancel` event is set, which
+  wakes a read blocked on the network at once (closing a socket from another thread would not).
+- No redirects are followed (an API endpoint that redirects is misconfigured, and following it
+  could carry the key elsewhere); HTTPS certificates are always verified.
+- The key goes in an auth object, so requests never substitutes credentials from ~/.netrc.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http
+import http.client
+import json
+import logging
+import math
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import requests
+import urllib3.exceptions
+
+from engine.cloud.errors import CloudError, network_error, register_secret, server_message, status_error
+from engine.cloud.sse import SseEvent, SseFormatError, SseParser
+from engine.cloud.transport import BearerAuth, SocketTracker, TrackingAdapter, watch_cancel
+
+log = logging.getLogger("engine.cloud")
+
+MAX_RETRIES = 3            # attempts after the first, on 429 and 5xx
+BACKOFF_S = 0.5            # first wait without Retry-After; doubles each attempt (0.5, 1, 2 s)
+MAX_WAIT_S = 30.0          # a Retry-After longer than this is reported, not waited
+READ_CHUNK_BYTES = 16 * 1024
+MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_JSON_BODY_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CloudUsage:
+    """Token counts reported by the endpoint (`usage` of the last chunk); None where not given."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+@dataclass
+class StreamResult:
+    """What one streamed completion produced.
+
+    complete: `[DONE]` or a finish_reason arrived. cancelled: the cancel event stopped it.
+    cut_reason: why it ended early (one line), when neither complete nor cancelled.
+    time_to_first_token_s / last_token_s: seconds from the call to the first / last text piece.
+    attempts: HTTP requests made (retries included).
+    """
+
+    text: str = ""
+    finish_reason: str | None = None
+    model: str | None = None
+    usage: CloudUsage | None = None
+    complete: bool = False
+    cancelled: bool = False
+    cut_reason: str | None = None
+    time_to_first_token_s: float | None = None
+    last_token_s: float | None = None
+    attempts: int = 0
+    _pieces: list[str] = field(default_factory=list, repr=False)
+
+
+def completions_url(base_url: str) -> str:
+    """`{base_url}/chat/completions`, keeping a query string (e.g. `?api-version=`) in place.
+
+    A base URL that already ends in /chat/completions is used as is.
+    """
+    parts = urllib.parse.urlsplit(base_url.strip())
+    path = parts.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def display_url(base_url: str) -> str:
+    """The base URL as shown to the user and recorded in answers: no user:password@, no query."""
+    parts = urllib.parse.urlsplit(base_url.strip())
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # IPv6 literal
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds to wait from a `Retry-After` header (RFC 9110 §10.2.3: seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def stream_chat_completion(
+    base_url: str,
+    payload: dict,
+    *,
+    api_key: str | None = None,
+    connect_timeout_s: float = 10.0,
+    read_timeout_s: float = 60.0,
+    on_text: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+    max_retries: int = MAX_RETRIES,
+    backoff_s: float = BACKOFF_S,
+    max_wait_s: float = MAX_WAIT_S,
+) -> StreamResult:
+    """POST `payload` to `{base_url}/chat/completions` and stream the answer's text to `on_text`.
+
+    `payload` is the Chat Completions request body; `stream` is forced on. Returns a StreamResult;
+    a stream that ends early (connection cut, read timeout mid-stream) is returned with
+    `cut_reason` set and whatever text arrived, and a cancelled one with `cancelled=True`.
+    Raises CloudError for every failure before the first byte of the answer, for an error event or
+    malformed data in the stream (with `partial_text`), and when a 429/5xx persists after retries.
+    """
+    api_key = _checked_key(api_key)
+    register_secret(api_key)
+    for secret in _url_secrets(base_url):
+        register_secret(secret)
+    url, where = completions_url(base_url), display_url(base_url)
+    began = time.perf_counter()
+    result = StreamResult()
+    tracker = SocketTracker()
+    session = requests.Session()
+    adapter = TrackingAdapter(tracker)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    finished = threading.Event()
+    watcher = None
+    if cancel is not None:
+        watcher = threading.Thread(target=watch_cancel, args=(cancel, finished, tracker), name="halaman-cloud-cancel", daemon=True)
+        watcher.start()
+    exchange = _Exchange(session, url, where, dict(payload, stream=True), BearerAuth(api_key),
+                         (connect_timeout_s, read_timeout_s), cancel, result, began, on_text)
+    try:
+        response = exchange.send(max_retries, backoff_s, max_wait_s)
+        if response is None:
+            result.cancelled = True
+        else:
+            with response:
+                exchange.read(response)
+    finally:
+        finished.set()
+        session.close()
+        if watcher is not None:
+            watcher.join(timeout=1.0)
+    result.text = "".join(result._pieces)
+    result.complete = result.complete or result.finish_reason is not None
+    if result.cancelled or result.complete:
+        result.cut_reason = None
+    return result
+
+
+class _Exchange:
+    """One request with its retries, and the reading of its body. Not reusable."""
+
+    def __init__(self, session, url, where, body, auth, timeout, cancel, result, began, on_text) -> None:
+        self.session, self.url, self.where, self.body, self.auth = session, url, where, body, auth
+        self.timeout, self.cancel, self.result, self.began, self.on_text = timeout, cancel, result, began, on_text
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    # ------------------------------------------------------------ request
+    def send(self, max_retries: int, backoff_s: float, max_wait_s: float) -> requests.Response | None:
+        """The 2xx response, or None when cancelled. Raises CloudError."""
+        retries, adjusted = 0, set()
+        while True:
+            if self.cancelled():
+                return None
+            self.result.attempts += 1
+            log.debug("POST %s/chat/completions (attempt %d)", self.where, self.result.attempts)
+            response, error = None, None
+            try:
+                response = self.session.post(
+                    self.url, data=json.dumps(self.body).encode("utf-8"), headers=_HEADERS, auth=self.auth,
+                    timeout=self.timeout, stream=True, allow_redirects=False, verify=True,
+                )
+            except (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError) as exc:
+                error = network_error(exc, url=self.url, where=self.where, connect_timeout_s=self.timeout[0], read_timeout_s=self.timeout[1])
+            if error is not None:  # raised here, outside `except`, so it chains nothing that holds the request
+                if self.cancelled():
+                    return None
+                raise error
+            status = response.status_code
+            if 200 <= status < 300:
+                return response
+            message = server_message(_read_limited(response, MAX_ERROR_BODY_BYTES, quiet=True))
+            retry_after = retry_after_s(response.headers.get("Retry-After"))
+            location = response.headers.get("Location", "")
+            response.close()
+            changed = _adjust_for_endpoint(self.body, status, message, adjusted)
+            if changed is not None:
+                log.info("endpoint rejected %s; retrying without it", changed)
+                continue
+            if (status == 429 or 500 <= status < 600) and retries < max_retries:
+                wait = retry_after if retry_after is not None else backoff_s * 2**retries
+                if wait > max_wait_s:
+                    raise self._status_error(status, message, f"; it asks to wait {wait:.0f} s before trying again")
+                log.info("endpoint answered %d; retrying in %.1f s", status, wait)
+                retries += 1
+                if self.cancel is not None and self.cancel.wait(wait):
+                    return None
+                if self.cancel is None:
+                    time.sleep(wait)
+                continue
+            if 300 <= status < 400:
+                raise CloudError(
+                    f"the endpoint redirected ({status}) to {display_url(location) or 'another address'}: "
+                    "enter the final URL in cloud settings (Halaman does not follow redirects with your key)",
+                    kind="protocol", status=status)
+            raise self._status_error(status, message)
+
+    def _status_error(self, status: int, message: str, extra: str = "") -> CloudError:
+        return status_error(status, message, where=self.where, model=str(self.body.get("model", "")),
+                            has_key=self.auth.has_key, attempts=self.result.attempts, extra=extra)
+
+    # --------------------------------------------------------------- body
+    def read(self, response: requests.Response) -> None:
+        content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if content_type == "application/json":
+            self._read_json(response)
+        elif content_type in ("text/event-stream", ""):
+            self._read_events(response)
+        else:
+            raise CloudError(f"the endpoint answered with {content_type}, not a Chat Completions stream: "
+                             f"check that {self.where} is an OpenAI-compatible API URL (it usually ends in /v1)",
+                             kind="protocol", status=response.status_code)
+
+    def _read_events(self, response: requests.Response) -> None:
+        parser, result = SseParser(), self.result
+        while True:
+            error = None
+            try:
+                chunk = response.raw.read1(READ_CHUNK_BYTES)  # what has arrived, without waiting to fill it
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError) as exc:
+                chunk, error = b"", exc
+            if self.cancelled():
+                result.cancelled = True
+                return
+            if error is not None:
+                timed_out = isinstance(error, (urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout))
+                result.cut_reason = (f"the endpoint sent nothing for {self.timeout[1]:g} s" if timed_out
+                                     else "the connection was closed in the middle of the answer")
+                return
+            if not chunk:
+                if not result.complete and result.finish_reason is None:
+                    result.cut_reason = "the endpoint closed the stream before the answer was finished"
+                return
+            try:
+                events = parser.feed(chunk)
+            except SseFormatError as exc:
+                raise CloudError(f"the endpoint sent a malformed event stream ({exc})", kind="protocol", partial_text=self._text()) from None
+            for event in events:
+                if self._event(event):
+                    return
+
+    def _event(self, event: SseEvent) -> bool:
+        """Apply one event; True at `[DONE]`."""
+        data = event.data.strip()
+        if not data:
+            return False
+        if data == "[DONE]":
+            self.result.complete = True
+            return True
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise CloudError(f"the endpoint sent a malformed stream event (not a JSON object: {data[:60]!r}): "
+                             "is this an OpenAI-compatible endpoint?", kind="protocol", partial_text=self._text())
+        if event.event == "error" or "error" in chunk:
+            raise CloudError(f"the endpoint reported an error during the answer: {server_message(json.dumps(chunk).encode())}",
+                             kind="server", partial_text=self._text())
+        self._apply(chunk, "delta")
+        return False
+
+    def _apply(self, chunk: dict, key: str) -> None:
+        """Take model, usage, text and finish_reason from a chunk (`key` "delta") or a whole
+        completion (`key` "message")."""
+        result = self.result
+        if isinstance(chunk.get("model"), str) and chunk["model"]:
+            result.model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            result.usage = _usage(chunk["usage"])
+        choices = chunk.get("choices", [])
+        if not isinstance(choices, list):
+            raise CloudError("the endpoint sent a malformed chunk ('choices' is not a list)", kind="protocol", partial_text=self._text())
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # n = 1: only choice 0 is ours
+            part = choice.get(key) or {}
+            content = part.get("content") if isinstance(part, dict) else None
+            if content is not None and not isinstance(content, str):
+                raise CloudError("the endpoint sent a malformed chunk (content is not text)", kind="protocol", partial_text=self._text())
+            if content:
+                now = time.perf_counter() - self.began
+                if result.time_to_first_token_s is None:
+                    result.time_to_first_token_s = now
+                result.last_token_s = now
+                result._pieces.append(content)
+                if self.on_text is not None:
+                    self.on_text(content)
+            if isinstance(choice.get("finish_reason"), str):
+                result.finish_reason = choice["finish_reason"]
+
+    def _read_json(self, response: requests.Response) -> None:
+        body = _read_limited(response, MAX_JSON_BODY_BYTES)
+        if body is None:
+            if self.cancelled():
+                self.result.cancelled = True
+                return
+            raise CloudError(f"the connection to {self.where} broke while the answer was read: try again", kind="connection")
+        try:
+            completion = json.loads(body)
+        except ValueError:
+            completion = None
+        if not isinstance(completion, dict):
+            raise CloudError("the endpoint answered with malformed JSON: is this an OpenAI-compatible endpoint?", kind="protocol")
+        if "error" in completion:
+            raise CloudError(f"the endpoint reported an error: {server_message(body)}", kind="server")
+        self._apply(completion, "message")
+        self.result.complete = True
+
+    def _text(self) -> str:
+        return "".join(self.result._pieces)
+
+
+# ------------------------------------------------------------------ helpers
+_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "text/event-stream, application/json",
+    "Accept-Encoding": "identity",  # compressed SSE would be buffered by the decoder, delaying tokens
+    "User-Agent": "halaman",
+}
+
+
+def _checked_key(api_key: str | None) -> str | None:
+    """The key stripped; a key with inner whitespace or control characters would be echoed by
+    http.client's header check, so it is refused here with a message that does not show it."""
+    if api_key is None:
+        return None
+    key = api_key.strip()
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in key):
+        register_secret(api_key)
+        raise CloudError("the stored API key contains spaces or line breaks: store it again in cloud settings", kind="config")
+    return key or None
+
+
+def _url_secrets(base_url: str) -> list[str]:
+    """Credentials written into the URL (user:password@, ?key=...): redacted like the key."""
+    parts = urllib.parse.urlsplit(base_url)
+    found = [s for s in (parts.password, parts.username) if s]
+    found += [v for _k, v in urllib.parse.parse_qsl(parts.query) if len(v) >= 16]
+    return found
+
+
+def _read_limited(response: requests.Response, limit: int, *, quiet: bool = False) -> bytes | None:
+    """Up to `limit` bytes of the body; None (or b"" when `quiet`) if reading failed."""
+    try:
+        return response.raw.read(limit, decode_content=True) or b""
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError):
+        return b"" if quiet else None
+
+
+def _adjust_for_endpoint(body: dict, status: int, message: str, adjusted: set[str]) -> str | None:
+    """Drop what an older or stricter endpoint rejects with a 400 naming it, once each:
+    `stream_options` (usage is then unknown) and `max_tokens` (renamed `max_completion_tokens`)."""
+    if status != 400:
+        return None
+    if "stream_options" in message and "stream_options" in body and "stream_options" not in adjusted:
+        adjusted.add("stream_options")
+        del body["stream_options"]
+        return "stream_options"
+    if "max_completion_tokens" in message and "max_tokens" in body and "max_tokens" not in adjusted:
+        adjusted.add("max_tokens")
+        body["max_completion_tokens"] = body.pop("max_tokens")
+        return "max_tokens"
+    return None
+
+
+def _usage(data: dict) -> CloudUsage:
+    def number(name: str) -> int | None:
+        value = data.get(name)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return CloudUsage(number("prompt_tokens"), number("completion_tokens"), number("total_tokens"))
