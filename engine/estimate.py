@@ -39,7 +39,7 @@ class KVEstimate:
     full_bytes: int            # 16-bit full cache (the formula above)
     compressed_bytes: int      # compressed cache at rest, metadata included
     kept_tokens: int           # tokens kept per layer and KV head
-    peak_bytes: int            # compressed cache during prefill: budget + one chunk
+    peak_bytes: int            # compressed cache at its prefill peak (a 16-bit chunk just arrived)
 
     @property
     def ratio(self) -> float:
@@ -68,14 +68,35 @@ def compressed_cache_bytes(profile: ModelProfile, policy: CachePolicy, n_tokens:
     return profile.num_layers * profile.kv_heads * per_head
 
 
+def peak_cache_bytes(profile: ModelProfile, policy: CachePolicy, n_tokens: int) -> int:
+    """Bytes the compressed cache holds at its prefill peak: a chunk has just arrived, still 16-bit.
+
+    At that moment a layer holds, per KV head: sinks + residual + the new chunk in 16 bits; the
+    pool sized for the budget's quantized tokens plus one chunk (blocks freed by the last eviction
+    stay in the pool for the next chunk); a score and a position for budget + chunk tokens. Exact
+    once the cache has started evicting (n_tokens > budget), an upper bound before.
+    """
+    kept = min(n_tokens, policy.budget_tokens)
+    chunk = min(n_tokens, policy.chunk_tokens)
+    full_precision = min(n_tokens, policy.sink_tokens + policy.residual_tokens + chunk)
+    quantized_cap = max(0, min(n_tokens, kept + chunk) - policy.sink_tokens - policy.residual_tokens)
+    quantized_used = max(0, kept - policy.sink_tokens - policy.residual_tokens)
+    fmt = KVFormat(bits=policy.kv_bits, group_size=policy.group_size)
+    per_head = (
+        2 * profile.head_dim * 2 * full_precision
+        + 2 * fmt.bytes_per_token(profile.head_dim) * -(-quantized_cap // policy.block_tokens) * policy.block_tokens
+        + 8 * min(n_tokens, kept + chunk)
+        + 8 * -(-quantized_used // policy.block_tokens)
+    )
+    return profile.num_layers * profile.kv_heads * per_head
+
+
 def estimate(profile: ModelProfile, policy: CachePolicy, n_tokens: int) -> KVEstimate:
-    """Full vs. compressed KV bytes for `n_tokens`; peak adds one prefill chunk."""
-    peak_tokens = min(n_tokens, policy.budget_tokens + policy.chunk_tokens)
-    peak_policy = policy.replace(budget_tokens=max(policy.budget_tokens, peak_tokens))
+    """Full vs. compressed KV bytes for `n_tokens`, at rest and at the prefill peak."""
     return KVEstimate(
         n_tokens=n_tokens,
         full_bytes=full_cache_bytes(profile, n_tokens),
         compressed_bytes=compressed_cache_bytes(profile, policy, n_tokens),
         kept_tokens=min(n_tokens, policy.budget_tokens),
-        peak_bytes=compressed_cache_bytes(profile, peak_policy, peak_tokens),
+        peak_bytes=peak_cache_bytes(profile, policy, n_tokens),
     )

@@ -1,0 +1,227 @@
+"""Shared helpers of the KV-cache benchmarks: environment, model, prompts, metrics, tables, plots.
+
+Every script calls `setup()` first: it pins torch to `--threads` (default 1; on a shared 2-core
+machine two OpenMP threads fighting other processes made our chunked prefill ~8x slower, see
+docs/BENCHMARKS.md), points HALAMAN_HOME at a reusable scratch folder (bench/.home unless set) so the
+one-off GGUF conversion is cached, and keeps transformers offline and quiet.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+DOCS = REPO / "docs"
+OUT = DOCS / "bench"
+WORK = Path(os.environ.get("HALAMAN_BENCH_WORK", BENCH / ".work"))
+THINK_PYTHON = "P16_thinkpython2.pdf"
+KVPRESS_PYTHON = BENCH / ".venv-kvpress" / "bin" / "python"
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def setup(threads: int = 1) -> None:
+    """Environment for a benchmark run (call before importing torch-heavy engine modules)."""
+    os.environ.setdefault("HALAMAN_HOME", str(BENCH / ".home"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import logging
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.set_num_threads(threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    OUT.mkdir(parents=True, exist_ok=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+
+
+def corpus_dir() -> Path:
+    env = os.environ.get("HALAMAN_CORPUS")
+    return Path(env) if env else REPO.parent / "shared" / "corpus"
+
+
+def machine_info() -> dict:
+    """Machine and versions, written at the top of every result file."""
+    import psutil
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "os": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "engine_commit": _engine_commit(),
+    }
+
+
+def _engine_commit() -> str:
+    """HEAD of the repository, with "+dirty" when engine/ has uncommitted changes (read-only git)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "engine"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def load_lm(quantize_4bit: bool = False):
+    """The embedded SmolLM2-135M-Instruct on the CPU.
+
+    Quality and speed comparisons use float32 weights (`quantize_4bit=False`), the same weights
+    kvpress and transformers get, so rows differ only in the cache. The app loads NF4 weights.
+    """
+    from engine.models.loader import load_model
+
+    return load_model("default", device="cpu", quantize_4bit=quantize_4bit)
+
+
+def hf_folder() -> Path:
+    """The converted HF folder of the default model (config.json, model.safetensors, tokenizer)."""
+    from engine.models.gguf_convert import converted_folder
+    from engine.models.source import default_gguf_path
+
+    return converted_folder(default_gguf_path())
+
+
+def book_token_ids(tokenizer, pages: int | None = None) -> list[int]:
+    """Token ids of Think Python's text (first `pages` pages, or all), cached under bench/.work."""
+    tag = f"all" if pages is None else f"p{pages}"
+    cached = WORK / f"thinkpython-{tag}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    from engine.documents import load_document
+
+    doc = load_document(corpus_dir() / "pdf" / THINK_PYTHON)
+    segments = doc.segments[:pages] if pages else doc.segments
+    text = "\n\n".join(s.text for s in segments)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    cached.write_text(json.dumps(ids))
+    return ids
+
+
+# ------------------------------------------------------------------------------------ passkey
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+INTRO = "There is an important pass key hidden inside a lot of irrelevant text. Find it and memorize it.\n\n"
+NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
+QUESTION = "\n\nWhat is the pass key? The pass key is"
+
+
+def passkey_prompt(tokenizer, n_tokens: int, depth: float, key: int) -> tuple[list[int], list[int]]:
+    """(context ids, question ids): context + question + 8 answer tokens fit in `n_tokens` positions,
+    with the needle at `depth` of the filler."""
+    enc = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    intro, needle, question, filler = enc(INTRO), enc(NEEDLE.format(key=key)), enc(QUESTION), enc(FILLER)
+    room = n_tokens - len(intro) - len(needle) - len(question) - 8
+    reps = filler * (room // len(filler) + 1)
+    hay = reps[:room]
+    cut = int(len(hay) * depth)
+    cut -= cut % len(filler)  # insert between filler sentences
+    return intro + hay[:cut] + needle + hay[cut:], question
+
+
+def passkey_trials(lengths: list[int], depths: list[float], keys_per_cell: int, seed: int = 0) -> list[dict]:
+    """The (length, depth, key) grid; keys are 5-digit numbers drawn from `seed`."""
+    rng = random.Random(seed)
+    return [
+        {"length": n, "depth": d, "key": rng.randint(10000, 99999)}
+        for n in lengths for d in depths for _ in range(keys_per_cell)
+    ]
+
+
+# ------------------------------------------------------------------------------------ metrics
+def logit_metrics(ref_logits, logits, targets) -> dict:
+    """Against a reference: mean KL(ref || ours) in nats, top-1 agreement, and both NLLs (nats/token).
+
+    ref_logits, logits: `[T, vocab]`; targets: `[T]` (the actual next tokens).
+    """
+    import torch
+
+    p = torch.log_softmax(ref_logits.float(), -1)
+    q = torch.log_softmax(logits.float(), -1)
+    kl = (p.exp() * (p - q)).sum(-1)
+    nll = -q.gather(1, targets[:, None])[:, 0]
+    ref_nll = -p.gather(1, targets[:, None])[:, 0]
+    return {
+        "kl": float(kl.mean()),
+        "agree": float((p.argmax(-1) == q.argmax(-1)).float().mean()),
+        "nll": float(nll.mean()),
+        "ref_nll": float(ref_nll.mean()),
+    }
+
+
+def median(values: list[float]) -> float:
+    s = sorted(values)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
+# ------------------------------------------------------------------------------------ output
+def fmt(value, digits: int = 3) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "—"
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def markdown_table(rows: list[dict], columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(row.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def write_results(name: str, rows: list[dict], columns: list[str], meta: dict) -> None:
+    """Print the table, write docs/bench/<name>.{json,csv} and the markdown table to bench/.work/<name>.md."""
+    table = markdown_table(rows, columns)
+    print(f"\n## {name}\n\n{table}\n", flush=True)
+    (OUT / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+    with (OUT / f"{name}.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (WORK / f"{name}.md").write_text(table + "\n")
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+    return plt

@@ -1,0 +1,52 @@
+"""The estimator against the formula and against what a real LayerKV holds at rest and at its peak."""
+
+import pytest
+import torch
+
+from engine.estimate import KNOWN_SHAPES, compressed_cache_bytes, full_cache_bytes, peak_cache_bytes
+from engine.kvcache.attention import RotaryTable
+from engine.kvcache.cache import CacheShape, LayerKV
+from engine.models.loader import ModelProfile
+from engine.settings import CachePolicy
+
+
+class _Rotary(torch.nn.Module):
+    """Default RoPE (theta 10000), shaped like transformers' rotary_emb(x, position_ids)."""
+
+    def __init__(self, head_dim):
+        super().__init__()
+        self.inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+
+    def forward(self, x, position_ids):
+        freqs = position_ids[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+
+def test_llama_3b_headline():
+    llama = KNOWN_SHAPES["llama-3.2-3b"]
+    assert full_cache_bytes(llama, 1) == 2 * 28 * 8 * 128 * 2 == 114_688
+    assert round(full_cache_bytes(llama, 131_072) / 2**30, 1) == 14.0
+
+
+@pytest.mark.parametrize("n_tokens", [200, 1000])
+def test_rest_and_peak_match_a_real_layer(n_tokens):
+    profile = ModelProfile("llama", 1, 3, 64, 3, 8192, 100)
+    policy = CachePolicy(budget_tokens=256, sink_tokens=4, window_tokens=64, residual_tokens=32, chunk_tokens=64, block_tokens=16)
+    layer = LayerKV(CacheShape(1, 3, 64, 3), policy, store_dtype=torch.float16, device=torch.device("cpu"))
+    rope = RotaryTable(_Rotary(64), 64, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    peak = 0
+    for start in range(0, n_tokens, policy.chunk_tokens):
+        c = min(policy.chunk_tokens, n_tokens - start)
+        q, k, v = (torch.randn((3, c, 64), generator=gen) for _ in range(3))
+        layer.attend(q, k, v, start=start, rope=rope, compact_positions=False, scaling=0.125)
+        peak = max(peak, layer.memory().total_bytes)  # the chunk is in, still 16-bit
+        layer.compress(start + c, 0)
+        peak = max(peak, layer.memory().total_bytes)
+    layer.paged.shrink()
+    assert sum(t.nbytes for t in layer.tensors().values()) == compressed_cache_bytes(profile, policy, n_tokens)
+    if n_tokens > policy.budget_tokens:
+        assert peak == peak_cache_bytes(profile, policy, n_tokens)  # exact once evicting
+    else:
+        assert peak <= peak_cache_bytes(profile, policy, n_tokens)
