@@ -42,15 +42,6 @@ SAVE_PARTIAL_EVERY_S = 2.0
 STATUS_TEXT = {CACHED: "cached", STALE: "stale", "not cached": "not cached"}
 
 
-def cloud_available() -> bool:
-    """Whether this build has the cloud client (engine/cloud.py)."""
-    try:
-        import engine.cloud  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @dataclass
 class LiveAnswer:
     """The answer being streamed: where it goes in the history."""
@@ -630,7 +621,7 @@ class MainWindow(QMainWindow):
         self.chat.finish_answer(message)
         self._update_input()
         if (not self._closed and answer is not None and answer.source == "local" and answer.stop_reason != "cancelled"
-                and self.settings.cloud.enabled and self.settings.cloud.auto_escalate and cloud_available()):
+                and self.settings.cloud.enabled and self.settings.cloud.auto_escalate):
             question = live.question
             self.client.run("escalation", lambda engine, ctx: engine.escalation_reason(answer),
                             on_done=lambda reason: reason and not self._closed
@@ -988,7 +979,7 @@ class MainWindow(QMainWindow):
         )
 
     def _update_input(self) -> None:
-        cloud_ok = self.settings.cloud.enabled and cloud_available()
+        cloud_ok = self.settings.cloud.enabled
         self.cloud_button.setVisible(cloud_ok)
         ready = (self.open_document_id is not None and self.current is not None and self.current.id == self.open_document_id
                  and self.opening is None and self.live is None)

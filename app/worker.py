@@ -243,7 +243,7 @@ class Engine:
 
     def ask_cloud(self, question: str, *, reason: str, ctx: JobContext) -> Answer | None:
         """Send the question (and what fits of the document) to the configured cloud endpoint."""
-        from engine import cloud  # guarded by the caller: the module may not exist in this build
+        from engine import cloud
         from engine.secrets import load_api_key
 
         assert self.session is not None

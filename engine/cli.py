@@ -4,6 +4,7 @@ when `halaman` gets no arguments and hands everything else to `main` here).
     halaman ask book.pdf "What is chapter 3 about?"      stream an answer, then a short report
     halaman estimate --model llama-3.2-3b --tokens 131072  KV memory: full vs. compressed
     halaman cache list | clear                            the prefix-cache store on disk
+    halaman --self-test                                   one short answer on the bundled sample (installer/)
 """
 
 from __future__ import annotations
@@ -16,24 +17,18 @@ from pathlib import Path
 
 from engine.errors import HalamanError
 from engine.settings import CachePolicy, EngineSettings, load_settings
+from engine.units import format_bytes
 
 EXIT_ERROR = 1
 EXIT_CANCELLED = 130
 
 
-def format_bytes(n: int) -> str:
-    """Human-readable binary size: 1536 -> '1.5 KiB'."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the headless command line with `argv`. Returns the process exit code."""
     parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--self-test"]:  # the installer's check: `halaman --self-test ...` = `halaman self-test ...`
+        argv = ["self-test", *argv[1:]]
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -51,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="halaman", description="Ask questions about whole documents with a local model.")
     parser.set_defaults(command=None)
+    parser.add_argument("--self-test", action="store_true", help="same as the self-test command")
     sub = parser.add_subparsers(dest="command")
 
     ask = sub.add_parser("ask", help="answer a question about a PDF, a folder or a text file")
@@ -74,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="list or clear the prefix caches on disk")
     cache.add_argument("action", choices=("list", "clear"))
     cache.set_defaults(handler=_cmd_cache)
+    _self_test_command(sub)
     return parser
 
 
@@ -282,6 +279,78 @@ class _ProgressBar:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+# ------------------------------------------------------------------ self-test
+# `halaman --self-test`: the installer (installer/) runs it at the end of the first-run set-up and
+# shows its figures to the user; exit status 0 only if the default model answered.
+
+SELF_TEST_QUESTION = "What does the prefix cache do?"
+SAMPLE_DOCUMENT = "kv-cache-primer.md"
+
+
+def _self_test_command(sub) -> None:
+    test = sub.add_parser("self-test", help="load the default model and answer one question on the bundled sample")
+    test.add_argument("--document", help=f"the document to ask about (default: the bundled {SAMPLE_DOCUMENT})")
+    test.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    test.add_argument("--max-new-tokens", type=int, default=16)
+    test.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
+    test.set_defaults(handler=_cmd_self_test)
+
+
+def sample_document() -> Path | None:
+    """The bundled sample: in a checkout under resources/samples/; in an environment the installer
+    prepared, under <environment>/share/halaman/samples/ (installer/ copies it there)."""
+    for candidate in (Path(__file__).resolve().parent.parent / "resources" / "samples" / SAMPLE_DOCUMENT,
+                      Path(sys.prefix) / "share" / "halaman" / "samples" / SAMPLE_DOCUMENT):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _cmd_self_test(args: argparse.Namespace) -> int:
+    """Default model, default settings (settings.toml is ignored), a 512-token budget, a short answer."""
+    import time
+
+    began = time.perf_counter()
+    document = Path(args.document) if args.document else sample_document()
+    if document is None or not document.is_file():
+        raise HalamanError(f"self-test: the sample document {args.document or SAMPLE_DOCUMENT} was not found; "
+                           "pass --document FILE")
+    try:
+        from engine.models.loader import load_model
+        from engine.session import DocumentSession
+
+        settings = EngineSettings().replace(
+            device=args.device, max_new_tokens=args.max_new_tokens, prefix_cache=not args.no_prefix_cache,
+            cache=CachePolicy().replace(budget_tokens=512, window_tokens=128, residual_tokens=64))
+        print("Halaman self-test: loading the default model ...", file=sys.stderr, flush=True)
+        model = load_model(settings.model, device=settings.device)
+        session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
+        report = session.open(str(document))
+        answer = session.ask(SELF_TEST_QUESTION)
+    except Exception as exc:  # noqa: BLE001 - any failure is the result: report it in one line, exit 1
+        print(f"self-test FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    passed = bool(answer.token_ids) and bool(answer.text.strip())
+    print(
+        f"model           {model.label}, loaded in {model.load_seconds:.1f} s\n"
+        f"device          {model.device}\n"
+        f"weights         {model.weight_bytes:,} bytes ({format_bytes(model.weight_bytes)}, 4-bit)\n"
+        f"document        {document.name}: {report.document_tokens:,} tokens\n"
+        f"KV cache held   {report.kv.total_bytes:,} bytes ({format_bytes(report.kv.total_bytes)}); full FP16 "
+        f"{report.full_fp16_bytes:,} bytes\n"
+        f"prefix cache    {'hit' if report.prefix_hit else 'miss'}{'' if settings.prefix_cache else ' (disabled)'}\n"
+        f"TTFT            {answer.time_to_first_token_s:.2f} s\n"
+        f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens\n"
+        f"question        {SELF_TEST_QUESTION}\n"
+        f"answer          {' '.join(answer.text.split())}"
+    )
+    if not passed:
+        print("self-test FAILED: the model produced no answer", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"self-test passed in {time.perf_counter() - began:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":

@@ -19,9 +19,6 @@ import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import keyring
-import keyring.backend
-import keyring.errors
 
 PIECES = ["The answer ", "is ", "forty-", "two."]
 USAGE = {"prompt_tokens": 321, "completion_tokens": 7, "total_tokens": 328}
@@ -332,26 +329,6 @@ SCENARIOS = {
 
 
 # ------------------------------------------------------------------ helpers for fixtures
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """A real keyring backend that keeps passwords in a dict (no files, no OS service)."""
-
-    priority = 1
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.passwords: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.passwords.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.passwords[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if self.passwords.pop((service, username), None) is None:
-            raise keyring.errors.PasswordDeleteError(username)
-
-
 def self_signed_context(tmp_path) -> ssl.SSLContext:
     """A server TLS context with a fresh self-signed certificate for 127.0.0.1."""
     import datetime

@@ -19,8 +19,6 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-import keyring  # noqa: E402
-import keyring.backend  # noqa: E402
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
@@ -38,34 +36,6 @@ SMALL = EngineSettings(
 )
 OPEN_TIMEOUT_MS = 240_000   # a few hundred tokens of prefill on two busy CPU cores
 ANSWER_TIMEOUT_MS = 180_000
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """An in-memory OS keyring, so tests never touch (or need) the real one."""
-
-    priority = 1
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.store: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service, username):
-        return self.store.get((service, username))
-
-    def set_password(self, service, username, password):
-        self.store[(service, username)] = password
-
-    def delete_password(self, service, username):
-        self.store.pop((service, username), None)
-
-
-@pytest.fixture
-def memory_keyring():
-    previous = keyring.get_keyring()
-    ring = MemoryKeyring()
-    keyring.set_keyring(ring)
-    yield ring
-    keyring.set_keyring(previous)
 
 
 @pytest.fixture
@@ -231,7 +201,7 @@ def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot,
     assert saved.cloud.enabled and saved.cloud.base_url == "http://127.0.0.1:9/v1" and saved.cloud.model == "tiny-cloud"
     assert saved.cloud.escalation_threshold == -2.25 and saved.cloud.auto_escalate
     assert "sk-secret-123" not in settings_path().read_text()
-    assert "sk-secret-123" in memory_keyring.store.values()
+    assert "sk-secret-123" in memory_keyring.passwords.values()
     assert window.settings == saved
     qtbot.waitUntil(lambda: window.client.engine.settings == saved, timeout=10_000)  # applied, no restart
 
@@ -446,7 +416,6 @@ def _cloud_settings(base_url: str, **cloud) -> EngineSettings:
 
 
 def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_provenance(make_window, qtbot, tmp_path):
-    pytest.importorskip("engine.cloud")
     from cloud_server import PIECES, CloudServer
 
     with CloudServer() as server:
@@ -487,7 +456,6 @@ def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_proven
 
 
 def test_a_low_confidence_local_answer_escalates_to_the_cloud_by_itself(make_window, qtbot, tmp_path):
-    pytest.importorskip("engine.cloud")
     from cloud_server import PIECES, CloudServer
 
     with CloudServer() as server:

@@ -11,9 +11,8 @@ import threading
 import time
 import traceback
 
-import keyring
 import pytest
-from cloud_server import PIECES, USAGE, CloudServer, MemoryKeyring
+from cloud_server import PIECES, USAGE, CloudServer
 
 from engine import secrets
 from engine.cloud import CloudAnswer, CloudError, CloudPlan, ask_cloud, client, escalation_reason, plan_request
@@ -57,16 +56,6 @@ def repo_session(smol, tmp_path_factory):
 def server():
     with CloudServer() as running:
         yield running
-
-
-@pytest.fixture
-def memory_keyring():
-    """A real keyring backend holding passwords in memory, installed for one test."""
-    previous = keyring.get_keyring()
-    backend = MemoryKeyring()
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
 
 
 @pytest.fixture
