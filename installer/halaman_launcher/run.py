@@ -1,0 +1,178 @@
+"""Start Halaman: the fast path reads the marker and starts the app; otherwise prepare first.
+
+A start from the desktop has no terminal to show errors in, so the app is started with its output
+going to <prefix>/logs/app.log and watched for a few seconds: if it dies at once (a missing system
+library for Qt is the usual reason) the user gets a message instead of nothing. From a terminal, or
+with arguments (`halaman ask ...`), the launcher simply becomes the app (exec).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from halaman_launcher.layout import Layout, is_windows
+from halaman_launcher.progress import choose_reporter, has_display, on_terminal, tk_available
+
+EARLY_EXIT_WATCH_S = 15.0
+QT_LIBS_HINT = ("On Debian / Ubuntu the Qt libraries it needs come with: sudo apt-get install libegl1 libgl1 "
+                "libxkbcommon0 libfontconfig1 libdbus-1-3 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 "
+                "libxcb-keysyms1 libxcb-shape0")
+
+
+def run(layout: Layout, args: list[str]) -> int:
+    from halaman_launcher import prepare
+
+    if not prepare.is_ready(layout):
+        ok, start = prepare_with_ui(layout, start_offer=not args)
+        if not ok:
+            return 1
+        if args[:1] == ["--self-test"] and len(args) == 1:
+            return 0  # the preparation ended with the self-test and showed its figures
+        if not (start or args):
+            return 0
+    return start_app(layout, args)
+
+
+def prepare_with_ui(layout: Layout, *, torch: str | None = None, force: bool = False,
+                    start_offer: bool = True) -> tuple[bool, bool]:
+    """Prepare under a lock with the best progress display. `torch` ("auto", "cpu", "cuda") is
+    remembered for later preparations. Returns (ready, start the app now)."""
+    from halaman_launcher import prepare
+    from halaman_launcher.layout import read_json, write_json
+
+    if torch is not None:
+        manifest = read_json(layout.manifest)
+        write_json(layout.manifest, {**manifest, "torch": None if torch == "auto" else torch})
+
+    layout.prefix.mkdir(parents=True, exist_ok=True)
+    with _Lock(layout.lock) as locked:
+        if not locked:
+            show_message(layout, "Halaman is being set up already",
+                         "Another start of Halaman is setting it up right now; its window shows the progress.",
+                         error=True)
+            return False, False
+        if not force and prepare.is_ready(layout):  # another start finished it while we waited
+            return True, start_offer
+        weights = [weight for _, _, weight in prepare.STEPS]
+        reporter = choose_reporter(layout.logs / "prepare.log", weights)
+
+        def work(reporter):
+            result = prepare.prepare(layout, reporter)
+            start = reporter.finish(result.ok, result.message, result.lines)
+            return result.ok, bool(start and start_offer)
+
+        return reporter.run(work)
+
+
+def start_app(layout: Layout, args: list[str]) -> int:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONHOME", None)
+    if args or on_terminal():
+        if is_windows():
+            return subprocess.call([str(layout.env_script("halaman")), *args], env=env)
+        program = str(layout.env_script("halaman"))
+        os.execve(program, [program, *args], env)
+    return _start_watched(layout, env)
+
+
+def _start_watched(layout: Layout, env: dict) -> int:
+    """Start the window detached, its output to logs/app.log; report an immediate failure."""
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    log_path = layout.logs / "app.log"
+    log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - handed to the child
+    if is_windows():
+        command = [str(layout.env_python(windowed=True)), "-m", "app.entry"]
+        flags = {"creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
+    else:
+        command = [str(layout.env_script("halaman"))]
+        flags = {"start_new_session": True}
+    log.write(f"launcher: {datetime.datetime.now().isoformat(timespec='seconds')} starting {command[0]}\n")
+    log.flush()
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, **flags)
+    log.write(f"launcher: pid {process.pid}\n")
+    log.flush()
+    log.close()
+    deadline = time.monotonic() + float(os.environ.get("HALAMAN_LAUNCHER_WATCH_S", EARLY_EXIT_WATCH_S))
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            if code == 0:
+                return 0
+            tail = _tail(log_path)
+            hint = f"\n\n{QT_LIBS_HINT}" if "xcb" in tail or "Qt platform plugin" in tail or "libEGL" in tail else ""
+            show_message(layout, "Halaman could not start",
+                         f"Halaman stopped right after starting (exit status {code}):\n\n{tail}{hint}\n\n"
+                         f"Log: {log_path}", error=True)
+            return code
+        time.sleep(0.2)
+    return 0
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("launcher:"))[-1500:].strip() or \
+        "\n".join(text.splitlines()[-lines:])
+
+
+def show_message(layout: Layout, title: str, message: str, error: bool = False) -> None:
+    """A message box where there is a display (Tk, zenity, notify-send), else stderr."""
+    print(f"{title}: {message}", file=sys.stderr)
+    if on_terminal() or not has_display():
+        return
+    if tk_available():
+        try:
+            import tkinter as tk
+            from tkinter import messagebox
+
+            root = tk.Tk()
+            root.withdraw()
+            (messagebox.showerror if error else messagebox.showinfo)(title, message, parent=root)
+            root.destroy()
+            return
+        except Exception:  # noqa: BLE001, S110 - no usable display after all: fall through
+            pass
+    if shutil.which("zenity"):
+        subprocess.run(["zenity", "--error" if error else "--info", f"--title={title}", f"--text={message}",
+                        "--width=560"], check=False)
+    elif shutil.which("notify-send"):
+        subprocess.run(["notify-send", "--app-name=Halaman", "--icon=halaman", title, message], check=False)
+
+
+class _Lock:
+    """An exclusive, non-blocking lock on a file: one preparation at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle = None
+
+    def __enter__(self) -> bool:
+        self.handle = open(self.path, "a+b")
+        try:
+            if is_windows():
+                import msvcrt
+
+                self.handle.seek(0)
+                msvcrt.locking(self.handle.fileno(), msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+
+                fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.handle.close()
+            self.handle = None
+            return False
+        return True
+
+    def __exit__(self, *exc) -> None:
+        if self.handle is not None:
+            self.handle.close()  # closing releases the lock
