@@ -16,7 +16,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from app.units import fmt_bytes
+from engine.units import format_bytes
 from engine.memory import MemoryReport
 
 AMBER_AT = 0.80
@@ -205,18 +205,18 @@ class MemoryGauge(QWidget):
                                  outline=color, min_px=2)
         other = dict(device_segments(report))["other"]
         self.legend.setText(_table([
-            (f"{_swatch('weights')} weights {fmt_bytes(report.weights_bytes)}", f"{_swatch('kv')} KV cache {fmt_bytes(report.kv_bytes)}"),
-            (f"{_swatch('workspace')} workspace {fmt_bytes(report.workspace_bytes)}", f"{_swatch('other')} others {fmt_bytes(other)}"),
-            (f"{_swatch('free')} free {fmt_bytes(report.device_free_bytes)} of {fmt_bytes(report.device_total_bytes)}", ""),
+            (f"{_swatch('weights')} weights {format_bytes(report.weights_bytes)}", f"{_swatch('kv')} KV cache {format_bytes(report.kv_bytes)}"),
+            (f"{_swatch('workspace')} workspace {format_bytes(report.workspace_bytes)}", f"{_swatch('other')} others {format_bytes(other)}"),
+            (f"{_swatch('free')} free {format_bytes(report.device_free_bytes)} of {format_bytes(report.device_total_bytes)}", ""),
         ]))
         kv = report.kv
         over = bool(report.budget_bytes) and report.kv_bytes > report.budget_bytes
-        self.kv_title.setText(f"KV cache {fmt_bytes(report.kv_bytes)} of its {fmt_bytes(report.budget_bytes)} budget")
+        self.kv_title.setText(f"KV cache {format_bytes(report.kv_bytes)} of its {format_bytes(report.budget_bytes)} budget")
         self.kv_bar.set_data(kv_segments(report), max(report.budget_bytes, report.kv_bytes, 1),
                              outline=LEVEL_COLORS["red"] if over else None)
         self.kv_legend.setText(_table([
-            (f"{_swatch('codes')} codes {fmt_bytes(kv.codes_bytes)}", f"{_swatch('meta')} scales {fmt_bytes(kv.quant_meta_bytes)}"),
-            (f"{_swatch('residual')} 16-bit {fmt_bytes(kv.residual_bytes)}",
-             f"{_swatch('index')} scores etc. {fmt_bytes(kv.score_bytes + kv.position_bytes + kv.block_table_bytes)}"),
+            (f"{_swatch('codes')} codes {format_bytes(kv.codes_bytes)}", f"{_swatch('meta')} scales {format_bytes(kv.quant_meta_bytes)}"),
+            (f"{_swatch('residual')} 16-bit {format_bytes(kv.residual_bytes)}",
+             f"{_swatch('index')} scores etc. {format_bytes(kv.score_bytes + kv.position_bytes + kv.block_table_bytes)}"),
         ]))
         self.setToolTip(tooltip_for(report))

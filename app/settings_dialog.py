@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from app.units import fmt_bytes
+from engine.units import format_bytes
 from engine import secrets
 from engine.errors import HalamanError, SettingsError
 from engine.estimate import KNOWN_SHAPES, estimate
@@ -245,7 +245,7 @@ class SettingsDialog(QDialog):
         return settings
 
     def set_cache_usage(self, entries: int, size_bytes: int) -> None:
-        self.prefix_usage.setText(f"{entries} saved cache{'s' if entries != 1 else ''}, {fmt_bytes(size_bytes)}")
+        self.prefix_usage.setText(f"{entries} saved cache{'s' if entries != 1 else ''}, {format_bytes(size_bytes)}")
 
     # ---------------------------------------------------------- dialog
     def accept(self) -> None:
@@ -287,9 +287,9 @@ class SettingsDialog(QDialog):
             self.budget_info.setText(str(exc))
             return
         self.budget_info.setText(
-            f"≈ <b>{fmt_bytes(at_budget.compressed_bytes)}</b> of KV cache at the budget "
-            f"({fmt_bytes(peak)} at the prefill peak) with {self.profile_name}; "
-            f"a full FP16 cache of {policy.budget_tokens:,} tokens: {fmt_bytes(at_budget.full_bytes)}."
+            f"≈ <b>{format_bytes(at_budget.compressed_bytes)}</b> of KV cache at the budget "
+            f"({format_bytes(peak)} at the prefill peak) with {self.profile_name}; "
+            f"a full FP16 cache of {policy.budget_tokens:,} tokens: {format_bytes(at_budget.full_bytes)}."
         )
 
     def _model_kind_changed(self, *_args) -> None:

@@ -1,8 +1,6 @@
-"""Human-readable numbers for the window: bytes, durations, rates."""
+"""Human-readable durations and counts for the window (bytes: engine.units.format_bytes)."""
 
 from __future__ import annotations
-
-from engine.units import format_bytes as fmt_bytes  # noqa: F401 - re-exported for the widgets
 
 
 def fmt_duration(seconds: float | None) -> str:

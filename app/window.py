@@ -24,7 +24,7 @@ from app.chat import ChatView, normalise_label
 from app.gauge import MemoryGauge
 from app.library import CACHED, STALE, DocumentRecord, Library, config_signature
 from app.settings_dialog import SettingsDialog
-from app.units import fmt_bytes, fmt_duration
+from app.units import fmt_duration
 from app.worker import ApplyResult, ConfirmRequest, EngineClient, Job, JobError, ModelInfo, OpenResult
 from engine import paths
 from engine.documents import WrongPasswordError
@@ -32,6 +32,7 @@ from engine.errors import HalamanError
 from engine.estimate import KNOWN_SHAPES, estimate
 from engine.session import Answer, Progress
 from engine.settings import EngineSettings, load_settings, save_settings
+from engine.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +376,7 @@ class MainWindow(QMainWindow):
 
     def _on_model_loaded(self, info: ModelInfo) -> None:
         self.model_status.setText(
-            f"Model: {info.label} on {info.device.upper()} · weights {fmt_bytes(info.weight_bytes)} (4-bit) · "
+            f"Model: {info.label} on {info.device.upper()} · weights {format_bytes(info.weight_bytes)} (4-bit) · "
             f"loaded in {info.load_seconds:.1f} s"
         )
         self._update_estimate()
@@ -759,7 +760,7 @@ class MainWindow(QMainWindow):
         report = self.last_report if is_open else None
         if report is not None:
             ratio = report.full_fp16_bytes / max(report.kv.total_bytes, 1)
-            parts.append(f"KV cache {fmt_bytes(report.kv.total_bytes)} vs {fmt_bytes(report.full_fp16_bytes)} full FP16 "
+            parts.append(f"KV cache {format_bytes(report.kv.total_bytes)} vs {format_bytes(report.full_fp16_bytes)} full FP16 "
                          f"({ratio:.0f}× smaller)")
             parts.append("prefix cache hit" if report.prefix_hit else "prefilled")
             parts.append(f"positions {report.position_mode}")
@@ -954,15 +955,15 @@ class MainWindow(QMainWindow):
             est = estimate(profile, self.settings.cache, tokens)
         except HalamanError as exc:
             return str(exc)
-        text = (f"KV estimate: {fmt_bytes(est.compressed_bytes)} compressed vs {fmt_bytes(est.full_bytes)} full FP16 "
+        text = (f"KV estimate: {format_bytes(est.compressed_bytes)} compressed vs {format_bytes(est.full_bytes)} full FP16 "
                 f"({est.ratio:.0f}× smaller)")
         memory = self.client.last_memory
         if memory is not None:
             if est.peak_bytes <= memory.device_free_bytes:
                 full = "a full cache would fit too" if est.full_bytes <= memory.device_free_bytes else "a full cache would not"
-                text += f" — fits in the {fmt_bytes(memory.device_free_bytes)} free ({full})"
+                text += f" — fits in the {format_bytes(memory.device_free_bytes)} free ({full})"
             else:
-                text += f" — does NOT fit in the {fmt_bytes(memory.device_free_bytes)} free: lower the budget"
+                text += f" — does NOT fit in the {format_bytes(memory.device_free_bytes)} free: lower the budget"
         return text
 
     def _update_estimate(self) -> None:
@@ -974,7 +975,7 @@ class MainWindow(QMainWindow):
             return
         self.estimate_label.setText(
             f"Budget {policy.budget_tokens:,} tokens (sink {policy.sink_tokens} + window {policy.window_tokens:,} "
-            f"+ heavy hitters), INT{policy.kv_bits}: at most {fmt_bytes(at_budget.compressed_bytes)} of KV cache "
+            f"+ heavy hitters), INT{policy.kv_bits}: at most {format_bytes(at_budget.compressed_bytes)} of KV cache "
             f"per document, whatever its length."
         )
 

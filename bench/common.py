@@ -117,7 +117,7 @@ def hf_folder() -> Path:
 
 def book_token_ids(tokenizer, pages: int | None = None) -> list[int]:
     """Token ids of Think Python's text (first `pages` pages, or all), cached under bench/.work."""
-    tag = f"all" if pages is None else f"p{pages}"
+    tag = "all" if pages is None else f"p{pages}"
     cached = WORK / f"thinkpython-{tag}.json"
     if cached.is_file():
         return json.loads(cached.read_text())

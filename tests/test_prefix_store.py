@@ -147,7 +147,7 @@ def test_key_pinned_value():
 
 def test_key_is_stable_across_processes():
     code = textwrap.dedent(
-        f"""
+        """
         import json, sys
         from engine.prefix_store import prefix_key
         print(prefix_key(**json.loads(sys.argv[1])))
