@@ -32,7 +32,7 @@ from engine.errors import HalamanError
 from engine.estimate import KNOWN_SHAPES, estimate
 from engine.session import Answer, Progress
 from engine.settings import EngineSettings, load_settings, save_settings
-from engine.units import format_bytes
+from engine.units import format_bytes, size_ratio
 
 log = logging.getLogger(__name__)
 
@@ -759,9 +759,8 @@ class MainWindow(QMainWindow):
             parts.append(f"{record.tokens:,} tokens")
         report = self.last_report if is_open else None
         if report is not None:
-            ratio = report.full_fp16_bytes / max(report.kv.total_bytes, 1)
             parts.append(f"KV cache {format_bytes(report.kv.total_bytes)} vs {format_bytes(report.full_fp16_bytes)} full FP16 "
-                         f"({ratio:.0f}× smaller)")
+                         f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes, digits=0)})")
             parts.append("prefix cache hit" if report.prefix_hit else "prefilled")
             parts.append(f"positions {report.position_mode}")
         elif record.tokens:
@@ -956,7 +955,7 @@ class MainWindow(QMainWindow):
         except HalamanError as exc:
             return str(exc)
         text = (f"KV estimate: {format_bytes(est.compressed_bytes)} compressed vs {format_bytes(est.full_bytes)} full FP16 "
-                f"({est.ratio:.0f}× smaller)")
+                f"({size_ratio(est.full_bytes, est.compressed_bytes, digits=0)})")
         memory = self.client.last_memory
         if memory is not None:
             if est.peak_bytes <= memory.device_free_bytes:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engine.errors import HalamanError
 from engine.settings import CachePolicy, EngineSettings, load_settings
-from engine.units import format_bytes
+from engine.units import format_bytes, size_ratio
 
 EXIT_ERROR = 1
 EXIT_CANCELLED = 130
@@ -116,14 +116,18 @@ def _open_store(settings: EngineSettings):
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
+    from engine.documents import load_document
     from engine.models.loader import load_model
     from engine.session import DocumentSession
 
     settings = _settings_from(args)
-    if not Path(args.path).exists():  # say so before spending seconds on the model
+    if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
     cloud_settings = _cloud_settings(args, settings)
     err = sys.stderr
+    # Read the document before loading the model: a bad file is reported in a second, not after
+    # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
+    document = load_document(args.path, password=args.password)
     print(f"Loading {settings.model} ...", file=err, flush=True)
     model = load_model(settings.model, device=settings.device)
     print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} (4-bit), "
@@ -132,7 +136,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     bar = _ProgressBar()
     try:
-        report = session.open(args.path, password=args.password, progress=bar.update, cancel=cancel)
+        report = session.open(document, progress=bar.update, cancel=cancel)
     finally:
         bar.close()
     for warning in report.warnings[:10]:
@@ -149,7 +153,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"cache policy    budget {policy.budget_tokens:,} tokens = sink {policy.sink_tokens} + window {policy.window_tokens:,}"
         f" + heavy hitters; INT{policy.kv_bits} group {policy.group_size}; positions {report.position_mode}\n"
         f"KV cache held   {format_bytes(report.kv.total_bytes)} ({report.kv.total_bytes:,} bytes) vs. full FP16 "
-        f"{format_bytes(report.full_fp16_bytes)} ({report.full_fp16_bytes / max(report.kv.total_bytes, 1):.1f}x smaller)\n"
+        f"{format_bytes(report.full_fp16_bytes)} ({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)})\n"
         f"prefix cache    {'hit' if report.prefix_hit else 'miss'}"
         f"{'' if report.prefix_hit else f' (prefill {report.prefill_seconds:.1f} s, {report.prefill_tokens_per_s:,.0f} tokens/s)'}"
         f"{'' if settings.prefix_cache else ' (disabled)'}\n"
@@ -227,7 +231,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         f"{args.tokens:,} tokens = {result.full_bytes:,} bytes ({format_bytes(result.full_bytes)})\n"
         f"compressed      budget {policy.budget_tokens:,} (sink {policy.sink_tokens} + window {policy.window_tokens:,} "
         f"+ heavy hitters), INT{policy.kv_bits} group {policy.group_size}, residual {policy.residual_tokens}: "
-        f"{result.compressed_bytes:,} bytes ({format_bytes(result.compressed_bytes)}), {result.ratio:.1f}x smaller\n"
+        f"{result.compressed_bytes:,} bytes ({format_bytes(result.compressed_bytes)}), "
+        f"{size_ratio(result.full_bytes, result.compressed_bytes)}\n"
         f"prefill peak    {result.peak_bytes:,} bytes ({format_bytes(result.peak_bytes)}) with {policy.chunk_tokens}-token chunks"
     )
     if profile.max_positions < args.tokens:

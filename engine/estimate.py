@@ -41,11 +41,6 @@ class KVEstimate:
     kept_tokens: int           # tokens kept per layer and KV head
     peak_bytes: int            # compressed cache at its prefill peak (a 16-bit chunk just arrived)
 
-    @property
-    def ratio(self) -> float:
-        """How many times smaller the compressed cache is."""
-        return self.full_bytes / self.compressed_bytes if self.compressed_bytes else float("inf")
-
 
 def full_cache_bytes(profile: ModelProfile, n_tokens: int, bytes_per_element: int = 2) -> int:
     """2 · L · H_kv · D · bytes_per_element · N."""

@@ -117,7 +117,7 @@ class DocumentSession:
     # ------------------------------------------------------------------ open
     def open(
         self,
-        path: str,
+        path: str | Document,
         *,
         password: str | None = None,
         progress: Callable[[Progress], None] | None = None,
@@ -125,12 +125,14 @@ class DocumentSession:
     ) -> OpenReport:
         """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled.
 
-        Any failure leaves the session with no document, so a later `ask` says so clearly.
+        `path` may also be a `Document` already read with `load_document` (the CLI reads first, so
+        a bad file is reported before the model is loaded). Any failure leaves the session with
+        no document, so a later `ask` says so clearly.
         """
         self.close()
         began = time.perf_counter()
         notify = progress or (lambda _p: None)
-        document = load_document(
+        document = path if isinstance(path, Document) else load_document(
             path, password=password, cancel=cancel,
             progress=lambda done, total: notify(Progress("reading", done, total, "pages" if total else "files")),
         )

@@ -67,3 +67,14 @@ def test_bad_input_is_one_line_and_exit_1(args, message):
     lines = [line for line in out.stderr.splitlines() if line.startswith("halaman:")]
     assert len(lines) == 1 and message in lines[0]
     assert "Traceback" not in out.stderr
+
+
+def test_a_bad_document_is_reported_before_the_model_is_loaded(tmp_path):
+    # The model path does not exist either: whichever error comes first tells what was read first.
+    fake = tmp_path / "report.pdf"
+    fake.write_text("# not a PDF, only named like one\n")
+    out = run("ask", str(fake), "q", "--model", "./missing.gguf")
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if line.startswith("halaman:")]
+    assert len(lines) == 1 and "not a PDF" in lines[0], out.stderr
+    assert "Loading" not in out.stderr

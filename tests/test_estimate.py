@@ -50,3 +50,16 @@ def test_rest_and_peak_match_a_real_layer(n_tokens):
         assert peak == peak_cache_bytes(profile, policy, n_tokens)  # exact once evicting
     else:
         assert peak <= peak_cache_bytes(profile, policy, n_tokens)
+
+
+def test_ratio_text_says_larger_when_a_short_document_costs_more_than_fp16():
+    from engine.estimate import estimate
+    from engine.units import size_ratio
+
+    smollm, policy = KNOWN_SHAPES["smollm2-135m"], CachePolicy()
+    short = estimate(smollm, policy, 100)  # all in the 16-bit residual, plus whole blocks and scores
+    assert short.compressed_bytes > short.full_bytes
+    assert size_ratio(short.full_bytes, short.compressed_bytes) == f"{short.compressed_bytes / short.full_bytes:.1f}× larger"
+    long = estimate(KNOWN_SHAPES["llama-3.2-3b"], policy, 131_072)
+    assert size_ratio(long.full_bytes, long.compressed_bytes, digits=0) == f"{long.full_bytes / long.compressed_bytes:.0f}× smaller"
+    assert size_ratio(1, 0) == "—"

@@ -210,6 +210,23 @@ def test_marker_decides_whether_to_prepare_again(tmp_path, user_home):
     assert not prepare.is_ready(layout)
 
 
+def test_installing_the_same_release_again_says_so_and_skips_the_download_note(tmp_path, user_home):
+    release = fake_release(tmp_path / "release")
+    said = []
+    layout = install(release, tmp_path / "prefix", bin_dir=None, out=said.append)
+    assert "again" not in said[0] and any("to download" in line for line in said)
+    said.clear()
+    install(release, tmp_path / "prefix", bin_dir=None, out=said.append)
+    assert "(installed again over the same version)" in said[0] and any("to download" in line for line in said)
+    layout.env_python().parent.mkdir(parents=True)
+    layout.env_python().write_text("")
+    write_json(layout.marker, {"version": "9.9.9", "wheel_sha256": "abc9.9.9", "python": prepare.python_tag()})
+    said.clear()
+    install(release, tmp_path / "prefix", bin_dir=None, out=said.append)
+    assert said[-1] == "Its environment is already set up: Halaman starts at once."
+    assert not any("to download" in line for line in said)
+
+
 def test_too_little_disk_stops_before_anything_and_says_how_much(tmp_path, user_home, monkeypatch):
     layout = install(fake_release(tmp_path / "release"), tmp_path / "prefix", bin_dir=None, out=lambda *_: None)
     monkeypatch.setattr(prepare.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 10**9, 10**9))

@@ -89,12 +89,22 @@ def install(source: Path, prefix: Path, *, bin_dir: Path | None, desktop_entry: 
         "registry": registry, "torch": torch if torch not in (None, "auto") else None,
     })
     choice = choose_torch(detect_nvidia(), override=torch)
-    out(f"Installed Halaman {release['version']} in {layout.prefix}"
-        + (f" (upgraded from {previous.get('version')})" if previous else ""))
+    if not previous:
+        over = ""
+    elif previous.get("version") == release["version"]:
+        over = " (installed again over the same version)"
+    else:
+        over = f" (replacing {previous.get('version')})"
+    out(f"Installed Halaman {release['version']} in {layout.prefix}{over}")
     if files:
         out("  menu entry:  " + ", ".join(str(f) for f in files))
     out(f"  command:     {bin_link or layout.launcher_command}")
     out(f"  uninstall:   {layout.uninstall_command}")
+    from halaman_launcher.prepare import is_ready
+
+    if is_ready(layout):  # the same release over a prepared environment: nothing to download
+        out("Its environment is already set up: Halaman starts at once.")
+        return layout
     out(f"The first start sets up PyTorch ({choice.label}: {choice.reason}) and the default model: about "
         f"{format_size(choice.download_bytes)} to download and {format_size(choice.needed_bytes)} of free disk, "
         "a few minutes, with a progress window. Later starts are quick.")
