@@ -276,7 +276,8 @@ class _ProgressBar:
             self._phase = progress.phase
             if progress.phase in ("prefill", "reading") and progress.total > 1:
                 self._bar = tqdm(total=progress.total, unit=f" {progress.unit}", desc=progress.phase, file=sys.stderr,
-                                 unit_scale=progress.unit == "tokens", dynamic_ncols=True)
+                                 unit_scale=progress.unit == "tokens", dynamic_ncols=True,
+                                 smoothing=0)  # the average rate, as the report prints it; chunks vary a lot
         if self._bar is not None:
             self._bar.update(progress.done - self._bar.n)
 
