@@ -80,7 +80,7 @@ def footer_text(message: MessageRecord) -> str:
     if message.tokens_per_s is not None:
         parts.append(f"{message.tokens_per_s:.1f} tokens/s")
     if message.source != "cloud" and message.prefix_hit is not None:
-        parts.append("prefix cache hit" if message.prefix_hit else "prefix cache miss (prefilled)")
+        parts.append("prefix cache hit" if message.prefix_hit else "prefix cache miss (document prefilled)")
     if message.tokens is not None:
         parts.append(f"{message.tokens} tokens")
     if message.state == "cancelled" or message.stop_reason == "cancelled":

@@ -760,7 +760,7 @@ class MainWindow(QMainWindow):
         report = self.last_report if is_open else None
         if report is not None:
             parts.append(f"KV cache {format_bytes(report.kv.total_bytes)} vs {format_bytes(report.full_fp16_bytes)} full FP16 "
-                         f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes, digits=0)})")
+                         f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)})")
             parts.append("prefix cache hit" if report.prefix_hit else "prefilled")
             parts.append(f"positions {report.position_mode}")
         elif record.tokens:
@@ -955,7 +955,7 @@ class MainWindow(QMainWindow):
         except HalamanError as exc:
             return str(exc)
         text = (f"KV estimate: {format_bytes(est.compressed_bytes)} compressed vs {format_bytes(est.full_bytes)} full FP16 "
-                f"({size_ratio(est.full_bytes, est.compressed_bytes, digits=0)})")
+                f"({size_ratio(est.full_bytes, est.compressed_bytes)})")
         memory = self.client.last_memory
         if memory is not None:
             if est.peak_bytes <= memory.device_free_bytes:

@@ -77,7 +77,9 @@ class OpenReport:
 
 @dataclass
 class Answer:
-    """One answer. time_to_first_token_s counts from the call to the first streamed token."""
+    """One answer. time_to_first_token_s counts from the call to the first streamed token.
+    prefix_hit: the document's KV cache was reused for this answer (restored from the prefix store,
+    or kept in memory from an earlier question) rather than prefilled just before it."""
 
     question: str
     text: str
@@ -109,6 +111,7 @@ class DocumentSession:
         self.report: OpenReport | None = None
         self._snapshot: CompressedCache | None = None
         self._conversation: CompressedCache | None = None
+        self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
         self._stop_ids = _stop_token_ids(model)
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
         # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
@@ -153,6 +156,7 @@ class DocumentSession:
             cache.shrink()
             self._save(key, cache, len(prefix_ids), f"{document.title} · {self.model.label}")
         self.document, self._snapshot = document, cache
+        self._prefilled_for_next = not hit
         self.report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
@@ -192,6 +196,7 @@ class DocumentSession:
         else:
             cache, suffix = self._snapshot.clone(), question_suffix(self.layout, question)
         self._conversation = None
+        prefilled_for_this, self._prefilled_for_next = self._prefilled_for_next, False
         suffix_ids = self._encode(suffix)
         decoder = self.model.decoder
         limit = max_new_tokens or self.settings.max_new_tokens
@@ -235,7 +240,7 @@ class DocumentSession:
         return Answer(
             question=question, text=text, token_ids=generated, prompt_tokens=self.report.document_tokens + len(suffix_ids),
             time_to_first_token_s=ttft, decode_tokens_per_s=(len(generated) - 1) / decode_s if decode_s and len(generated) > 1 else 0.0,
-            prefix_hit=self.report.prefix_hit, stop_reason=stop,
+            prefix_hit=not prefilled_for_this, stop_reason=stop,
             mean_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0, kv=cache.memory(),
         )
 

@@ -13,11 +13,11 @@ def format_bytes(n: int | float) -> str:
     return f"{n} B"
 
 
-def size_ratio(full_bytes: int | float, held_bytes: int | float, *, digits: int = 1) -> str:
+def size_ratio(full_bytes: int | float, held_bytes: int | float) -> str:
     """How the held KV cache compares with a full one: '6.5× smaller', or '1.1× larger' for a short
     document, where the 16-bit residual and whole blocks outweigh what INT4 saves."""
     if held_bytes <= 0 or full_bytes <= 0:
         return "—"
     if full_bytes >= held_bytes:
-        return f"{full_bytes / held_bytes:.{digits}f}× smaller"
-    return f"{held_bytes / full_bytes:.{digits}f}× larger"
+        return f"{full_bytes / held_bytes:.1f}× smaller"
+    return f"{held_bytes / full_bytes:.1f}× larger"

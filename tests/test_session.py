@@ -58,9 +58,11 @@ def test_every_question_starts_from_the_snapshot(smol, tmp_path):
     doc = tmp_path / "notes.txt"
     doc.write_text("The meeting is on Tuesday at 10 in room 4. Bring the budget report.\n" * 3)
     session = DocumentSession(smol, SMALL)
-    session.open(str(doc))
-    a = session.ask("When is the meeting?").token_ids
-    session.ask("Which room?")
+    assert not session.open(str(doc)).prefix_hit
+    first = session.ask("When is the meeting?")
+    a = first.token_ids
+    # the first answer paid for the prefill; later ones reuse the document's cache from memory
+    assert not first.prefix_hit and session.ask("Which room?").prefix_hit
     assert session.ask("When is the meeting?").token_ids == a  # not polluted by the previous answer
     follow = session.ask("And what should I bring?", follow_up=True)
     assert follow.prompt_tokens > 0 and follow.stop_reason in ("end", "max_tokens")
