@@ -112,6 +112,7 @@ class DocumentSession:
         self._snapshot: CompressedCache | None = None
         self._conversation: CompressedCache | None = None
         self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
+        self._filling: CompressedCache | None = None  # the cache a running prefill is filling
         self._stop_ids = _stop_token_ids(model)
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
         # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
@@ -148,10 +149,14 @@ class DocumentSession:
         if cache is None:
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
             t0 = time.perf_counter()
-            self.model.decoder.prefill(
-                torch.tensor(prefix_ids), cache, cancel=cancel,
-                progress=lambda done, total, elapsed: notify(_prefill_progress(done, total, elapsed)),
-            )
+            self._filling = cache  # memory() reports it from progress callbacks (the live gauge)
+            try:
+                self.model.decoder.prefill(
+                    torch.tensor(prefix_ids), cache, cancel=cancel,
+                    progress=lambda done, total, elapsed: notify(_prefill_progress(done, total, elapsed)),
+                )
+            finally:
+                self._filling = None
             prefill_s = time.perf_counter() - t0
             cache.shrink()
             self._save(key, cache, len(prefix_ids), f"{document.title} · {self.model.label}")
@@ -245,8 +250,9 @@ class DocumentSession:
         )
 
     def memory(self) -> MemoryReport:
-        """Weights / KV / workspace / free now, on the model's device."""
-        cache = self._conversation or self._snapshot
+        """Weights / KV / workspace / free now, on the model's device. During `open`, call it only
+        from the progress callback (between chunks): it then reports the cache being prefilled."""
+        cache = self._conversation or self._snapshot or self._filling
         policy = cache.policy if cache else self.settings.cache
         # The mark on the gauge: what the cache may hold at its peak (budget + one chunk).
         peak = estimate(self.model.profile, policy, policy.budget_tokens + policy.chunk_tokens).peak_bytes

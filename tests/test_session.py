@@ -58,7 +58,11 @@ def test_every_question_starts_from_the_snapshot(smol, tmp_path):
     doc = tmp_path / "notes.txt"
     doc.write_text("The meeting is on Tuesday at 10 in room 4. Bring the budget report.\n" * 3)
     session = DocumentSession(smol, SMALL)
-    assert not session.open(str(doc)).prefix_hit
+    kv_during_prefill = []
+    report = session.open(str(doc), progress=lambda p: p.phase == "prefill" and kv_during_prefill.append(session.memory().kv_bytes))
+    assert not report.prefix_hit
+    # the live gauge: the cache being prefilled is reported from the progress callback, and grows
+    assert kv_during_prefill and kv_during_prefill[-1] > 0 and kv_during_prefill == sorted(kv_during_prefill)
     first = session.ask("When is the meeting?")
     a = first.token_ids
     # the first answer paid for the prefill; later ones reuse the document's cache from memory
