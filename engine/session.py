@@ -150,10 +150,11 @@ class DocumentSession:
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
             t0 = time.perf_counter()
             self._filling = cache  # memory() reports it from progress callbacks (the live gauge)
+            clock = PrefillClock(policy.budget_tokens)
             try:
                 self.model.decoder.prefill(
                     torch.tensor(prefix_ids), cache, cancel=cancel,
-                    progress=lambda done, total, elapsed: notify(_prefill_progress(done, total, elapsed)),
+                    progress=lambda done, total, elapsed: notify(clock(done, total, elapsed)),
                 )
             finally:
                 self._filling = None
@@ -355,10 +356,50 @@ class DocumentSession:
         return token, float(logprobs[token])
 
 
-def _prefill_progress(done: int, total: int, elapsed: float) -> Progress:
-    rate = done / elapsed if elapsed > 0 else 0.0
-    eta = (total - done) / rate if rate > 0 else None
-    return Progress("prefill", done, total, "tokens", tokens_per_s=rate, eta_s=eta)
+class PrefillClock:
+    """Turns the decoder's (done, total, elapsed seconds) into a prefill `Progress`.
+
+    tokens_per_s is the average so far (what the report prints). The ETA follows the cost of chunked
+    prefill instead of the average rate: a chunk attends to the kept cache plus itself, and the kept
+    cache grows until it reaches the budget, so the time per token is about a + b·kept with
+    kept = min(tokens before the chunk, budget). a and b are fitted (least squares) to the chunks
+    seen so far and summed over the chunks to come. The average rate overestimated the rate to come
+    (a fresh user saw "7 min left" stay put for minutes on a 9.7k-token PDF).
+    """
+
+    def __init__(self, budget_tokens: int) -> None:
+        self.budget_tokens = budget_tokens
+        self._last = (0, 0.0)
+        self._chunks: list[tuple[int, float, float]] = []  # (tokens, seconds per token, kept before it)
+
+    def __call__(self, done: int, total: int, elapsed: float) -> Progress:
+        last_done, last_elapsed = self._last
+        if done > last_done and elapsed > last_elapsed:
+            self._chunks.append((done - last_done, (elapsed - last_elapsed) / (done - last_done),
+                                 min(last_done, self.budget_tokens)))
+            self._last = (done, elapsed)
+        rate = done / elapsed if elapsed > 0 else 0.0
+        return Progress("prefill", done, total, "tokens", tokens_per_s=rate, eta_s=self._eta(done, total))
+
+    def _eta(self, done: int, total: int) -> float | None:
+        if not self._chunks:
+            return None
+        weights = [n for n, _, _ in self._chunks]
+        mean_kept = sum(n * kept for n, _, kept in self._chunks) / sum(weights)
+        mean_cost = sum(n * cost for n, cost, _ in self._chunks) / sum(weights)
+        spread = sum(n * (kept - mean_kept) ** 2 for n, _, kept in self._chunks)
+        slope = sum(n * (kept - mean_kept) * (cost - mean_cost) for n, cost, kept in self._chunks) / spread if spread else 0.0
+        slope = max(slope, 0.0)  # a noisy fit must not predict that a fuller cache is cheaper
+        intercept = mean_cost - slope * mean_kept
+        if slope == 0.0 or intercept <= 0:  # one point or noise: the recent per-token cost
+            slope, intercept = 0.0, sum(cost for _, cost, _ in self._chunks[-3:]) / len(self._chunks[-3:])
+        chunk = self._chunks[-1][0]
+        seconds, position = 0.0, done
+        while position < total:
+            step = min(chunk, total - position)
+            seconds += step * (intercept + slope * min(position, self.budget_tokens))
+            position += step
+        return seconds
 
 
 def _stop_token_ids(model: LoadedModel) -> set[int]:

@@ -174,3 +174,28 @@ def test_bad_input_gives_one_line_errors(smol, corpus, tmp_path):
         session.ask("   ")
     with pytest.raises(SettingsError, match="sink"):
         SMALL.cache.replace(budget_tokens=100, window_tokens=128)
+
+
+def test_prefill_eta_follows_chunks_that_slow_down_as_the_cache_fills():
+    """A prefill simulated with the cost the mechanism implies, plus ±10 % noise: a chunk costs
+    about chunk·(a + kept + chunk/2) with `kept` growing to the budget. The true time left is
+    known; from the first quarter on, the ETA must be within 20 % of it and closer than the
+    average-rate ETA (done / elapsed), which underestimates while the cache fills."""
+    from engine.session import PrefillClock
+
+    total, chunk, budget = 9_728, 512, 4_096
+    noise = [1.0, 1.1, 0.92, 1.05, 0.95, 1.08, 0.9, 1.02]
+    costs = [chunk * (2_000 + min(start, budget) + chunk / 2) * 1e-6 * noise[i % len(noise)]
+             for i, start in enumerate(range(0, total, chunk))]
+    clock, elapsed = PrefillClock(budget), 0.0
+    for index, cost in enumerate(costs[:-1]):
+        elapsed += cost
+        done = (index + 1) * chunk
+        progress = clock(done, total, elapsed)
+        truth = sum(costs[index + 1:])
+        average_eta = (total - done) / (done / elapsed)
+        assert progress.tokens_per_s == pytest.approx(done / elapsed)
+        if done >= total // 4:
+            assert abs(progress.eta_s - truth) <= 0.2 * truth, (done, progress.eta_s, truth)
+            if done <= budget:
+                assert abs(progress.eta_s - truth) < abs(average_eta - truth), (done, progress.eta_s, average_eta, truth)
