@@ -79,6 +79,7 @@ def main() -> None:
 
     torch.set_num_threads(int(tasks.get("threads", 1)))
     import kvpress
+    import safetensors.torch
     import transformers
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -129,9 +130,9 @@ def main() -> None:
                     except Exception as exc:  # noqa: BLE001
                         results["errors"].append(f"{name} {ratio} {job['id']}: {type(exc).__name__}: {exc}")
                         continue
-                    if name == "none":
-                        torch.save(logits, ref_path)  # the full-cache logits, kept for a resumed run
-                    ref = torch.load(ref_path)
+                    if name == "none":  # the full-cache logits, kept for a resumed run
+                        safetensors.torch.save_file({"logits": logits.contiguous()}, ref_path)
+                    ref = safetensors.torch.load_file(ref_path)["logits"]
                     targets = cont[0, 1:]
                     p = torch.log_softmax(ref[:-1], -1)
                     q = torch.log_softmax(logits[:-1], -1)
@@ -148,7 +149,7 @@ def main() -> None:
 
 
 def _ref_path(results_path: str, job_id: str) -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(results_path)), f"kvpress-reference-{job_id}.pt")
+    return os.path.join(os.path.dirname(os.path.abspath(results_path)), f"kvpress-reference-{job_id}.safetensors")
 
 
 def _save(path: str, results: dict) -> None:
