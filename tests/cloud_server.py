@@ -103,15 +103,19 @@ class _Handler(BaseHTTPRequestHandler):
         scenario(self, body, cloud.counts[model])
 
     # ---------------------------------------------------------------- writing
-    def json_error(self, status: int, message: str, code: str, headers: dict | None = None) -> None:
-        data = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}).encode()
+    def send_body(self, status: int, content_type: str, data: bytes, headers: dict | None = None) -> None:
+        """A whole (non-streamed) response with its Content-Length."""
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def json_error(self, status: int, message: str, code: str, headers: dict | None = None) -> None:
+        data = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}).encode()
+        self.send_body(status, "application/json", data, headers)
 
     def start_stream(self, *, chunked: bool = True) -> None:
         self.chunked = chunked
@@ -205,11 +209,7 @@ def _json(h: _Handler, body: dict, n: int) -> None:
     data = json.dumps({"id": "chatcmpl-2", "object": "chat.completion", "model": "served-model",
                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(PIECES)},
                                     "finish_reason": "stop"}], "usage": USAGE}).encode()
-    h.send_response(200)
-    h.send_header("Content-Type", "application/json")
-    h.send_header("Content-Length", str(len(data)))
-    h.end_headers()
-    h.wfile.write(data)
+    h.send_body(200, "application/json", data)
 
 
 def _strict(h: _Handler, body: dict, n: int) -> None:
@@ -282,12 +282,7 @@ def _error_event(h: _Handler, body: dict, n: int) -> None:
 
 
 def _html(h: _Handler, body: dict, n: int) -> None:
-    data = b"<html><body>Welcome to the hotel Wi-Fi</body></html>"
-    h.send_response(200)
-    h.send_header("Content-Type", "text/html")
-    h.send_header("Content-Length", str(len(data)))
-    h.end_headers()
-    h.wfile.write(data)
+    h.send_body(200, "text/html", b"<html><body>Welcome to the hotel Wi-Fi</body></html>")
 
 
 def _redirect(h: _Handler, body: dict, n: int) -> None:
