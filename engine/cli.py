@@ -118,7 +118,7 @@ def _open_store(settings: EngineSettings):
 def _cmd_ask(args: argparse.Namespace) -> int:
     from engine.documents import load_document
     from engine.models.loader import load_model
-    from engine.session import DocumentSession
+    from engine.session import DocumentSession, reading_progress
 
     settings = _settings_from(args)
     if not Path(args.path).exists():
@@ -127,14 +127,17 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     err = sys.stderr
     # Read the document before loading the model: a bad file is reported in a second, not after
     # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
-    document = load_document(args.path, password=args.password)
+    bar = _ProgressBar()
+    try:
+        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update))
+    finally:
+        bar.close()
     print(f"Loading {settings.model} ...", file=err, flush=True)
     model = load_model(settings.model, device=settings.device)
     print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} (4-bit), "
           f"loaded in {model.load_seconds:.1f} s", file=err)
     session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
     cancel = threading.Event()
-    bar = _ProgressBar()
     try:
         report = session.open(document, progress=bar.update, cancel=cancel)
     finally:

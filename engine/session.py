@@ -137,9 +137,7 @@ class DocumentSession:
         began = time.perf_counter()
         notify = progress or (lambda _p: None)
         document = path if isinstance(path, Document) else load_document(
-            path, password=password, cancel=cancel,
-            progress=lambda done, total: notify(Progress("reading", done, total, "pages" if total else "files")),
-        )
+            path, password=password, cancel=cancel, progress=reading_progress(notify))
         notify(Progress("tokenizing", 0, 1, "documents"))
         prefix_ids = self._encode(document_prefix(self.layout, document.render()))
         policy = self._resolve_policy(len(prefix_ids))
@@ -354,6 +352,11 @@ class DocumentSession:
         else:
             token = int(scores.argmax())
         return token, float(logprobs[token])
+
+
+def reading_progress(notify: Callable[[Progress], None]) -> Callable[[int, int], None]:
+    """`load_document`'s progress(done, total) as "reading" `Progress` events for `notify`."""
+    return lambda done, total: notify(Progress("reading", done, total, "pages" if total else "files"))
 
 
 class PrefillClock:
