@@ -11,9 +11,11 @@ import keyring.errors
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus"
-if not CORPUS.is_dir():  # a clone elsewhere: CI points at the corpus explicitly
-    CORPUS = Path(os.environ.get("HALAMAN_CORPUS", "/work/shared/corpus"))
+# $HALAMAN_CORPUS if set; else ../shared/corpus beside the checkout; else the team machine's copy
+# (a clone elsewhere, e.g. CI's clean clone under /tmp).
+CORPUS = Path(os.environ["HALAMAN_CORPUS"]) if os.environ.get("HALAMAN_CORPUS") else REPO.parent / "shared" / "corpus"
+if not CORPUS.is_dir() and not os.environ.get("HALAMAN_CORPUS"):
+    CORPUS = Path("/work/shared/corpus")
 
 # One home for the whole run, kept between runs under .pytest_cache so the GGUF conversion of the
 # default model (~15-40 s) is paid once per machine; tests that need a private store or settings
