@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.errors import HalamanError
-from engine.settings import CachePolicy, EngineSettings, load_settings
+from engine.settings import CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, size_ratio
 
 EXIT_ERROR = 1
@@ -84,6 +84,12 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--residual", type=int, dest="residual_tokens", help="newest tokens kept in 16-bit")
     group.add_argument("--position-mode", choices=("auto", "original", "compact"), dest="position_mode")
     group.add_argument("--chunk", type=int, dest="chunk_tokens", help="prefill chunk in tokens")
+    recall = parser.add_argument_group("recall from the on-disk archive (defaults from settings.toml)")
+    recall.add_argument("--recall-tokens", type=int, dest="recall_tokens",
+                        help="tokens per layer and KV head a question may bring back from the archive (0 = none)")
+    recall.add_argument("--archive-bits", type=int, choices=(2, 4), dest="archive_bits", help="bits per archived value")
+    recall.add_argument("--recall-block", type=int, dest="block_tokens", help="tokens per archive block")
+    recall.add_argument("--no-archive", action="store_true", help="do not keep the archive (answers use the snapshot only)")
 
 
 def _cloud_flags(parser: argparse.ArgumentParser) -> None:
@@ -99,13 +105,25 @@ def _cloud_flags(parser: argparse.ArgumentParser) -> None:
 def _settings_from(args: argparse.Namespace) -> EngineSettings:
     settings = load_settings()
     policy_changes = {name: getattr(args, name) for name in asdict(CachePolicy()) if getattr(args, name, None) is not None}
-    changes = {"cache": settings.cache.replace(**policy_changes)}
+    recall_changes = {name: getattr(args, name) for name in asdict(RecallSettings()) if getattr(args, name, None) is not None}
+    if getattr(args, "no_archive", False):
+        recall_changes["archive"] = False
+    changes = {"cache": settings.cache.replace(**policy_changes), "recall": settings.recall.replace(**recall_changes)}
     for flag, name in (("model", "model"), ("device", "device"), ("max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
             changes[name] = getattr(args, flag)
     if getattr(args, "no_prefix_cache", False):
         changes["prefix_cache"] = False
     return settings.replace(**changes)
+
+
+def recall_line(stats, recall: RecallSettings) -> str:
+    """One line on what recall did for an answer (stats: `RecallStats` or None)."""
+    if stats is None:
+        return "off" if not recall.archive or not recall.recall_tokens else "off (no archive for this document)"
+    return (f"{stats.tokens_recalled:,} tokens in {stats.blocks_recalled:,} blocks (per layer and KV head, all summed) "
+            f"of {stats.blocks_scored:,} scored; {format_bytes(stats.bytes_read)} read; "
+            f"{stats.seconds * 1000:.0f} ms (score {stats.score_s * 1000:.0f}, read {stats.read_s * 1000:.0f})")
 
 
 def _open_store(settings: EngineSettings):
@@ -161,8 +179,11 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"{'' if report.prefix_hit else f' (prefill {report.prefill_seconds:.1f} s, {report.prefill_tokens_per_s:,.0f} tokens/s)'}"
         f"{'' if settings.prefix_cache else ' (disabled)'}\n"
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
-        f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
+        f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}\n"
+        f"recall          {recall_line(answer.recall, settings.recall)}"
     )
+    if answer.sources:
+        print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
     if cloud_settings is not None:
         return _ask_cloud_after(args, cloud_settings, session, report, answer, cancel)
     return 0

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.kvcache.archive import archive_bytes
 from engine.kvcache.quant import KVFormat
 from engine.models.loader import ModelProfile
-from engine.settings import CachePolicy
+from engine.settings import CachePolicy, RecallSettings
 
 # Shapes from the public config.json of each model (num_hidden_layers, num_key_value_heads,
 # head_dim, num_attention_heads, max_position_embeddings), for estimates without downloading.
@@ -40,6 +41,8 @@ class KVEstimate:
     compressed_bytes: int      # compressed cache at rest, metadata included
     kept_tokens: int           # tokens kept per layer and KV head
     peak_bytes: int            # compressed cache at its prefill peak (a 16-bit chunk just arrived)
+    recall_bytes: int = 0      # tokens a question may recall, held beside the cache while it is answered
+    archive_bytes: int = 0     # disk: the archive of every token (0 when the archive is off)
 
 
 def full_cache_bytes(profile: ModelProfile, n_tokens: int, bytes_per_element: int = 2) -> int:
@@ -86,12 +89,31 @@ def peak_cache_bytes(profile: ModelProfile, policy: CachePolicy, n_tokens: int) 
     return profile.num_layers * profile.kv_heads * per_head
 
 
-def estimate(profile: ModelProfile, policy: CachePolicy, n_tokens: int) -> KVEstimate:
-    """Full vs. compressed KV bytes for `n_tokens`, at rest and at the prefill peak."""
+def recall_cache_bytes(profile: ModelProfile, recall: RecallSettings, group_size: int) -> int:
+    """Bytes the recalled tokens of one question hold: per layer and KV head, `recall_tokens` K and V
+    in the archive's format plus an int32 position and a float32 attention sum each."""
+    fmt = KVFormat(bits=recall.archive_bits, group_size=group_size)
+    per_token = 2 * fmt.bytes_per_token(profile.head_dim) + 8
+    return profile.num_layers * profile.kv_heads * recall.recall_tokens * per_token if recall.archive else 0
+
+
+def archive_disk_bytes(profile: ModelProfile, recall: RecallSettings, group_size: int, n_tokens: int) -> int:
+    """Disk bytes of a document's archive (`engine.kvcache.archive`), 0 with the archive off."""
+    if not recall.archive or n_tokens < 1:
+        return 0
+    return archive_bytes(profile.num_layers, profile.kv_heads, profile.head_dim, n_tokens, bits=recall.archive_bits,
+                         group_size=group_size, block_tokens=recall.block_tokens)
+
+
+def estimate(profile: ModelProfile, policy: CachePolicy, n_tokens: int, recall: RecallSettings | None = None) -> KVEstimate:
+    """Full vs. compressed KV bytes for `n_tokens`, at rest and at the prefill peak; with `recall`,
+    also the memory a question's recalled tokens take and the archive's size on disk."""
     return KVEstimate(
         n_tokens=n_tokens,
         full_bytes=full_cache_bytes(profile, n_tokens),
         compressed_bytes=compressed_cache_bytes(profile, policy, n_tokens),
         kept_tokens=min(n_tokens, policy.budget_tokens),
         peak_bytes=peak_cache_bytes(profile, policy, n_tokens),
+        recall_bytes=recall_cache_bytes(profile, recall, policy.group_size) if recall else 0,
+        archive_bytes=archive_disk_bytes(profile, recall, policy.group_size, n_tokens) if recall else 0,
     )

@@ -11,6 +11,8 @@ Layout under `root`:
     index.sqlite                       table `prefixes`: key, file, n_tokens, size_bytes, created_s,
                                        last_used_s, label, sha256 (WAL mode, sqlite-utils)
     <key>.safetensors                  one entry: tensors + header metadata (see `PrefixStore.put`)
+    <key>.archive.safetensors          optional: the entry's archive of every token (table `archives`:
+                                       key, size_bytes, sha256; `put_archive`), evicted with its entry
     .<key>.<pid>.<random>.tmp          a write in progress (or left by a crashed writer)
 
 Every entry is checksummed (SHA-256 of the whole file) and verified before it is parsed; a bad entry
@@ -62,6 +64,8 @@ _META_N_TOKENS = "halaman.n_tokens"
 _KEY_DOMAIN = b"halaman.prefix_key\x00"
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
 _ENTRY_RE = re.compile(r"([0-9a-f]{64})\.safetensors")
+_ARCHIVE_RE = re.compile(r"([0-9a-f]{64})\.archive\.safetensors")
+_ARCHIVES = "archives"
 _TEMP_RE = re.compile(r"\.([0-9a-f]{64})\.\d+\.[0-9a-f]+\.tmp")
 
 
@@ -148,6 +152,7 @@ class PrefixEntry:
     last_used_s: float
     label: str
     sha256: str
+    archive_bytes: int = 0  # size of the entry's archive file, 0 if it has none
 
 
 class PrefixStore:
@@ -314,18 +319,78 @@ class PrefixStore:
                 _remove(temp)
         return _entry(self.root, row)
 
+    def archive_temp_path(self, key: str) -> Path:
+        """A fresh temp path in `root` to write `key`'s archive to before `put_archive` (a crashed
+        writer's file is cleaned up like any temp file)."""
+        _check_key(key)
+        return self.root / f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+    def put_archive(self, key: str, temp: Path, *, sha256: str, size_bytes: int) -> Path:
+        """Move the finished archive file `temp` into place as `key`'s archive and index it; the
+        entry for `key` must exist (`put` first). Evicts least-recently-used entries (never this
+        one) down to the budget, archives counted. Raises PrefixTooLargeError when entry + archive
+        exceed the whole budget, CacheStoreError when there is no entry or the move fails; `temp` is
+        deleted on every failure."""
+        _check_key(key)
+        final = self._archive_path(key)
+        with self._lock:
+            try:
+                with self._write():
+                    row = self._row(key)
+                    if row is None:
+                        raise CacheStoreError(f"No prefix cache entry for the archive {key[:12]}; store the entry first.")
+                    if row["size_bytes"] + size_bytes > self.disk_budget_bytes:
+                        raise PrefixTooLargeError(
+                            f"The archive for {row['label']!r} needs {size_bytes} bytes, more than the cache disk "
+                            f"budget ({self.disk_budget_bytes} bytes) leaves; raise the budget in settings to keep it."
+                        )
+                    os.replace(temp, final)
+                    try:
+                        self._db[_ARCHIVES].upsert({"key": key, "size_bytes": size_bytes, "sha256": sha256}, pk="key")
+                        self._evict_to_budget(keep=key)
+                    except BaseException:
+                        _remove(final)
+                        raise
+            except OSError as error:
+                raise CacheStoreError(f"Could not save the archive in {self.root} ({error}); free some disk space.") from error
+            finally:
+                _remove(temp)
+        return final
+
+    def archive(self, key: str) -> tuple[Path, str] | None:
+        """(path, sha256) of `key`'s archive, or None if it has none (the file is not verified here:
+        `engine.kvcache.archive.Archive.open` checks the checksum)."""
+        _check_key(key)
+        with self._lock, self._index_errors("read"):
+            rows = self._db.execute_returning_dicts(f"SELECT sha256 FROM {_ARCHIVES} WHERE key = ?", [key])
+        path = self._archive_path(key)
+        return (path, rows[0]["sha256"]) if rows and path.is_file() else None
+
+    def drop_archive(self, key: str) -> None:
+        """Delete `key`'s archive (a damaged one); the entry stays."""
+        _check_key(key)
+        with self._lock, self._write():
+            self._db.execute(f"DELETE FROM {_ARCHIVES} WHERE key = ?", [key])
+            _remove(self._archive_path(key))
+
     def entries(self) -> list[PrefixEntry]:
         """All index rows, most recently used first. Raises CacheStoreError if the index fails."""
         with self._lock, self._index_errors("read"):
             rows = self._db.execute_returning_dicts(
-                f"SELECT * FROM {_TABLE} ORDER BY last_used_s DESC, created_s DESC"
+                f"SELECT p.*, COALESCE(a.size_bytes, 0) AS archive_bytes FROM {_TABLE} p "
+                f"LEFT JOIN {_ARCHIVES} a ON a.key = p.key ORDER BY p.last_used_s DESC, p.created_s DESC"
             )
         return [_entry(self.root, row) for row in rows]
 
     def total_bytes(self) -> int:
-        """Sum of `size_bytes` over the index (temp files and orphans are not counted)."""
+        """Sum of `size_bytes` over the index, archives included (temp files and orphans are not counted)."""
         with self._lock, self._index_errors("read"):
-            return int(self._db.execute(f"SELECT COALESCE(SUM(size_bytes), 0) FROM {_TABLE}").fetchall()[0][0])
+            return self._indexed_bytes()
+
+    def _indexed_bytes(self) -> int:
+        entries = self._db.execute(f"SELECT COALESCE(SUM(size_bytes), 0) FROM {_TABLE}").fetchall()[0][0]
+        archives = self._db.execute(f"SELECT COALESCE(SUM(size_bytes), 0) FROM {_ARCHIVES}").fetchall()[0][0]
+        return int(entries) + int(archives)
 
     def delete(self, key: str) -> bool:
         """Remove the entry for `key` (row and file); True if there was one. ValueError for a malformed key."""
@@ -342,6 +407,7 @@ class PrefixStore:
         with self._lock, self._write():
             keys = {row["key"] for row in self._db.execute_returning_dicts(f"SELECT key FROM {_TABLE}")}
             self._db.execute(f"DELETE FROM {_TABLE}")
+            self._db.execute(f"DELETE FROM {_ARCHIVES}")
             for path in self._files():
                 entry = _ENTRY_RE.fullmatch(path.name)
                 if entry:
@@ -403,10 +469,15 @@ class PrefixStore:
             if_not_exists=True,
         )
         table.create_index(["last_used_s"], if_not_exists=True)
+        self._db[_ARCHIVES].create({"key": str, "size_bytes": int, "sha256": str}, pk="key",
+                                   not_null={"size_bytes", "sha256"}, if_not_exists=True)
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _entry_path(self, key: str) -> Path:
         return self.root / f"{key}.safetensors"
+
+    def _archive_path(self, key: str) -> Path:
+        return self.root / f"{key}.archive.safetensors"
 
     def _row(self, key: str) -> dict | None:
         with self._index_errors("read"):
@@ -423,7 +494,9 @@ class PrefixStore:
         """Delete row and file; call inside `_write`. Only the path derived from the key is ever
         deleted, whatever the row's `file` column says."""
         self._db.execute(f"DELETE FROM {_TABLE} WHERE key = ?", [key])
+        self._db.execute(f"DELETE FROM {_ARCHIVES} WHERE key = ?", [key])
         _remove(self._entry_path(key))
+        _remove(self._archive_path(key))
 
     def _load_verified(self, key: str, row: Mapping) -> tuple[dict[str, torch.Tensor], dict[str, str]] | str:
         """The entry's contents, or a reason string why it is unusable."""
@@ -461,7 +534,8 @@ class PrefixStore:
             children = list(self.root.iterdir())
         except OSError:
             return []
-        return [p for p in children if _ENTRY_RE.fullmatch(p.name) or _TEMP_RE.fullmatch(p.name)]
+        return [p for p in children
+                if _ENTRY_RE.fullmatch(p.name) or _ARCHIVE_RE.fullmatch(p.name) or _TEMP_RE.fullmatch(p.name)]
 
     def _clean(self, *, stale_temp_s: float) -> None:
         """Drop rows without a usable file, delete entry files without a row and stale temp files.
@@ -477,11 +551,15 @@ class PrefixStore:
                 self._drop(key)
             else:
                 indexed.add(key)
+        archived = {row["key"] for row in self._db.execute_returning_dicts(f"SELECT key FROM {_ARCHIVES}")}
+        for key in archived - indexed:
+            self._db.execute(f"DELETE FROM {_ARCHIVES} WHERE key = ?", [key])
         now = time.time()
         for path in self._files():
             entry = _ENTRY_RE.fullmatch(path.name)
-            if entry:
-                if entry.group(1) not in indexed:
+            archive = _ARCHIVE_RE.fullmatch(path.name)
+            if entry or archive:
+                if (entry or archive).group(1) not in (indexed if entry else indexed & archived):
                     _remove(path)
                 continue
             try:
@@ -493,11 +571,12 @@ class PrefixStore:
 
     def _evict_to_budget(self, *, keep: str | None) -> None:
         """Delete least-recently-used entries until the total fits the budget; call inside `_write`."""
-        total = self._db.execute(f"SELECT COALESCE(SUM(size_bytes), 0) FROM {_TABLE}").fetchall()[0][0]
+        total = self._indexed_bytes()
         if total <= self.disk_budget_bytes:
             return
         victims = self._db.execute(
-            f"SELECT key, size_bytes FROM {_TABLE} WHERE key != ? ORDER BY last_used_s ASC, created_s ASC",
+            f"SELECT p.key, p.size_bytes + COALESCE(a.size_bytes, 0) FROM {_TABLE} p LEFT JOIN {_ARCHIVES} a "
+            "ON a.key = p.key WHERE p.key != ? ORDER BY p.last_used_s ASC, p.created_s ASC",
             [keep or ""],
         ).fetchall()
         for key, size_bytes in victims:
@@ -554,6 +633,7 @@ def _entry(root: Path, row: Mapping) -> PrefixEntry:
         last_used_s=float(row["last_used_s"]),
         label=row["label"],
         sha256=row["sha256"],
+        archive_bytes=int(row.get("archive_bytes", 0)),
     )
 
 

@@ -9,27 +9,40 @@
    the cache policy (`engine.prefix_store.prefix_key`). On a hit the compressed cache is restored
    from disk; on a miss the prefix is prefilled chunk by chunk into a `CompressedCache` (sinks +
    window + heavy hitters, INT4 blocks) and saved. The result is the document *snapshot*.
+   While prefilling, every token's K/V also goes to the document's *archive* on disk (INT4, with
+   per-block key bounds; `engine.kvcache.archive`), saved beside the snapshot under the same key.
 2. `ask` starts from a copy of the snapshot (never from what the previous answer left behind;
-   transformers #34164), feeds the question, then decodes token by token, streaming text. A
-   follow-up (`follow_up=True`) continues the previous answer's cache instead.
+   transformers #34164) and feeds the question. While it does, in every layer the question's
+   queries score the archive's blocks and the best ones are *recalled* (`engine.kvcache.recall`):
+   the question and the whole answer attend to them beside the snapshot. Then it decodes token by
+   token, streaming text; the pages or files whose recalled tokens received the most attention
+   become the answer's sources. A follow-up (`follow_up=True`) continues the previous answer's
+   cache instead, recalling again with its own queries.
 Cancel: set the `cancel` event; prefill and decoding stop between two layers (well under a second).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 import transformers
 
+from engine import paths
 from engine.documents import Document, load_document
 from engine.errors import Cancelled, HalamanError, SettingsError
 from engine.estimate import estimate, full_cache_bytes
+from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
+from engine.kvcache.recall import Recaller, RecallStats
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, prefix_key
@@ -75,6 +88,26 @@ class OpenReport:
     pages: int | None = None
 
 
+@dataclass(frozen=True)
+class Source:
+    """A page or file whose recalled tokens the answer attended to.
+
+    share: that page's part of all the attention the recalled tokens received (0..1), summed over
+    layers, heads, the question and the answer's tokens. From the model's attention, not from text
+    matching. page / path as in `Segment`.
+    """
+
+    label: str
+    share: float
+    page: int | None = None
+    path: str | None = None
+
+
+# Sources below this share of the recalled attention are not listed.
+SOURCE_MIN_SHARE = 0.05
+SOURCES_MAX = 5
+
+
 @dataclass
 class Answer:
     """One answer. time_to_first_token_s counts from the call to the first streamed token.
@@ -96,6 +129,8 @@ class Answer:
     cloud_model: str | None = None       # cloud only: the model name the endpoint used
     escalation_reason: str | None = None # why it went to the cloud ("user asked", "low confidence ...")
     incomplete: bool = False             # the stream was cut before the model finished
+    recall: RecallStats | None = None    # what recall scored and read for this answer (None: no recall)
+    sources: list[Source] = field(default_factory=list)  # attention-grounded pages / files
 
 
 class DocumentSession:
@@ -114,6 +149,9 @@ class DocumentSession:
         self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
         self._filling: CompressedCache | None = None  # the cache a running prefill is filling
         self._stop_ids = _stop_token_ids(model)
+        self._archive: Archive | None = None
+        self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
+        self._segment_starts: list[int] = []   # first token of each segment of the open document
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
         # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
         self._reuse_workspace = model.device.type == "cpu"
@@ -139,40 +177,60 @@ class DocumentSession:
         document = path if isinstance(path, Document) else load_document(
             path, password=password, cancel=cancel, progress=reading_progress(notify))
         notify(Progress("tokenizing", 0, 1, "documents"))
-        prefix_ids = self._encode(document_prefix(self.layout, document.render()))
+        prefix_ids, segment_starts = self._encode_document(document)
         policy = self._resolve_policy(len(prefix_ids))
         key = self._key(prefix_ids, policy)
+        layout = self._archive_layout(len(prefix_ids), policy)
+        warnings = list(document.warnings)
         cache, hit = self._restore(key, policy, len(prefix_ids), notify)
         prefill_s = 0.0
+        archive = None
         if cache is None:
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
+            writer = self._archive_writer(key, layout, warnings)
             t0 = time.perf_counter()
             self._filling = cache  # memory() reports it from progress callbacks (the live gauge)
             clock = PrefillClock(policy.budget_tokens)
             try:
                 self.model.decoder.prefill(
-                    torch.tensor(prefix_ids), cache, cancel=cancel,
+                    torch.tensor(prefix_ids), cache, cancel=cancel, archive=writer,
                     progress=lambda done, total, elapsed: notify(clock(done, total, elapsed)),
                 )
+            except BaseException:
+                if writer is not None:
+                    writer.abort()
+                raise
             finally:
                 self._filling = None
             prefill_s = time.perf_counter() - t0
             cache.shrink()
-            self._save(key, cache, len(prefix_ids), f"{document.title} · {self.model.label}")
+            label = f"{document.title} · {self.model.label}"
+            saved = self._save(key, cache, len(prefix_ids), label)
+            if writer is not None:
+                archive = self._keep_archive(key, writer, saved, warnings)
+        elif layout is not None:
+            archive = self._open_archive(key, layout, warnings)
         self.document, self._snapshot = document, cache
+        self._archive, self._segment_starts = archive, segment_starts
         self._prefilled_for_next = not hit
         self.report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=list(document.warnings), pages=document.pages,
+            warnings=warnings, pages=document.pages,
         )
         return self.report
 
     def close(self) -> None:
-        """Forget the open document and its caches."""
+        """Forget the open document and its caches (an archive kept only for this session is deleted)."""
         self.document = self.report = self._snapshot = self._conversation = None
+        if self._archive is not None:
+            self._archive.close()
+        self._archive, self._segment_starts = None, []
+        if self._own_archive is not None:
+            self._own_archive.unlink(missing_ok=True)
+            self._own_archive = None
 
     # ------------------------------------------------------------------- ask
     def ask(
@@ -203,13 +261,14 @@ class DocumentSession:
         prefilled_for_this, self._prefilled_for_next = self._prefilled_for_next, False
         suffix_ids = self._encode(suffix)
         decoder = self.model.decoder
+        recaller = self._recaller()
         limit = max_new_tokens or self.settings.max_new_tokens
         generated: list[int] = []
         logprobs: list[float] = []
         text, ttft, stop = "", 0.0, "max_tokens"
         decode_began = None
         try:
-            logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel)
+            logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
             for _ in range(limit):
                 token, logprob = self._pick(logits, generated)
                 if token in self._stop_ids:
@@ -246,6 +305,7 @@ class DocumentSession:
             time_to_first_token_s=ttft, decode_tokens_per_s=(len(generated) - 1) / decode_s if decode_s and len(generated) > 1 else 0.0,
             prefix_hit=not prefilled_for_this, stop_reason=stop,
             mean_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0, kv=cache.memory(),
+            recall=recaller.stats if recaller else None, sources=self._sources(cache) if recaller else [],
         )
 
     def memory(self) -> MemoryReport:
@@ -253,8 +313,10 @@ class DocumentSession:
         from the progress callback (between chunks): it then reports the cache being prefilled."""
         cache = self._conversation or self._snapshot or self._filling
         policy = cache.policy if cache else self.settings.cache
-        # The mark on the gauge: what the cache may hold at its peak (budget + one chunk).
-        peak = estimate(self.model.profile, policy, policy.budget_tokens + policy.chunk_tokens).peak_bytes
+        # The mark on the gauge: what the cache may hold at its peak (budget + one chunk), plus what
+        # a question may recall beside it.
+        peak = estimate(self.model.profile, policy, policy.budget_tokens + policy.chunk_tokens, self.settings.recall)
+        peak = peak.peak_bytes + peak.recall_bytes
         return measure(self.model.device, weights_bytes=self.model.weight_bytes, kv=cache.memory() if cache else None, budget_bytes=peak)
 
     def prefix_key_for(self, document: Document | None = None) -> str:
@@ -266,7 +328,7 @@ class DocumentSession:
         document = document or self.document
         if document is None:
             raise HalamanError("no document is open: open a document first")
-        prefix_ids = self._encode(document_prefix(self.layout, document.render()))
+        prefix_ids, _ = self._encode_document(document)
         return self._key(prefix_ids, self._resolve_policy(len(prefix_ids)))
 
     # -------------------------------------------------------------- helpers
@@ -278,6 +340,114 @@ class DocumentSession:
         ids = tokenizer(head, add_special_tokens=False)["input_ids"] if head else []
         ids += tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         return ids + tokenizer(tail, add_special_tokens=False)["input_ids"]
+
+    def _encode_document(self, document: Document) -> tuple[list[int], list[int]]:
+        """Token ids of the document prefix, and the index of each segment's first token in them
+        (for the answer's sources; empty when the tokenizer cannot report character offsets)."""
+        head, text, tail = document_prefix(self.layout, document.render())
+        tokenizer = self.model.tokenizer
+        ids = tokenizer(head, add_special_tokens=False)["input_ids"] if head else []
+        encoded = tokenizer(text, add_special_tokens=False, split_special_tokens=True,
+                            return_offsets_mapping=bool(getattr(tokenizer, "is_fast", False)))
+        starts: list[int] = []
+        if "offset_mapping" in encoded:
+            token_chars = [begin for begin, _ in encoded["offset_mapping"]]
+            char = 0
+            for segment in document.segments:
+                starts.append(len(ids) + bisect.bisect_left(token_chars, char))
+                char += len(document.marker(segment)) + 1 + len(segment.text) + 2
+        ids += encoded["input_ids"]
+        return ids + tokenizer(tail, add_special_tokens=False)["input_ids"], starts
+
+    # ------------------------------------------------------------- archive
+    def _archive_layout(self, n_tokens: int, policy: CachePolicy) -> ArchiveLayout | None:
+        recall = self.settings.recall
+        if not recall.archive:
+            return None
+        shape = self.model.decoder.shape
+        return ArchiveLayout(shape.num_layers, shape.kv_heads, shape.head_dim, n_tokens, recall.block_tokens,
+                             recall.archive_bits, policy.group_size)
+
+    def _archive_writer(self, key: str, layout: ArchiveLayout | None, warnings: list[str]) -> ArchiveWriter | None:
+        """A writer for the archive, in the prefix store (or a session file without one); None when
+        the archive is off or cannot be created (then a warning says recall is off)."""
+        if layout is None:
+            return None
+        try:
+            if self.store is not None:
+                path = self.store.archive_temp_path(key)
+            else:
+                folder = paths.cache_dir() / "archives"
+                folder.mkdir(exist_ok=True)
+                path = folder / f"session-{os.getpid()}-{secrets.token_hex(4)}.safetensors"
+            return ArchiveWriter(path, layout, self.model.decoder.rope)
+        except (OSError, HalamanError) as error:
+            warnings.append(f"recall is off for this document: its archive cannot be written ({error})")
+            return None
+
+    def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, warnings: list[str]) -> Archive | None:
+        """Finish the archive, move it into the prefix store beside the snapshot, and open it."""
+        try:
+            sha256, size = writer.finish()
+            path = writer.path
+            if saved:
+                path = self.store.put_archive(key, writer.path, sha256=sha256, size_bytes=size)
+            else:  # no store, or the snapshot was not stored: keep the archive for this session only
+                self._own_archive = path
+            return Archive.open(path, expect=writer.layout)
+        except (OSError, ArchiveError, HalamanError) as error:
+            writer.abort()
+            warnings.append(f"recall is off for this document: its archive was not kept ({error})")
+            return None
+
+    def _open_archive(self, key: str, layout: ArchiveLayout, warnings: list[str]) -> Archive | None:
+        """The stored archive of a prefix-cache hit, checksum verified; None (with a warning) when it
+        is missing or damaged. The snapshot is used either way."""
+        found = self.store.archive(key) if self.store is not None else None
+        if found is None:
+            warnings.append("recall is off for this document: it has no archive (read before recall existed, or "
+                            "the archive was off); clear its cache to read it again with recall")
+            return None
+        path, sha256 = found
+        try:
+            return Archive.open(path, sha256=sha256, expect=layout)
+        except ArchiveError as error:
+            self.store.drop_archive(key)
+            warnings.append(f"recall is off for this document: {error}; clear its cache to read it again")
+            return None
+
+    def _recaller(self) -> Recaller | None:
+        tokens = self.settings.recall.recall_tokens
+        if self._archive is None or tokens < 1:
+            return None
+        decoder = self.model.decoder
+        return Recaller(self._archive, tokens, decoder.rope, decoder.scaling)
+
+    def _sources(self, cache: CompressedCache) -> list[Source]:
+        """Pages / files whose recalled tokens received the most attention, with their share."""
+        if self.document is None or not self._segment_starts:
+            return []
+        n_doc = self.report.document_tokens
+        mass = torch.zeros(n_doc, dtype=torch.float32)
+        for layer in cache.layers:
+            recalled = layer.recalled
+            if recalled is not None:
+                weights = torch.where(recalled.valid, recalled.mass, torch.zeros_like(recalled.mass))
+                mass.index_add_(0, recalled.index.flatten().long().cpu(), weights.flatten().cpu())
+        total = float(mass.sum())
+        if total <= 0:
+            return []
+        starts = torch.tensor(self._segment_starts)
+        segment = (torch.searchsorted(starts, torch.arange(n_doc), right=True) - 1).clamp(min=0)
+        per_segment = torch.zeros(len(self._segment_starts)).index_add_(0, segment, mass) / total
+        shares, order = per_segment.sort(descending=True)
+        sources = []
+        for share, i in zip(shares.tolist()[:SOURCES_MAX], order.tolist()[:SOURCES_MAX], strict=True):
+            if share < SOURCE_MIN_SHARE:
+                break
+            seg = self.document.segments[i]
+            sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
+        return sources
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache
@@ -328,14 +498,16 @@ class DocumentSession:
         notify(Progress("loading cache", 1, 1, "files"))
         return cache, True
 
-    def _save(self, key: str, cache: CompressedCache, n_tokens: int, label: str) -> None:
+    def _save(self, key: str, cache: CompressedCache, n_tokens: int, label: str) -> bool:
+        """Store the snapshot; False when there is no store or it could not be saved."""
         if self.store is None:
-            return
+            return False
         tensors, meta = cache.export()
         try:
             self.store.put(key, tensors, meta, n_tokens=n_tokens, label=label)
         except HalamanError:
-            pass  # a full disk or an entry over the disk budget costs the next open a prefill, nothing else
+            return False  # a full disk or an entry over the disk budget costs the next open a prefill, nothing else
+        return True
 
     def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
         """Next token: greedy or sampled, after a repetition penalty on the answer so far."""

@@ -85,6 +85,45 @@ class CachePolicy:
 
 
 @dataclass(frozen=True)
+class RecallSettings:
+    """The archive of every token on disk, and recall from it at question time (engine.kvcache.recall).
+
+    archive: while a document is read, also write every token's K/V (group-quantized) with per-block
+        key bounds to disk beside its prefix cache; off = answers use the snapshot only, default on.
+    archive_bits: bits per archived value, 4 (default) or 2 (smaller, less exact).
+    block_tokens: tokens per archive block, the unit that is scored and recalled, default 32; must
+        divide the prefill chunk.
+    recall_tokens: tokens per layer and KV head that a question may bring back (whole blocks),
+        default 1024; 0 = no recall. They are held beside the snapshot while the question is
+        answered, so the KV memory mark grows by them (`halaman estimate`).
+    """
+
+    archive: bool = True
+    archive_bits: int = 4
+    block_tokens: int = 32
+    recall_tokens: int = 1024
+
+    def validate(self, chunk_tokens: int | None = None) -> None:
+        """Raise SettingsError for the first invalid value."""
+        if self.archive_bits not in (2, 4):
+            raise SettingsError(f"archive_bits must be 2 or 4, got {self.archive_bits!r}")
+        for name in ("block_tokens", "recall_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SettingsError(f"recall {name} must be a whole number ≥ 0, got {value!r}")
+        if self.block_tokens < 1:
+            raise SettingsError("recall block_tokens must be at least 1")
+        if chunk_tokens is not None and chunk_tokens % self.block_tokens:
+            raise SettingsError(
+                f"recall block_tokens ({self.block_tokens}) must divide the prefill chunk ({chunk_tokens} tokens)")
+
+    def replace(self, **changes: Any) -> RecallSettings:
+        settings = dataclasses.replace(self, **changes)
+        settings.validate()
+        return settings
+
+
+@dataclass(frozen=True)
 class CloudSettings:
     """Optional cloud fallback to an OpenAI-compatible Chat Completions endpoint. Off by default.
 
@@ -141,7 +180,8 @@ class EngineSettings:
     repetition_penalty: CTRL-style penalty on tokens already in the answer (1 = off).
     prefix_cache: reuse persisted document caches.
     prefix_cache_disk_bytes: disk budget of the prefix-cache store, in bytes (LRU beyond it).
-    cache: the KV cache policy; cloud: the optional cloud fallback.
+    cache: the KV cache policy; recall: the on-disk archive and recall at question time;
+    cloud: the optional cloud fallback.
     """
 
     model: str = "default"
@@ -153,11 +193,13 @@ class EngineSettings:
     prefix_cache_disk_bytes: int = 2 * 1024**3
     cache: CachePolicy = field(default_factory=CachePolicy)
     cloud: CloudSettings = field(default_factory=CloudSettings)
+    recall: RecallSettings = field(default_factory=RecallSettings)
 
     def validate(self) -> None:
         """Raise SettingsError for the first invalid value."""
         self.cache.validate()
         self.cloud.validate()
+        self.recall.validate(self.cache.chunk_tokens)
         if self.device not in DEVICES:
             raise SettingsError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -172,7 +214,8 @@ class EngineSettings:
             raise SettingsError("model must name the default, a .gguf file, a model folder or a hub id")
 
     def replace(self, **changes: Any) -> EngineSettings:
-        """A copy with `changes` applied and validated (`cache=` takes a CachePolicy)."""
+        """A copy with `changes` applied and validated (`cache=` takes a CachePolicy, `recall=` a
+        RecallSettings)."""
         settings = dataclasses.replace(self, **changes)
         settings.validate()
         return settings
@@ -186,10 +229,13 @@ class EngineSettings:
         data = dict(data)
         cache_data = data.pop("cache", {}) or {}
         cloud_data = data.pop("cloud", {}) or {}
+        recall_data = data.pop("recall", {}) or {}
         _reject_unknown(cls, data, "")
         _reject_unknown(CachePolicy, cache_data, "cache.")
         _reject_unknown(CloudSettings, cloud_data, "cloud.")
-        settings = cls(**data, cache=CachePolicy(**cache_data), cloud=CloudSettings(**cloud_data))
+        _reject_unknown(RecallSettings, recall_data, "recall.")
+        settings = cls(**data, cache=CachePolicy(**cache_data), cloud=CloudSettings(**cloud_data),
+                       recall=RecallSettings(**recall_data))
         settings.validate()
         return settings
 

@@ -60,6 +60,7 @@ def chunk_attention(
     values: tuple[torch.Tensor, ...],
     *,
     scaling: float,
+    masks: tuple[torch.Tensor | None, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of a chunk over cached keys followed by the chunk's own keys.
 
@@ -69,6 +70,8 @@ def chunk_attention(
         `n_cached + chunk` tokens in slot order; the last `chunk` tokens are the chunk itself.
         Parts are attended separately and joined in one softmax, so the caller never copies the
         whole cache into one tensor.
+    masks: optional, one per part: `[kv_heads, n_i]` bool (False = not attended, e.g. a recalled
+        slot whose token the cache already holds), or None for a part attended in full.
     Returns `(output [kv_heads, group, chunk, head_dim], scores [kv_heads, n_cached + chunk] float32)`
     where `scores[kv, j] = Σ_g Σ_i P[kv, g, i, j]`: the attention mass key j received from this
     chunk, summed over the query heads of its group (H2O's accumulated attention).
@@ -78,6 +81,12 @@ def chunk_attention(
     logits = torch.cat([torch.matmul(q, k.transpose(1, 2)) for k in keys], dim=-1).float() * scaling
     total = logits.shape[-1]
     logits = logits.view(kv_heads, group, chunk, total)
+    if masks is not None:
+        offset = 0
+        for k, mask in zip(keys, masks, strict=True):
+            if mask is not None:
+                logits[..., offset : offset + k.shape[1]].masked_fill_(~mask[:, None, None, :], float("-inf"))
+            offset += k.shape[1]
     # Query i of the chunk may see the chunk's keys 0..i only.
     future = torch.ones(chunk, chunk, dtype=torch.bool, device=query.device).triu_(1)
     logits[..., total - chunk :].masked_fill_(future, float("-inf"))

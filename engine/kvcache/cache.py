@@ -26,6 +26,7 @@ from engine.kvcache.attention import RotaryTable, apply_rope, chunk_attention
 from engine.kvcache.blocks import PagedTokens
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
 from engine.kvcache.quant import KVFormat
+from engine.kvcache.recall import RecalledTokens, compact_order_positions
 from engine.settings import CachePolicy
 
 # The residual is flushed into the quantized pool in batches of at least this many tokens, so
@@ -58,6 +59,7 @@ class MemoryBreakdown:
     position_bytes: int = 0       # stream positions, int32 per slot
     block_table_bytes: int = 0
     pool_free_bytes: int = 0      # blocks allocated by the pool but not in use
+    recalled_bytes: int = 0       # tokens recalled from the archive for the current question
 
     @property
     def total_bytes(self) -> int:
@@ -87,6 +89,14 @@ class LayerKV:
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
         self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Tokens recalled from the archive for the current question (engine.kvcache.recall):
+        # attended with the held ones, never evicted, never part of a snapshot.
+        self.recalled: RecalledTokens | None = None
+
+    def set_recalled(self, recalled: RecalledTokens | None) -> None:
+        """Attend `recalled` (or nothing) from the next `attend` on; replaces an earlier recall."""
+        self.recalled = recalled
+        self._workspace = None  # compact positions of the held tokens change with the recalled set
 
     @property
     def n_tokens(self) -> int:
@@ -113,8 +123,11 @@ class LayerKV:
         return stable
 
     def workspace_bytes(self) -> int:
-        """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens), 0 if none."""
-        return sum(t.nbytes for t in self._workspace) if self._workspace is not None else 0
+        """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens, and the
+        dequantized recalled tokens), 0 if none."""
+        held = sum(t.nbytes for t in self._workspace) if self._workspace is not None else 0
+        recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
+        return held + recalled
 
     def attend(
         self,
@@ -132,7 +145,10 @@ class LayerKV:
 
         query `[query_heads, chunk, head_dim]`, key / value `[kv_heads, chunk, head_dim]`, all
         before RoPE; `start` is the stream position of the chunk's first token. Returns the
-        attention output `[query_heads, chunk, head_dim]` in the query's dtype.
+        attention output `[query_heads, chunk, head_dim]` in the query's dtype. Recalled tokens
+        (`set_recalled`) are attended too, at their original positions, or in compact mode with
+        held and recalled tokens renumbered together in document order; the attention they receive
+        is summed into `recalled.mass`.
 
         reuse_workspace: keep the dequantized, rotated sinks + quantized tokens between calls and
         reuse them until a flush or an eviction changes them (every ~32 decode steps). Dequantizing
@@ -143,22 +159,42 @@ class LayerKV:
         compute = query.dtype
         device = query.device
         n, stable_n = self.n_tokens, self.n_tokens - self.resid_k.shape[1]
+        heads = self.shape.kv_heads
         new_index = torch.arange(start, start + chunk, device=device, dtype=torch.int32)
-        if compact_positions:  # slot order, the same for every head
-            stable_pos = torch.arange(stable_n, device=device).expand(self.shape.kv_heads, -1)
-            tail_pos = torch.arange(stable_n, n + chunk, device=device).expand(self.shape.kv_heads, -1)
-            query_pos = tail_pos[0, -chunk:]
+        recalled = self.recalled
+        if compact_positions:  # slot order (held and recalled tokens together in document order)
+            if recalled is None:
+                stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
+                offset = torch.full((heads,), stable_n, device=device)
+            else:
+                stable_pos, recalled_pos, offset = compact_order_positions(self.index[:, :stable_n], recalled)
+            tail_pos = offset[:, None] + torch.arange(n - stable_n + chunk, device=device)
+            query_pos = tail_pos[:, -chunk:]
         else:
             stable_pos = self.index[:, :stable_n]
-            tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(self.shape.kv_heads, -1)), dim=1)
-            query_pos = new_index
+            tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(heads, -1)), dim=1)
+            query_pos = new_index.expand(heads, -1)
+            recalled_pos = recalled.index if recalled is not None else None
         stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace)
         cos, sin = rope.lookup(tail_pos.long())
         tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
         tail_v = torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
-        qcos, qsin = rope.lookup(query_pos.long())
-        q = apply_rope(query, qcos, qsin).view(self.shape.kv_heads, self.shape.group, chunk, -1)
-        out, scores = chunk_attention(q, (stable_k, tail_k), (stable_v, tail_v), scaling=scaling)
+        qcos, qsin = rope.lookup(query_pos.long())  # [kv_heads, chunk, head_dim]
+        q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
+        keys, values, masks = [stable_k], [stable_v], [None]
+        if recalled is not None:
+            rcos, rsin = rope.lookup(recalled_pos.long())
+            keys.append(apply_rope(recalled.keys.to(compute), rcos, rsin))
+            values.append(recalled.values.to(compute))
+            masks.append(recalled.valid)
+        keys.append(tail_k)
+        values.append(tail_v)
+        masks.append(None)
+        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks))
+        if recalled is not None:
+            r = recalled.index.shape[1]
+            recalled.mass += scores[:, stable_n : stable_n + r]
+            scores = torch.cat((scores[:, :stable_n], scores[:, stable_n + r :]), dim=1)
         self._append(key, value, new_index, scores)
         return out.reshape(self.shape.query_heads, chunk, -1)
 
@@ -229,6 +265,7 @@ class LayerKV:
             position_bytes=4 * h * self.n_tokens,
             block_table_bytes=self.paged.table.nbytes,
             pool_free_bytes=free_blocks * self.paged.pool.bytes_per_block(),
+            recalled_bytes=self.recalled.nbytes() if self.recalled is not None else 0,
         )
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -271,6 +308,7 @@ class LayerKV:
         twin = object.__new__(LayerKV)
         twin.__dict__.update(self.__dict__)
         twin._workspace = None
+        twin.recalled = None  # recalled tokens belong to one question, never to a copy
         for name in ("sink_k", "sink_v", "resid_k", "resid_v", "score", "index"):
             setattr(twin, name, getattr(self, name).clone())
         paged = object.__new__(PagedTokens)

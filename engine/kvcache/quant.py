@@ -12,9 +12,11 @@ per-channel group spans many tokens and Halaman evicts single tokens (H2O): a pe
 with its token when the cache is compacted, so eviction never re-quantizes anything. Keys are
 quantized before RoPE, where their outlier channels are stable (KVQuant, arXiv 2401.18079).
 
-4-bit codes are packed two per byte (low nibble = even channel). `bits=16` stores float16 and no
-metadata, for comparison runs. Shapes: `x` is `[..., head_dim]`; codes `[..., head_dim * bits / 8]`
-uint8; scale and zero `[..., head_dim / group_size]` float16.
+4-bit codes are packed two per byte (low nibble = even channel), 2-bit codes four per byte (lowest
+bits = first channel); 2 bits serve the on-disk archive (`engine.kvcache.archive`) for comparison,
+not the cache. `bits=16` stores float16 and no metadata, for comparison runs. Shapes: `x` is
+`[..., head_dim]`; codes `[..., head_dim * bits / 8]` uint8; scale and zero
+`[..., head_dim / group_size]` float16.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-SUPPORTED_BITS = (4, 8, 16)
+SUPPORTED_BITS = (2, 4, 8, 16)
 _META_DTYPE = torch.float16
 # Smallest scale we store: float16 can hold it and it keeps constant groups from dividing by zero.
 _MIN_SCALE = 1e-6
@@ -31,7 +33,7 @@ _MIN_SCALE = 1e-6
 
 @dataclass(frozen=True)
 class KVFormat:
-    """How one of K or V is stored: `bits` in (4, 8, 16), `group_size` channels per scale/zero.
+    """How one of K or V is stored: `bits` in (2, 4, 8, 16), `group_size` channels per scale/zero.
 
     `field_specs(head_dim)` names the tensors a token slot holds, so that a storage backend (the
     block pool) can allocate them without knowing about quantization.
@@ -79,28 +81,43 @@ class KVFormat:
         return dequantize(fields["codes"], fields["scale"], fields["zero"], self.bits, self.group_size, dtype)
 
 
+def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """Pack uint8 codes in [0, 2**bits) `[..., n * 8/bits]` into bytes `[..., n]`, `bits` 2 or 4;
+    the first channel of each byte goes to its lowest bits."""
+    per_byte = 8 // bits
+    packed = codes[..., 0::per_byte].clone()
+    for i in range(1, per_byte):
+        packed |= codes[..., i::per_byte] << (bits * i)
+    return packed
+
+
+def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """Inverse of `pack_codes`: bytes `[..., n]` -> uint8 codes `[..., n * 8/bits]`."""
+    mask = (1 << bits) - 1
+    parts = [(packed >> (bits * i)) & mask for i in range(8 // bits)]
+    return torch.stack(parts, dim=-1).flatten(-2)
+
+
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     """Pack uint8 codes in [0, 15] `[..., 2n]` into bytes `[..., n]` (even channel in the low nibble)."""
-    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return pack_codes(codes, 4)
 
 
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     """Inverse of `pack_int4`: bytes `[..., n]` -> uint8 codes `[..., 2n]`."""
-    low = packed & 0x0F
-    high = packed >> 4
-    return torch.stack((low, high), dim=-1).flatten(-2)
+    return unpack_codes(packed, 4)
 
 
 def quantize(x: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Asymmetric group quantization of `x` `[..., D]` along its last axis.
 
-    Returns `(codes, scale, zero)`: codes uint8 `[..., D]` for 8 bits or `[..., D/2]` (packed) for
-    4 bits; scale and zero float16 `[..., D/group_size]`. The codes are computed from the *stored*
+    Returns `(codes, scale, zero)`: codes uint8 `[..., D]` for 8 bits, `[..., D/2]` (packed) for
+    4 bits, `[..., D/4]` for 2 bits; scale and zero float16 `[..., D/group_size]`. The codes are computed from the *stored*
     (float16-rounded) scale and zero, so the error bound scale/2 holds for what is decoded.
     Raises ValueError for unsupported bits or a group size that does not divide D.
     """
-    if bits not in (4, 8):
-        raise ValueError(f"quantize supports 4 or 8 bits, got {bits}")
+    if bits not in (2, 4, 8):
+        raise ValueError(f"quantize supports 2, 4 or 8 bits, got {bits}")
     *lead, dim = x.shape
     if dim % group_size:
         raise ValueError(f"group size {group_size} must divide {dim}")
@@ -114,8 +131,8 @@ def quantize(x: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor,
     scale = _round_fp16(((high - zero.float()) / qmax).clamp_min(_MIN_SCALE), toward=float("inf"))
     codes = ((groups - zero.float()[..., None]) / scale.float()[..., None]).round_().clamp_(0, qmax)
     codes = codes.to(torch.uint8).reshape(*lead, dim)
-    if bits == 4:
-        codes = pack_int4(codes)
+    if bits < 8:
+        codes = pack_codes(codes, bits)
     return codes, scale, zero
 
 
@@ -128,8 +145,8 @@ def dequantize(
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Inverse of `quantize`: returns `[..., D]` in `dtype` (D = groups * group_size)."""
-    if bits == 4:
-        codes = unpack_int4(codes)
+    if bits < 8:
+        codes = unpack_codes(codes, bits)
     *lead, dim = codes.shape
     groups = codes.reshape(*lead, dim // group_size, group_size).to(dtype)
     out = groups * scale.to(dtype)[..., None] + zero.to(dtype)[..., None]

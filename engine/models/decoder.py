@@ -18,8 +18,10 @@ from collections.abc import Callable
 import torch
 
 from engine.errors import Cancelled, ModelError
+from engine.kvcache.archive import ArchiveWriter
 from engine.kvcache.attention import RotaryTable
 from engine.kvcache.cache import CacheShape, CompressedCache
+from engine.kvcache.recall import Recaller
 from engine.settings import CachePolicy
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
@@ -79,6 +81,8 @@ class CompressedDecoder:
         slack_tokens: int = 0,
         cancel: threading.Event | None = None,
         reuse_workspace: bool = False,
+        archive: ArchiveWriter | None = None,
+        recaller: Recaller | None = None,
     ) -> torch.Tensor:
         """Feed `token_ids` `[chunk]` through the model, appending them to `cache`.
 
@@ -87,13 +91,16 @@ class CompressedDecoder:
         layer the cache evicts down to its budget when it holds more than budget + `slack_tokens`.
         Raises Cancelled (between layers) when `cancel` is set; the cache is then inconsistent
         and must be dropped. `reuse_workspace`: see `LayerKV.attend` (for token-by-token decoding).
+        `archive`: every layer's keys (before RoPE) and values of the chunk are also written there.
+        `recaller`: in every layer, the chunk's queries choose archived blocks to recall, which this
+        chunk and every later one attend (`engine.kvcache.recall`; the question of an answer).
         """
         ids = token_ids.to(self.device).reshape(1, -1)
         chunk = ids.shape[1]
         start = cache.seen_tokens
         compact = cache.position_mode == "compact"
         hidden = self.embed(ids)  # [1, chunk, hidden]
-        for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
+        for i, (layer, layer_cache) in enumerate(zip(self.layers, cache.layers, strict=True)):
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
             attn = layer.self_attn
@@ -103,6 +110,10 @@ class CompressedDecoder:
             v = attn.v_proj(x).view(chunk, self.shape.kv_heads, -1)
             if hasattr(attn, "q_norm"):  # Qwen3 normalises each head before RoPE
                 q, k = attn.q_norm(q), attn.k_norm(k)
+            if archive is not None:
+                archive.append(i, start, k.transpose(0, 1), v.transpose(0, 1))
+            if recaller is not None:
+                layer_cache.set_recalled(recaller.recall(i, layer_cache.index, q.transpose(0, 1), start, q.dtype))
             out = layer_cache.attend(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
@@ -122,12 +133,16 @@ class CompressedDecoder:
         *,
         progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
+        archive: ArchiveWriter | None = None,
+        recaller: Recaller | None = None,
     ) -> torch.Tensor:
         """Feed `token_ids` `[n]` in chunks of `policy.chunk_tokens`; returns the last logits `[1, vocab]`.
 
         Memory peaks at budget + one chunk: each chunk attends to the compressed cache plus itself
         and the cache is evicted back to the budget before the next chunk.
-        Raises ValueError for an empty input, Cancelled when `cancel` is set.
+        `archive` receives every chunk (see `forward`); `recaller` recalls with the first chunk's
+        queries (a question is one chunk). Raises ValueError for an empty input, Cancelled when
+        `cancel` is set.
         """
         n = int(token_ids.numel())
         if n == 0:
@@ -136,7 +151,8 @@ class CompressedDecoder:
         began = time.perf_counter()
         logits = None
         for first in range(0, n, step):
-            logits = self.forward(token_ids[first : first + step], cache, cancel=cancel)
+            logits = self.forward(token_ids[first : first + step], cache, cancel=cancel, archive=archive,
+                                  recaller=recaller if first == 0 else None)
             if progress is not None:
                 progress(min(first + step, n), n, time.perf_counter() - began)
         return logits

@@ -1,0 +1,293 @@
+"""The archive: every token's K/V of a document, group-quantized on disk, with per-block key bounds.
+
+The compressed cache keeps ~3 % of a book, chosen before any question exists. The archive keeps
+the rest so that a question can recall what it needs (`engine.kvcache.recall`). It is written while
+the document is prefilled, one chunk at a time straight into its final place in a preallocated
+file (nothing but the chunk being written is held in memory), and read memory-mapped.
+
+File format: safetensors (https://github.com/huggingface/safetensors, "Format"): an 8-byte
+little-endian header length, a JSON header naming each tensor's dtype, shape and byte range, then
+the raw bytes. The writer lays the header out itself, because the tensors are written piece by
+piece during a prefill of unknown duration instead of from memory at the end; any safetensors
+reader (`safetensors.safe_open`) reads the result. Tensors, per layer `l` (n = document tokens,
+H = KV heads, D = head dim, b = ceil(n / block_tokens) blocks):
+
+    layer{l}.k.codes / .k.scale / .k.zero   [n, H, ...]  keys before RoPE, `KVFormat(bits, group)`
+    layer{l}.v.codes / .v.scale / .v.zero   [n, H, ...]  values, same format
+    layer{l}.key_min / layer{l}.key_max     [b, H, D]    float16, per-channel min / max of the keys
+                                                         *after* RoPE at their original positions
+
+Token-major rows keep one block of all heads of a layer contiguous (a recalled block is one small
+read). The bounds are Quest's block summary (Tang et al. 2024, arXiv 2406.10774): for a query q,
+Σ_c max(q_c·min_c, q_c·max_c) bounds q·k for every key k of the block. They are rounded outward
+to float16, so the bound holds for what is stored. Metadata (`__metadata__`) names the format,
+bits, group size, block size, token count and shape; `Archive.open` checks it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.kvcache.attention import RotaryTable, apply_rope
+from engine.kvcache.quant import KVFormat, _round_fp16
+
+ARCHIVE_FORMAT = "halaman-archive-1"
+ARCHIVE_BITS = (2, 4)
+_DTYPES = {torch.uint8: ("U8", np.uint8), torch.float16: ("F16", np.float16)}
+_HASH_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+class ArchiveError(ValueError):
+    """An archive file is missing, damaged (checksum) or made for another model or format."""
+
+
+@dataclass(frozen=True)
+class ArchiveLayout:
+    """Shape of one document's archive: `n_tokens` tokens of `num_layers` × `kv_heads` heads."""
+
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    n_tokens: int
+    block_tokens: int
+    bits: int
+    group_size: int
+
+    @property
+    def fmt(self) -> KVFormat:
+        return KVFormat(bits=self.bits, group_size=self.group_size)
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.n_tokens // self.block_tokens)
+
+    def validate(self) -> None:
+        """Raise ArchiveError for bits outside (2, 4) or a group size that does not divide head_dim."""
+        if self.bits not in ARCHIVE_BITS:
+            raise ArchiveError(f"archive bits must be one of {ARCHIVE_BITS}, got {self.bits}")
+        if self.block_tokens < 1 or self.n_tokens < 1:
+            raise ArchiveError("archive needs at least one token and one token per block")
+        try:
+            self.fmt.validate(self.head_dim)
+        except ValueError as error:
+            raise ArchiveError(str(error)) from None
+
+    def tensor_specs(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """name -> (shape, dtype) of every tensor in the file, in file order."""
+        specs: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        fields = self.fmt.field_specs(self.head_dim)
+        for layer in range(self.num_layers):
+            for kv in "kv":
+                for name, (trailing, dtype) in fields.items():
+                    specs[f"layer{layer}.{kv}.{name}"] = ((self.n_tokens, self.kv_heads, *trailing), dtype)
+            for bound in ("key_min", "key_max"):
+                specs[f"layer{layer}.{bound}"] = ((self.n_blocks, self.kv_heads, self.head_dim), torch.float16)
+        return specs
+
+    def bytes_per_token(self) -> int:
+        """Disk bytes per document token, block bounds included (amortised over a block)."""
+        per_head = 2 * self.fmt.bytes_per_token(self.head_dim)
+        bounds = 2 * self.head_dim * 2 / self.block_tokens
+        return round(self.num_layers * self.kv_heads * (per_head + bounds))
+
+    def metadata(self) -> dict[str, str]:
+        return {"format": ARCHIVE_FORMAT, "layout": json.dumps(self.__dict__, sort_keys=True)}
+
+
+def archive_bytes(num_layers: int, kv_heads: int, head_dim: int, n_tokens: int, *, bits: int, group_size: int,
+                  block_tokens: int) -> int:
+    """Size on disk of an archive of `n_tokens` tokens, header excluded (a few KiB)."""
+    layout = ArchiveLayout(num_layers, kv_heads, head_dim, n_tokens, block_tokens, bits, group_size)
+    total = 0
+    for shape, dtype in layout.tensor_specs().values():
+        total += int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+    return total
+
+
+def _header(layout: ArchiveLayout) -> tuple[bytes, dict[str, tuple[int, tuple[int, ...], torch.dtype]]]:
+    """safetensors header bytes (length prefix included) and name -> (absolute offset, shape, dtype)."""
+    entries: dict = {}
+    places = {}
+    offset = 0
+    for name, (shape, dtype) in layout.tensor_specs().items():
+        size = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        entries[name] = {"dtype": _DTYPES[dtype][0], "shape": list(shape), "data_offsets": [offset, offset + size]}
+        places[name] = (offset, shape, dtype)
+        offset += size
+    entries["__metadata__"] = layout.metadata()
+    header = json.dumps(entries, separators=(",", ":")).encode("utf-8")
+    header += b" " * (-len(header) % 8)  # data starts 8-byte aligned
+    start = 8 + len(header)
+    return struct.pack("<Q", len(header)) + header, {n: (start + o, s, d) for n, (o, s, d) in places.items()}
+
+
+class ArchiveWriter:
+    """Writes one document's archive while it is prefilled, chunk by chunk, into `path`.
+
+    `append(layer, start, key, value)` takes the chunk's keys and values before RoPE,
+    `[kv_heads, chunk, head_dim]`, whose first token is stream position `start`; `start` must be a
+    multiple of `block_tokens` (prefill chunks are). The file is created at its full size at once
+    (sparse where the file system allows), so a full disk fails at the start, not after an hour.
+    `finish()` checks every token was written, fsyncs and returns (sha256 hex, size in bytes);
+    `abort()` deletes the file. Raises OSError from the file system, ArchiveError for a bad layout.
+    """
+
+    def __init__(self, path: Path, layout: ArchiveLayout, rope: RotaryTable) -> None:
+        layout.validate()
+        self.path = Path(path)
+        self.layout = layout
+        self.rope = rope
+        header, self._places = _header(layout)
+        size = max(offset + int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+                   for offset, shape, dtype in self._places.values())
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(self._fd, header)
+            os.ftruncate(self._fd, size)
+        except OSError:
+            self.abort()
+            raise
+        self._written = [0] * layout.num_layers
+
+    def append(self, layer: int, start: int, key: torch.Tensor, value: torch.Tensor) -> None:
+        """Write the chunk `[kv_heads, chunk, head_dim]` (keys before RoPE) of `layer` at `start`."""
+        lay = self.layout
+        chunk = key.shape[1]
+        if start % lay.block_tokens or start != self._written[layer] or start + chunk > lay.n_tokens:
+            raise ArchiveError(f"archive chunk at {start} (+{chunk}) out of order for layer {layer}")
+        for kv, data in (("k", key), ("v", value)):
+            for name, tensor in lay.fmt.encode(data).items():
+                self._put(f"layer{layer}.{kv}.{name}", start, tensor.transpose(0, 1))
+        # Block bounds of the keys rotated at their original positions (what scoring compares with).
+        positions = torch.arange(start, start + chunk, device=key.device)
+        cos, sin = self.rope.lookup(positions)
+        rotated = apply_rope(key.float(), cos, sin)  # [H, chunk, D]
+        n_blocks = -(-chunk // lay.block_tokens)
+        pad = n_blocks * lay.block_tokens - chunk
+        low = torch.nn.functional.pad(rotated, (0, 0, 0, pad), value=float("inf"))
+        high = torch.nn.functional.pad(rotated, (0, 0, 0, pad), value=float("-inf"))
+        shape = (lay.kv_heads, n_blocks, lay.block_tokens, lay.head_dim)
+        key_min = _round_fp16(low.view(shape).amin(dim=2), toward=float("-inf"))
+        key_max = _round_fp16(high.view(shape).amax(dim=2), toward=float("inf"))
+        first_block = start // lay.block_tokens
+        self._put(f"layer{layer}.key_min", first_block, key_min.transpose(0, 1))
+        self._put(f"layer{layer}.key_max", first_block, key_max.transpose(0, 1))
+        self._written[layer] = start + chunk
+
+    def _put(self, name: str, first_row: int, rows: torch.Tensor) -> None:
+        offset, shape, dtype = self._places[name]
+        row_bytes = int(np.prod(shape[1:])) * torch.empty((), dtype=dtype).element_size()
+        data = rows.detach().to("cpu", dtype).contiguous().numpy().tobytes()
+        os.pwrite(self._fd, data, offset + first_row * row_bytes)
+
+    def finish(self) -> tuple[str, int]:
+        """Close the file; returns (sha256 hex of the whole file, size in bytes).
+
+        Raises ArchiveError if some layer did not receive every token (the prefill stopped early).
+        """
+        if any(n != self.layout.n_tokens for n in self._written):
+            self.abort()
+            raise ArchiveError("archive incomplete: the prefill did not reach the end of the document")
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        return file_sha256(self.path), self.path.stat().st_size
+
+    def abort(self) -> None:
+        """Close and delete the file (a cancelled or failed prefill)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.path.unlink(missing_ok=True)
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 hex of a file, read in 16 MiB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while piece := handle.read(_HASH_CHUNK_BYTES):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+class Archive:
+    """A finished archive, memory-mapped read-only. Open with `Archive.open`.
+
+    `bounds(layer)` -> (key_min, key_max) float32 `[n_blocks, kv_heads, head_dim]`;
+    `read(layer, tokens)` -> the K/V fields of `tokens` `[kv_heads, m]` (token indices per head) as
+    `{"k.codes": [kv_heads, m, ...], ...}`; `decode` turns those into K and V tensors.
+    """
+
+    def __init__(self, path: Path, layout: ArchiveLayout, places: dict, data: np.memmap) -> None:
+        self.path = path
+        self.layout = layout
+        self._places = places
+        self._data = data
+
+    @classmethod
+    def open(cls, path: Path, *, sha256: str | None = None, expect: ArchiveLayout | None = None) -> Archive:
+        """Map `path`; verify its SHA-256 against `sha256` (if given) and its layout against
+        `expect` (if given). Raises ArchiveError naming what is wrong: missing, damaged, other format.
+        """
+        path = Path(path)
+        try:
+            if sha256 is not None and file_sha256(path) != sha256:
+                raise ArchiveError("archive checksum mismatch (damaged file)")
+            with open(path, "rb") as handle:
+                (header_len,) = struct.unpack("<Q", handle.read(8))
+                header = json.loads(handle.read(header_len))
+            meta = header.get("__metadata__") or {}
+            if meta.get("format") != ARCHIVE_FORMAT:
+                raise ArchiveError(f"archive format {meta.get('format')!r}, expected {ARCHIVE_FORMAT}")
+            layout = ArchiveLayout(**json.loads(meta["layout"]))
+            data = np.memmap(path, dtype=np.uint8, mode="r")
+        except ArchiveError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
+            raise ArchiveError(f"archive unreadable ({type(error).__name__}: {error})") from None
+        if expect is not None and layout != expect:
+            raise ArchiveError("archive was made for another model shape, length or format")
+        expected_header, places = _header(layout)
+        if json.loads(expected_header[8:]) != header:
+            raise ArchiveError("archive header does not match its layout")
+        end = max(o + int(np.prod(s)) * torch.empty((), dtype=d).element_size() for o, s, d in places.values())
+        if data.shape[0] != end:
+            raise ArchiveError(f"archive has {data.shape[0]} bytes, its header needs {end}")
+        return cls(path, layout, places, data)
+
+    def _view(self, name: str) -> np.ndarray:
+        offset, shape, dtype = self._places[name]
+        size = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        return self._data[offset : offset + size].view(_DTYPES[dtype][1]).reshape(shape)
+
+    def bounds(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(key_min, key_max) of `layer` as float32 `[n_blocks, kv_heads, head_dim]`."""
+        return tuple(torch.from_numpy(self._view(f"layer{layer}.{b}").astype(np.float32)) for b in ("key_min", "key_max"))
+
+    def read(self, layer: int, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Fields of `tokens` `[kv_heads, m]` (token index per head): name -> `[kv_heads, m, ...]`."""
+        heads = torch.arange(self.layout.kv_heads)[:, None].expand_as(tokens).numpy()
+        rows = tokens.cpu().numpy()
+        out = {}
+        for kv in "kv":
+            for name in self.layout.fmt.field_specs(self.layout.head_dim):
+                out[f"{kv}.{name}"] = torch.from_numpy(np.ascontiguousarray(self._view(f"layer{layer}.{kv}.{name}")[rows, heads]))
+        return out
+
+    def decode(self, fields: dict[str, torch.Tensor], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys before RoPE, values), each `[kv_heads, m, head_dim]` in `dtype`, from `read` output."""
+        fmt = self.layout.fmt
+        return tuple(fmt.decode({n.split(".", 1)[1]: t for n, t in fields.items() if n.startswith(kv + ".")}, dtype)
+                     for kv in "kv")
+
+    def close(self) -> None:
+        """Drop the mapping (the file stays)."""
+        self._data = None

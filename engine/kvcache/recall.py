@@ -1,0 +1,174 @@
+"""Recall: when a question arrives, bring back the archived blocks its queries attend to.
+
+The document snapshot (sinks + window + heavy hitters) was chosen before the question existed.
+Layer by layer, while the question is prefilled, its queries score every block of the archive
+(`engine.kvcache.archive`) by Quest's upper bound (Tang et al. 2024, arXiv 2406.10774):
+
+    bound(q, block) = Σ_c max(q_c · min_c, q_c · max_c) = q⁺ · key_max + q⁻ · key_min  ≥  q · k
+
+for every key k of the block (min / max are per channel over the block's keys after RoPE; the
+second form is two matrix products). Bounds of one query are turned into a distribution over blocks
+(log-softmax), so that queries with large logits everywhere do not drown the others, and a block's
+score is its best over the question's query heads and tokens. Blocks whose every token is already
+held are skipped; the top `recall_tokens // block_tokens` blocks per KV head are read from the
+archive, minus the tokens the snapshot already holds. The recalled tokens are attended by the
+question and the whole answer and are never evicted; the snapshot itself is not touched.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.kvcache.archive import Archive
+from engine.kvcache.attention import RotaryTable, apply_rope
+
+
+@dataclass
+class RecallStats:
+    """What recall did for one question, summed over layers."""
+
+    blocks_scored: int = 0       # archive blocks scored (per layer and KV head)
+    blocks_recalled: int = 0     # blocks read (per layer and KV head)
+    tokens_recalled: int = 0     # tokens added (per layer and KV head), held tokens excluded
+    bytes_read: int = 0          # archive bytes read (codes and metadata)
+    score_s: float = 0.0         # seconds spent scoring blocks
+    read_s: float = 0.0          # seconds spent reading and dequantizing recalled blocks
+
+    @property
+    def seconds(self) -> float:
+        return self.score_s + self.read_s
+
+
+@dataclass
+class RecalledTokens:
+    """One layer's recalled tokens. `index` / `valid` / `mass` are `[kv_heads, R]`; `keys` / `values`
+    `[kv_heads, R, head_dim]` (keys before RoPE) in the compute dtype; `fields` are the quantized
+    bytes as read (what the memory accounting counts). Invalid slots (already held, or past the end
+    of the document) are masked out of attention."""
+
+    index: torch.Tensor
+    valid: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    fields: dict[str, torch.Tensor]
+    mass: torch.Tensor = field(default=None)  # attention received, float32 (sources)
+
+    def __post_init__(self) -> None:
+        if self.mass is None:
+            self.mass = torch.zeros(self.index.shape, dtype=torch.float32, device=self.index.device)
+
+    def nbytes(self) -> int:
+        """Bytes held as the cache holds them: quantized fields + int32 position + float32 mass."""
+        return sum(t.nbytes for t in self.fields.values()) + 8 * self.index.numel()
+
+
+def block_scores(query: torch.Tensor, key_min: torch.Tensor, key_max: torch.Tensor, scaling: float) -> torch.Tensor:
+    """Score of each archive block for each KV head: `[kv_heads, n_blocks]` float32.
+
+    query: `[kv_heads, m, head_dim]` after RoPE at the queries' original positions (m = the query
+    heads of the group times the question tokens); key_min / key_max `[n_blocks, kv_heads, head_dim]`.
+    """
+    q = query.float()
+    upper = q.clamp_min(0) @ key_max.permute(1, 2, 0) + q.clamp_max(0) @ key_min.permute(1, 2, 0)
+    return torch.log_softmax(upper * scaling, dim=-1).amax(dim=1)
+
+
+def held_tokens(index: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """`[kv_heads, n_tokens]` bool: which document tokens a layer holds, from its positions `index`."""
+    held = torch.zeros((index.shape[0], n_tokens), dtype=torch.bool, device=index.device)
+    inside = index.long().clamp(max=n_tokens)  # question / answer tokens land in a spare column
+    spare = torch.zeros((index.shape[0], 1), dtype=torch.bool, device=index.device)
+    return torch.cat((held, spare), dim=1).scatter_(1, inside, True)[:, :n_tokens]
+
+
+def select_tokens(scores: torch.Tensor, held: torch.Tensor, block_tokens: int, max_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top blocks per KV head by `scores` `[kv_heads, n_blocks]`, skipping blocks fully in `held`.
+
+    Returns (token index `[kv_heads, k * block_tokens]` long, valid `[kv_heads, k * block_tokens]`
+    bool), k = min(max_blocks, n_blocks); held tokens, tokens past the end and blocks that were not
+    eligible are invalid. Token indices of invalid slots are clamped into the document.
+    """
+    heads, n_tokens = held.shape
+    n_blocks = scores.shape[1]
+    padded = torch.nn.functional.pad(held, (0, n_blocks * block_tokens - n_tokens), value=True)
+    full = padded.view(heads, n_blocks, block_tokens).all(dim=-1)
+    k = min(max_blocks, n_blocks)
+    top = scores.masked_fill(full, float("-inf")).topk(k, dim=-1)
+    blocks = top.indices.sort(dim=-1)  # document order
+    chosen = torch.isfinite(torch.gather(top.values, 1, blocks.indices))
+    offsets = torch.arange(block_tokens, device=scores.device)
+    tokens = (blocks.values[..., None] * block_tokens + offsets).flatten(1)
+    valid = chosen.repeat_interleave(block_tokens, dim=1) & (tokens < n_tokens)
+    tokens = tokens.clamp(max=n_tokens - 1)
+    valid &= ~torch.gather(held, 1, tokens)
+    return tokens, valid
+
+
+class Recaller:
+    """Recall for one question over one document's `archive`.
+
+    recall_tokens: tokens per layer and KV head that may be recalled (whole blocks; the budget).
+    Call `recall(layer, held_index, query, start)` once per layer while the question is prefilled.
+    """
+
+    def __init__(self, archive: Archive, recall_tokens: int, rope: RotaryTable, scaling: float) -> None:
+        self.archive = archive
+        self.recall_tokens = recall_tokens
+        self.rope = rope
+        self.scaling = scaling
+        self.stats = RecallStats()
+
+    def recall(self, layer: int, held_index: torch.Tensor, query: torch.Tensor, start: int, dtype: torch.dtype) -> RecalledTokens | None:
+        """Recalled tokens of `layer` for `query` `[query_heads, m, head_dim]` (before RoPE; its
+        first token is stream position `start`) given the layer's held positions `held_index`
+        `[kv_heads, n]`. None when nothing fits the budget."""
+        lay = self.archive.layout
+        max_blocks = self.recall_tokens // lay.block_tokens
+        if max_blocks < 1:
+            return None
+        began = time.perf_counter()
+        heads, m = lay.kv_heads, query.shape[1]
+        positions = torch.arange(start, start + m, device=query.device)
+        cos, sin = self.rope.lookup(positions)
+        rotated = apply_rope(query.float(), cos, sin).reshape(heads, -1, lay.head_dim)
+        key_min, key_max = self.archive.bounds(layer)
+        scores = block_scores(rotated, key_min.to(query.device), key_max.to(query.device), self.scaling)
+        held = held_tokens(held_index.to(query.device), lay.n_tokens)
+        tokens, valid = select_tokens(scores, held, lay.block_tokens, max_blocks)
+        scored = time.perf_counter()
+        fields = self.archive.read(layer, tokens)
+        keys, values = self.archive.decode(fields, dtype)
+        device = query.device
+        recalled = RecalledTokens(
+            index=tokens.to(device), valid=valid.to(device), keys=keys.to(device), values=values.to(device),
+            fields={name: t.to(device) for name, t in fields.items()},
+        )
+        self.stats.blocks_scored += heads * lay.n_blocks
+        self.stats.blocks_recalled += int(valid.view(heads, -1, lay.block_tokens).any(dim=-1).sum())
+        self.stats.tokens_recalled += int(valid.sum())
+        self.stats.bytes_read += sum(t.nbytes for t in fields.values())
+        self.stats.score_s += scored - began
+        self.stats.read_s += time.perf_counter() - scored
+        return recalled
+
+
+def compact_order_positions(held_index: torch.Tensor, recalled: RecalledTokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compact-mode positions when held and recalled tokens are renumbered in document order.
+
+    held_index: `[kv_heads, n]` stream positions of the held tokens before the tail (ascending).
+    Returns (held positions `[kv_heads, n]`, recalled positions `[kv_heads, R]` (invalid slots 0),
+    offset `[kv_heads]`: the position of the first tail token, n + valid recalled tokens).
+    Exact because keys are cached before RoPE: a key is rotated with whatever position it gets.
+    """
+    big = torch.iinfo(torch.long).max
+    rec = torch.where(recalled.valid, recalled.index.long(), torch.full_like(recalled.index.long(), big))
+    rec_sorted = rec.sort(dim=-1).values
+    held = held_index.long().contiguous()
+    held_pos = torch.arange(held.shape[1], device=held.device) + torch.searchsorted(rec_sorted, held)
+    rec_pos = torch.searchsorted(held, rec.clamp(max=big - 1).contiguous()) + torch.searchsorted(rec_sorted, rec.contiguous())
+    rec_pos = torch.where(recalled.valid, rec_pos, torch.zeros_like(rec_pos))
+    offset = held.shape[1] + recalled.valid.sum(dim=1)
+    return held_pos, rec_pos, offset
