@@ -1,9 +1,18 @@
 """The chat view: questions, answers rendered as Markdown (code blocks included) while they stream,
 citations as links, and a footer per answer saying where it came from and what it cost.
 
+Under each answer, two lines name pages or files, from two different kinds of evidence:
+
+    Cited: page 2 · src/app.py              what the answer's *text* cites ("[page 2]"), matched
+                                             against the document (`sources_line`)
+    Attended: page 12 (41 %) · page 3 (22 %)  where the model's *attention* went: the pages / files
+                                             whose recalled tokens received the most attention
+                                             while it answered (`attended_line`, from
+                                             `engine.session.Answer.sources`)
+
 The model is told to cite "[page 12]" or "[src/app.py]"; `link_citations` turns those into
-`cite:` links (never inside code), and `sources_line` lists them, marking any label the document
-does not have. Clicking a citation emits `citation_clicked(label)`.
+`cite:` links (never inside code). Both lines link each label the same way, so clicking a cited or
+an attended label emits `citation_clicked(label)`.
 """
 
 from __future__ import annotations
@@ -11,11 +20,12 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote
 
-from PySide6.QtCore import QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
 from PySide6.QtGui import QColor, QDesktopServices, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import QTextBrowser
+from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.library import MessageRecord
+from engine.session import Source
 
 CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
 _CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)
@@ -52,8 +62,13 @@ def link_citations(text: str) -> str:
     return "".join(part if part.startswith("`") else CITATION.sub(link, part) for part in _CODE.split(text))
 
 
+CITED_TIP = "Pages or files the answer's text cites, checked against the document"
+ATTENDED_TIP = ("Pages or files whose recalled tokens received the most attention while the model answered "
+                "(its share of that attention). From the model's attention, not from the answer's text.")
+
+
 def sources_line(text: str, labels: set[str] | None) -> str:
-    """HTML: 'Sources: page 1 · src/app.py' (links), unknown labels marked; '' when none."""
+    """HTML: 'Cited: page 1 · src/app.py' (links), unknown labels marked; '' when none."""
     cited = citations(text)
     if not cited:
         return ""
@@ -63,11 +78,36 @@ def sources_line(text: str, labels: set[str] | None) -> str:
             parts.append(f"<span style='color:#B03030'>{_html(label)} (not in the document)</span>")
         else:
             parts.append(f"<a href='cite:{quote(label)}'>{_html(label)}</a>")
-    return "Sources: " + " · ".join(parts)
+    return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
+
+
+def attended_line(sources: list[Source]) -> str:
+    """HTML: 'Attended: page 12 (41 %) · src/app.py (22 %)', each label a `cite:` link like a
+    citation's; '' when there are none (no recall, or nothing attended above the engine's floor)."""
+    if not sources:
+        return ""
+    parts = [f"<a href='cite:{quote(s.label)}' title=\"{ATTENDED_TIP}\">{_html(s.label)}</a> ({s.share * 100:.0f} %)"
+             for s in sources]
+    return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
+
+
+def recall_text(message: MessageRecord) -> str:
+    """The footer's recall part: 'recall 1,024 tokens in 12 ms', 'recall off', or '' (not recorded:
+    cloud answers and answers from before recall). Tokens are per layer and KV head, the unit of
+    the recall_tokens setting."""
+    recall = message.recall
+    if recall is None:
+        return ""
+    if "off" in recall:
+        return "recall off" if recall["off"] == "off" else f"recall off ({recall['off']})"
+    tokens = recall.get("tokens_per_head")
+    cost = f"{float(recall.get('seconds') or 0.0) * 1000:,.0f} ms"
+    return f"recall {tokens:,} tokens in {cost}" if tokens is not None else f"recall {cost}"
 
 
 def footer_text(message: MessageRecord) -> str:
-    """'local · TTFT 0.30 s · 3.2 tokens/s · prefix cache hit · 12 tokens' (cloud: endpoint, model, reason)."""
+    """'local · TTFT 0.30 s · 3.2 tokens/s · prefix cache hit · 12 tokens · recall 1,024 tokens in 12 ms'
+    (cloud: endpoint, model, reason)."""
     parts: list[str] = []
     if message.source == "cloud":
         parts.append(f"cloud · {message.endpoint or '?'} · model {message.model or '?'}")
@@ -83,6 +123,8 @@ def footer_text(message: MessageRecord) -> str:
         parts.append("prefix cache hit" if message.prefix_hit else "prefix cache miss (document prefilled)")
     if message.tokens is not None:
         parts.append(f"{message.tokens} tokens")
+    if message.source != "cloud" and recall_text(message):
+        parts.append(recall_text(message))
     if message.state == "cancelled" or message.stop_reason == "cancelled":
         parts.append("cancelled")
     elif message.state == "interrupted":
@@ -207,10 +249,8 @@ class ChatView(QTextBrowser):
         block = QTextBlockFormat()
         block.setTopMargin(4)
         cursor.setBlockFormat(block)
-        lines = [footer_text(message)]
-        sources = sources_line(message.text, self.labels)
-        if sources:
-            lines.insert(0, sources)
+        lines = [line for line in (sources_line(message.text, self.labels), attended_line(message.sources)) if line]
+        lines.append(_html(footer_text(message)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")
         self._new_block(cursor)
 
@@ -225,6 +265,27 @@ class ChatView(QTextBrowser):
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+    def viewportEvent(self, event) -> bool:
+        """Tooltips of the text under the mouse (the 'title' of a Cited / Attended label): a
+        QTextBrowser keeps them in the character format but does not show them by itself."""
+        if event.type() == QEvent.Type.ToolTip:
+            tip = self.tooltip_at(event.pos())
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self.viewport())
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)
+
+    def tooltip_at(self, pos) -> str:
+        """The tooltip of the character at viewport position `pos` ('' when none)."""
+        cursor = self.cursorForPosition(pos)
+        tip = cursor.charFormat().toolTip()
+        if not tip:  # the format left of the cursor; try the character to its right too
+            cursor.movePosition(QTextCursor.MoveOperation.NextCharacter)
+            tip = cursor.charFormat().toolTip()
+        return tip
 
     def _on_anchor(self, url: QUrl) -> None:
         if url.scheme() == "cite":
@@ -251,4 +312,5 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-__all__ = ["ChatView", "citations", "link_citations", "sources_line", "footer_text", "looks_like_citation", "normalise_label"]
+__all__ = ["ChatView", "citations", "link_citations", "sources_line", "attended_line", "recall_text", "footer_text",
+           "looks_like_citation", "normalise_label"]

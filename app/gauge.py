@@ -4,7 +4,12 @@ Two bars from one `engine.memory.MemoryReport`:
 
     device   [ weights | KV cache | workspace | other processes |        free        ]
                                  ^ budget mark: where the KV cache may grow to (budget + one chunk)
-    KV cache [ codes | scales+zeros | 16-bit sinks+residual | scores+positions+table | pool free ]  / budget
+    KV cache [ codes | scales+zeros | 16-bit sinks+residual | scores+positions+table | recalled | pool free ]  / budget
+
+"recalled" is what the current question brought back from the document's archive on disk
+(`MemoryBreakdown.recalled_bytes`, engine.kvcache.recall): held beside the snapshot only while a
+question is answered, so it gets its own colour and legend line rather than being folded into the
+codes. The budget mark includes the most a question may recall.
 
 The device bar turns amber at AMBER_AT of the device in use and red at RED_AT (on the GPU that is
 `torch.cuda.mem_get_info`; on the CPU system RAM). The tooltip gives every number in exact bytes.
@@ -29,6 +34,7 @@ COLORS = {
     "meta": QColor("#B48AE0"),
     "residual": QColor("#6B3FA0"),
     "index": QColor("#D3BDF0"),
+    "recalled": QColor("#F28E2B"),   # not a purple: it is not part of the snapshot
     "pool_free": QColor("#EDE3F8"),
     "workspace": QColor("#54A24B"),
     "other": QColor("#B0B0B0"),
@@ -58,17 +64,20 @@ def device_segments(report: MemoryReport) -> list[tuple[str, int]]:
 
 
 def kv_segments(report: MemoryReport) -> list[tuple[str, int]]:
+    """(name, bytes) along the KV bar: the snapshot's parts, the recalled tokens, the pool's free blocks."""
     kv = report.kv
     return [
         ("codes", kv.codes_bytes),
         ("meta", kv.quant_meta_bytes),
         ("residual", kv.residual_bytes),
         ("index", kv.score_bytes + kv.position_bytes + kv.block_table_bytes),
+        ("recalled", kv.recalled_bytes),
         ("pool_free", kv.pool_free_bytes),
     ]
 
 
 def tooltip_for(report: MemoryReport) -> str:
+    """HTML table of every number of the report, in exact bytes."""
     kv = report.kv
     rows = [
         ("Device", report.device),
@@ -77,6 +86,7 @@ def tooltip_for(report: MemoryReport) -> str:
         ("&nbsp;&nbsp;quantized codes", kv.codes_bytes), ("&nbsp;&nbsp;scales + zero points", kv.quant_meta_bytes),
         ("&nbsp;&nbsp;16-bit sinks + residual", kv.residual_bytes), ("&nbsp;&nbsp;scores", kv.score_bytes),
         ("&nbsp;&nbsp;positions", kv.position_bytes), ("&nbsp;&nbsp;block table", kv.block_table_bytes),
+        ("&nbsp;&nbsp;recalled for this question", kv.recalled_bytes),
         ("&nbsp;&nbsp;pool, free blocks", kv.pool_free_bytes),
         ("KV budget (peak)", report.budget_bytes), ("Workspace", report.workspace_bytes),
     ]
@@ -218,5 +228,6 @@ class MemoryGauge(QWidget):
             (f"{_swatch('codes')} codes {format_bytes(kv.codes_bytes)}", f"{_swatch('meta')} scales {format_bytes(kv.quant_meta_bytes)}"),
             (f"{_swatch('residual')} 16-bit {format_bytes(kv.residual_bytes)}",
              f"{_swatch('index')} scores etc. {format_bytes(kv.score_bytes + kv.position_bytes + kv.block_table_bytes)}"),
+            (f"{_swatch('recalled')} recalled for this question {format_bytes(kv.recalled_bytes)}", ""),
         ]))
         self.setToolTip(tooltip_for(report))

@@ -5,7 +5,11 @@
                   file_sig, added_s, opened_s
       messages    id, document_id, role ("user" | "assistant"), text, state, created_s and, for
                   answers, where it came from and what it cost (source, endpoint, model, reason,
-                  ttft_s, tokens_per_s, tokens, prefix_hit, stop_reason)
+                  ttft_s, tokens_per_s, tokens, prefix_hit, stop_reason), and since schema 2 what recall
+                  did (sources_json: the attention-grounded sources, recall_json: recall's cost)
+
+Schema 2 only adds columns to `messages`; a schema-1 file is migrated in place when it is opened
+(ALTER TABLE ... ADD COLUMN: old rows read back with those fields None, nothing is rewritten).
 
 Used from the GUI thread only (no engine calls, no model): the worker never touches it. Every
 change is committed at once, so closing the window, or a crash, loses at most the answer being
@@ -31,9 +35,11 @@ from pathlib import Path
 import sqlite_utils
 
 from engine import paths
-from engine.settings import EngineSettings
+from engine.kvcache.recall import RecallStats
+from engine.session import Source
+from engine.settings import EngineSettings, RecallSettings
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
 
 
@@ -81,6 +87,55 @@ class MessageRecord:
     tokens: int | None = None
     prefix_hit: int | None = None
     stop_reason: str | None = None
+    sources_json: str | None = None  # [{"label", "share", "page", "path"}]: engine.session.Source, as JSON
+    recall_json: str | None = None   # `recall_record(...)`; None for cloud answers and rows from before recall
+
+    @property
+    def sources(self) -> list[Source]:
+        """The answer's attention-grounded sources (`engine.session.Source`), [] when none were stored."""
+        if not self.sources_json:
+            return []
+        try:
+            return [Source(**item) for item in json.loads(self.sources_json)]
+        except (ValueError, TypeError):
+            return []  # a damaged row must not stop the history from showing
+
+    @property
+    def recall(self) -> dict | None:
+        """What recall did for the answer (see `recall_record`), None when not recorded."""
+        if not self.recall_json:
+            return None
+        try:
+            value = json.loads(self.recall_json)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+
+# Columns added after schema 1 (name -> type), added in place to an older file's messages table.
+MESSAGE_COLUMNS_V2 = {"sources_json": str, "recall_json": str}
+
+
+def sources_json(sources: list[Source]) -> str | None:
+    """`Answer.sources` as the JSON text stored in `messages.sources_json` (None when empty)."""
+    return json.dumps([asdict(s) for s in sources]) if sources else None
+
+
+def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: int | None = None) -> str:
+    """JSON text for `messages.recall_json`: what recall did for one local answer.
+
+    stats None (no recall for this answer): {"off": why}. Otherwise the `RecallStats` fields plus
+    `tokens_per_head`: tokens_recalled is summed over layers and KV heads, so it is divided by
+    `heads` (layers x KV heads of the model) to be comparable with the `recall_tokens` setting.
+    """
+    if stats is None:
+        # Mirrors engine.cli.recall_line: off by the settings, or this document has no archive.
+        why = "off" if not recall.archive or not recall.recall_tokens else "no archive for this document"
+        return json.dumps({"off": why})
+    record = asdict(stats)
+    record["seconds"] = stats.seconds
+    record["tokens_per_head"] = round(stats.tokens_recalled / heads) if heads else None
+    return json.dumps(record)
 
 
 def library_path() -> Path:
@@ -206,9 +261,15 @@ class Library:
                 self.db["messages"].create(
                     {"id": int, "document_id": int, "role": str, "text": str, "state": str, "created_s": float,
                      "source": str, "endpoint": str, "model": str, "reason": str, "ttft_s": float,
-                     "tokens_per_s": float, "tokens": int, "prefix_hit": int, "stop_reason": str},
+                     "tokens_per_s": float, "tokens": int, "prefix_hit": int, "stop_reason": str, **MESSAGE_COLUMNS_V2},
                     pk="id", not_null={"document_id", "role", "text", "state", "created_s"},
                     foreign_keys=[("document_id", "documents", "id")],
                 )
                 self.db["messages"].create_index(["document_id"])
+            else:
+                # A file from an older version: add the missing columns (old rows get NULL there).
+                have = set(self.db["messages"].columns_dict)
+                for name, kind in MESSAGE_COLUMNS_V2.items():
+                    if name not in have:
+                        self.db["messages"].add_column(name, kind)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

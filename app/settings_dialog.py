@@ -1,5 +1,6 @@
-"""The settings dialog: model, device, KV cache policy (with the memory it implies, live), prefix
-cache, and the cloud fallback. Saves with `engine.settings.save_settings` (TOML in the config dir);
+"""The settings dialog: model, device, KV cache policy (with the memory it implies, live), recall
+(the archive on disk and what a question may bring back from it, with its memory and disk size,
+live), prefix cache, and the cloud fallback. Saves with `engine.settings.save_settings` (TOML in the config dir);
 the cloud API key goes to the OS keyring (`engine.secrets`), never into the settings file.
 
 Validation is the engine's own (`EngineSettings.validate`, `CachePolicy.validate`): its message is
@@ -22,7 +23,7 @@ from engine import secrets
 from engine.errors import HalamanError, SettingsError
 from engine.estimate import KNOWN_SHAPES, estimate
 from engine.models.loader import ModelProfile
-from engine.settings import CachePolicy, EngineSettings, save_settings
+from engine.settings import EngineSettings, save_settings
 
 MODEL_KINDS = [
     ("default", "Embedded default (SmolLM2-135M-Instruct)"),
@@ -32,6 +33,8 @@ MODEL_KINDS = [
 ]
 DEVICES = [("auto", "Auto (CUDA when available)"), ("cuda", "CUDA GPU"), ("cpu", "CPU")]
 MIB = 1024 * 1024
+# Without an open document, the archive's disk size is shown for this many tokens.
+ARCHIVE_PER_TOKENS = 100_000
 
 
 def model_kind(spec: str) -> str:
@@ -61,7 +64,8 @@ class SettingsDialog(QDialog):
 
     def __init__(self, settings: EngineSettings, *, profile: ModelProfile | None = None,
                  cache_usage: tuple[int, int] | None = None, parent: QWidget | None = None,
-                 settings_file: Path | None = None) -> None:
+                 settings_file: Path | None = None, document_tokens: int | None = None) -> None:
+        """`document_tokens`: the open document's length, to size its archive (else per 100,000 tokens)."""
         super().__init__(parent)
         self.setWindowTitle("Halaman settings")
         self.setModal(True)
@@ -70,6 +74,7 @@ class SettingsDialog(QDialog):
         self.profile = profile or KNOWN_SHAPES["smollm2-135m"]
         self.profile_name = "the loaded model" if profile else "SmolLM2-135M (model not loaded yet)"
         self.settings_file = settings_file
+        self.document_tokens = document_tokens
 
         # -- model
         self.model_kind = QComboBox()
@@ -110,6 +115,27 @@ class SettingsDialog(QDialog):
         form.addRow("Recent window", self.window)
         form.addRow("16-bit residual", self.residual)
         form.addRow("KV bits", self.kv_bits)
+
+        # -- recall
+        self.archive = QCheckBox("Archive every token on disk while reading (needed for recall)")
+        self.archive_bits = QComboBox()
+        for bits, text in ((4, "4 bits (INT4)"), (2, "2 bits (smaller, less exact)")):
+            self.archive_bits.addItem(text, bits)
+        self.recall_tokens = _spin(0, 1 << 20, 256, " tokens")
+        self.recall_tokens.setSpecialValueText("off")  # 0 = no recall
+        self.recall_tokens.setToolTip("Tokens per layer and KV head a question may bring back from the archive; 0 = off")
+        self.recall_block = _spin(1, 1 << 16, 16, " tokens")
+        self.recall_block.setToolTip("The unit that is scored and recalled; must divide the prefill chunk")
+        self.recall_info = QLabel()
+        self.recall_info.setWordWrap(True)
+        self.recall_info.setObjectName("recallInfo")
+        recall_box = QGroupBox("Recall (from the archive, at question time)")
+        form = QFormLayout(recall_box)
+        form.addRow(self.archive)
+        form.addRow("Archive bits", self.archive_bits)
+        form.addRow("Recall per question", self.recall_tokens)
+        form.addRow("Block", self.recall_block)
+        form.addRow("", self.recall_info)
 
         # -- prefix cache
         self.prefix_enabled = QCheckBox("Save each document's cache and reuse it next time")
@@ -168,6 +194,7 @@ class SettingsDialog(QDialog):
         left.addStretch(1)
         right = QVBoxLayout()
         right.addWidget(prefix_box)
+        right.addWidget(recall_box)  # beside the KV cache: the left column has no height to spare
         right.addWidget(self.cloud_box)
         right.addStretch(1)
         columns = QHBoxLayout()
@@ -183,9 +210,11 @@ class SettingsDialog(QDialog):
             self.set_cache_usage(*cache_usage)
         self.model_kind.currentIndexChanged.connect(self._model_kind_changed)
         self.model_browse.clicked.connect(self._browse)
-        for box in (self.budget, self.sink, self.window, self.residual, self.max_new_tokens, self.prefix_disk):
+        for box in (self.budget, self.sink, self.window, self.residual, self.max_new_tokens, self.prefix_disk,
+                    self.recall_tokens, self.recall_block):
             box.valueChanged.connect(self._changed)
-        for combo in (self.kv_bits, self.device):
+        self.archive.toggled.connect(self._changed)
+        for combo in (self.kv_bits, self.device, self.archive_bits):
             combo.currentIndexChanged.connect(self._changed)
         for edit in (self.cloud_url, self.cloud_model, self.model_path):
             edit.textChanged.connect(self._changed)
@@ -208,6 +237,11 @@ class SettingsDialog(QDialog):
         self.window.setValue(policy.window_tokens)
         self.residual.setValue(policy.residual_tokens)
         self.kv_bits.setCurrentIndex(self.kv_bits.findData(policy.kv_bits))
+        recall = settings.recall
+        self.archive.setChecked(recall.archive)
+        self.archive_bits.setCurrentIndex(self.archive_bits.findData(recall.archive_bits))
+        self.recall_tokens.setValue(recall.recall_tokens)
+        self.recall_block.setValue(recall.block_tokens)
         self.prefix_enabled.setChecked(settings.prefix_cache)
         self.prefix_disk.setValue(settings.prefix_cache_disk_bytes // MIB)
         cloud = settings.cloud
@@ -231,6 +265,10 @@ class SettingsDialog(QDialog):
             self.original.cache, budget_tokens=self.budget.value(), sink_tokens=self.sink.value(),
             window_tokens=self.window.value(), residual_tokens=self.residual.value(), kv_bits=int(self.kv_bits.currentData()),
         )
+        recall = dataclasses.replace(
+            self.original.recall, archive=self.archive.isChecked(), archive_bits=int(self.archive_bits.currentData()),
+            recall_tokens=self.recall_tokens.value(), block_tokens=self.recall_block.value(),
+        )
         cloud = dataclasses.replace(
             self.original.cloud, enabled=self.cloud_box.isChecked(), base_url=self.cloud_url.text().strip(),
             model=self.cloud_model.text().strip(), escalation_threshold=round(self.cloud_threshold.value(), 2),
@@ -239,7 +277,7 @@ class SettingsDialog(QDialog):
         settings = dataclasses.replace(
             self.original, model=model, device=self.device.currentData(), max_new_tokens=self.max_new_tokens.value(),
             prefix_cache=self.prefix_enabled.isChecked(), prefix_cache_disk_bytes=self.prefix_disk.value() * MIB,
-            cache=policy, cloud=cloud,
+            cache=policy, recall=recall, cloud=cloud,
         )
         settings.validate()
         return settings
@@ -275,22 +313,34 @@ class SettingsDialog(QDialog):
         except HalamanError as exc:
             self.error.setText(str(exc))
             self.budget_info.setText("")
+            self.recall_info.setText("")
             return
         self.error.setText("")
-        self._show_budget(settings.cache)
+        self._show_budget(settings)
 
-    def _show_budget(self, policy: CachePolicy) -> None:
+    def _show_budget(self, settings: EngineSettings) -> None:
+        policy, recall = settings.cache, settings.recall
         try:
-            at_budget = estimate(self.profile, policy, policy.budget_tokens)
+            at_budget = estimate(self.profile, policy, policy.budget_tokens, recall)
             peak = estimate(self.profile, policy, policy.budget_tokens + policy.chunk_tokens).peak_bytes
+            archive_tokens = self.document_tokens or ARCHIVE_PER_TOKENS
+            archive = estimate(self.profile, policy, archive_tokens, recall).archive_bytes
         except HalamanError as exc:
             self.budget_info.setText(str(exc))
+            self.recall_info.setText("")
             return
+        recalled = (f" + {format_bytes(at_budget.recall_bytes)} recalled while a question is answered"
+                    if at_budget.recall_bytes else "")
         self.budget_info.setText(
             f"≈ <b>{format_bytes(at_budget.compressed_bytes)}</b> of KV cache at the budget "
-            f"({format_bytes(peak)} at the prefill peak) with {self.profile_name}; "
+            f"({format_bytes(peak)} at the prefill peak){recalled} with {self.profile_name}; "
             f"a full FP16 cache of {policy.budget_tokens:,} tokens: {format_bytes(at_budget.full_bytes)}."
         )
+        self.recall_info.setText(recall_info_text(at_budget.recall_bytes, archive, recall.archive, recall.recall_tokens,
+                                                  self.document_tokens))
+        # Bits and block only mean something with an archive; recall also needs tokens to bring back.
+        for widget in (self.archive_bits, self.recall_block, self.recall_tokens):
+            widget.setEnabled(recall.archive)
 
     def _model_kind_changed(self, *_args) -> None:
         kind = self.model_kind.currentData()
@@ -311,4 +361,17 @@ class SettingsDialog(QDialog):
             self.model_path.setText(path)
 
 
-__all__ = ["SettingsDialog", "model_kind"]
+def recall_info_text(recall_bytes: int, archive_bytes: int, archive: bool, recall_tokens: int,
+                     document_tokens: int | None) -> str:
+    """The recall group's live line: the memory a question's recalled tokens take and the archive's
+    size on disk (for the open document, else per 100,000 tokens)."""
+    if not archive:
+        return "Recall is off: no archive is written, answers use the compressed cache only."
+    where = f"for this document ({document_tokens:,} tokens)" if document_tokens else f"per {ARCHIVE_PER_TOKENS:,} tokens"
+    disk = f"archive on disk: <b>{format_bytes(archive_bytes)}</b> {where}"
+    if not recall_tokens:
+        return f"Recall per question is off (the archive is still written). {disk[0].upper()}{disk[1:]}."
+    return f"≈ <b>{format_bytes(recall_bytes)}</b> of memory for the recalled tokens while a question is answered; {disk}."
+
+
+__all__ = ["SettingsDialog", "model_kind", "recall_info_text"]

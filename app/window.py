@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from app.chat import ChatView, normalise_label
 from app.gauge import MemoryGauge
-from app.library import CACHED, STALE, DocumentRecord, Library, config_signature
+from app.library import CACHED, STALE, DocumentRecord, Library, config_signature, recall_record, sources_json
 from app.settings_dialog import SettingsDialog
 from app.units import fmt_duration
 from app.worker import ApplyResult, ConfirmRequest, EngineClient, Job, JobError, ModelInfo, OpenResult
@@ -490,8 +490,7 @@ class MainWindow(QMainWindow):
                 f"Read {report.title}: prefilled {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
                 f"({report.prefill_tokens_per_s:,.0f} tokens/s).", 10000)
         if report.warnings:
-            more = f" (and {len(report.warnings) - 3} more)" if len(report.warnings) > 3 else ""
-            self.banner.show_message("warning", "Note: " + "; ".join(report.warnings[:3]) + more)
+            self.banner.show_message("warning", warning_note(report.warnings))
         self._on_memory(result.memory)
         self._update_input()
         self.question.setFocus()
@@ -617,6 +616,10 @@ class MainWindow(QMainWindow):
                 tokens=len(answer.token_ids) if answer.source == "local" else _completion_tokens(answer),
                 prefix_hit=int(answer.prefix_hit) if answer.source == "local" else None, stop_reason=answer.stop_reason,
             )
+            if answer.source == "local":  # recall and its attention-grounded sources, kept with the history
+                profile = self.client.model.profile if self.client.model else None
+                fields.update(sources_json=sources_json(answer.sources), recall_json=recall_record(
+                    answer.recall, self.settings.recall, heads=profile.num_layers * profile.kv_heads if profile else None))
         self.library.update_message(live.message_id, **fields)
         message = self.library.message(live.message_id)
         self.chat.finish_answer(message)
@@ -817,7 +820,8 @@ class MainWindow(QMainWindow):
     # ========================================================= settings
     def show_settings(self) -> None:
         profile = self.client.model.profile if self.client.model else None
-        dialog = SettingsDialog(self.settings, profile=profile, parent=self)
+        tokens = self.last_report.document_tokens if self.last_report and self.open_document_id else None
+        dialog = SettingsDialog(self.settings, profile=profile, parent=self, document_tokens=tokens)
         dialog.clear_cache_requested.connect(lambda: self.clear_prefix_cache(dialog))
         self.client.run("cache usage", lambda engine, ctx: engine.prefix_cache_usage(),
                         on_done=lambda usage: self.settings_dialog is dialog and dialog.set_cache_usage(*usage))
@@ -951,11 +955,13 @@ class MainWindow(QMainWindow):
     def _estimate_text(self, tokens: int) -> str:
         profile = self.client.model.profile if self.client.model else KNOWN_SHAPES["smollm2-135m"]
         try:
-            est = estimate(profile, self.settings.cache, tokens)
+            est = estimate(profile, self.settings.cache, tokens, self.settings.recall)
         except HalamanError as exc:
             return str(exc)
         text = (f"KV estimate: {format_bytes(est.compressed_bytes)} compressed vs {format_bytes(est.full_bytes)} full FP16 "
                 f"({size_ratio(est.full_bytes, est.compressed_bytes)})")
+        if est.archive_bytes:
+            text += f" · archive on disk: {format_bytes(est.archive_bytes)}"
         memory = self.client.last_memory
         if memory is not None:
             if est.peak_bytes <= memory.device_free_bytes:
@@ -969,13 +975,15 @@ class MainWindow(QMainWindow):
         policy = self.settings.cache
         profile = self.client.model.profile if self.client.model else KNOWN_SHAPES["smollm2-135m"]
         try:
-            at_budget = estimate(profile, policy, policy.budget_tokens)
+            at_budget = estimate(profile, policy, policy.budget_tokens, self.settings.recall)
         except HalamanError:
             return
+        recall = (f" Recall brings back up to {self.settings.recall.recall_tokens:,} tokens per question "
+                  f"(+{format_bytes(at_budget.recall_bytes)} while answering)." if at_budget.recall_bytes else " Recall is off.")
         self.estimate_label.setText(
             f"Budget {policy.budget_tokens:,} tokens (sink {policy.sink_tokens} + window {policy.window_tokens:,} "
             f"+ heavy hitters), INT{policy.kv_bits}: at most {format_bytes(at_budget.compressed_bytes)} of KV cache "
-            f"per document, whatever its length."
+            f"per document, whatever its length.{recall}"
         )
 
     def _update_input(self) -> None:
@@ -1046,6 +1054,15 @@ class MainWindow(QMainWindow):
         QMessageBox.about(self, "About Halaman",
                           "<b>Halaman</b><br>Ask questions about whole documents with a small local model "
                           "over a compressed (sink + window + heavy-hitter, INT4) KV cache.")
+
+
+def warning_note(warnings: list[str], shown: int = 3) -> str:
+    """The banner's 'Note: a; b; c (and 2 more)' for an opened document's warnings. "recall is off
+    for this document: ..." comes first, so that it is never among the ones left out: without it,
+    answers would quietly lose what recall brings back."""
+    ordered = sorted(warnings, key=lambda w: not w.startswith("recall is off"))
+    more = f" (and {len(ordered) - shown} more)" if len(ordered) > shown else ""
+    return "Note: " + "; ".join(ordered[:shown]) + more
 
 
 def _completion_tokens(answer) -> int | None:

@@ -11,6 +11,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
 
+import re  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -537,3 +538,109 @@ def test_a_model_that_cannot_be_loaded_is_a_message_not_a_crash(qtbot, home):
     assert window.model_status.text() == "No model loaded" and not window.question.isEnabled()
     window.close()
     assert not window.client.thread.isRunning()
+
+
+# ------------------------------------------------------------------------------------ recall
+# A budget far below the document, so that most of it is only in the archive and an answer has to
+# recall it (block 32 divides the 128-token chunk).
+RECALL = SMALL.replace(cache=CachePolicy(budget_tokens=128, window_tokens=32, residual_tokens=32, chunk_tokens=128))
+
+
+def recall_repo(tmp_path: Path) -> Path:
+    """Four files of plain lines (not minified), ~500 tokens in all; the code is in src/vault.py."""
+    repo = tmp_path / "recallrepo"
+    (repo / "src").mkdir(parents=True)
+    words = "alpha beta gamma delta river stone cloud apple engine window garden".split()
+    for i, name in enumerate(("README.md", "src/core.py", "src/vault.py", "notes.txt")):
+        lines = [" ".join(words[(i + j + k) % len(words)] for k in range(9)) for j in range(12)]
+        if name == "src/vault.py":
+            lines.insert(6, "The secret code of the vault is 58213.")
+        (repo / name).write_text("\n".join(lines) + "\n")
+    return repo
+
+
+def anchors(view) -> dict[str, int]:
+    """href -> document position of every link in a chat view."""
+    found: dict[str, int] = {}
+    block = view.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().isAnchor():
+                found[fragment.charFormat().anchorHref()] = fragment.position()
+            it += 1
+        block = block.next()
+    return found
+
+
+def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(make_window, qtbot, tmp_path):
+    from urllib.parse import quote
+
+    from engine.estimate import estimate
+    from engine.units import format_bytes
+
+    repo = recall_repo(tmp_path)
+    window = make_window(RECALL)
+    assert "Recall brings back up to 1,024 tokens per question" in window.estimate_label.text()
+    assert drop(window, repo).isAccepted()
+    wait_open(qtbot, window)
+    record = window.library.find(str(repo.resolve()))
+    assert record.tokens > 3 * RECALL.cache.budget_tokens
+    # Before a document is read, its estimate says how much disk its archive takes.
+    archive = estimate(window.client.model.profile, RECALL.cache, record.tokens, RECALL.recall).archive_bytes
+    assert archive > 0 and f"archive on disk: {format_bytes(archive)}" in window._estimate_text(record.tokens)
+
+    ask(qtbot, window, "What is the secret code of the vault?")
+    message = window.library.messages(record.id)[-1]
+    assert message.sources, "a recalled answer has attention-grounded sources"
+    assert all(source.label in window.segments and 0 < source.share <= 1 for source in message.sources)
+    assert message.recall["tokens_per_head"] > 0 and message.recall["blocks_recalled"] > 0
+    attended = "Attended: " + " · ".join(f"{s.label} ({s.share * 100:.0f} %)" for s in message.sources)
+    lines = window.chat.toPlainText().strip().splitlines()
+    assert attended in lines
+    footer = lines[-1]
+    assert re.search(rf" · recall {message.recall['tokens_per_head']:,} tokens in \d+ ms( · |$)", footer), footer
+    # The gauge shows the tokens recalled for this question, as the engine counts them.
+    engine_kv = window.client.engine.session.memory().kv  # the worker is idle: safe to call here
+    qtbot.waitUntil(lambda: window.gauge.report is not None and window.gauge.report.kv.recalled_bytes > 0, timeout=10_000)
+    assert window.gauge.report.kv.recalled_bytes == engine_kv.recalled_bytes
+    assert f"recalled for this question {format_bytes(engine_kv.recalled_bytes)}" in window.gauge.kv_legend.text()
+
+    # Clicking an attended file shows it, as a citation click does.
+    top = message.sources[0].label
+    cursor = window.chat.textCursor()
+    cursor.setPosition(anchors(window.chat)[f"cite:{quote(top)}"] + 1)
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
+    qtbot.waitUntil(lambda: window.citation_box is not None and window.citation_box.isVisible(), timeout=5_000)
+    assert window.citation_box.windowTitle() == top
+    assert window.citation_box.informativeText()[:30] in window.segments[top]
+    window.citation_box.close()
+    window.close()
+
+    second = make_window(RECALL)
+    second._select(record.id)
+    lines = second.chat.toPlainText().strip().splitlines()
+    assert attended in lines and lines[-1] == footer  # from SQLite, after a restart
+    assert "archive on disk:" in second.doc_info.text()  # not open: the estimate, archive included
+
+
+def test_a_document_read_without_an_archive_says_recall_is_off(make_window, qtbot, tmp_path):
+    doc = recall_repo(tmp_path)
+    first = make_window(RECALL.replace(recall=RECALL.recall.replace(archive=False)))
+    first.open_path(str(doc))
+    wait_open(qtbot, first)
+    assert "recall is off" not in first.banner.text  # off by the settings: nothing to warn about
+    first.close()
+
+    # The archive is on again, but the saved prefix cache was made without one: the snapshot is
+    # reused, and the window says recall is off for this document (the engine's warning).
+    second = make_window(RECALL)
+    second.open_path(str(doc))
+    wait_open(qtbot, second)
+    assert second.last_report.prefix_hit
+    assert second.banner.isVisible() and "recall is off for this document: it has no archive" in second.banner.text
+    ask(qtbot, second, "What is the secret code of the vault?")
+    lines = second.chat.toPlainText().strip().splitlines()
+    assert " · recall off (no archive for this document)" in lines[-1]
+    assert not any(line.startswith("Attended:") for line in lines)

@@ -99,3 +99,204 @@ def test_engine_errors_become_readable_job_errors():
     except KeyError as exc:
         bug = describe_error(exc)
     assert bug.kind == "bug" and "Traceback" in bug.details and "Traceback" not in bug.message
+
+
+# ------------------------------------------------------------------------------------ recall
+# Real engine values (Source, RecallStats, MemoryBreakdown, estimate), real SQLite, real Qt widgets
+# offscreen: what the window shows of recall, without a model.
+V1_SCHEMA = """
+CREATE TABLE [documents] ([id] INTEGER PRIMARY KEY, [path] TEXT NOT NULL, [title] TEXT NOT NULL, [kind] TEXT NOT NULL,
+  [pages] INTEGER, [files] INTEGER, [tokens] INTEGER, [prefix_key] TEXT, [config_sig] TEXT, [file_sig] TEXT,
+  [added_s] FLOAT NOT NULL, [opened_s] FLOAT);
+CREATE UNIQUE INDEX [idx_documents_path] ON [documents] ([path]);
+CREATE TABLE [messages] ([id] INTEGER PRIMARY KEY, [document_id] INTEGER NOT NULL REFERENCES [documents]([id]),
+  [role] TEXT NOT NULL, [text] TEXT NOT NULL, [state] TEXT NOT NULL, [created_s] FLOAT NOT NULL, [source] TEXT,
+  [endpoint] TEXT, [model] TEXT, [reason] TEXT, [ttft_s] FLOAT, [tokens_per_s] FLOAT, [tokens] INTEGER,
+  [prefix_hit] INTEGER, [stop_reason] TEXT);
+CREATE INDEX [idx_messages_document_id] ON [messages] ([document_id]);
+PRAGMA user_version = 1;
+"""
+
+
+def _answer_record(**fields) -> MessageRecord:
+    return MessageRecord(1, 1, "assistant", fields.pop("text", "It is on [page 2]."), "done", 0.0, source="local",
+                         model="SmolLM2", ttft_s=0.31, tokens_per_s=3.2, tokens=12, prefix_hit=1, stop_reason="end", **fields)
+
+
+def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_path):
+    import sqlite3
+
+    from app.library import SCHEMA_VERSION, recall_record, sources_json
+    from engine.kvcache.recall import RecallStats
+    from engine.session import Source
+    from engine.settings import RecallSettings
+
+    path = tmp_path / "library.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(V1_SCHEMA)
+    old.execute("INSERT INTO documents (path, title, kind, pages, added_s) VALUES ('/x.pdf', 'x', 'pdf', 3, 1.0)")
+    old.execute("INSERT INTO messages (document_id, role, text, state, created_s, source, tokens) "
+                "VALUES (1, 'assistant', 'An old answer', 'done', 2.0, 'local', 7)")
+    old.commit()
+    old.close()
+
+    library = Library(path)
+    (before,) = library.messages(1)
+    assert (before.text, before.tokens, before.sources, before.recall) == ("An old answer", 7, [], None)
+    assert footer_text(before) == "local · 7 tokens"  # nothing about recall for an answer from before it
+    sources = [Source("page 12", 0.41, page=12), Source("page 3", 0.22, page=3)]
+    stats = RecallStats(blocks_scored=900, blocks_recalled=804, tokens_recalled=16200, bytes_read=2304000,
+                        score_s=0.122, read_s=0.234)
+    new_id = library.add_message(1, "assistant", "A new answer", source="local", sources_json=sources_json(sources),
+                                 recall_json=recall_record(stats, RecallSettings(), heads=90))
+    library.close()
+
+    again = Library(path)  # opening a migrated file again changes nothing
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert {"sources_json", "recall_json"} <= set(again.db["messages"].columns_dict)
+    stored = again.message(new_id)
+    assert stored.sources == sources  # engine Sources, shares and pages intact
+    assert stored.recall["tokens_per_head"] == 180 and stored.recall["blocks_recalled"] == 804
+    assert abs(stored.recall["seconds"] - 0.356) < 1e-9
+    assert again.message(before.id).sources == []
+    again.close()
+
+
+def test_the_footer_says_what_recall_cost_or_that_it_was_off():
+    from app.chat import recall_text
+    from app.library import recall_record
+    from engine.kvcache.recall import RecallStats
+    from engine.settings import RecallSettings
+
+    stats = RecallStats(tokens_recalled=92160, blocks_recalled=2880, blocks_scored=9000, score_s=0.004, read_s=0.008)
+    used = _answer_record(recall_json=recall_record(stats, RecallSettings(), heads=90))
+    assert footer_text(used) == ("local · SmolLM2 · TTFT 0.31 s · 3.2 tokens/s · prefix cache hit · 12 tokens · "
+                                 "recall 1,024 tokens in 12 ms")
+    off = _answer_record(recall_json=recall_record(None, RecallSettings(recall_tokens=0)))
+    assert footer_text(off).endswith("12 tokens · recall off")
+    no_archive = _answer_record(recall_json=recall_record(None, RecallSettings()))
+    assert recall_text(no_archive) == "recall off (no archive for this document)"
+    cloud = MessageRecord(2, 1, "assistant", "y", "done", 0.0, source="cloud", endpoint="https://e/v1", model="m",
+                          recall_json=recall_record(None, RecallSettings()))
+    assert "recall" not in footer_text(cloud)  # the cloud answered: local recall does not apply
+
+
+def test_attended_sources_show_under_the_answer_apart_from_citations_and_click_like_them(qtbot):
+    from PySide6.QtCore import Qt
+
+    from app.chat import ATTENDED_TIP, ChatView, attended_line
+    from app.library import sources_json
+    from engine.session import Source
+
+    assert attended_line([]) == ""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(700, 400)
+    view.show()
+    view.labels = {"page 2", "page 3", "page 12"}
+    sources = [Source("page 12", 0.41, page=12), Source("page 3", 0.224, page=3)]
+    view.show_messages([
+        MessageRecord(1, 1, "user", "When?", "done", 0.0),
+        _answer_record(sources_json=sources_json(sources)),
+    ])
+    lines = view.toPlainText().splitlines()
+    assert "Cited: page 2" in lines                       # what the text cites
+    assert "Attended: page 12 (41 %) · page 3 (22 %)" in lines  # where the attention went
+    assert lines.index("Cited: page 2") < lines.index("Attended: page 12 (41 %) · page 3 (22 %)")
+    assert lines[-1].startswith("local · SmolLM2")         # then the footer
+
+    # Each attended label is a cite: link, with the tooltip that says what it is.
+    block = view.document().begin()
+    anchors: dict[str, int] = {}
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().isAnchor():
+                anchors[fragment.charFormat().anchorHref()] = fragment.position()
+            it += 1
+        block = block.next()
+    assert {"cite:page%2012", "cite:page%203", "cite:page%202"} <= set(anchors)
+    cursor = view.textCursor()
+    cursor.setPosition(anchors["cite:page%2012"] + 1)
+    rect = view.cursorRect(cursor)
+    assert view.tooltip_at(rect.center()) == ATTENDED_TIP and "attention" in ATTENDED_TIP
+    # A real click on "page 12" goes where a citation click goes.
+    with qtbot.waitSignal(view.citation_clicked, timeout=2000) as clicked:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert clicked.args == ["page 12"]
+
+
+def test_the_gauge_shows_the_tokens_recalled_for_the_question(qtbot):
+    from app.gauge import COLORS, MemoryGauge, kv_segments
+    from engine.kvcache.cache import MemoryBreakdown
+    from engine.memory import MemoryReport
+
+    kv = MemoryBreakdown(codes_bytes=400_000, quant_meta_bytes=50_000, residual_bytes=80_000, recalled_bytes=2_534_400)
+    report = MemoryReport("cpu", 100_000_000, kv, 1_000_000, 8_000_000_000, 4_000_000_000, budget_bytes=13_687_920)
+    assert ("recalled", 2_534_400) in kv_segments(report)
+    gauge = MemoryGauge()
+    qtbot.addWidget(gauge)
+    gauge.set_report(report)
+    assert ("recalled", 2_534_400) in gauge.kv_bar.segments
+    assert COLORS["recalled"] not in (COLORS["codes"], COLORS["meta"], COLORS["residual"], COLORS["index"])
+    assert "recalled for this question 2.4 MiB" in gauge.kv_legend.text()
+    assert "recalled for this question</td><td align='right'>2,534,400 bytes" in gauge.toolTip()
+    assert f"{kv.total_bytes:,} bytes" in gauge.toolTip()  # the KV total counts the recalled tokens
+
+
+def test_the_settings_dialog_edits_recall_and_shows_its_memory_and_disk(qtbot, tmp_path, memory_keyring):
+    from app.settings_dialog import SettingsDialog
+    from engine.estimate import KNOWN_SHAPES, estimate
+    from engine.settings import RecallSettings, load_settings
+    from engine.units import format_bytes
+
+    settings = EngineSettings(recall=RecallSettings(archive_bits=2, block_tokens=64, recall_tokens=512))
+    file = tmp_path / "settings.toml"
+    dialog = SettingsDialog(settings, settings_file=file)
+    qtbot.addWidget(dialog)
+    assert dialog.archive.isChecked() and dialog.archive_bits.currentData() == 2
+    assert dialog.recall_tokens.value() == 512 and dialog.recall_block.value() == 64
+    assert dialog.values() == settings
+
+    profile, policy = KNOWN_SHAPES["smollm2-135m"], settings.cache
+    est = estimate(profile, policy, policy.budget_tokens, settings.recall)
+    per_100k = estimate(profile, policy, 100_000, settings.recall).archive_bytes
+    info = dialog.recall_info.text()
+    assert f"<b>{format_bytes(est.recall_bytes)}</b> of memory" in info
+    assert f"archive on disk: <b>{format_bytes(per_100k)}</b> per 100,000 tokens" in info
+    assert f"+ {format_bytes(est.recall_bytes)} recalled" in dialog.budget_info.text()
+
+    dialog.archive_bits.setCurrentIndex(dialog.archive_bits.findData(4))
+    dialog.recall_tokens.setValue(1024)
+    bigger = estimate(profile, policy, policy.budget_tokens, RecallSettings(recall_tokens=1024, block_tokens=64))
+    assert f"<b>{format_bytes(bigger.recall_bytes)}</b> of memory" in dialog.recall_info.text()  # live
+    dialog.recall_block.setValue(48)  # does not divide the 512-token prefill chunk: the engine's message
+    assert "must divide the prefill chunk" in dialog.error.text()
+    dialog.recall_block.setValue(32)
+    assert dialog.error.text() == ""
+    dialog.recall_tokens.setValue(0)
+    assert dialog.recall_tokens.text() == "off" and "Recall per question is off" in dialog.recall_info.text()
+    dialog.archive.setChecked(False)
+    assert "Recall is off" in dialog.recall_info.text() and not dialog.archive_bits.isEnabled()
+    dialog.archive.setChecked(True)
+    dialog.recall_tokens.setValue(256)
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert dialog.saved.recall == RecallSettings(archive=True, archive_bits=4, block_tokens=32, recall_tokens=256)
+    assert load_settings(file).recall == dialog.saved.recall  # through [recall] in settings.toml
+
+    # With a document open, the archive's size is the document's own.
+    sized = SettingsDialog(dialog.saved, settings_file=file, document_tokens=40_000)
+    qtbot.addWidget(sized)
+    archive = estimate(profile, dialog.saved.cache, 40_000, dialog.saved.recall).archive_bytes
+    assert f"archive on disk: <b>{format_bytes(archive)}</b> for this document (40,000 tokens)" in sized.recall_info.text()
+
+
+def test_a_recall_off_warning_is_never_among_the_warnings_left_out_of_the_banner():
+    from app.window import warning_note
+
+    warnings = ["skipped (minified): a.js", "skipped (binary): b.png", "ignored by .gitignore: build/",
+                "recall is off for this document: it has no archive (read before recall existed, or the archive was off)"]
+    note = warning_note(warnings)
+    assert note.startswith("Note: recall is off for this document: it has no archive") and note.endswith("(and 1 more)")
+    assert warning_note(warnings[:2]) == "Note: skipped (minified): a.js; skipped (binary): b.png"
