@@ -272,21 +272,26 @@ class Archive:
         """(key_min, key_max) of `layer` as float32 `[n_blocks, kv_heads, head_dim]`."""
         return tuple(torch.from_numpy(self._view(f"layer{layer}.{b}").astype(np.float32)) for b in ("key_min", "key_max"))
 
-    def read(self, layer: int, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Fields of `tokens` `[kv_heads, m]` (token index per head): name -> `[kv_heads, m, ...]`."""
+    def read(self, layer: int, tokens: torch.Tensor, kinds: str = "kv") -> dict[str, torch.Tensor]:
+        """Fields of `tokens` `[kv_heads, m]` (token index per head): name -> `[kv_heads, m, ...]`,
+        for keys ("k.codes", ...) and / or values as `kinds` says ("k", "v" or "kv")."""
         heads = torch.arange(self.layout.kv_heads)[:, None].expand_as(tokens).numpy()
         rows = tokens.cpu().numpy()
         out = {}
-        for kv in "kv":
+        for kv in kinds:
             for name in self.layout.fmt.field_specs(self.layout.head_dim):
-                out[f"{kv}.{name}"] = torch.from_numpy(np.ascontiguousarray(self._view(f"layer{layer}.{kv}.{name}")[rows, heads]))
+                view = self._view(f"layer{layer}.{kv}.{name}")
+                out[f"{kv}.{name}"] = torch.from_numpy(np.ascontiguousarray(view[rows, heads]))
         return out
+
+    def decode_one(self, fields: dict[str, torch.Tensor], kind: str, dtype: torch.dtype) -> torch.Tensor:
+        """Keys (before RoPE, `kind` "k") or values ("v") `[kv_heads, m, head_dim]` in `dtype`."""
+        prefix = kind + "."
+        return self.layout.fmt.decode({n[len(prefix):]: t for n, t in fields.items() if n.startswith(prefix)}, dtype)
 
     def decode(self, fields: dict[str, torch.Tensor], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(keys before RoPE, values), each `[kv_heads, m, head_dim]` in `dtype`, from `read` output."""
-        fmt = self.layout.fmt
-        return tuple(fmt.decode({n.split(".", 1)[1]: t for n, t in fields.items() if n.startswith(kv + ".")}, dtype)
-                     for kv in "kv")
+        return self.decode_one(fields, "k", dtype), self.decode_one(fields, "v", dtype)
 
     def close(self) -> None:
         """Drop the mapping (the file stays)."""
