@@ -46,6 +46,7 @@ def our_configs(n: int, ratio: float | None) -> dict:
         "streaming-fp16": (stream, "original"),
         "h2o-fp16": (policy.replace(kv_bits=16), "original"),
         "h2o-int4": (policy, "original"),
+        "h2o-int4-mean": (policy.replace(heavy_hitter_score="mean"), "original"),
         "h2o-int4-compact": (policy, "compact"),
     }
 
@@ -128,7 +129,7 @@ def run_continuation(lm, args, log: Log) -> None:
         for ratio, configs in runs:
             for name, (policy, mode) in configs.items():
                 key = f"cont|{name}|{ratio}|{sid}"
-                if key in log.done:
+                if key in log.done or (args.methods and name not in args.methods):
                     continue
                 cache = lm.decoder.new_cache(policy, mode)
                 lm.decoder.prefill(torch.tensor(ctx), cache)
@@ -221,6 +222,7 @@ def main() -> None:
                     help="presses that also run the passkey grid (all run the continuation)")
     ap.add_argument("--long-lengths", type=int, nargs="*", default=[16384, 32768])
     ap.add_argument("--long-depths", type=float, nargs="*", default=[0.1, 0.5, 0.9])
+    ap.add_argument("--methods", nargs="*", default=[], help="continuation: only these of our configs (default all)")
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--cont-tokens", type=int, default=256)
     ap.add_argument("--samples", type=int, default=2)

@@ -245,8 +245,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     profile = KNOWN_SHAPES.get(args.model.lower()) or profile_for(args.model)
     if args.tokens < 1:
         raise HalamanError("--tokens must be at least 1")
-    result = estimate(profile, settings.cache, args.tokens)
-    policy = settings.cache
+    result = estimate(profile, settings.cache, args.tokens, settings.recall)
+    policy, recall = settings.cache, settings.recall
     per_token = result.full_bytes // args.tokens
     print(
         f"model shape     {args.model}: L={profile.num_layers} layers, H_kv={profile.kv_heads} KV heads, "
@@ -259,6 +259,13 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         f"{size_ratio(result.full_bytes, result.compressed_bytes)}\n"
         f"prefill peak    {result.peak_bytes:,} bytes ({format_bytes(result.peak_bytes)}) with {policy.chunk_tokens}-token chunks"
     )
+    if recall.archive:
+        print(
+            f"archive (disk)  every token, INT{recall.archive_bits} + block bounds: {result.archive_bytes:,} bytes "
+            f"({format_bytes(result.archive_bytes)}, {result.archive_bytes // args.tokens:,} bytes/token)\n"
+            f"recall (memory) {recall.recall_tokens:,} tokens per layer and KV head while a question is answered: "
+            f"{result.recall_bytes:,} bytes ({format_bytes(result.recall_bytes)})"
+        )
     if profile.max_positions < args.tokens:
         print(f"note            {args.tokens:,} tokens exceed the model's {profile.max_positions:,} positions: "
               "'auto' uses compact positions")

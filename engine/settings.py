@@ -36,6 +36,9 @@ class CachePolicy:
         fits, else compact), default "auto".
     chunk_tokens: prefill chunk; memory peaks at budget + one chunk, default 512.
     block_tokens: tokens per block in the pool (PagedAttention), default 64.
+    heavy_hitter_score: how heavy hitters are ranked: "sum" of the attention a token received (H2O)
+        or its "mean" per query that could see it (kvpress ObservedAttention); see
+        `engine.kvcache.policy.HeavyHitters` and docs/BENCHMARKS.md for the measurement.
 
     With the defaults on SmolLM2-135M (30 layers, 3 KV heads, head dim 64) an 8192-token document
     is held in 33 MiB (scores and positions included) against 180 MiB for a full 16-bit cache; on
@@ -51,6 +54,7 @@ class CachePolicy:
     position_mode: str = "auto"
     chunk_tokens: int = 512
     block_tokens: int = 64
+    heavy_hitter_score: str = "sum"
 
     def validate(self) -> None:
         """Raise SettingsError naming the first invalid field and a valid value."""
@@ -74,6 +78,8 @@ class CachePolicy:
             )
         if self.kv_bits not in (4, 8, 16):
             raise SettingsError(f"kv_bits must be 4, 8 or 16, got {self.kv_bits!r}")
+        if self.heavy_hitter_score not in ("sum", "mean"):
+            raise SettingsError(f"heavy_hitter_score must be 'sum' or 'mean', got {self.heavy_hitter_score!r}")
         if self.position_mode not in POSITION_MODES:
             raise SettingsError(f"position_mode must be one of {', '.join(POSITION_MODES)}, got {self.position_mode!r}")
 

@@ -52,3 +52,13 @@ def test_protected_set_larger_than_budget_is_an_error():
     with pytest.raises(ValueError):
         select_kept(index, torch.rand(1, 10), seen_tokens=10, budget_tokens=3,
                     protectors=(AttentionSinks(2), RecentWindow(4)), ranker=HeavyHitters())
+
+
+def test_mean_heavy_hitter_score_divides_by_the_queries_that_saw_each_token():
+    # Token 0 collected 3.0 from 10 queries, token 8 collected 1.0 from 2: the sum keeps token 0,
+    # the mean (kvpress ObservedAttention) keeps token 8.
+    index = torch.tensor([[0, 8, 9]])
+    scores = torch.tensor([[3.0, 1.0, 0.1]])
+    common = dict(seen_tokens=10, budget_tokens=2, protectors=(RecentWindow(1),))
+    assert select_kept(index, scores, ranker=HeavyHitters("sum"), **common).tolist() == [[0, 2]]
+    assert select_kept(index, scores, ranker=HeavyHitters("mean"), **common).tolist() == [[1, 2]]

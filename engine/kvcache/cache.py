@@ -234,7 +234,7 @@ class LayerKV:
             seen_tokens=seen_tokens,
             budget_tokens=self.policy.budget_tokens,
             protectors=(AttentionSinks(self.policy.sink_tokens), RecentWindow(self.policy.window_tokens)),
-            ranker=HeavyHitters(),
+            ranker=HeavyHitters(self.policy.heavy_hitter_score),
         )
         n_sink, n_paged = self.sink_k.shape[1], self.paged.n_tokens
         paged_slots = kept[:, n_sink : kept.shape[1] - self.resid_k.shape[1]] - n_sink

@@ -43,6 +43,9 @@ class RecentWindow:
         return token_index >= seen_tokens - self.tokens
 
 
+HEAVY_HITTER_SCORES = ("sum", "mean")
+
+
 @dataclass(frozen=True)
 class HeavyHitters:
     """Heavy hitters (H2O, Zhang et al. 2023, arXiv 2306.14048).
@@ -51,9 +54,17 @@ class HeavyHitters:
     step τ since token j entered gave it, summed over the query heads h of its KV group. The
     summation itself happens in the attention step (`engine.kvcache.attention`); this scorer only
     reads it.
+
+    score: "sum" ranks by S_j (H2O); "mean" by S_j / (seen_tokens - j), the mass per query that
+    could see token j (kvpress ObservedAttentionPress): the plain sum favours old tokens, which
+    simply had more queries to collect from.
     """
 
-    def rank(self, scores: torch.Tensor) -> torch.Tensor:
+    score: str = "sum"
+
+    def rank(self, scores: torch.Tensor, token_index: torch.Tensor, seen_tokens: int) -> torch.Tensor:
+        if self.score == "mean":
+            return scores / (seen_tokens - token_index).clamp_min(1).to(scores.dtype)
         return scores
 
 
@@ -78,6 +89,6 @@ def select_kept(
         protected |= rule.protect(token_index, seen_tokens)
     if int(protected.sum(dim=-1).max()) > k:
         raise ValueError("sink + window tokens exceed the budget")
-    priority = torch.where(protected, torch.full_like(scores, float("inf")), ranker.rank(scores).float())
+    priority = torch.where(protected, torch.full_like(scores, float("inf")), ranker.rank(scores, token_index, seen_tokens).float())
     kept = priority.topk(k, dim=-1, sorted=False).indices
     return kept.sort(dim=-1).values

@@ -1,0 +1,150 @@
+"""Recall end to end on the real embedded model: a needle the snapshot evicted is answered only with
+recall; damaged archives; memory; attention-grounded sources; compact positions; follow-ups."""
+
+import random
+import threading
+
+import pytest
+
+from engine.documents import Document, Segment
+from engine.errors import Cancelled
+from engine.prefix_store import PrefixStore
+from engine.session import DocumentSession
+from engine.settings import CachePolicy, EngineSettings, RecallSettings
+
+QUESTION = "What is the access code for the archive room?"
+SENTENCES = [
+    "The committee met on Tuesday to review the quarterly budget and discussed several minor items.",
+    "Rain fell steadily over the valley while the farmers repaired fences along the northern fields.",
+    "The library extended its opening hours during the examination period for the students.",
+    "A new bus route connects the harbour with the railway station every twenty minutes.",
+    "The bakery on the corner sells fresh bread each morning before seven o'clock.",
+    "Engineers inspected the old bridge and recommended painting the railings next spring.",
+    "The museum added a small exhibition about local pottery from the last century.",
+    "Volunteers planted trees along the river bank to prevent erosion after the floods.",
+    "The choir rehearsed twice a week in the hall behind the town church.",
+    "Several shops on the main street closed early because of the festival parade.",
+    "The school garden produced more tomatoes this year than ever before.",
+    "Fishermen returned to the harbour at dusk with a modest catch of mackerel.",
+]
+# Seed 2 of bench/recall_needle.py's CI probe: ~1,550 tokens, the code at 70 % depth; with budget 256
+# (84 % dropped) the snapshot answers "123456" and recall the stated code.
+CODE = "17412"
+
+
+def prose(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [rng.choice(SENTENCES) for _ in range(count)]
+
+
+def haystack() -> Document:
+    body = prose(83, 2)
+    body.insert(int(0.7 * 83), f"Note: the access code for the archive room is {CODE}.")
+    return Document(title="haystack", source="", kind="text",
+                    segments=[Segment(text=" ".join(body), label="haystack.txt", page=None, path="haystack.txt")])
+
+
+def pages() -> Document:
+    """Three 'pages' of the same prose; the fact on page 2."""
+    texts = [" ".join(prose(28, 10 + i)) for i in range(3)]
+    middle = texts[1].split(". ")
+    middle.insert(len(middle) // 2, f"Note: the access code for the archive room is {CODE}")
+    texts[1] = ". ".join(middle)
+    return Document(title="pages", source="", kind="pdf", pages=3,
+                    segments=[Segment(text=t, label=f"page {i + 1}", page=i + 1, path=None) for i, t in enumerate(texts)])
+
+
+def settings(recall_tokens: int = 512, **policy) -> EngineSettings:
+    cache = CachePolicy(budget_tokens=256, window_tokens=64, residual_tokens=64, chunk_tokens=256, **policy)
+    return EngineSettings(max_new_tokens=16, cache=cache, recall=RecallSettings(recall_tokens=recall_tokens))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return PrefixStore(tmp_path / "prefix", disk_budget_bytes=512 * 1024**2)
+
+
+def test_a_needle_the_snapshot_evicted_is_answered_with_recall_only(smol, store):
+    session = DocumentSession(smol, settings(), store)
+    report = session.open(haystack())
+    assert report.document_tokens > 1200 and not report.warnings
+    with_recall = session.ask(QUESTION)
+    assert CODE in with_recall.text
+    stats = with_recall.recall
+    assert stats.tokens_recalled > 0 and stats.bytes_read > 0 and stats.blocks_scored == 30 * 3 * -(-report.document_tokens // 32)
+    assert with_recall.sources and with_recall.sources[0].label == "haystack.txt"
+    # Memory: held + recalled stay under the mark the gauge shows, and the recalled part is reported.
+    memory = session.memory()
+    assert with_recall.kv.recalled_bytes > 0 and memory.kv.recalled_bytes == with_recall.kv.recalled_bytes
+    assert memory.kv.total_bytes <= memory.budget_bytes
+    # The snapshot is never modified: the same session without recall misses the needle.
+    session.settings = session.settings.replace(recall=RecallSettings(recall_tokens=0))
+    without = session.ask(QUESTION)
+    assert CODE not in without.text and without.recall is None and without.kv.recalled_bytes == 0
+    # A follow-up recalls again, with its own queries.
+    session.settings = session.settings.replace(recall=RecallSettings(recall_tokens=512))
+    session.ask(QUESTION)
+    follow = session.ask("Repeat the code.", follow_up=True)
+    assert follow.recall is not None and follow.recall.tokens_recalled > 0
+
+
+def test_the_archive_is_reused_on_a_prefix_hit_and_a_damaged_one_is_dropped_with_a_warning(smol, store):
+    first = DocumentSession(smol, settings(), store)
+    first.open(haystack())
+    entry = store.entries()[0]
+    assert entry.archive_bytes > 0
+    expected = first.ask(QUESTION).text
+
+    again = DocumentSession(smol, settings(), store)
+    assert again.open(haystack()).prefix_hit
+    assert again.ask(QUESTION).text == expected
+
+    path, _ = store.archive(entry.key)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x55
+    path.write_bytes(bytes(data))
+    damaged = DocumentSession(smol, settings(), store)
+    report = damaged.open(haystack())
+    assert report.prefix_hit, "the snapshot is intact and still used"
+    assert any("recall is off" in w and "checksum" in w for w in report.warnings)
+    answer = damaged.ask(QUESTION)
+    assert answer.recall is None and CODE not in answer.text
+    assert store.archive(entry.key) is None and not path.exists()
+
+
+def test_sources_name_the_page_whose_recalled_tokens_were_attended(smol):
+    session = DocumentSession(smol, settings(), None)
+    session.open(pages())
+    answer = session.ask(QUESTION)
+    assert CODE in answer.text
+    assert answer.sources[0].label == "page 2" and answer.sources[0].page == 2
+    assert 0 < answer.sources[0].share <= 1 and sum(s.share for s in answer.sources) <= 1 + 1e-6
+    session.close()
+
+
+def test_compact_positions_with_recall_answer_the_needle(smol):
+    session = DocumentSession(smol, settings(position_mode="compact"), None)
+    assert session.open(haystack()).position_mode == "compact"
+    assert CODE in session.ask(QUESTION).text
+
+
+def test_archive_off_means_no_archive_file_and_answers_as_before(smol, store):
+    off = EngineSettings(max_new_tokens=16, cache=settings().cache, recall=RecallSettings(archive=False))
+    session = DocumentSession(smol, off, store)
+    session.open(haystack())
+    assert store.entries()[0].archive_bytes == 0 and store.archive(store.entries()[0].key) is None
+    answer = session.ask(QUESTION)
+    assert answer.recall is None and answer.sources == []
+
+
+def test_a_cancelled_read_leaves_no_archive_behind(smol, store):
+    cancel = threading.Event()
+    session = DocumentSession(smol, settings(), store)
+
+    def stop(progress):
+        if progress.phase == "prefill" and progress.done > 0:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        session.open(haystack(), progress=stop, cancel=cancel)
+    assert not [p for p in store.root.iterdir() if p.name.endswith((".tmp", ".archive.safetensors"))]
