@@ -264,7 +264,9 @@ class Engine:
     # -- settings and the prefix store
     def apply_settings(self, new: EngineSettings) -> ApplyResult:
         """Use `new` from now on. A model/device change drops the model (the next job reloads it);
-        a cache-policy change needs the open document re-opened (its prefix key changes)."""
+        a cache-policy change needs the open document re-opened (its prefix key changes), and so does
+        a change of the archive (on / off, bits, block size): the archive is written while reading.
+        The recall budget applies at the next question."""
         new.validate()
         old, self.settings = self.settings, new
         if old.prefix_cache_disk_bytes != new.prefix_cache_disk_bytes or old.prefix_cache != new.prefix_cache:
@@ -275,7 +277,8 @@ class Engine:
             return ApplyResult(reload_model=True, reopen=had_document)
         if self.session is None:
             return ApplyResult(False, False)
-        if old.cache != new.cache or old.prefix_cache != new.prefix_cache:
+        archive_changed = old.recall.replace(recall_tokens=0) != new.recall.replace(recall_tokens=0)
+        if old.cache != new.cache or old.prefix_cache != new.prefix_cache or archive_changed:
             self.session = DocumentSession(self.model, new, self._store())
             return ApplyResult(False, had_document)
         self.session.settings = new  # answer length, temperature...: read at the next ask

@@ -135,7 +135,7 @@ class ArchiveWriter:
     `append(layer, start, key, value)` takes the chunk's keys and values before RoPE,
     `[kv_heads, chunk, head_dim]`, whose first token is stream position `start`; `start` must be a
     multiple of `block_tokens` (prefill chunks are). The file is created at its full size at once
-    (sparse where the file system allows), so a full disk fails at the start, not after an hour.
+    (its blocks reserved where the OS can), so a full disk fails at the start, not after an hour.
     `finish()` checks every token was written, fsyncs and returns (sha256 hex, size in bytes);
     `abort()` deletes the file. Raises OSError from the file system, ArchiveError for a bad layout.
     """
@@ -151,7 +151,10 @@ class ArchiveWriter:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(self._fd, header)
-            os.ftruncate(self._fd, size)
+            if hasattr(os, "posix_fallocate"):  # reserve the blocks: a full disk fails here, not mid-read
+                os.posix_fallocate(self._fd, 0, size)
+            else:
+                os.ftruncate(self._fd, size)
         except OSError:
             self.abort()
             raise
