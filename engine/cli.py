@@ -176,6 +176,8 @@ def _cloud_settings(args: argparse.Namespace, settings: EngineSettings) -> Engin
     changes = {"enabled": True, "base_url": args.cloud_url} if args.cloud_url else {}
     if args.cloud_model:
         changes["model"] = args.cloud_model
+    if args.max_new_tokens is not None:  # the answer's limit holds for the cloud answer too
+        changes["max_tokens"] = args.max_new_tokens
     cloud = settings.cloud.replace(**changes)
     if not cloud.enabled:
         raise HalamanError("cloud fallback is off, so nothing was sent: turn it on in settings.toml [cloud] "
