@@ -8,8 +8,8 @@ cap set below PDFium aborts within 2 s instead, and the parent reports the page 
 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
 Events:   {"event": "open", "pages": int, "title": str, "repaired": bool}
-          {"event": "page", "page": int (1-based), "text": str, "extractor": "pdfium" | "pypdf",
-           "images": int}
+          {"event": "page", "page": int (1-based), "text": str,
+           "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int}
           {"event": "error", "code": str, "page": int | null, "detail": str}
           {"event": "done"}
 Error codes: "password_required", "wrong_password", "unsupported_security", "unreadable" (PDFium
@@ -18,7 +18,11 @@ cannot parse the file), "page_unreadable" (page tree broken at `page`), "page_to
 Text extractor, chosen by measurement (bench/pdf_text_quality.py, docs/PDF_TEXT.md): PDFium for
 every page, because pypdf loses word boundaries in justified text (148 of 288 pages of P16 have
 runs of 20+ letters, 0 with PDFium) and is ~17x slower (6.5 s vs 0.4 s). pypdf gives a second opinion on pages where
-PDFium's text is suspect (see `_needs_second_opinion`), and wins when it scores better.
+PDFium's text is suspect (see `_needs_second_opinion`), and wins when it scores better. Where the
+text is still unreliable (`is_unreliable`: typically a TrueType font without /ToUnicode, whose glyph
+ids PDFium and pypdf print as shifted characters), pdfminer.six gives a third opinion: it maps
+glyphs through the embedded font's own cmap. The best of the three is kept; the page is flagged
+only when all of them fail.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import sys
 import warnings
 from typing import Any, Callable
 
-from engine.documents.text import TextQuality, measure, same_content
+from engine.documents.text import TextQuality, is_unreliable, measure, same_content
 
 MAX_PAGE_CHARS = 2_000_000
 """A page with more text than this is treated as hostile (P16's densest page has ~3,000)."""
@@ -109,6 +113,22 @@ class _PypdfPages:
             return None
 
 
+class _PdfminerPages:
+    """pdfminer.six's text of one page at a time; any failure only means no third opinion."""
+
+    def __init__(self, path: str, password: str | None) -> None:
+        self._path, self._password = path, password
+
+    def text(self, index: int) -> str | None:
+        try:
+            from pdfminer.high_level import extract_text
+
+            # "\f" ends each page in pdfminer's output; it is not part of the page's text.
+            return extract_text(self._path, password=self._password or "", page_numbers=[index]).replace("\f", "")
+        except Exception:  # noqa: BLE001 - a parser failure (or a bomb's MemoryError) costs only this opinion
+            return None
+
+
 def _uses_type3(page: Any, pdfium: Any) -> bool:
     """Whether the page draws text with a Type3 font (also inside form XObjects).
 
@@ -177,7 +197,7 @@ def extract(path: str, password: str | None, start_page: int,
     total = len(document)
     emit({"event": "open", "pages": total, "title": _title(document),
           "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(document.raw)})
-    second = _PypdfPages(path, password)
+    second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
     for index in range(start_page, total):
         try:
             page = document[index]
@@ -197,6 +217,11 @@ def extract(path: str, password: str | None, start_page: int,
             if (alternative and len(alternative) <= MAX_PAGE_CHARS
                     and _prefer_second(text, alternative)):
                 text, extractor = alternative, "pypdf"
+            if is_unreliable(measure(text)):
+                alternative = third.text(index)
+                if (alternative and len(alternative) <= MAX_PAGE_CHARS
+                        and measure(alternative).score > measure(text).score + SECOND_OPINION_MARGIN):
+                    text, extractor = alternative, "pdfminer"
         images = 0 if text.strip() else _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_IMAGE)
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,

@@ -1,0 +1,46 @@
+"""Real-world document inputs (corpus/bugs B01, B03, B08) and fixtures made like them: scripts other
+than Latin, TrueType fonts without a Unicode map, filled forms, junk before the PDF header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pdf_fixtures import strip_to_unicode, truetype_pdf
+
+from engine.documents import UnreadableTextError, load_document
+
+GREEK_FIRST_LINE = "Η Ελλάδα είναι χώρα της νοτιοανατολικής Ευρώπης."
+LATIN = ["The quarterly report shows steady growth in all regions.",
+         "Revenue rose by twelve percent compared with last year."]
+
+
+def bug(corpus: Path, case: str) -> Path:
+    return next((corpus / "bugs").glob(f"{case}-*"))
+
+
+@pytest.mark.parametrize("name", ["greek-fpdf2.pdf", "greek-raw.pdf"])
+def test_b01_greek_pdf_is_read_without_warning(corpus, name):
+    document = load_document(bug(corpus, "B01") / name)
+    assert len(document.segments) == 1 and document.warnings == []
+    assert document.segments[0].text.startswith(GREEK_FIRST_LINE)
+
+
+@pytest.mark.parametrize("lines", [LATIN, [GREEK_FIRST_LINE]], ids=["latin", "greek"])
+def test_truetype_without_to_unicode_is_read_through_the_font_cmap(tmp_path, lines):
+    """PDFium prints the glyph ids ("7KHTXDUWHUO\\UHSRUW..."): judged unreliable, so pdfminer.six
+    reads the page through the embedded font's cmap, and its text is kept."""
+    with_map = truetype_pdf(tmp_path / "with-map.pdf", lines)
+    assert load_document(with_map).segments[0].text == "\n".join(lines)
+    stripped = strip_to_unicode(with_map, tmp_path / "no-map.pdf")
+    assert b"/ToUnicode" not in stripped.read_bytes()
+    document = load_document(stripped)
+    assert document.segments[0].text == "\n".join(lines) and document.warnings == []
+
+
+def test_page_is_flagged_only_when_every_extractor_fails(corpus, tmp_path):
+    """B01's fpdf2 file without /ToUnicode: its subset font renumbers glyphs, so PDFium and pypdf
+    give control characters and pdfminer "(cid:1)": the file is refused with the OCR hint."""
+    stripped = strip_to_unicode(bug(corpus, "B01") / "greek-fpdf2.pdf", tmp_path / "greek.pdf")
+    with pytest.raises(UnreadableTextError, match="run OCR"):
+        load_document(stripped)
