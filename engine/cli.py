@@ -109,10 +109,14 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
 
 
 def _open_store(settings: EngineSettings):
+    """The prefix store, or None when it cannot be used (a warning line says so; answers go on)."""
     from engine import paths
-    from engine.prefix_store import PrefixStore
+    from engine.prefix_store import open_store
 
-    return PrefixStore(paths.cache_dir() / "prefix", disk_budget_bytes=settings.prefix_cache_disk_bytes)
+    store, notice = open_store(paths.cache_dir() / "prefix", disk_budget_bytes=settings.prefix_cache_disk_bytes)
+    if notice:
+        print(f"warning: {notice}", file=sys.stderr)
+    return store
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
@@ -247,11 +251,18 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
+    from engine import paths
+    from engine.prefix_store import clear_files
+
     settings = load_settings()
     store = _open_store(settings)
     if args.action == "clear":
-        removed = store.clear()
+        # Without a usable index the files are deleted by name: clearing always frees the space.
+        removed = store.clear() if store is not None else clear_files(paths.cache_dir() / "prefix")
         print(f"removed {removed} prefix cache entr{'y' if removed == 1 else 'ies'}")
+        return 0
+    if store is None:
+        print("no entries can be listed; `halaman cache clear` deletes the cache files")
         return 0
     entries = store.entries()
     for entry in entries:

@@ -27,12 +27,12 @@ import torch
 import transformers
 
 from engine.documents import Document, load_document
-from engine.errors import Cancelled, HalamanError, SettingsError
+from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError
 from engine.estimate import estimate, full_cache_bytes
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
-from engine.prefix_store import PrefixStore, prefix_key
+from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.settings import CachePolicy, EngineSettings
 
@@ -106,6 +106,7 @@ class DocumentSession:
         self.model = model
         self.settings = settings
         self.store = store if settings.prefix_cache else None
+        self.notices: list[str] = []  # lines for the next OpenReport's warnings, e.g. "the prefix cache is off"
         self.layout = chat_layout(model.tokenizer)
         self.document: Document | None = None
         self.report: OpenReport | None = None
@@ -142,7 +143,10 @@ class DocumentSession:
         prefix_ids = self._encode(document_prefix(self.layout, document.render()))
         policy = self._resolve_policy(len(prefix_ids))
         key = self._key(prefix_ids, policy)
-        cache, hit = self._restore(key, policy, len(prefix_ids), notify)
+        try:
+            cache, hit = self._restore(key, policy, len(prefix_ids), notify)
+        except CacheStoreError as error:
+            cache, hit = None, self._without_store(error)
         prefill_s = 0.0
         if cache is None:
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
@@ -166,8 +170,9 @@ class DocumentSession:
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=list(document.warnings), pages=document.pages,
+            warnings=[*document.warnings, *self.notices], pages=document.pages,
         )
+        self.notices = []  # said once
         return self.report
 
     def close(self) -> None:
@@ -334,8 +339,17 @@ class DocumentSession:
         tensors, meta = cache.export()
         try:
             self.store.put(key, tensors, meta, n_tokens=n_tokens, label=label)
-        except HalamanError:
-            pass  # a full disk or an entry over the disk budget costs the next open a prefill, nothing else
+        except PrefixTooLargeError:
+            pass  # an entry over the disk budget costs the next open a prefill, nothing else
+        except CacheStoreError as error:
+            self._without_store(error)
+
+    def _without_store(self, error: CacheStoreError) -> bool:
+        """Go on without the prefix store after it failed (full disk, read-only or damaged folder);
+        the next OpenReport says so once. Returns False (no cache hit), for `open`'s convenience."""
+        self.store = None
+        self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
+        return False
 
     def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
         """Next token: greedy or sampled, after a repetition penalty on the answer so far."""
