@@ -71,6 +71,7 @@ _META_KEY = "halaman.key"
 _META_N_TOKENS = "halaman.n_tokens"
 _KEY_DOMAIN = b"halaman.prefix_key\x00"
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 _ENTRY_RE = re.compile(r"([0-9a-f]{64})\.safetensors")
 _TEMP_RE = re.compile(r"\.([0-9a-f]{64})\.\d+\.[0-9a-f]+\.tmp")
 
@@ -320,6 +321,9 @@ class PrefixStore:
             raise ValueError(f"n_tokens must be an int >= 0, got {n_tokens!r}")
         if not isinstance(label, str):
             raise TypeError("label must be a str")
+        # A label is for people; one with lone surrogates (a file name that was not UTF-8) would
+        # make SQLite raise UnicodeEncodeError after the whole prefill.
+        label = _SURROGATES.sub("\ufffd", label)
         header = _header_metadata(key, metadata, n_tokens)
         data = safetensors.torch.save(_prepare_tensors(tensors), metadata=header)
         if len(data) > self.disk_budget_bytes:

@@ -27,7 +27,8 @@ import torch
 import transformers
 
 from engine.documents import Document, load_document
-from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError
+from engine.documents.names import check_unicode
+from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
 from engine.estimate import estimate, full_cache_bytes
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.memory import MemoryReport, measure
@@ -120,6 +121,7 @@ class DocumentSession:
         self._reuse_workspace = model.device.type == "cpu"
 
     # ------------------------------------------------------------------ open
+    @halaman_errors_only("opening the document")
     def open(
         self,
         path: str | Document,
@@ -140,6 +142,7 @@ class DocumentSession:
         document = path if isinstance(path, Document) else load_document(
             path, password=password, cancel=cancel, progress=reading_progress(notify))
         notify(Progress("tokenizing", 0, 1, "documents"))
+        check_unicode(document.render() + document.title, document.title)  # before any model work
         prefix_ids = self._encode(document_prefix(self.layout, document.render()))
         policy = self._resolve_policy(len(prefix_ids))
         key = self._key(prefix_ids, policy)

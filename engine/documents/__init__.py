@@ -125,12 +125,14 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
     Raises a `DocumentError` subclass whose `str()` is one line naming the file, the problem and
     what to do (see `engine.documents.pdf` for the PDF ones), or `engine.errors.Cancelled`.
     """
+    from engine.documents.names import display_name  # it imports this package
+
     source = Path(path).expanduser()
     try:
         source = source.resolve(strict=True)
     except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop on older Pythons
         raise FileNotReadableError(
-            f"{source.name or source}: not found or not reachable ({_reason(exc)}): "
+            f"{display_name(source.name or source)}: not found or not reachable ({_reason(exc)}): "
             "check the path") from None
     if source.is_dir():
         from engine.documents.repo import load_repository
@@ -138,7 +140,7 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
         return load_repository(source, progress=progress, cancel=cancel)
     if not source.is_file():
         raise FileNotReadableError(
-            f"{source.name}: not a regular file or folder: choose a file or a folder")
+            f"{display_name(source.name)}: not a regular file or folder: choose a file or a folder")
     if source.suffix.lower() == ".pdf" or _starts_with_pdf_header(source):
         from engine.documents.pdf import load_pdf
 

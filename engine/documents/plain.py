@@ -176,7 +176,9 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
     if progress:
         progress(0, 1)
     result = read_text(path)
-    name = path.name
+    from engine.documents.names import display_name  # names imports this module
+
+    name = display_name(path.name)
     if result.code == "empty":
         raise EmptyFileError(f"{name} is empty (no text in it): choose another file")
     if result.code == "binary":

@@ -26,6 +26,7 @@ from pathlib import Path
 import pathspec
 
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
+from engine.documents.names import display_name
 from engine.documents.plain import read_text
 from engine.errors import Cancelled
 
@@ -67,7 +68,7 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
     warnings: list[str] = []
     if listing.ignored:
         more = len(listing.ignored) - IGNORED_LISTED
-        names = ", ".join(listing.ignored[:IGNORED_LISTED])
+        names = ", ".join(map(display_name, listing.ignored[:IGNORED_LISTED]))
         warnings.append(f"ignored by .gitignore: {names}" + (f" and {more} more" if more > 0 else ""))
     segments: list[Segment] = []
     vendored_seen: set[str] = set()
@@ -81,22 +82,23 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
         if vendored is not None:
             if vendored not in vendored_seen:
                 vendored_seen.add(vendored)
-                warnings.append(f"skipped (vendored): {vendored}/")
+                warnings.append(f"skipped (vendored): {display_name(vendored)}/")
             continue
         text, skipped, note = _read_file(root, rel)
+        name = display_name(rel)  # `rel` opens the file; `name` is what people and the model see
         if skipped is not None:
-            warnings.append(f"skipped ({skipped}): {rel}")
+            warnings.append(f"skipped ({skipped}): {name}")
             continue
         if note is not None:
-            warnings.append(f"{note}: {rel}")
-        segments.append(Segment(text=text, label=rel, page=None, path=rel))
+            warnings.append(f"{note}: {name}")
+        segments.append(Segment(text=text, label=name, page=None, path=name))
     if progress:
         progress(total, total)
     if not segments:
         raise NoTextFilesError(
-            f"{root.name}: no readable text files in this folder ({total} files found, none "
+            f"{display_name(root.name)}: no readable text files in this folder ({total} files found, none "
             "readable as text): choose a folder with source code or text files")
-    return Document(title=root.name, source=str(root), kind="repo", segments=segments,
+    return Document(title=display_name(root.name), source=str(root), kind="repo", segments=segments,
                     warnings=warnings)
 
 
