@@ -44,3 +44,23 @@ def test_page_is_flagged_only_when_every_extractor_fails(corpus, tmp_path):
     stripped = strip_to_unicode(bug(corpus, "B01") / "greek-fpdf2.pdf", tmp_path / "greek.pdf")
     with pytest.raises(UnreadableTextError, match="run OCR"):
         load_document(stripped)
+
+
+def test_b03_filled_form_fields_are_in_the_page_text(corpus):
+    document = load_document(bug(corpus, "B03") / "filled-form.pdf")
+    page = document.segments[0]
+    assert page.page == 1 and "Applicant name:" in page.text
+    assert "Jane Q. Example" in page.text and "12,500 EUR" in page.text
+
+
+@pytest.mark.parametrize("name", ["four-bytes", "utf8-bom"])
+def test_b08_pdf_header_after_junk_makes_a_pdf_whatever_the_name(corpus, name):
+    document = load_document(bug(corpus, "B08") / name)
+    assert document.kind == "pdf"
+    assert [s.text for s in document.segments] == ["Statement of account: balance 42.00"]
+
+
+def test_text_that_mentions_the_pdf_header_stays_text(tmp_path):
+    notes = tmp_path / "notes.md"
+    notes.write_text("# PDF notes\n\nEvery PDF starts with `%PDF-1.7` or an older version.\n")
+    assert load_document(notes).kind == "text"

@@ -25,7 +25,8 @@ from typing import IO, Any, Iterator
 from engine.documents import (
     DamagedPdfError, Document, EmptyFileError, FileNotReadableError, NoTextLayerError,
     NotPdfError, PasswordRequiredError, ProgressCallback, Segment, SuspiciousPdfError,
-    UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError, _reason,
+    PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
+    _reason,
 )
 from engine.documents.names import display_name
 from engine.documents.text import is_unreliable, measure, normalize_text
@@ -45,7 +46,7 @@ MAX_FAILED_PAGES = 3
 """After this many crashed or stalled pages the file is refused as suspicious."""
 
 _POLL_S = 0.1  # how often cancel is checked while waiting for the worker
-_HEADER_WINDOW_BYTES = 1024  # the spec allows junk before %PDF within the first 1024 bytes
+_HEADER_WINDOW_BYTES = PDF_HEADER_WINDOW_BYTES
 
 
 def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallback | None = None,

@@ -151,6 +151,19 @@ def _uses_type3(page: Any, pdfium: Any) -> bool:
     return False
 
 
+def _with_form_fields(document: Any, index: int, page: Any, pdfium: Any) -> Any:
+    """The page with its annotations' appearances (filled AcroForm fields, stamps) drawn into its
+    content, as a viewer shows it: typed values live only in widget annotations, which PDFium's
+    text of the page leaves out. Changes the document in memory only (it is never saved)."""
+    raw = pdfium.raw
+    if not raw.FPDFPage_GetAnnotCount(page.raw):
+        return page
+    if raw.FPDFPage_Flatten(page.raw, raw.FLAT_NORMALDISPLAY) != raw.FLATTEN_SUCCESS:
+        return page
+    page.close()
+    return document[index]  # loaded again: now with the flattened content
+
+
 def _count_objects(page: Any, kind: int) -> int:
     """Page objects of one kind (FPDF_PAGEOBJ_*), including those inside form XObjects."""
     return sum(1 for _ in page.get_objects(filter=[kind], max_depth=3))
@@ -205,6 +218,7 @@ def extract(path: str, password: str | None, start_page: int,
             emit({"event": "error", "code": "page_unreadable", "page": index + 1,
                   "detail": str(exc)})
             return
+        page = _with_form_fields(document, index, page, pdfium)
         text, extractor = _pdfium_page_text(page), "pdfium"
         if len(text) > MAX_PAGE_CHARS:
             emit({"event": "error", "code": "page_too_large", "page": index + 1,
