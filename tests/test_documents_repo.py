@@ -188,6 +188,10 @@ IGNORE_CASES = [
     ({".gitignore": "a/*\n!a/b\na/b/*\n!a/b/c.txt\n"}, ["a/b/c.txt", "a/b/d.txt", "a/x.txt"]),
     ({".gitignore": "*/\n!keep/\n"}, ["keep/f", "other/f", "root.txt"]),
     ({"sub/.gitignore": "*\n!.gitignore\n"}, ["sub/a", "sub/d/b", "top"]),
+    ({".gitignore": "*.log\t\n"}, ["build.log", "x.txt"]),  # B11: git strips trailing spaces only
+    ({".gitignore": "*.log   \n*.tmp\\ \n"}, ["a.log", "b.tmp", "b.tmp ", "c.txt"]),  # escaped space kept
+    ({".gitignore": "*.log\r\n/out\r\n"}, ["a.log", "out/x", "keep.txt"]),  # CRLF file
+    ({".gitignore": "foo\\\n*.txt\n"}, ["a.txt", "foo", "b.md"]),  # a bad line is skipped, the rest holds
     pytest.param({".gitignore": "foo/**/\n"}, ["foo/a/b.txt", "foo/c.txt"], marks=pytest.mark.xfail(
         strict=True, reason="pathspec compiles 'foo/**/' so that it matches foo/ itself")),
 ]
@@ -201,6 +205,16 @@ def test_pathspec_fallback_agrees_with_git(tmp_path, ignore_files, files):
         (tmp_path / rel).write_text(content)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     assert list_files(tmp_path, use_git=False).files == list_files(tmp_path).files
+
+
+@needs_git
+def test_b11_tab_after_a_pattern_is_part_of_it_as_in_git(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.log\t\n")
+    (tmp_path / "build.log").write_text("started\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    fallback = list_files(tmp_path, use_git=False)
+    assert fallback.files == [".gitignore", "build.log"] == list_files(tmp_path).files
+    assert fallback.ignored == []
 
 
 # --- limits and special files -------------------------------------------------------------------

@@ -201,9 +201,36 @@ def _read_patterns(path: Path) -> list[str]:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return []  # git does not follow a symlinked .gitignore either (since 2.32)
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return git_patterns(path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return []
+
+
+def git_patterns(text: str) -> list[str]:
+    """The lines of a .gitignore as git reads them (gitignore(5)), written so pathspec agrees.
+
+    git removes a line's CR and its trailing spaces unless escaped ("foo\\ "), and keeps any
+    other trailing whitespace: "*.log<TAB>" matches only names ending in a tab. pathspec strips
+    all trailing whitespace, so a kept character is put in brackets ("*.log[\t]"). A line pathspec
+    cannot compile (a trailing backslash) is dropped: git ignores it too.
+    """
+    patterns = []
+    for line in text.split("\n"):
+        line = line.removesuffix("\r")
+        body = line.rstrip(" ")
+        if body != line and body.endswith("\\"):
+            body += " "  # an escaped space is kept
+        kept = len(body) - len(body.rstrip())
+        if kept and not body.endswith("\\ "):
+            body = body[:-kept] + "".join(f"[{char}]" for char in body[-kept:])
+        if not body or body.startswith("#"):
+            continue
+        try:
+            pathspec.GitIgnoreSpec.from_lines([body])
+        except ValueError:  # GitIgnorePatternError
+            continue
+        patterns.append(body)
+    return patterns
 
 
 def _is_ignored(rel: str, is_dir: bool, specs: list[tuple[str, pathspec.GitIgnoreSpec]]) -> bool:
