@@ -343,3 +343,35 @@ def test_bad_single_files_give_one_line_errors(tmp_path):
     with pytest.raises(FileNotReadableError) as error:
         load_document(tmp_path / "missing.txt")
     assert "missing.txt" in str(error.value) and "\n" not in str(error.value)
+
+
+# --- notebooks (B07) ----------------------------------------------------------------------------
+
+def test_b07_notebook_is_read_as_cells_without_base64(corpus):
+    document = load_document(corpus / "bugs" / "B07-notebook" / "repo")
+    assert document.warnings == []  # not "skipped (minified)"
+    [notebook] = [s for s in document.segments if s.label == "analysis.ipynb"]
+    assert "# Churn analysis" in notebook.text and "CHURN_THRESHOLD = 0.37" in notebook.text
+    assert "[image/png output omitted]" in notebook.text
+    assert "iVBORw0KGgo" not in notebook.text and '"cell_type"' not in notebook.text
+
+
+def test_notebook_outputs_are_trimmed_and_errors_named(tmp_path):
+    import json
+
+    cells = [{"cell_type": "code", "execution_count": 3, "source": ["for i in range(9999):\n", "    print(i)"],
+              "outputs": [{"output_type": "stream", "name": "stdout", "text": "".join(f"{i}\n" for i in range(9999))},
+                          {"output_type": "error", "ename": "KeyError", "evalue": "'tenure'", "traceback": []}]}]
+    (tmp_path / "loop.ipynb").write_text(json.dumps({"nbformat": 4, "metadata": {}, "cells": cells}))
+    text = load_document(tmp_path / "loop.ipynb").segments[0].text
+    assert text.startswith("In [3]:\n```python\nfor i in range(9999):")
+    assert "more characters of output]" in text and len(text) < 2400
+    assert text.endswith("KeyError: 'tenure'")
+
+
+def test_broken_notebook_is_listed_not_fatal(tmp_path):
+    (tmp_path / "broken.ipynb").write_text('{"cells": [')
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    document = load_repository(tmp_path, use_git=False)
+    assert [s.label for s in document.segments] == ["ok.py"]
+    assert document.warnings == ["skipped (unreadable notebook: not valid JSON (Expecting value at line 1)): broken.ipynb"]

@@ -27,7 +27,8 @@ import pathspec
 
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
 from engine.documents.names import display_name
-from engine.documents.plain import read_text
+from engine.documents.notebook import NOTEBOOK_SUFFIX
+from engine.documents.plain import read_notebook, read_text
 from engine.errors import Cancelled
 
 VENDORED_DIRS = frozenset({
@@ -289,10 +290,11 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, str | None]:
         return "", "not a regular file", None
     if not _inside(os.path.realpath(path), root):
         return "", "outside the folder", None  # defensive: a listing never goes through links
-    result = read_text(path)
+    notebook = path.suffix.lower() == NOTEBOOK_SUFFIX  # its JSON is not its text: never "minified"
+    result = read_notebook(path) if notebook else read_text(path)
     if result.skipped is not None:
         return "", result.skipped, None
-    if path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
+    if not notebook and path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
         return "", "minified", None
     note = f"decoded with fallback ({result.fallback})" if result.fallback else None
     return result.text, None, note
