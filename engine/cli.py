@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
+    ask.add_argument("--include-generated", action="store_true",
+                     help="also read a folder's lock files and generated or vendored files (.gitattributes linguist-*)")
     _policy_flags(ask)
     _cloud_flags(ask)
     ask.set_defaults(handler=_cmd_ask)
@@ -105,6 +107,8 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
             changes[name] = getattr(args, flag)
     if getattr(args, "no_prefix_cache", False):
         changes["prefix_cache"] = False
+    if getattr(args, "include_generated", False):
+        changes["include_generated_files"] = True
     return settings.replace(**changes)
 
 
@@ -133,7 +137,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
     bar = _ProgressBar()
     try:
-        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update))
+        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update),
+                                 include_generated=settings.include_generated_files)
     finally:
         bar.close()
     print(f"Loading {settings.model} ...", file=err, flush=True)

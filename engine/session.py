@@ -140,7 +140,8 @@ class DocumentSession:
         began = time.perf_counter()
         notify = progress or (lambda _p: None)
         document = path if isinstance(path, Document) else load_document(
-            path, password=password, cancel=cancel, progress=reading_progress(notify))
+            path, password=password, cancel=cancel, progress=reading_progress(notify),
+            include_generated=self.settings.include_generated_files)
         notify(Progress("tokenizing", 0, 1, "documents"))
         check_unicode(document.render() + document.title, document.title)  # before any model work
         prefix_ids = self._encode(document_prefix(self.layout, document.render()))

@@ -142,6 +142,8 @@ class EngineSettings:
     prefix_cache: reuse persisted document caches.
     prefix_cache_disk_bytes: disk budget of the prefix-cache store, in bytes (LRU beyond it).
     cache: the KV cache policy; cloud: the optional cloud fallback.
+    include_generated_files: also read a repository's lock files and the files .gitattributes marks
+        linguist-generated or linguist-vendored (left out by default, with a warning naming them).
     """
 
     model: str = "default"
@@ -153,6 +155,7 @@ class EngineSettings:
     prefix_cache_disk_bytes: int = 2 * 1024**3
     cache: CachePolicy = field(default_factory=CachePolicy)
     cloud: CloudSettings = field(default_factory=CloudSettings)
+    include_generated_files: bool = False
 
     def validate(self) -> None:
         """Raise SettingsError for the first invalid value."""

@@ -375,3 +375,39 @@ def test_broken_notebook_is_listed_not_fatal(tmp_path):
     document = load_repository(tmp_path, use_git=False)
     assert [s.label for s in document.segments] == ["ok.py"]
     assert document.warnings == ["skipped (unreadable notebook: not valid JSON (Expecting value at line 1)): broken.ipynb"]
+
+
+# --- generated and vendored files ---------------------------------------------------------------
+
+GENERATED_TREE = {
+    ".gitattributes": "docs/api.json linguist-generated\nthird/** linguist-vendored\nCargo.lock linguist-generated=false\n",
+    "docs/api.json": '{"paths": {}}\n', "src/app.py": "x = 1\n", "uv.lock": "version = 1\n",
+    "Cargo.lock": "version = 3\n", "web/yarn.lock": "# yarn lockfile v1\n", "third/lib/v.py": "v = 1\n",
+}
+GENERATED_WARNING = ("skipped (generated or vendored; the setting include_generated_files reads them): "
+                     "docs/api.json, third/lib/v.py, uv.lock, web/yarn.lock")
+
+
+@pytest.mark.parametrize("use_git", [False, pytest.param(True, marks=needs_git)], ids=["pathspec", "git"])
+def test_lock_files_and_linguist_marked_files_are_left_out_with_a_warning(tmp_path, use_git):
+    for rel, content in GENERATED_TREE.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(content)
+    if use_git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    document = load_repository(tmp_path, use_git=use_git)
+    assert segment_paths(document) == [".gitattributes", "Cargo.lock", "src/app.py"]  # =false keeps Cargo.lock
+    assert document.warnings == [GENERATED_WARNING]
+    everything = load_repository(tmp_path, use_git=use_git, include_generated=True)
+    assert len(everything.segments) == len(GENERATED_TREE) and everything.warnings == []
+
+
+def test_include_generated_is_a_setting_that_reaches_the_loader(tmp_path):
+    from engine.settings import EngineSettings
+
+    (tmp_path / "poetry.lock").write_text("[[package]]\n")
+    (tmp_path / "main.py").write_text("print(1)\n")
+    settings = EngineSettings.from_dict({"include_generated_files": True})
+    document = load_document(tmp_path, include_generated=settings.include_generated_files)
+    assert segment_paths(document) == ["main.py", "poetry.lock"]
+    assert segment_paths(load_document(tmp_path)) == ["main.py"]

@@ -116,14 +116,16 @@ class Document:
 
 def load_document(path: str | os.PathLike[str], *, password: str | None = None,
                   progress: ProgressCallback | None = None,
-                  cancel: threading.Event | None = None) -> Document:
+                  cancel: threading.Event | None = None,
+                  include_generated: bool = False) -> Document:
     """Load a folder (as a repository), a PDF, or a single text file.
 
     A PDF is recognised by its `.pdf` suffix or a `%PDF-` header anywhere in the first 1,024 bytes
     (junk or a byte-order mark before it is allowed, as readers allow). `password` is used for
     PDFs only.
     `progress(done, total)` is called from this thread as pages or files are read; setting
-    `cancel` stops the work.
+    `cancel` stops the work. `include_generated` also reads a repository's lock files and
+    generated or vendored files (see `engine.documents.generated`).
 
     Raises a `DocumentError` subclass whose `str()` is one line naming the file, the problem and
     what to do (see `engine.documents.pdf` for the PDF ones), or `engine.errors.Cancelled`.
@@ -140,7 +142,7 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
     if source.is_dir():
         from engine.documents.repo import load_repository
 
-        return load_repository(source, progress=progress, cancel=cancel)
+        return load_repository(source, progress=progress, cancel=cancel, include_generated=include_generated)
     if not source.is_file():
         raise FileNotReadableError(
             f"{display_name(source.name)}: not a regular file or folder: choose a file or a folder")

@@ -26,6 +26,7 @@ from pathlib import Path
 import pathspec
 
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
+from engine.documents.generated import generated_files
 from engine.documents.names import display_name
 from engine.documents.notebook import NOTEBOOK_SUFFIX
 from engine.documents.plain import read_notebook, read_text
@@ -54,23 +55,30 @@ PROSE_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".adoc", ".tex",
 GIT_TIMEOUT_S = 60.0
 
 IGNORED_LISTED = 20
-"""How many ignored paths the one-line .gitignore summary names before "and N more"."""
+"""How many paths a one-line summary (.gitignore, generated files) names before "and N more"."""
 
 
 def load_repository(root: Path, *, progress: ProgressCallback | None = None,
-                    cancel: threading.Event | None = None, use_git: bool = True) -> Document:
+                    cancel: threading.Event | None = None, use_git: bool = True,
+                    include_generated: bool = False) -> Document:
     """Load every text file under the folder `root` (absolute, symlinks resolved).
 
-    `use_git=False` forces the pathspec fallback (tests compare both). Progress counts files.
+    `use_git=False` forces the pathspec fallback (tests compare both). Lock files and files that
+    .gitattributes marks linguist-generated or linguist-vendored are left out with one warning
+    naming them, unless `include_generated` (`engine.documents.generated`). Progress counts files.
     Raises NoTextFilesError when nothing is readable, or Cancelled.
     """
     root = Path(os.path.realpath(root))
     listing = list_files(root, use_git=use_git)
     warnings: list[str] = []
     if listing.ignored:
-        more = len(listing.ignored) - IGNORED_LISTED
-        names = ", ".join(map(display_name, listing.ignored[:IGNORED_LISTED]))
-        warnings.append(f"ignored by .gitignore: {names}" + (f" and {more} more" if more > 0 else ""))
+        warnings.append("ignored by .gitignore: " + _some(listing.ignored))
+    if not include_generated:
+        generated = generated_files(root, listing.files, use_git=listing.source == "git")
+        if generated:
+            listing.files = [rel for rel in listing.files if rel not in generated]
+            warnings.append("skipped (generated or vendored; the setting include_generated_files reads them): "
+                            + _some(sorted(generated)))
     segments: list[Segment] = []
     vendored_seen: set[str] = set()
     total = len(listing.files)
@@ -101,6 +109,12 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
             "readable as text): choose a folder with source code or text files")
     return Document(title=display_name(root.name), source=str(root), kind="repo", segments=segments,
                     warnings=warnings)
+
+
+def _some(paths: list[str]) -> str:
+    """The first IGNORED_LISTED paths, then "and N more"."""
+    more = len(paths) - IGNORED_LISTED
+    return ", ".join(map(display_name, paths[:IGNORED_LISTED])) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass
