@@ -99,3 +99,14 @@ def test_engine_errors_become_readable_job_errors():
     except KeyError as exc:
         bug = describe_error(exc)
     assert bug.kind == "bug" and "Traceback" in bug.details and "Traceback" not in bug.message
+
+
+def test_library_keeps_a_path_that_is_not_utf8(tmp_path):
+    """B02 in the app: a folder named with Latin-1 bytes is stored, found and given back exactly."""
+    folder = os.fsdecode(os.fsencode(tmp_path) + b"/men\xfc-repo")
+    os.mkdir(folder)
+    library = Library(tmp_path / "library.sqlite")
+    doc_id = library.upsert_document(path=folder, title="menü-repo", kind="repo", files=1)
+    assert library.document(doc_id).path == folder and library.find(folder).id == doc_id
+    assert [r.path for r in library.documents()] == [folder]
+    library.close()
