@@ -1,5 +1,5 @@
-"""Real-world stream quirks (corpus/bugs B04, B05, B09, B10): recorded bodies served by the real
-loopback server, and the answer the client must return for each."""
+"""Real-world stream quirks (B04, B05, B09, B10 in docs/REAL_WORLD_INPUTS.md): recorded bodies
+served by the real loopback server, and the answer the client must return for each."""
 
 from __future__ import annotations
 

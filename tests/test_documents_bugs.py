@@ -1,5 +1,6 @@
-"""Real-world document inputs (corpus/bugs B01, B03, B08) and fixtures made like them: scripts other
-than Latin, TrueType fonts without a Unicode map, filled forms, junk before the PDF header."""
+"""Real-world document inputs (B01, B03, B08 in docs/REAL_WORLD_INPUTS.md) and fixtures made like
+them: scripts other than Latin, TrueType fonts without a Unicode map, filled forms, junk before the
+PDF header."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""B02: file and folder names that are not UTF-8 (Latin-1 bytes from an old zip), made in the test's
-temporary folder, as a plain folder and as a git work tree; and the valid-Unicode boundary."""
+"""B02 (docs/REAL_WORLD_INPUTS.md): file and folder names that are not UTF-8 (Latin-1 bytes from an
+old zip), made in the test's temporary folder, as a plain folder and as a git work tree; and the
+valid-Unicode boundary."""
 
 from __future__ import annotations
 
