@@ -39,6 +39,9 @@ from engine.documents.text import TextQuality, is_unreliable, measure, same_cont
 MAX_PAGE_CHARS = 2_000_000
 """A page with more text than this is treated as hostile (P16's densest page has ~3,000)."""
 
+GLYPH_CODE_SUSPECT = 0.1
+"""Share of a page's characters in glyph-code tokens above which pypdf is asked too."""
+
 SECOND_OPINION_MARGIN = 0.02
 """pypdf replaces PDFium's text for a page only when its score is higher by more than this
 (on P15, pypdf's wins on suspect pages were 0.006-0.04; P10's were 0.25-0.62)."""
@@ -62,13 +65,17 @@ def _limit_memory(memory_bytes: int) -> None:
 def _needs_second_opinion(quality: TextQuality, uses_type3: Callable[[], bool]) -> bool:
     """Whether PDFium's text for a page is suspect enough to also run pypdf on it.
 
-    Suspect: empty; any NUL, control, U+FFFD, private-use or mixed-script character; a 20+ letter
+    Suspect: empty; any NUL, control, U+FFFD, private-use or mixed-script character, or 10 % of
+    glyph-code tokens (`TextQuality.glyph_code_letters`); a 20+ letter
     run; right-to-left letters (PDFium reversed P10's Arabic); under 80% word-like words; or a
     Type3 font (PDFium glued P14's Type3 tick labels "0 2 4 6 8" into "02468").
     Measured: 4 of P16's 288 pages are suspect (0.1 s of pypdf), 78 of P15's 117 (2.3 s).
     """
-    return (quality.chars == 0 or quality.garbage > 0 or quality.long_runs > 0
-            or quality.rtl_letters > 0 or quality.wordlike_share < 0.8 or uses_type3())
+    # Glyph-code tokens count only in bulk: code in a programming book ("a[i]", "x=y") reaches 6 %
+    # of a page's characters (P16), shifted glyph ids 90 %.
+    other_garbage = quality.garbage - quality.glyph_code_letters
+    return (quality.chars == 0 or other_garbage > 0 or quality.glyph_code_letters > GLYPH_CODE_SUSPECT * quality.chars
+            or quality.long_runs > 0 or quality.rtl_letters > 0 or quality.wordlike_share < 0.8 or uses_type3())
 
 
 def _prefer_second(first: str, second: str) -> bool:
