@@ -174,7 +174,7 @@ class DocumentSession:
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=[*document.warnings, *self.notices], pages=document.pages,
+            warnings=[*self.notices, *document.warnings], pages=document.pages,
         )
         self.notices = []  # said once
         return self.report

@@ -110,3 +110,17 @@ def test_library_keeps_a_path_that_is_not_utf8(tmp_path):
     assert library.document(doc_id).path == folder and library.find(folder).id == doc_id
     assert [r.path for r in library.documents()] == [folder]
     library.close()
+
+
+def test_engine_goes_on_without_an_unusable_prefix_store(tmp_path, monkeypatch):
+    """The window's engine: a prefix folder that cannot be used gives one notice, no exception."""
+    from app.worker import Engine
+
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "prefix").write_text("a file where the cache folder should be")
+    engine = Engine(EngineSettings())
+    assert engine._store() is None and engine._store() is None  # tried once
+    assert engine.prefix_cache_usage() == (0, 0) and engine.clear_prefix_cache() == 0
+    [notice] = engine._store_notices
+    assert notice.startswith("the prefix cache cannot be used (")
