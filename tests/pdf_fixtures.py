@@ -23,7 +23,6 @@ GLYPH_SHIFT = 29  # gid = code point - 29 for ASCII: the order of Apple's standa
 
 def _font(chars: str) -> tuple[bytes, dict[str, int]]:
     """A TrueType font covering `chars`; ASCII at code point - 29, other letters after 0x100."""
-    order = [".notdef"] + [f"g{i}" for i in range(1, 0x100 + len(chars))]
     gids: dict[str, int] = {}
     extra = 0x100
     for ch in sorted(set(chars)):
@@ -31,9 +30,12 @@ def _font(chars: str) -> tuple[bytes, dict[str, int]]:
             gids[ch] = ord(ch) - GLYPH_SHIFT
         else:
             gids[ch], extra = extra, extra + 1
-    order = order[:max(gids.values()) + 1]
+    order = [".notdef"] + [f"g{i}" for i in range(1, max(gids.values()) + 1)]
     pen = TTGlyphPen(None)
-    pen.moveTo((50, 0)), pen.lineTo((50, 700)), pen.lineTo((450, 700)), pen.lineTo((450, 0)), pen.closePath()
+    pen.moveTo((50, 0))
+    for point in ((50, 700), (450, 700), (450, 0)):
+        pen.lineTo(point)
+    pen.closePath()
     box = pen.glyph()
     builder = FontBuilder(1000, isTTF=True)
     builder.setupGlyphOrder(order)
@@ -54,7 +56,7 @@ def truetype_pdf(path: Path, lines: list[str]) -> Path:
     font, gids = _font("".join(lines))
     content = b"BT /F1 14 Tf 72 760 Td 18 TL\n" + b"".join(
         b"<" + "".join(f"{gids[ch]:04X}" for ch in line).encode() + b"> Tj T*\n" for line in lines) + b"ET"
-    bfchars = "\n".join(f"<{gid:04X}> <{''.join(f'{u:04X}' for u in ch.encode('utf-16-be') and _utf16(ch))}>"
+    bfchars = "\n".join(f"<{gid:04X}> <{ch.encode('utf-16-be').hex().upper()}>"
                         for ch, gid in sorted(gids.items(), key=lambda item: item[1]))
     cmap = (f"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Box def /CMapType 2 def\n"
             f"1 begincodespacerange <0000> <FFFF> endcodespacerange\n{len(gids)} beginbfchar\n{bfchars}\n"
@@ -85,11 +87,6 @@ def truetype_pdf(path: Path, lines: list[str]) -> Path:
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     path.write_bytes(bytes(out))
     return path
-
-
-def _utf16(ch: str) -> list[int]:
-    data = ch.encode("utf-16-be")
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
 def _stream(data: bytes) -> bytes:

@@ -41,8 +41,6 @@ _INVALID = re.compile("[\ufdd0-\ufdef\ufffe\uffff\ud800-\udfff]")
 _GLYPH_NAMES = re.compile(r"(?:/[A-Za-z]{1,8}\d+){3,}|\(cid:\d+\)")
 _TRAILING_SPACE = re.compile(r"[ \t]+\n")
 _MANY_BLANK_LINES = re.compile(r"\n{3,}")
-
-
 # A "word" is a run of letters with their combining marks (Unicode properties, `regex`): Arabic
 # harakat, Devanagari vowel signs and Latin accents in NFD must not split a word (P10 "حَبيبي").
 _WORD = regex.compile(r"[\p{L}\p{M}]+")
