@@ -130,7 +130,8 @@ class DocumentSession:
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> OpenReport:
-        """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled.
+        """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled, and
+        any other failure as a one-line HalamanError (nothing else leaves it).
 
         `path` may also be a `Document` already read with `load_document` (the CLI reads first, so
         a bad file is reported before the model is loaded). Any failure leaves the session with
