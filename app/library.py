@@ -25,8 +25,10 @@ Prefix-cache status of a document, as the sidebar shows it:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from dataclasses import asdict, dataclass
@@ -138,6 +140,27 @@ def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: i
     return json.dumps(record)
 
 
+_BYTES_PREFIX = "fsbytes:"
+
+
+def _stored(path: str) -> str:
+    """`path` as an SQLite value: itself, or for a name that is not UTF-8 (a str with lone
+    surrogates, which SQLite refuses) its bytes in base64 after "fsbytes:", which no absolute
+    path starts with."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return _BYTES_PREFIX + base64.urlsafe_b64encode(os.fsencode(path)).decode("ascii")
+
+
+def _record(row: dict) -> DocumentRecord:
+    path = row["path"]
+    if path.startswith(_BYTES_PREFIX):
+        path = os.fsdecode(base64.urlsafe_b64decode(path[len(_BYTES_PREFIX):]))
+    return DocumentRecord(**{**row, "path": path})
+
+
 def library_path() -> Path:
     return paths.data_dir() / "library.sqlite"
 
@@ -184,7 +207,7 @@ class Library:
         """Add or update the document at `path` (marked as opened now). Returns its id."""
         now = time.time()
         row = {
-            "path": path, "title": title, "kind": kind, "pages": pages, "files": files, "tokens": tokens,
+            "path": _stored(path), "title": title, "kind": kind, "pages": pages, "files": files, "tokens": tokens,
             "prefix_key": prefix_key, "config_sig": config_sig, "file_sig": file_signature(path), "opened_s": now,
         }
         existing = self._document_row(path)
@@ -197,15 +220,15 @@ class Library:
     def documents(self) -> list[DocumentRecord]:
         """Most recently opened first."""
         rows = self.db.query("SELECT * FROM documents ORDER BY COALESCE(opened_s, added_s) DESC, id DESC")
-        return [DocumentRecord(**row) for row in rows]
+        return [_record(row) for row in rows]
 
     def document(self, document_id: int) -> DocumentRecord | None:
         rows = list(self.db.query("SELECT * FROM documents WHERE id = ?", [document_id]))
-        return DocumentRecord(**rows[0]) if rows else None
+        return _record(rows[0]) if rows else None
 
     def find(self, path: str) -> DocumentRecord | None:
         row = self._document_row(path)
-        return DocumentRecord(**row) if row else None
+        return _record(row) if row else None
 
     def remove_document(self, document_id: int) -> None:
         """Forget a document and its chat history (the file itself is not touched)."""
@@ -245,7 +268,7 @@ class Library:
 
     # --------------------------------------------------------------- helpers
     def _document_row(self, path: str) -> dict | None:
-        rows = list(self.db.query("SELECT * FROM documents WHERE path = ?", [path]))
+        rows = list(self.db.query("SELECT * FROM documents WHERE path = ?", [_stored(path)]))
         return rows[0] if rows else None
 
     def _ensure_schema(self) -> None:

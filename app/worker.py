@@ -46,7 +46,7 @@ from engine.documents import Document, PasswordRequiredError, WrongPasswordError
 from engine.errors import CacheStoreError, Cancelled, DocumentError, HalamanError, ModelError, SettingsError
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel, ModelProfile
-from engine.prefix_store import PrefixStore
+from engine.prefix_store import PrefixStore, clear_files, open_store
 from engine.session import Answer, DocumentSession, OpenReport, Progress
 from engine.settings import EngineSettings
 
@@ -203,6 +203,8 @@ class Engine:
         self.model: LoadedModel | None = None
         self.session: DocumentSession | None = None
         self.store: PrefixStore | None = None
+        self._store_tried = False           # opened once (a store that cannot be used is not retried)
+        self._store_notices: list[str] = []  # shown with the next open's warnings, once
 
     # -- model
     def ensure_model(self, ctx: JobContext | None = None) -> ModelInfo:
@@ -232,6 +234,8 @@ class Engine:
     def open(self, path: str, *, password: str | None = None, ctx: JobContext) -> OpenResult:
         self.ensure_model(ctx)
         assert self.session is not None
+        self.session.notices += self._store_notices
+        self._store_notices = []
         report = self.session.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel)
         key = self.session.prefix_key_for() if self.session.store is not None else None
         return OpenResult(report, self.session.document, path, key, self.session.memory())
@@ -295,8 +299,9 @@ class Engine:
         return (len(store.entries()), store.total_bytes()) if store is not None else (0, 0)
 
     def clear_prefix_cache(self) -> int:
-        store = self._store() or PrefixStore(paths.cache_dir() / "prefix", disk_budget_bytes=self.settings.prefix_cache_disk_bytes)
-        return store.clear()
+        store = self._store()
+        # Without a usable store (full disk, damaged folder) the files are deleted by name.
+        return store.clear() if store is not None else clear_files(paths.cache_dir() / "prefix")
 
     def memory(self) -> MemoryReport | None:
         return self.session.memory() if self.session is not None else None
@@ -309,11 +314,15 @@ class Engine:
     def _store(self) -> PrefixStore | None:
         if not self.settings.prefix_cache:
             return None
-        if self.store is None:
-            self.store = PrefixStore(paths.cache_dir() / "prefix", disk_budget_bytes=self.settings.prefix_cache_disk_bytes)
+        if self.store is None and not self._store_tried:
+            self._store_tried = True
+            self.store, notice = open_store(paths.cache_dir() / "prefix", disk_budget_bytes=self.settings.prefix_cache_disk_bytes)
+            if notice:
+                self._store_notices.append(notice)
         return self.store
 
     def _close_store(self) -> None:
+        self._store_tried = False
         if self.store is not None:
             self.store.close()
             self.store = None

@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
+    ask.add_argument("--include-generated", action="store_true",
+                     help="also read a folder's lock files and generated or vendored files (.gitattributes linguist-*)")
     _policy_flags(ask)
     _cloud_flags(ask)
     ask.set_defaults(handler=_cmd_ask)
@@ -114,6 +116,8 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
             changes[name] = getattr(args, flag)
     if getattr(args, "no_prefix_cache", False):
         changes["prefix_cache"] = False
+    if getattr(args, "include_generated", False):
+        changes["include_generated_files"] = True
     return settings.replace(**changes)
 
 
@@ -127,10 +131,14 @@ def recall_line(stats, recall: RecallSettings) -> str:
 
 
 def _open_store(settings: EngineSettings):
+    """The prefix store, or None when it cannot be used (a warning line says so; answers go on)."""
     from engine import paths
-    from engine.prefix_store import PrefixStore
+    from engine.prefix_store import open_store
 
-    return PrefixStore(paths.cache_dir() / "prefix", disk_budget_bytes=settings.prefix_cache_disk_bytes)
+    store, notice = open_store(paths.cache_dir() / "prefix", disk_budget_bytes=settings.prefix_cache_disk_bytes)
+    if notice:
+        print(f"warning: {notice}", file=sys.stderr)
+    return store
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
@@ -147,7 +155,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
     bar = _ProgressBar()
     try:
-        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update))
+        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update),
+                                 include_generated=settings.include_generated_files)
     finally:
         bar.close()
     print(f"Loading {settings.model} ...", file=err, flush=True)
@@ -197,6 +206,8 @@ def _cloud_settings(args: argparse.Namespace, settings: EngineSettings) -> Engin
     changes = {"enabled": True, "base_url": args.cloud_url} if args.cloud_url else {}
     if args.cloud_model:
         changes["model"] = args.cloud_model
+    if args.max_new_tokens is not None:  # the answer's limit holds for the cloud answer too
+        changes["max_tokens"] = args.max_new_tokens
     cloud = settings.cloud.replace(**changes)
     if not cloud.enabled:
         raise HalamanError("cloud fallback is off, so nothing was sent: turn it on in settings.toml [cloud] "
@@ -273,11 +284,18 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
+    from engine import paths
+    from engine.prefix_store import clear_files
+
     settings = load_settings()
     store = _open_store(settings)
     if args.action == "clear":
-        removed = store.clear()
+        # Without a usable index the files are deleted by name: clearing always frees the space.
+        removed = store.clear() if store is not None else clear_files(paths.cache_dir() / "prefix")
         print(f"removed {removed} prefix cache entr{'y' if removed == 1 else 'ies'}")
+        return 0
+    if store is None:
+        print("no entries can be listed; `halaman cache clear` deletes the cache files")
         return 0
     entries = store.entries()
     for entry in entries:

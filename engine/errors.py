@@ -31,3 +31,26 @@ class Cancelled(HalamanError):
 
     def __init__(self, message: str = "Cancelled.") -> None:
         super().__init__(message)
+
+
+def halaman_errors_only(action: str):
+    """Decorator for engine entry points: an exception that is not a HalamanError (a bug, or
+    MemoryError) leaves the call as a HalamanError whose one line names `action` ("opening the
+    document") and the exception's type; the original is chained (`__cause__`) for the log."""
+    import functools
+
+    def wrap(function):
+        @functools.wraps(function)
+        def call(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except HalamanError:
+                raise
+            except MemoryError:
+                raise HalamanError(f"{action} ran out of memory: close other programs or lower the cache budget") from None
+            except Exception as error:  # noqa: BLE001 - the boundary: nothing else may escape
+                first_line = str(error).splitlines()[0][:200] if str(error) else ""
+                raise HalamanError(f"{action} failed with an internal error ({type(error).__name__}: {first_line}): "
+                                   "please report it with the log") from error
+        return call
+    return wrap

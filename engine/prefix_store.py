@@ -17,6 +17,13 @@ Layout under `root`:
 
 Every entry is checksummed (SHA-256 of the whole file) and verified before it is parsed; a bad entry
 is deleted and reported as a miss, so a poisoned cache never survives a restart (L04).
+
+The store holds only recomputable data, so it heals itself rather than asking the user to: a damaged
+index (not a database, or failing SQLite's quick check) is moved aside to `index.sqlite.damaged` (kept
+for inspection, replacing an older one) and a new, empty index is started, whose opening deletes the
+now orphaned entry files; `clear_files` frees the space even when SQLite cannot run at all (a full disk);
+`open_store` turns a store that cannot be used into (None, one readable line) for callers that go on
+without it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 import struct
 import threading
@@ -49,6 +57,8 @@ FORMAT_VERSION = 1
 simply miss and age out through LRU eviction)."""
 
 INDEX_NAME = "index.sqlite"
+DAMAGED_SUFFIX = ".damaged"
+"""The damaged index is kept as `index.sqlite.damaged` (one copy: the newest)."""
 BUSY_TIMEOUT_S = 30.0
 """How long an SQLite call waits for another process's write transaction before giving up."""
 STALE_TEMP_S = 3600.0
@@ -63,10 +73,16 @@ _META_KEY = "halaman.key"
 _META_N_TOKENS = "halaman.n_tokens"
 _KEY_DOMAIN = b"halaman.prefix_key\x00"
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 _ENTRY_RE = re.compile(r"([0-9a-f]{64})\.safetensors")
 _ARCHIVE_RE = re.compile(r"([0-9a-f]{64})\.archive\.safetensors")
 _ARCHIVES = "archives"
 _TEMP_RE = re.compile(r"\.([0-9a-f]{64})\.\d+\.[0-9a-f]+\.tmp")
+
+
+# SQLite's verdicts on the file itself, as opposed to locks, I/O errors or a full disk.
+_DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+_NEARLY_FULL_BYTES = 1 << 20  # less free space than this: report a full disk, not SQLite's I/O error
 
 
 class PrefixTooLargeError(CacheStoreError):
@@ -187,6 +203,7 @@ class PrefixStore:
         self.root = Path(root)
         self.disk_budget_bytes = int(disk_budget_bytes)
         self._index_path = self.root / INDEX_NAME
+        self.notice: str | None = None  # one line for the user when opening had to heal the index
         # One connection per store, shared by threads (the GUI may open the store on one thread and
         # prefill on the worker thread); the lock keeps its transactions from interleaving.
         self._lock = threading.RLock()
@@ -197,16 +214,51 @@ class PrefixStore:
                 f"Cannot create the prefix cache folder {self.root} ({error.strerror or error}); "
                 "check its permissions or choose another cache location."
             ) from error
+        try:
+            self._open_index()
+        except CacheStoreError as error:
+            if not _is_damage(error.__cause__):
+                raise
+            self._set_aside(error.__cause__)
+            self._open_index()
+
+    def _open_index(self) -> None:
+        self._db = None
         with self._index_errors("opened"):
             conn = sqlite3.connect(self._index_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             self._db = sqlite_utils.Database(conn, execute_plugins=False)
             # WAL lets readers proceed while another process writes.
             self._db.enable_wal()
             self._db.execute("PRAGMA synchronous=NORMAL")
+            # A truncated file can open and answer simple queries; the quick check reads every page.
+            verdict = self._db.execute("PRAGMA quick_check").fetchall()
+            if verdict != [("ok",)]:
+                raise sqlite3.DatabaseError(f"quick check: {verdict[0][0] if verdict else 'no answer'}")
             with self._write():
                 self._ensure_schema()
                 self._clean(stale_temp_s=STALE_TEMP_S)
                 self._evict_to_budget(keep=None)
+
+    def _set_aside(self, cause: BaseException | None) -> None:
+        """Move a damaged index to index.sqlite.damaged (its WAL beside it) for inspection."""
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+        kept = self.root / (INDEX_NAME + DAMAGED_SUFFIX)
+        try:
+            os.replace(self._index_path, kept)
+            for suffix in ("-wal", "-shm"):
+                side = self.root / (INDEX_NAME + suffix)
+                if side.exists():
+                    os.replace(side, self.root / (INDEX_NAME + DAMAGED_SUFFIX + suffix))
+        except OSError as error:
+            raise CacheStoreError(
+                f"The prefix cache index {self._index_path} is damaged ({cause}) and could not be moved "
+                f"aside ({error.strerror or error}); delete the folder {self.root} (it only holds re-computable caches)."
+            ) from error
+        log.info("prefix cache index %s was damaged (%s); moved to %s, starting a new one", self._index_path, cause, kept)
+        self.notice = (f"the prefix cache index was damaged ({cause}); it was moved to {kept} and the cache "
+                       "starts empty (documents are prefilled again)")
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -274,6 +326,9 @@ class PrefixStore:
             raise ValueError(f"n_tokens must be an int >= 0, got {n_tokens!r}")
         if not isinstance(label, str):
             raise TypeError("label must be a str")
+        # A label is for people; one with lone surrogates (a file name that was not UTF-8) would
+        # make SQLite raise UnicodeEncodeError after the whole prefill.
+        label = _SURROGATES.sub("\ufffd", label)
         header = _header_metadata(key, metadata, n_tokens)
         data = safetensors.torch.save(_prepare_tensors(tensors), metadata=header)
         if len(data) > self.disk_budget_bytes:
@@ -403,7 +458,18 @@ class PrefixStore:
     def clear(self) -> int:
         """Remove every entry, orphaned entry file and temp file; return the number of entries removed
         (index rows plus orphaned entry files). A `put` racing with it in another process may fail with
-        CacheStoreError, since its temp file is removed too."""
+        CacheStoreError, since its temp file is removed too. When the index cannot be written (a full
+        disk), the files are deleted by name anyway (`clear_files`): clearing always frees the space."""
+        try:
+            return self._clear_indexed()
+        except CacheStoreError as error:
+            log.info("prefix cache index unusable while clearing (%s); deleting the files by name", error)
+            with self._lock:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()
+                return clear_files(self.root)
+
+    def _clear_indexed(self) -> int:
         with self._lock, self._write():
             keys = {row["key"] for row in self._db.execute_returning_dicts(f"SELECT key FROM {_TABLE}")}
             self._db.execute(f"DELETE FROM {_TABLE}")
@@ -584,6 +650,59 @@ class PrefixStore:
                 break
             self._drop(key)
             total -= size_bytes
+
+
+def open_store(root: Path, *, disk_budget_bytes: int) -> tuple[PrefixStore | None, str | None]:
+    """Open the store at `root` for a caller that can do without it: (store, notice or None) when
+    it works (notice: it had to heal its index), (None, notice) when it cannot be used (full disk,
+    read-only folder, index locked by a crashed process). The notice is one line for the user.
+    Raises SettingsError for a negative budget only."""
+    try:
+        store = PrefixStore(root, disk_budget_bytes=disk_budget_bytes)
+    except CacheStoreError as error:
+        log.info("prefix cache not used: %s", error)
+        return None, f"the prefix cache cannot be used ({_short(error, root)}), so it is off for now: documents are prefilled every time"
+    return store, store.notice
+
+
+def clear_files(root: Path) -> int:
+    """Delete the store's entry and temp files and its index files under `root` by name, without
+    SQLite (for when the index cannot be opened or written). Returns the number of entry files
+    deleted. A damaged index kept for inspection is deleted too: clearing frees all the space."""
+    try:
+        children = list(Path(root).iterdir())
+    except OSError:
+        return 0
+    removed = 0
+    index_names = {INDEX_NAME + suffix for suffix in ("", "-wal", "-shm", DAMAGED_SUFFIX,
+                                                      DAMAGED_SUFFIX + "-wal", DAMAGED_SUFFIX + "-shm")}
+    for path in children:
+        if _ENTRY_RE.fullmatch(path.name):
+            removed += 1
+        elif not (_TEMP_RE.fullmatch(path.name) or path.name in index_names):
+            continue  # never touch anything we did not write
+        _remove(path)
+    return removed
+
+
+def _is_damage(error: BaseException | None) -> bool:
+    """Whether an SQLite error means the index file itself is damaged (not locked, not a full disk)."""
+    if not isinstance(error, sqlite3.DatabaseError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    # The quick check's own verdict carries no code; SQLITE_CORRUPT may come as an extended code.
+    return code is None or code & 0xFF in _DAMAGE_CODES
+
+
+def _short(error: CacheStoreError, root: Path) -> str:
+    """Why the store cannot be used, in a few words: SQLite says "disk I/O error" for a full disk."""
+    try:
+        if shutil.disk_usage(root).free < _NEARLY_FULL_BYTES:
+            return "the disk holding it is full"
+    except OSError:
+        pass
+    cause = error.__cause__
+    return str(getattr(cause, "strerror", None) or cause or error)
 
 
 def _check_key(key: str) -> None:

@@ -38,14 +38,15 @@ import transformers
 
 from engine import paths
 from engine.documents import Document, load_document
-from engine.errors import Cancelled, HalamanError, SettingsError
+from engine.documents.names import check_unicode
+from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
 from engine.estimate import estimate, full_cache_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import Recaller, RecallStats
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
-from engine.prefix_store import PrefixStore, prefix_key
+from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.settings import CachePolicy, EngineSettings
 
@@ -141,6 +142,7 @@ class DocumentSession:
         self.model = model
         self.settings = settings
         self.store = store if settings.prefix_cache else None
+        self.notices: list[str] = []  # lines for the next OpenReport's warnings, e.g. "the prefix cache is off"
         self.layout = chat_layout(model.tokenizer)
         self.document: Document | None = None
         self.report: OpenReport | None = None
@@ -157,6 +159,7 @@ class DocumentSession:
         self._reuse_workspace = model.device.type == "cpu"
 
     # ------------------------------------------------------------------ open
+    @halaman_errors_only("opening the document")
     def open(
         self,
         path: str | Document,
@@ -165,7 +168,8 @@ class DocumentSession:
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> OpenReport:
-        """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled.
+        """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled, and
+        any other failure as a one-line HalamanError (nothing else leaves it).
 
         `path` may also be a `Document` already read with `load_document` (the CLI reads first, so
         a bad file is reported before the model is loaded). Any failure leaves the session with
@@ -175,19 +179,24 @@ class DocumentSession:
         began = time.perf_counter()
         notify = progress or (lambda _p: None)
         document = path if isinstance(path, Document) else load_document(
-            path, password=password, cancel=cancel, progress=reading_progress(notify))
+            path, password=password, cancel=cancel, progress=reading_progress(notify),
+            include_generated=self.settings.include_generated_files)
         notify(Progress("tokenizing", 0, 1, "documents"))
+        check_unicode(document.render() + document.title, document.title)  # before any model work
         prefix_ids, segment_starts = self._encode_document(document)
         policy = self._resolve_policy(len(prefix_ids))
         key = self._key(prefix_ids, policy)
         layout = self._archive_layout(len(prefix_ids), policy)
-        warnings = list(document.warnings)
-        cache, hit = self._restore(key, policy, len(prefix_ids), notify)
+        recall_warnings: list[str] = []
+        try:
+            cache, hit = self._restore(key, policy, len(prefix_ids), notify)
+        except CacheStoreError as error:
+            cache, hit = None, self._without_store(error)
         prefill_s = 0.0
         archive = None
         if cache is None:
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
-            writer = self._archive_writer(key, layout, warnings)
+            writer = self._archive_writer(key, layout, recall_warnings)
             t0 = time.perf_counter()
             self._filling = cache  # memory() reports it from progress callbacks (the live gauge)
             clock = PrefillClock(policy.budget_tokens)
@@ -207,9 +216,9 @@ class DocumentSession:
             label = f"{document.title} · {self.model.label}"
             saved = self._save(key, cache, len(prefix_ids), label)
             if writer is not None:
-                archive = self._keep_archive(key, writer, saved, warnings)
+                archive = self._keep_archive(key, writer, saved, recall_warnings)
         elif layout is not None:
-            archive = self._open_archive(key, layout, warnings)
+            archive = self._open_archive(key, layout, recall_warnings)
         self.document, self._snapshot = document, cache
         self._archive, self._segment_starts = archive, segment_starts
         self._prefilled_for_next = not hit
@@ -218,8 +227,9 @@ class DocumentSession:
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=warnings, pages=document.pages,
+            warnings=[*self.notices, *document.warnings, *recall_warnings], pages=document.pages,
         )
+        self.notices = []  # said once
         return self.report
 
     def close(self) -> None:
@@ -505,9 +515,19 @@ class DocumentSession:
         tensors, meta = cache.export()
         try:
             self.store.put(key, tensors, meta, n_tokens=n_tokens, label=label)
-        except HalamanError:
-            return False  # a full disk or an entry over the disk budget costs the next open a prefill, nothing else
+        except PrefixTooLargeError:
+            return False  # an entry over the disk budget costs the next open a prefill, nothing else
+        except CacheStoreError as error:
+            self._without_store(error)
+            return False
         return True
+
+    def _without_store(self, error: CacheStoreError) -> bool:
+        """Go on without the prefix store after it failed (full disk, read-only or damaged folder);
+        the next OpenReport says so once. Returns False (no cache hit), for `open`'s convenience."""
+        self.store = None
+        self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
+        return False
 
     def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
         """Next token: greedy or sampled, after a repetition penalty on the answer so far."""

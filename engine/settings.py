@@ -188,6 +188,8 @@ class EngineSettings:
     prefix_cache_disk_bytes: disk budget of the prefix-cache store, in bytes (LRU beyond it).
     cache: the KV cache policy; recall: the on-disk archive and recall at question time;
     cloud: the optional cloud fallback.
+    include_generated_files: also read a repository's lock files and the files .gitattributes marks
+        linguist-generated or linguist-vendored (left out by default, with a warning naming them).
     """
 
     model: str = "default"
@@ -200,6 +202,7 @@ class EngineSettings:
     cache: CachePolicy = field(default_factory=CachePolicy)
     cloud: CloudSettings = field(default_factory=CloudSettings)
     recall: RecallSettings = field(default_factory=RecallSettings)
+    include_generated_files: bool = False
 
     def validate(self) -> None:
         """Raise SettingsError for the first invalid value."""

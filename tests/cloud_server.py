@@ -10,6 +10,7 @@ notes when a client closes a connection it is still streaming to (`closed`).
 
 from __future__ import annotations
 
+import gzip
 import json
 import select
 import socket
@@ -29,8 +30,13 @@ CONTEXT_MESSAGE = ("This model's maximum context length is 8192 tokens. However,
 class CloudServer:
     """The server, its recorded requests and what it observed. Use as a context manager."""
 
-    def __init__(self, *, expected_key: str | None = None, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, expected_key: str | None = None, tls: ssl.SSLContext | None = None,
+                 replay: dict[str, bytes] | None = None) -> None:
         self.expected_key = expected_key
+        # model name -> a recorded event-stream body, served by the "replay" scenario (keep-alive
+        # comments paced 0.5 s apart; the connection stays open after a body without [DONE])
+        self.replay = dict(replay or {})
+        self.first_request_at: dict[str, float] = {}
         self.requests: list[dict] = []
         self.counts: Counter[str] = Counter()
         self.accepted = 0                  # TCP connections accepted
@@ -95,11 +101,12 @@ class _Handler(BaseHTTPRequestHandler):
         cloud.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
         model = body.get("model", "")
         cloud.counts[model] += 1
+        cloud.first_request_at.setdefault(model, time.monotonic())
         if not self.path.split("?")[0].endswith("/v1/chat/completions"):
             return self.json_error(404, f"Invalid URL (POST {self.path})", "not_found")
         if cloud.expected_key is not None and self.headers.get("Authorization") != f"Bearer {cloud.expected_key}":
             return self.json_error(401, "Incorrect API key provided: " + (self.headers.get("Authorization") or "none"), "invalid_api_key")
-        scenario = SCENARIOS.get(model, _ok)
+        scenario = _replay if model in cloud.replay else SCENARIOS.get(model, _ok)
         scenario(self, body, cloud.counts[model])
 
     # ---------------------------------------------------------------- writing
@@ -321,6 +328,57 @@ SCENARIOS = {
     "context-400": _always(400, CONTEXT_MESSAGE, "context_length_exceeded"),
     "bad-400": _always(400, "temperature must be at most 2", "invalid_value"),
 }
+
+
+KEEP_ALIVE_S = 0.5
+HOLD_OPEN_S = 20.0
+
+
+def _replay(h: _Handler, body: dict, n: int) -> None:
+    """Serve a recorded body event by event; a body without [DONE] keeps the connection open,
+    sending keep-alives, until the client leaves (or HOLD_OPEN_S)."""
+    data = h.server.cloud.replay[body["model"]]
+    h.start_stream()
+    for event in data.split(b"\n\n"):
+        if not event.strip():
+            continue
+        if event.startswith(b":") and h.wait_watching(KEEP_ALIVE_S):
+            return
+        if not h.write(event + b"\n\n"):
+            return
+    if b"data: [DONE]" in data:
+        h.wfile.write(b"0\r\n\r\n")
+        return
+    deadline = time.monotonic() + HOLD_OPEN_S
+    while time.monotonic() < deadline and h.write(b": keep-alive\n\n") and not h.wait_watching(KEEP_ALIVE_S):
+        pass
+
+
+def _retry_after_ms(header: str):
+    """429 with only `header: 4000` (milliseconds) until 4 s after the first request, then the answer."""
+    def scenario(h: _Handler, body: dict, n: int) -> None:
+        if time.monotonic() - h.server.cloud.first_request_at[body["model"]] < 4.0:
+            return h.json_error(429, "Rate limit reached. Please retry after 4000 ms.", "rate_limit", {header: "4000"})
+        _ok(h, body, n)
+    return scenario
+
+
+def _compressed(encoding: str):
+    """The normal answer as one event stream compressed with `encoding` ("gzip", or "br": bogus bytes)."""
+    def scenario(h: _Handler, body: dict, n: int) -> None:
+        events = [{"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]} for text in PIECES]
+        events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        raw = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+        data = gzip.compress(raw) if encoding == "gzip" else b"\x1b\x2a\x00" + raw[:40]
+        h.send_body(200, "text/event-stream", data, {"Content-Encoding": encoding})
+    return scenario
+
+
+SCENARIOS.update({
+    "retry-after-ms": _retry_after_ms("retry-after-ms"),
+    "x-ms-retry-after-ms": _retry_after_ms("x-ms-retry-after-ms"),
+    "gzip": _compressed("gzip"), "brotli": _compressed("br"),
+})
 
 
 # ------------------------------------------------------------------ helpers for fixtures

@@ -300,3 +300,28 @@ def test_a_recall_off_warning_is_never_among_the_warnings_left_out_of_the_banner
     note = warning_note(warnings)
     assert note.startswith("Note: recall is off for this document: it has no archive") and note.endswith("(and 1 more)")
     assert warning_note(warnings[:2]) == "Note: skipped (minified): a.js; skipped (binary): b.png"
+
+
+def test_library_keeps_a_path_that_is_not_utf8(tmp_path):
+    """B02 in the app: a folder named with Latin-1 bytes is stored, found and given back exactly."""
+    folder = os.fsdecode(os.fsencode(tmp_path) + b"/men\xfc-repo")
+    os.mkdir(folder)
+    library = Library(tmp_path / "library.sqlite")
+    doc_id = library.upsert_document(path=folder, title="menü-repo", kind="repo", files=1)
+    assert library.document(doc_id).path == folder and library.find(folder).id == doc_id
+    assert [r.path for r in library.documents()] == [folder]
+    library.close()
+
+
+def test_engine_goes_on_without_an_unusable_prefix_store(tmp_path, monkeypatch):
+    """The window's engine: a prefix folder that cannot be used gives one notice, no exception."""
+    from app.worker import Engine
+
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "prefix").write_text("a file where the cache folder should be")
+    engine = Engine(EngineSettings())
+    assert engine._store() is None and engine._store() is None  # tried once
+    assert engine.prefix_cache_usage() == (0, 0) and engine.clear_prefix_cache() == 0
+    [notice] = engine._store_notices
+    assert notice.startswith("the prefix cache cannot be used (")

@@ -47,6 +47,7 @@ def test_ask_cloud_streams_an_escalated_answer_with_provenance(tmp_path):
     assert "--- cloud request ---" in out.stderr and "notes.md" in out.stderr  # the plan, shown before sending
     [request] = requests
     assert "PELICAN" in request["body"]["messages"][0]["content"]
+    assert request["body"]["max_tokens"] == 8  # --max-new-tokens reaches the cloud request too
     assert KEY not in out.stdout + out.stderr  # the key went to the server only
 
 

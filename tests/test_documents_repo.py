@@ -188,6 +188,10 @@ IGNORE_CASES = [
     ({".gitignore": "a/*\n!a/b\na/b/*\n!a/b/c.txt\n"}, ["a/b/c.txt", "a/b/d.txt", "a/x.txt"]),
     ({".gitignore": "*/\n!keep/\n"}, ["keep/f", "other/f", "root.txt"]),
     ({"sub/.gitignore": "*\n!.gitignore\n"}, ["sub/a", "sub/d/b", "top"]),
+    ({".gitignore": "*.log\t\n"}, ["build.log", "x.txt"]),  # B11: git strips trailing spaces only
+    ({".gitignore": "*.log   \n*.tmp\\ \n"}, ["a.log", "b.tmp", "b.tmp ", "c.txt"]),  # escaped space kept
+    ({".gitignore": "*.log\r\n/out\r\n"}, ["a.log", "out/x", "keep.txt"]),  # CRLF file
+    ({".gitignore": "foo\\\n*.txt\n"}, ["a.txt", "foo", "b.md"]),  # a bad line is skipped, the rest holds
     pytest.param({".gitignore": "foo/**/\n"}, ["foo/a/b.txt", "foo/c.txt"], marks=pytest.mark.xfail(
         strict=True, reason="pathspec compiles 'foo/**/' so that it matches foo/ itself")),
 ]
@@ -201,6 +205,16 @@ def test_pathspec_fallback_agrees_with_git(tmp_path, ignore_files, files):
         (tmp_path / rel).write_text(content)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     assert list_files(tmp_path, use_git=False).files == list_files(tmp_path).files
+
+
+@needs_git
+def test_b11_tab_after_a_pattern_is_part_of_it_as_in_git(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.log\t\n")
+    (tmp_path / "build.log").write_text("started\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    fallback = list_files(tmp_path, use_git=False)
+    assert fallback.files == [".gitignore", "build.log"] == list_files(tmp_path).files
+    assert fallback.ignored == []
 
 
 # --- limits and special files -------------------------------------------------------------------
@@ -329,3 +343,71 @@ def test_bad_single_files_give_one_line_errors(tmp_path):
     with pytest.raises(FileNotReadableError) as error:
         load_document(tmp_path / "missing.txt")
     assert "missing.txt" in str(error.value) and "\n" not in str(error.value)
+
+
+# --- notebooks (B07) ----------------------------------------------------------------------------
+
+def test_b07_notebook_is_read_as_cells_without_base64(corpus):
+    document = load_document(corpus / "bugs" / "B07-notebook" / "repo")
+    assert document.warnings == []  # not "skipped (minified)"
+    [notebook] = [s for s in document.segments if s.label == "analysis.ipynb"]
+    assert "# Churn analysis" in notebook.text and "CHURN_THRESHOLD = 0.37" in notebook.text
+    assert "[image/png output omitted]" in notebook.text
+    assert "iVBORw0KGgo" not in notebook.text and '"cell_type"' not in notebook.text
+
+
+def test_notebook_outputs_are_trimmed_and_errors_named(tmp_path):
+    import json
+
+    cells = [{"cell_type": "code", "execution_count": 3, "source": ["for i in range(9999):\n", "    print(i)"],
+              "outputs": [{"output_type": "stream", "name": "stdout", "text": "".join(f"{i}\n" for i in range(9999))},
+                          {"output_type": "error", "ename": "KeyError", "evalue": "'tenure'", "traceback": []}]}]
+    (tmp_path / "loop.ipynb").write_text(json.dumps({"nbformat": 4, "metadata": {}, "cells": cells}))
+    text = load_document(tmp_path / "loop.ipynb").segments[0].text
+    assert text.startswith("In [3]:\n```python\nfor i in range(9999):")
+    assert "more characters of output]" in text and len(text) < 2400
+    assert text.endswith("KeyError: 'tenure'")
+
+
+def test_broken_notebook_is_listed_not_fatal(tmp_path):
+    (tmp_path / "broken.ipynb").write_text('{"cells": [')
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    document = load_repository(tmp_path, use_git=False)
+    assert [s.label for s in document.segments] == ["ok.py"]
+    assert document.warnings == ["skipped (unreadable notebook: not valid JSON (Expecting value at line 1)): broken.ipynb"]
+
+
+# --- generated and vendored files ---------------------------------------------------------------
+
+GENERATED_TREE = {
+    ".gitattributes": "docs/api.json linguist-generated\nthird/** linguist-vendored\nCargo.lock linguist-generated=false\n",
+    "docs/api.json": '{"paths": {}}\n', "src/app.py": "x = 1\n", "uv.lock": "version = 1\n",
+    "Cargo.lock": "version = 3\n", "web/yarn.lock": "# yarn lockfile v1\n", "third/lib/v.py": "v = 1\n",
+}
+GENERATED_WARNING = ("skipped (generated or vendored; the setting include_generated_files reads them): "
+                     "docs/api.json, third/lib/v.py, uv.lock, web/yarn.lock")
+
+
+@pytest.mark.parametrize("use_git", [False, pytest.param(True, marks=needs_git)], ids=["pathspec", "git"])
+def test_lock_files_and_linguist_marked_files_are_left_out_with_a_warning(tmp_path, use_git):
+    for rel, content in GENERATED_TREE.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(content)
+    if use_git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    document = load_repository(tmp_path, use_git=use_git)
+    assert segment_paths(document) == [".gitattributes", "Cargo.lock", "src/app.py"]  # =false keeps Cargo.lock
+    assert document.warnings == [GENERATED_WARNING]
+    everything = load_repository(tmp_path, use_git=use_git, include_generated=True)
+    assert len(everything.segments) == len(GENERATED_TREE) and everything.warnings == []
+
+
+def test_include_generated_is_a_setting_that_reaches_the_loader(tmp_path):
+    from engine.settings import EngineSettings
+
+    (tmp_path / "poetry.lock").write_text("[[package]]\n")
+    (tmp_path / "main.py").write_text("print(1)\n")
+    settings = EngineSettings.from_dict({"include_generated_files": True})
+    document = load_document(tmp_path, include_generated=settings.include_generated_files)
+    assert segment_paths(document) == ["main.py", "poetry.lock"]
+    assert segment_paths(load_document(tmp_path)) == ["main.py"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +18,9 @@ import sqlite_utils
 import torch
 
 from engine.errors import CacheStoreError, SettingsError
-from engine.prefix_store import FORMAT_VERSION, PrefixStore, PrefixTooLargeError, prefix_key
+from engine.prefix_store import (
+    FORMAT_VERSION, PrefixStore, PrefixTooLargeError, clear_files, open_store, prefix_key,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -369,10 +372,110 @@ def _row(key: str) -> dict:
     }
 
 
-def test_damaged_index_raises_cache_store_error(tmp_path):
-    (tmp_path / "index.sqlite").write_bytes(b"this is not an sqlite database" * 100)
-    with pytest.raises(CacheStoreError, match="delete the folder"):
-        PrefixStore(tmp_path, disk_budget_bytes=10**7)
+def damage(root: Path, how: str) -> bytes:
+    """B06 (a) 4 KiB of zeros over the index, (b) the real index cut to its first 1 KiB."""
+    index_path = root / "index.sqlite"
+    for side in root.glob("index.sqlite-*"):
+        side.unlink()  # a closed store has checkpointed its WAL into the index
+    data = bytes(4096) if how == "zeros" else index_path.read_bytes()[:1024]
+    index_path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("how", ["zeros", "truncated"])
+def test_b06_damaged_index_is_moved_aside_and_a_new_one_started(tmp_path, how):
+    store, key, entry_path = stored(tmp_path)
+    store.close()
+    damaged = damage(tmp_path, how)
+
+    healed = PrefixStore(tmp_path, disk_budget_bytes=10**7)
+    assert healed.notice.startswith("the prefix cache index was damaged (")
+    assert (tmp_path / "index.sqlite.damaged").read_bytes() == damaged  # kept for inspection
+    assert healed.entries() == [] and healed.get(key) is None
+    assert not entry_path.exists()  # its row went with the old index: an orphan, cleaned
+    healed.put(key, snapshot(3), {}, n_tokens=5, label="again")  # and the store works again
+    assert [e.key for e in PrefixStore(tmp_path, disk_budget_bytes=10**7).entries()] == [key]
+
+
+def test_clear_files_frees_everything_without_sqlite(tmp_path):
+    store, key, entry_path = stored(tmp_path)
+    store.close()
+    damage(tmp_path, "zeros")
+    (tmp_path / "notes.txt").write_text("not ours")
+    assert clear_files(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_open_store_reports_an_unusable_folder_in_one_line(tmp_path):
+    (tmp_path / "prefix").write_text("a file where the cache folder should be")
+    store, notice = open_store(tmp_path / "prefix", disk_budget_bytes=10**7)
+    assert store is None
+    assert notice.startswith("the prefix cache cannot be used (") and "\n" not in notice
+
+
+# -- a full disk (B06 c): a real tmpfs in a private mount namespace --------------------------------
+
+UNSHARE = shutil.which("unshare")
+
+
+def _can_mount_tmpfs() -> bool:
+    if UNSHARE is None:
+        return False
+    probe = subprocess.run([UNSHARE, "--user", "--map-root-user", "--mount", "sh", "-c",
+                            "mount -t tmpfs -o size=64k tmpfs /tmp"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+needs_tmpfs = pytest.mark.skipif(not _can_mount_tmpfs(), reason="cannot mount a tmpfs (no user namespaces)")
+
+
+def in_full_tmpfs(home: Path, size: str, script: str, **env: str) -> subprocess.CompletedProcess:
+    """Run `script` (Python) with HALAMAN_HOME=home, whose cache/prefix is a tmpfs of `size` that
+    the script may fill; the mount exists only for that process tree."""
+    prefix = home / "cache" / "prefix"
+    prefix.mkdir(parents=True)
+    env = dict(os.environ, HALAMAN_HOME=str(home), PYTHONPATH=str(REPO_ROOT), **env)
+    command = f'mount -t tmpfs -o size={size} tmpfs "{prefix}" && exec "{sys.executable}" -c "$0"'
+    return subprocess.run([UNSHARE, "--user", "--map-root-user", "--mount", "sh", "-c", command, script],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT)
+
+
+FILL_THEN_CLI = textwrap.dedent("""
+    import os, subprocess, sys, torch
+    from pathlib import Path
+    from engine.prefix_store import PrefixStore
+    root = Path(os.environ["HALAMAN_HOME"]) / "cache" / "prefix"
+    store = PrefixStore(root, disk_budget_bytes=10**8)
+    for i in range(3):
+        store.put(f"{i:064x}", {"x": torch.zeros(100, 100)}, {}, n_tokens=5, label=f"doc {i}")
+    store.close()
+    assert os.statvfs(root).f_blocks * os.statvfs(root).f_frsize <= 1 << 20  # only ever fill the tmpfs
+    with open(root / "filler", "ab", buffering=0) as f:
+        try:
+            while True:
+                f.write(bytes(4096)); f.flush()
+        except OSError:
+            pass
+    print("before", os.statvfs(root).f_bavail)
+    for action in ("list", "clear"):
+        out = subprocess.run([sys.executable, "-m", "engine.cli", "cache", action], capture_output=True, text=True)
+        print(action, out.returncode, out.stdout.strip(), "|", out.stderr.strip())
+    print("left", sorted(p.name for p in root.iterdir() if p.name.endswith(".safetensors")))
+    print("after", os.statvfs(root).f_bavail)
+""")
+
+
+@needs_tmpfs
+def test_b06_full_disk_cache_list_and_clear_exit_0_and_clear_frees_the_space(tmp_path):
+    out = in_full_tmpfs(tmp_path / "home", "512k", FILL_THEN_CLI)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    assert lines["before"] == "0"  # free blocks: the disk is full
+    assert lines["list"].startswith("0 no entries can be listed")
+    assert "warning: the prefix cache cannot be used (the disk holding it is full)" in lines["list"]
+    assert lines["clear"].startswith("0 removed 3 prefix cache entries")
+    assert lines["left"] == "[]"
+    assert int(lines["after"]) > 0
 
 
 # -- atomic writes -------------------------------------------------------------------------------
@@ -649,3 +752,45 @@ def test_two_writers_and_readers_in_separate_processes(tmp_path):
         assert got[1] == {"i": str(i)}
         assert torch.equal(got[0]["k"], torch.arange(4096, dtype=torch.float32) * (i + 1))
     assert files_in(root) == {f"{e.key}.safetensors" for e in entries}
+
+
+ASK_ON_SMALL_DISK = textwrap.dedent("""
+    import os, subprocess, sys
+    from pathlib import Path
+    root = Path(os.environ["HALAMAN_HOME"]) / "cache" / "prefix"
+    doc = Path(os.environ["DOC"])
+    ask = [sys.executable, "-m", "engine.cli", "ask", str(doc), "What is the code word?",
+           "--max-new-tokens", "4", "--budget", "512", "--window", "128"]
+    def run(label):
+        out = subprocess.run(ask, capture_output=True, text=True)
+        warnings = [line for line in out.stderr.splitlines() if "prefix cache" in line]
+        print(label, out.returncode, "||".join(warnings))
+    run("room")  # the index fits, the snapshot does not: put fails after the prefill
+    with open(root / "filler", "ab", buffering=0) as f:
+        try:
+            while True:
+                f.write(bytes(4096))
+        except OSError:
+            pass
+    run("full")  # the store cannot even be opened
+""")
+
+
+@needs_tmpfs
+def test_b06_ask_goes_on_without_the_prefix_cache_and_says_so_once(tmp_path):
+    """A real `halaman ask` (the embedded model) with its prefix cache on a 256 KiB tmpfs."""
+    shared = Path(os.environ["HALAMAN_HOME"]) / "cache"
+    shared.mkdir(parents=True, exist_ok=True)
+    home = tmp_path / "home"
+    (home / "cache").mkdir(parents=True)
+    (home / "cache" / "models").symlink_to(shared / "models", target_is_directory=True)  # converted once
+    doc = tmp_path / "notes.md"
+    doc.write_text("The meeting is on Tuesday. The code word is PELICAN.\n")
+    out = in_full_tmpfs(home, "256k", ASK_ON_SMALL_DISK, DOC=str(doc))
+    assert out.returncode == 0, out.stderr
+    room, full = out.stdout.splitlines()
+    assert room.startswith("room 0 warning: the prefix cache stopped working and is off for this session: "
+                           "Could not save the prefix cache for 'notes.md")
+    assert "||" not in room  # said once
+    assert full == ("full 0 warning: the prefix cache cannot be used (the disk holding it is full), so it is off "
+                    "for now: documents are prefilled every time")

@@ -11,7 +11,7 @@ import pytest
 
 from engine.documents.plain import decode_bytes, looks_binary
 from engine.documents.text import (
-    is_unreliable, long_letter_runs, measure, normalize_text, same_content,
+    is_unreliable, long_letter_runs, measure, normalize_text, same_content, scripts_of,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,6 +94,66 @@ def test_score_prefers_text_with_word_boundaries():
 def test_same_content_ignores_whitespace_only():
     assert same_content("0 2 4 6 8\n0\n2", "0\n2\n4\n6\n8\n02")
     assert not same_content("0 2 4", "0 2 5")
+
+
+# --- text reliability across writing systems ---------------------------------------------------
+# Real sentences: every one must be reliable text with a clean score. Garbage: what fonts without a
+# Unicode map, broken decoders and lookalike letters produce; every one must be flagged.
+
+SENTENCES = {  # at least 12 writing systems
+    "Latin (English)": "The library opens at nine and closes at six on weekdays, except on public holidays.",
+    "Latin (Czech)": "Příliš žluťoučký kůň úpěl ďábelské ódy a čtvrť se bála, že přijde bouřka.",
+    "Latin (Vietnamese)": "Tiếng Việt là ngôn ngữ chính thức của Việt Nam và được hơn chín mươi triệu người sử dụng.",
+    "Greek": "Η Ελλάδα είναι χώρα της νοτιοανατολικής Ευρώπης. Πρωτεύουσα και μεγαλύτερη πόλη είναι η Αθήνα.",
+    "Cyrillic": "Москва является столицей Российской Федерации и крупнейшим городом страны по численности населения.",
+    "Arabic": "اللغة العربية هي إحدى أكثر اللغات انتشارا في العالم، ويتحدثها أكثر من أربعمائة مليون شخص.",
+    "Hebrew": "העברית היא שפה שמית ממשפחת השפות האפרו-אסיאתיות, והיא השפה הרשמית של מדינת ישראל.",
+    "Devanagari": "हिन्दी भारत की एक प्रमुख भाषा है और इसे देवनागरी लिपि में लिखा जाता है। यह करोड़ों लोगों की मातृभाषा है।",
+    "Thai": "ภาษาไทยเป็นภาษาราชการของประเทศไทย และเป็นภาษาที่มีวรรณยุกต์ ผู้คนหลายล้านคนใช้ภาษานี้ทุกวัน",
+    "Chinese": "中华人民共和国位于东亚，是世界上人口最多的国家之一。首都是北京，最大的城市是上海。",
+    "Japanese": "私は昨日コンピューターでメールを送りました。ホテルのレストランでコーヒーを飲みながら、ニュースを読みました。",
+    "Korean": "한국어는 대한민국과 조선민주주의인민공화국의 공용어이며, 약 칠천칠백만 명이 사용하는 언어입니다.",
+    "Georgian": "საქართველო არის სახელმწიფო ამიერკავკასიაში, შავი ზღვის აღმოსავლეთ სანაპიროზე. დედაქალაქი თბილისია.",
+    "Armenian": "Հայաստանը լեռնային երկիր է Հարավային Կովկասում, և նրա մայրաքաղաքը Երևանն է։",
+}
+GARBAGE = {
+    "shifted glyph codes (Latin)": "7KH TXDUWHUO\\ UHSRUW VKRZV VWHDG\\ JURZWK LQ DOO UHJLRQV\x11 5HYHQXH URVH E\\ WZHOYH SHUFHQW",
+    "shifted glyph codes, no spaces": "7KHTXDUWHUO\\UHSRUWVKRZVVWHDG\\JURZWKLQDOOUHJLRQV\x115HYHQXHURVHE\\WZHOYH",
+    "glyph ids as Latin Extended-A": "āĀċċĂĆąćĄČąĉēĔďąđĈĐČčđĉčąČąđčċĉĊăĐĀĒďĔĎĈĐ",
+    "private-use run": "\ue010\ue011\ue012\ue013 \ue014\ue015\ue016 \ue017\ue018\ue019\ue01a \ue01b",
+    "control characters": "\x01 \x04\x05\x06 \x07\x08\t\x06\n \x0b\x0c\r\x06 \x0e\x0f\x10 \t\x11\x0e\n\x11\x06\t\x06",
+    "mixed-script noise": "Нellо Wоrld Тhis іs а tеst оf mіxеd sсrірt Нellо Wоrld аgаin",
+    "pdfminer cids": "(cid:1)(cid:2)(cid:3) (cid:4)(cid:5) (cid:6)(cid:7)(cid:8)(cid:9)",
+    "fake bold and consonant soup": "DDaattaa SShheeeett xkcd qwrt bcdf zxcv plmk jhgf trwq",
+}
+
+
+@pytest.mark.parametrize("name", SENTENCES)
+def test_real_sentences_in_every_script_are_reliable(name):
+    quality = measure(SENTENCES[name])
+    assert not is_unreliable(quality), quality
+    assert quality.garbage == 0 and quality.long_runs == 0
+    assert quality.score >= 0.9  # Czech: one vowelless word ("čtvrť") of 13
+
+
+@pytest.mark.parametrize("name", GARBAGE)
+def test_garbage_of_every_kind_is_unreliable(name):
+    assert is_unreliable(measure(GARBAGE[name]))
+
+
+def test_shared_characters_belong_to_the_scripts_that_use_them():
+    assert scripts_of("ー") == {"Hira", "Kana"}  # prolonged sound mark: Common, used in kana words
+    assert "Deva" in scripts_of("\u0964")        # danda
+    assert scripts_of("!") == frozenset()          # Common, used by every script: none of its own
+    assert {"Latn", "Grek", "Cyrl"} <= scripts_of("\u0301")  # combining acute (Inherited + extensions)
+    assert measure("コンピューター").mixed_script_letters == 0
+
+
+def test_format_characters_between_letters_are_removed_elsewhere_kept():
+    assert normalize_text("Ge\u00adschwin\u200bdig\u2060keit") == "Geschwindigkeit"
+    assert normalize_text("\u200bstart end\u00ad") == "\u200bstart end\u00ad"
+    assert normalize_text("می\u200cخواهم") == "می\u200cخواهم"  # ZWNJ is Persian spelling
+    assert normalize_text("👩\u200d💻") == "👩\u200d💻"  # an emoji sequence, not letters
 
 
 # --- decoding and binary sniffing -----------------------------------------------------------

@@ -11,10 +11,17 @@ speak this. A server that ignores `stream` and answers with one `chat.completion
 accepted too.
 
 Behaviour:
-- Timeouts: `connect_timeout_s` to open the connection, `read_timeout_s` of silence between bytes.
-- Retries: on 429 and 5xx, up to `max_retries` more attempts, waiting what `Retry-After` asks
-  (seconds or an HTTP date) or else `backoff_s · 2^attempt`; no jitter, since a desktop app sends
-  one request at a time. A wait longer than `max_wait_s` is not waited: the error says so.
+- Timeouts: `connect_timeout_s` to open the connection, `read_timeout_s` of silence between bytes,
+  and `total_timeout_s` for the whole answer, because keep-alive comments reset the read timeout
+  and a server may send them forever. Once `finish_reason` and `usage` (if asked for) arrived,
+  the answer is complete and the call returns without waiting for `[DONE]` or the server's close.
+- Tolerated quirks: `"choices": null` (a usage-only chunk) and `data: null` events are skipped.
+- Retries: on 429 and 5xx, up to `max_retries` more attempts, waiting what `retry-after-ms`,
+  `x-ms-retry-after-ms` (milliseconds; OpenAI, Azure) or `Retry-After` (seconds or an HTTP date)
+  asks, or else `backoff_s · 2^attempt`; no jitter, since a desktop app sends one request at a
+  time. A wait longer than `max_wait_s` is not waited: the error says so.
+- Compression: `identity` is asked for; a gzip/deflate event stream is decoded anyway, any other
+  `Content-Encoding` is reported by name.
 - Cancel: a watcher thread shuts down the request's sockets when the `cancel` event is set, which
   wakes a read blocked on the network at once (closing a socket from another thread would not).
 - No redirects are followed (an API endpoint that redirects is misconfigured, and following it
@@ -34,7 +41,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -53,6 +60,9 @@ MAX_WAIT_S = 30.0          # a Retry-After longer than this is reported, not wai
 READ_CHUNK_BYTES = 16 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
 MAX_JSON_BODY_BYTES = 16 * 1024 * 1024
+TOTAL_TIMEOUT_S = 600.0    # longest whole answer; keep-alives reset only the read timeout
+FINISH_GRACE_S = 2.0       # after finish_reason, how long to wait for the usage chunk
+_DECODED_ENCODINGS = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})  # what urllib3 decodes here
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,19 @@ def display_url(base_url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
+def wait_asked_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds a 429/503 response asks to wait: `retry-after-ms`, `x-ms-retry-after-ms`
+    (milliseconds, finer than and preferred to) `Retry-After`; None when none is usable."""
+    for name in ("retry-after-ms", "x-ms-retry-after-ms"):
+        try:
+            millis = float(headers.get(name) or "nan")
+        except ValueError:
+            continue
+        if math.isfinite(millis):
+            return max(0.0, millis / 1000)
+    return retry_after_s(headers.get("Retry-After"))
+
+
 def retry_after_s(value: str | None) -> float | None:
     """Seconds to wait from a `Retry-After` header (RFC 9110 §10.2.3: seconds or an HTTP date)."""
     if not value:
@@ -139,12 +162,14 @@ def stream_chat_completion(
     max_retries: int = MAX_RETRIES,
     backoff_s: float = BACKOFF_S,
     max_wait_s: float = MAX_WAIT_S,
+    total_timeout_s: float = TOTAL_TIMEOUT_S,
 ) -> StreamResult:
     """POST `payload` to `{base_url}/chat/completions` and stream the answer's text to `on_text`.
 
     `payload` is the Chat Completions request body; `stream` is forced on. Returns a StreamResult;
-    a stream that ends early (connection cut, read timeout mid-stream) is returned with
-    `cut_reason` set and whatever text arrived, and a cancelled one with `cancelled=True`.
+    a stream that ends early (connection cut, read timeout mid-stream, `total_timeout_s` seconds
+    since the call) is returned with `cut_reason` set and whatever text arrived, and a cancelled
+    one with `cancelled=True`.
     Raises CloudError for every failure before the first byte of the answer, for an error event or
     malformed data in the stream (with `partial_text`), and when a 429/5xx persists after retries.
     """
@@ -167,6 +192,8 @@ def stream_chat_completion(
         watcher.start()
     exchange = _Exchange(session, url, where, dict(payload, stream=True), BearerAuth(api_key),
                          (connect_timeout_s, read_timeout_s), cancel, result, began, on_text)
+    exchange.deadline = began + total_timeout_s
+    exchange.wants_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
     try:
         response = exchange.send(max_retries, backoff_s, max_wait_s)
         if response is None:
@@ -192,6 +219,9 @@ class _Exchange:
     def __init__(self, session, url, where, body, auth, timeout, cancel, result, began, on_text) -> None:
         self.session, self.url, self.where, self.body, self.auth = session, url, where, body, auth
         self.timeout, self.cancel, self.result, self.began, self.on_text = timeout, cancel, result, began, on_text
+        self.deadline = math.inf     # perf_counter() time after which the answer is cut
+        self.wants_usage = False     # stream_options.include_usage: wait for the usage chunk
+        self.finished_at: float | None = None  # perf_counter() time finish_reason arrived
 
     def cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
@@ -221,7 +251,7 @@ class _Exchange:
             if 200 <= status < 300:
                 return response
             message = server_message(_read_limited(response, MAX_ERROR_BODY_BYTES, quiet=True))
-            retry_after = retry_after_s(response.headers.get("Retry-After"))
+            retry_after = wait_asked_s(response.headers)
             location = response.headers.get("Location", "")
             response.close()
             changed = _adjust_for_endpoint(self.body, status, message, adjusted)
@@ -264,10 +294,21 @@ class _Exchange:
 
     def _read_events(self, response: requests.Response) -> None:
         parser, result = SseParser(), self.result
+        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in _DECODED_ENCODINGS:
+            raise CloudError(f"the endpoint compressed its event stream ({encoding}), which Halaman cannot decode: "
+                             "turn response compression off for this API in the server or proxy",
+                             kind="protocol", status=response.status_code)
         while True:
             error = None
             try:
-                chunk = response.raw.read1(READ_CHUNK_BYTES)  # what has arrived, without waiting to fill it
+                # What has arrived, without waiting to fill the chunk; decoded, because requests
+                # leaves raw bytes compressed and a gzip stream would otherwise look empty.
+                chunk = response.raw.read1(READ_CHUNK_BYTES, decode_content=True)
+            except urllib3.exceptions.DecodeError:
+                raise CloudError(f"the endpoint's compressed ({encoding}) event stream is corrupt: "
+                                 "turn response compression off for this API", kind="protocol",
+                                 partial_text=self._text()) from None
             except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError) as exc:
                 chunk, error = b"", exc
             if self.cancelled():
@@ -289,6 +330,22 @@ class _Exchange:
             for event in events:
                 if self._event(event):
                     return
+            if self._answer_over():
+                return
+
+    def _answer_over(self) -> bool:
+        """Whether to stop reading although the server has not closed the stream: the answer is
+        finished (and its usage arrived, or did not within FINISH_GRACE_S), or the total time is up."""
+        result, now = self.result, time.perf_counter()
+        if result.finish_reason is not None:
+            if self.finished_at is None:
+                self.finished_at = now
+            if result.usage is not None or not self.wants_usage or now - self.finished_at > FINISH_GRACE_S:
+                return True
+        if now > self.deadline:
+            result.cut_reason = f"the answer took longer than {self.deadline - self.began:g} s in all"
+            return True
+        return False
 
     def _event(self, event: SseEvent) -> bool:
         """Apply one event; True at `[DONE]`."""
@@ -302,6 +359,8 @@ class _Exchange:
             chunk = json.loads(data)
         except ValueError:
             chunk = None
+        if data == "null":
+            return False  # some proxies send `data: null` between chunks: nothing in it
         if not isinstance(chunk, dict):
             raise CloudError(f"the endpoint sent a malformed stream event (not a JSON object: {data[:60]!r}): "
                              "is this an OpenAI-compatible endpoint?", kind="protocol", partial_text=self._text())
@@ -319,7 +378,7 @@ class _Exchange:
             result.model = chunk["model"]
         if isinstance(chunk.get("usage"), dict):
             result.usage = _usage(chunk["usage"])
-        choices = chunk.get("choices", [])
+        choices = chunk.get("choices") or []  # null in usage-only chunks of some servers
         if not isinstance(choices, list):
             raise CloudError("the endpoint sent a malformed chunk ('choices' is not a list)", kind="protocol", partial_text=self._text())
         for choice in choices:

@@ -9,6 +9,7 @@ therefore the same token ids and prefix-cache keys). Everything that was left ou
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,31 +116,37 @@ class Document:
 
 def load_document(path: str | os.PathLike[str], *, password: str | None = None,
                   progress: ProgressCallback | None = None,
-                  cancel: threading.Event | None = None) -> Document:
+                  cancel: threading.Event | None = None,
+                  include_generated: bool = False) -> Document:
     """Load a folder (as a repository), a PDF, or a single text file.
 
-    A PDF is recognised by its `.pdf` suffix or a `%PDF` header. `password` is used for PDFs only.
+    A PDF is recognised by its `.pdf` suffix or a `%PDF-` header anywhere in the first 1,024 bytes
+    (junk or a byte-order mark before it is allowed, as readers allow). `password` is used for
+    PDFs only.
     `progress(done, total)` is called from this thread as pages or files are read; setting
-    `cancel` stops the work.
+    `cancel` stops the work. `include_generated` also reads a repository's lock files and
+    generated or vendored files (see `engine.documents.generated`).
 
     Raises a `DocumentError` subclass whose `str()` is one line naming the file, the problem and
     what to do (see `engine.documents.pdf` for the PDF ones), or `engine.errors.Cancelled`.
     """
+    from engine.documents.names import display_name  # it imports this package
+
     source = Path(path).expanduser()
     try:
         source = source.resolve(strict=True)
     except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop on older Pythons
         raise FileNotReadableError(
-            f"{source.name or source}: not found or not reachable ({_reason(exc)}): "
+            f"{display_name(source.name or source)}: not found or not reachable ({_reason(exc)}): "
             "check the path") from None
     if source.is_dir():
         from engine.documents.repo import load_repository
 
-        return load_repository(source, progress=progress, cancel=cancel)
+        return load_repository(source, progress=progress, cancel=cancel, include_generated=include_generated)
     if not source.is_file():
         raise FileNotReadableError(
-            f"{source.name}: not a regular file or folder: choose a file or a folder")
-    if source.suffix.lower() == ".pdf" or _starts_with_pdf_header(source):
+            f"{display_name(source.name)}: not a regular file or folder: choose a file or a folder")
+    if source.suffix.lower() == ".pdf" or _has_pdf_header(source):
         from engine.documents.pdf import load_pdf
 
         return load_pdf(source, password=password, progress=progress, cancel=cancel)
@@ -148,10 +155,19 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
     return load_text_file(source, progress=progress, cancel=cancel)
 
 
-def _starts_with_pdf_header(path: Path) -> bool:
+PDF_HEADER_WINDOW_BYTES = 1024
+"""Where a `%PDF-` header may start (ISO 32000 implementation note; PDFium and pypdf accept it)."""
+
+
+# The header starts the file or a line, or follows a byte-order mark or binary junk; a text file
+# that mentions "%PDF-1.7" inside a sentence stays a text file.
+_PDF_HEADER = re.compile(rb"(?:\A|[\r\n]|\xef\xbb\xbf|[\x00-\x08])%PDF-\d")
+
+
+def _has_pdf_header(path: Path) -> bool:
     try:
         with path.open("rb") as handle:
-            return handle.read(5) == b"%PDF-"
+            return _PDF_HEADER.search(handle.read(PDF_HEADER_WINDOW_BYTES)) is not None
     except OSError:
         return False  # the loader that runs next reports the read error with its own wording
 

@@ -25,8 +25,10 @@ from typing import IO, Any, Iterator
 from engine.documents import (
     DamagedPdfError, Document, EmptyFileError, FileNotReadableError, NoTextLayerError,
     NotPdfError, PasswordRequiredError, ProgressCallback, Segment, SuspiciousPdfError,
-    UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError, _reason,
+    PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
+    _reason,
 )
+from engine.documents.names import display_name
 from engine.documents.text import is_unreliable, measure, normalize_text
 from engine.errors import Cancelled
 
@@ -44,7 +46,7 @@ MAX_FAILED_PAGES = 3
 """After this many crashed or stalled pages the file is refused as suspicious."""
 
 _POLL_S = 0.1  # how often cancel is checked while waiting for the worker
-_HEADER_WINDOW_BYTES = 1024  # the spec allows junk before %PDF within the first 1024 bytes
+_HEADER_WINDOW_BYTES = PDF_HEADER_WINDOW_BYTES
 
 
 def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallback | None = None,
@@ -70,7 +72,7 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
         except _WorkerLost as lost:
             if state.total is None:
                 raise SuspiciousPdfError(
-                    f"{path.name} could not be opened safely ({lost.reason}): it may be hostile "
+                    f"{display_name(path.name)} could not be opened safely ({lost.reason}): it may be hostile "
                     "or broken; check where the file came from") from None
             if state.next_page > state.total:
                 break  # every page arrived; it failed on the way out
@@ -132,7 +134,7 @@ class _Collected:
         self.failed.append((self.next_page, reason))
         if len(self.failed) > MAX_FAILED_PAGES:
             raise SuspiciousPdfError(
-                f"{self.path.name}: {len(self.failed)} pages are too large or malformed to read "
+                f"{display_name(self.path.name)}: {len(self.failed)} pages are too large or malformed to read "
                 "safely (suspicious file): check where the file came from")
         self.next_page += 1
         if progress and self.total:
@@ -149,12 +151,12 @@ class _Collected:
         if self.unreadable:
             warnings.append(f"{_pages(self.unreadable)}: text unreadable (font without a Unicode "
                             "map?), left out")
-        return Document(title=self.title.split("\n", 1)[0] or self.path.stem,
+        return Document(title=self.title.split("\n", 1)[0] or display_name(self.path.stem),
                         source=str(self.path), kind="pdf", segments=self.segments,
                         warnings=warnings, pages=self.total)
 
     def _no_text_error(self) -> Exception:
-        name = self.path.name
+        name = display_name(self.path.name)
         if self.failed:
             page, reason = self.failed[0]
             return SuspiciousPdfError(
@@ -188,16 +190,16 @@ def _check_header(path: Path) -> None:
             head = handle.read(_HEADER_WINDOW_BYTES)
     except OSError as exc:
         raise FileNotReadableError(
-            f"{path.name} cannot be read ({_reason(exc)}): check the file's permissions") from None
+            f"{display_name(path.name)} cannot be read ({_reason(exc)}): check the file's permissions") from None
     if size == 0:
-        raise EmptyFileError(f"{path.name} is empty (0 bytes): the download or copy was probably "
+        raise EmptyFileError(f"{display_name(path.name)} is empty (0 bytes): the download or copy was probably "
                              "interrupted; get the file again")
     if b"%PDF-" not in head:
         lowered = head.lower()
         what = ("an HTML web page saved with a .pdf name" if b"<html" in lowered
                 or b"<!doctype" in lowered else "it has no %PDF header")
         raise NotPdfError(
-            f"{path.name} is not a PDF ({what}): download or export the real PDF again")
+            f"{display_name(path.name)} is not a PDF ({what}): download or export the real PDF again")
 
 
 def _ends_like_pdf(path: Path) -> bool:
@@ -210,7 +212,7 @@ def _ends_like_pdf(path: Path) -> bool:
 
 
 def _error_for(path: Path, event: dict[str, Any]) -> Exception:
-    name, code = path.name, event.get("code")
+    name, code = display_name(path.name), event.get("code")
     if code == "password_required":
         return PasswordRequiredError(
             f"{name} is password-protected: open it with its password (--password)")
@@ -262,7 +264,7 @@ def _run_worker(path: Path, password: str | None, start_page: int,
                 env=env, text=True, encoding="utf-8")
         except OSError as exc:
             raise FileNotReadableError(
-                f"{path.name}: the PDF reader could not be started ({_reason(exc)}): "
+                f"{display_name(path.name)}: the PDF reader could not be started ({_reason(exc)}): "
                 "reinstall Halaman") from None
         try:
             try:

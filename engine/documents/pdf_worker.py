@@ -8,8 +8,8 @@ cap set below PDFium aborts within 2 s instead, and the parent reports the page 
 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
 Events:   {"event": "open", "pages": int, "title": str, "repaired": bool}
-          {"event": "page", "page": int (1-based), "text": str, "extractor": "pdfium" | "pypdf",
-           "images": int}
+          {"event": "page", "page": int (1-based), "text": str,
+           "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int}
           {"event": "error", "code": str, "page": int | null, "detail": str}
           {"event": "done"}
 Error codes: "password_required", "wrong_password", "unsupported_security", "unreadable" (PDFium
@@ -18,7 +18,11 @@ cannot parse the file), "page_unreadable" (page tree broken at `page`), "page_to
 Text extractor, chosen by measurement (bench/pdf_text_quality.py, docs/PDF_TEXT.md): PDFium for
 every page, because pypdf loses word boundaries in justified text (148 of 288 pages of P16 have
 runs of 20+ letters, 0 with PDFium) and is ~17x slower (6.5 s vs 0.4 s). pypdf gives a second opinion on pages where
-PDFium's text is suspect (see `_needs_second_opinion`), and wins when it scores better.
+PDFium's text is suspect (see `_needs_second_opinion`), and wins when it scores better. Where the
+text is still unreliable (`is_unreliable`: typically a TrueType font without /ToUnicode, whose glyph
+ids PDFium and pypdf print as shifted characters), pdfminer.six gives a third opinion: it maps
+glyphs through the embedded font's own cmap. The best of the three is kept; the page is flagged
+only when all of them fail.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ import sys
 import warnings
 from typing import Any, Callable
 
-from engine.documents.text import TextQuality, measure, same_content
+from engine.documents.text import TextQuality, is_unreliable, measure, same_content
 
 MAX_PAGE_CHARS = 2_000_000
 """A page with more text than this is treated as hostile (P16's densest page has ~3,000)."""
+
+GLYPH_CODE_SUSPECT = 0.1
+"""Share of a page's characters in glyph-code tokens above which pypdf is asked too."""
 
 SECOND_OPINION_MARGIN = 0.02
 """pypdf replaces PDFium's text for a page only when its score is higher by more than this
@@ -58,13 +65,17 @@ def _limit_memory(memory_bytes: int) -> None:
 def _needs_second_opinion(quality: TextQuality, uses_type3: Callable[[], bool]) -> bool:
     """Whether PDFium's text for a page is suspect enough to also run pypdf on it.
 
-    Suspect: empty; any NUL, control, U+FFFD, private-use or mixed-script character; a 20+ letter
+    Suspect: empty; any NUL, control, U+FFFD, private-use or mixed-script character, or 10 % of
+    glyph-code tokens (`TextQuality.glyph_code_letters`); a 20+ letter
     run; right-to-left letters (PDFium reversed P10's Arabic); under 80% word-like words; or a
     Type3 font (PDFium glued P14's Type3 tick labels "0 2 4 6 8" into "02468").
     Measured: 4 of P16's 288 pages are suspect (0.1 s of pypdf), 78 of P15's 117 (2.3 s).
     """
-    return (quality.chars == 0 or quality.garbage > 0 or quality.long_runs > 0
-            or quality.rtl_letters > 0 or quality.wordlike_share < 0.8 or uses_type3())
+    # Glyph-code tokens count only in bulk: code in a programming book ("a[i]", "x=y") reaches 6 %
+    # of a page's characters (P16), shifted glyph ids 90 %.
+    other_garbage = quality.garbage - quality.glyph_code_letters
+    return (quality.chars == 0 or other_garbage > 0 or quality.glyph_code_letters > GLYPH_CODE_SUSPECT * quality.chars
+            or quality.long_runs > 0 or quality.rtl_letters > 0 or quality.wordlike_share < 0.8 or uses_type3())
 
 
 def _prefer_second(first: str, second: str) -> bool:
@@ -109,6 +120,22 @@ class _PypdfPages:
             return None
 
 
+class _PdfminerPages:
+    """pdfminer.six's text of one page at a time; any failure only means no third opinion."""
+
+    def __init__(self, path: str, password: str | None) -> None:
+        self._path, self._password = path, password
+
+    def text(self, index: int) -> str | None:
+        try:
+            from pdfminer.high_level import extract_text
+
+            # "\f" ends each page in pdfminer's output; it is not part of the page's text.
+            return extract_text(self._path, password=self._password or "", page_numbers=[index]).replace("\f", "")
+        except Exception:  # noqa: BLE001 - a parser failure (or a bomb's MemoryError) costs only this opinion
+            return None
+
+
 def _uses_type3(page: Any, pdfium: Any) -> bool:
     """Whether the page draws text with a Type3 font (also inside form XObjects).
 
@@ -129,6 +156,19 @@ def _uses_type3(page: Any, pdfium: Any) -> bool:
             if not raw.FPDFFont_GetFontData(font, None, 0, ctypes.byref(size)) or size.value == 0:
                 return True
     return False
+
+
+def _with_form_fields(document: Any, index: int, page: Any, pdfium: Any) -> Any:
+    """The page with its annotations' appearances (filled AcroForm fields, stamps) drawn into its
+    content, as a viewer shows it: typed values live only in widget annotations, which PDFium's
+    text of the page leaves out. Changes the document in memory only (it is never saved)."""
+    raw = pdfium.raw
+    if not raw.FPDFPage_GetAnnotCount(page.raw):
+        return page
+    if raw.FPDFPage_Flatten(page.raw, raw.FLAT_NORMALDISPLAY) != raw.FLATTEN_SUCCESS:
+        return page
+    page.close()
+    return document[index]  # loaded again: now with the flattened content
 
 
 def _count_objects(page: Any, kind: int) -> int:
@@ -177,7 +217,7 @@ def extract(path: str, password: str | None, start_page: int,
     total = len(document)
     emit({"event": "open", "pages": total, "title": _title(document),
           "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(document.raw)})
-    second = _PypdfPages(path, password)
+    second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
     for index in range(start_page, total):
         try:
             page = document[index]
@@ -185,6 +225,7 @@ def extract(path: str, password: str | None, start_page: int,
             emit({"event": "error", "code": "page_unreadable", "page": index + 1,
                   "detail": str(exc)})
             return
+        page = _with_form_fields(document, index, page, pdfium)
         text, extractor = _pdfium_page_text(page), "pdfium"
         if len(text) > MAX_PAGE_CHARS:
             emit({"event": "error", "code": "page_too_large", "page": index + 1,
@@ -197,6 +238,11 @@ def extract(path: str, password: str | None, start_page: int,
             if (alternative and len(alternative) <= MAX_PAGE_CHARS
                     and _prefer_second(text, alternative)):
                 text, extractor = alternative, "pypdf"
+            if is_unreliable(measure(text)):
+                alternative = third.text(index)
+                if (alternative and len(alternative) <= MAX_PAGE_CHARS
+                        and measure(alternative).score > measure(text).score + SECOND_OPINION_MARGIN):
+                    text, extractor = alternative, "pdfminer"
         images = 0 if text.strip() else _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_IMAGE)
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,

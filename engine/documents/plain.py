@@ -18,6 +18,7 @@ from engine.documents import (
     Document, EmptyFileError, FileNotReadableError, NotTextError, ProgressCallback, Segment,
     _reason,
 )
+from engine.documents.notebook import MAX_NOTEBOOK_BYTES, NOTEBOOK_SUFFIX, NotebookError, notebook_text
 from engine.documents.text import normalize_text
 from engine.errors import Cancelled
 
@@ -145,6 +146,19 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
     return TextFile(text, fallback=fallback)
 
 
+def read_notebook(path: Path) -> TextFile:
+    """A Jupyter notebook's cells as text (`notebook.notebook_text`), read like `read_text` but up
+    to MAX_NOTEBOOK_BYTES. Extra skip phrase: "unreadable notebook: not valid JSON (...)"."""
+    result = read_text(path, max_bytes=MAX_NOTEBOOK_BYTES)
+    if result.skipped is not None:
+        return result
+    try:
+        text = normalize_text(notebook_text(result.text))
+    except NotebookError as error:
+        return _skip("unreadable", f"unreadable notebook: {error}")
+    return TextFile(text, fallback=result.fallback) if text else _skip("empty", "empty")
+
+
 def _read_at_most(fd: int, limit: int) -> bytes:
     chunks: list[bytes] = []
     remaining = limit
@@ -175,8 +189,10 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
         raise Cancelled("Reading the file was cancelled.")
     if progress:
         progress(0, 1)
-    result = read_text(path)
-    name = path.name
+    result = read_notebook(path) if path.suffix.lower() == NOTEBOOK_SUFFIX else read_text(path)
+    from engine.documents.names import display_name  # names imports this module
+
+    name = display_name(path.name)
     if result.code == "empty":
         raise EmptyFileError(f"{name} is empty (no text in it): choose another file")
     if result.code == "binary":
@@ -185,6 +201,9 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
     if result.code == "too_large":
         size = (result.skipped or "").removeprefix("too large: ")
         raise NotTextError(f"{name} is too large ({size}): split it or open a smaller file")
+    if (result.skipped or "").startswith("unreadable notebook: "):
+        reason = result.skipped.removeprefix("unreadable notebook: ")
+        raise NotTextError(f"{name} is not a readable notebook ({reason}): open and save it again in Jupyter")
     if result.code is not None:
         reason = (result.skipped or "").removeprefix("unreadable: ")
         raise FileNotReadableError(f"{name} cannot be read ({reason}): check the file's permissions")

@@ -26,7 +26,10 @@ from pathlib import Path
 import pathspec
 
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
-from engine.documents.plain import read_text
+from engine.documents.generated import generated_files
+from engine.documents.names import display_name
+from engine.documents.notebook import NOTEBOOK_SUFFIX
+from engine.documents.plain import read_notebook, read_text
 from engine.errors import Cancelled
 
 VENDORED_DIRS = frozenset({
@@ -52,23 +55,30 @@ PROSE_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".adoc", ".tex",
 GIT_TIMEOUT_S = 60.0
 
 IGNORED_LISTED = 20
-"""How many ignored paths the one-line .gitignore summary names before "and N more"."""
+"""How many paths a one-line summary (.gitignore, generated files) names before "and N more"."""
 
 
 def load_repository(root: Path, *, progress: ProgressCallback | None = None,
-                    cancel: threading.Event | None = None, use_git: bool = True) -> Document:
+                    cancel: threading.Event | None = None, use_git: bool = True,
+                    include_generated: bool = False) -> Document:
     """Load every text file under the folder `root` (absolute, symlinks resolved).
 
-    `use_git=False` forces the pathspec fallback (tests compare both). Progress counts files.
+    `use_git=False` forces the pathspec fallback (tests compare both). Lock files and files that
+    .gitattributes marks linguist-generated or linguist-vendored are left out with one warning
+    naming them, unless `include_generated` (`engine.documents.generated`). Progress counts files.
     Raises NoTextFilesError when nothing is readable, or Cancelled.
     """
     root = Path(os.path.realpath(root))
     listing = list_files(root, use_git=use_git)
     warnings: list[str] = []
     if listing.ignored:
-        more = len(listing.ignored) - IGNORED_LISTED
-        names = ", ".join(listing.ignored[:IGNORED_LISTED])
-        warnings.append(f"ignored by .gitignore: {names}" + (f" and {more} more" if more > 0 else ""))
+        warnings.append("ignored by .gitignore: " + _some(listing.ignored))
+    if not include_generated:
+        generated = generated_files(root, listing.files, use_git=listing.source == "git")
+        if generated:
+            listing.files = [rel for rel in listing.files if rel not in generated]
+            warnings.append("skipped (generated or vendored; the setting include_generated_files reads them): "
+                            + _some(sorted(generated)))
     segments: list[Segment] = []
     vendored_seen: set[str] = set()
     total = len(listing.files)
@@ -81,23 +91,30 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
         if vendored is not None:
             if vendored not in vendored_seen:
                 vendored_seen.add(vendored)
-                warnings.append(f"skipped (vendored): {vendored}/")
+                warnings.append(f"skipped (vendored): {display_name(vendored)}/")
             continue
         text, skipped, note = _read_file(root, rel)
+        name = display_name(rel)  # `rel` opens the file; `name` is what people and the model see
         if skipped is not None:
-            warnings.append(f"skipped ({skipped}): {rel}")
+            warnings.append(f"skipped ({skipped}): {name}")
             continue
         if note is not None:
-            warnings.append(f"{note}: {rel}")
-        segments.append(Segment(text=text, label=rel, page=None, path=rel))
+            warnings.append(f"{note}: {name}")
+        segments.append(Segment(text=text, label=name, page=None, path=name))
     if progress:
         progress(total, total)
     if not segments:
         raise NoTextFilesError(
-            f"{root.name}: no readable text files in this folder ({total} files found, none "
+            f"{display_name(root.name)}: no readable text files in this folder ({total} files found, none "
             "readable as text): choose a folder with source code or text files")
-    return Document(title=root.name, source=str(root), kind="repo", segments=segments,
+    return Document(title=display_name(root.name), source=str(root), kind="repo", segments=segments,
                     warnings=warnings)
+
+
+def _some(paths: list[str]) -> str:
+    """The first IGNORED_LISTED paths, then "and N more"."""
+    more = len(paths) - IGNORED_LISTED
+    return ", ".join(map(display_name, paths[:IGNORED_LISTED])) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass
@@ -199,9 +216,36 @@ def _read_patterns(path: Path) -> list[str]:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return []  # git does not follow a symlinked .gitignore either (since 2.32)
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return git_patterns(path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return []
+
+
+def git_patterns(text: str) -> list[str]:
+    """The lines of a .gitignore as git reads them (gitignore(5)), written so pathspec agrees.
+
+    git removes a line's CR and its trailing spaces unless escaped ("foo\\ "), and keeps any
+    other trailing whitespace: "*.log<TAB>" matches only names ending in a tab. pathspec strips
+    all trailing whitespace, so a kept character is put in brackets ("*.log[\t]"). A line pathspec
+    cannot compile (a trailing backslash) is dropped: git ignores it too.
+    """
+    patterns = []
+    for line in text.split("\n"):
+        line = line.removesuffix("\r")
+        body = line.rstrip(" ")
+        if body != line and body.endswith("\\"):
+            body += " "  # an escaped space is kept
+        kept = len(body) - len(body.rstrip())
+        if kept and not body.endswith("\\ "):
+            body = body[:-kept] + "".join(f"[{char}]" for char in body[-kept:])
+        if not body or body.startswith("#"):
+            continue
+        try:
+            pathspec.GitIgnoreSpec.from_lines([body])
+        except ValueError:  # GitIgnorePatternError
+            continue
+        patterns.append(body)
+    return patterns
 
 
 def _is_ignored(rel: str, is_dir: bool, specs: list[tuple[str, pathspec.GitIgnoreSpec]]) -> bool:
@@ -260,10 +304,11 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, str | None]:
         return "", "not a regular file", None
     if not _inside(os.path.realpath(path), root):
         return "", "outside the folder", None  # defensive: a listing never goes through links
-    result = read_text(path)
+    notebook = path.suffix.lower() == NOTEBOOK_SUFFIX  # its JSON is not its text: never "minified"
+    result = read_notebook(path) if notebook else read_text(path)
     if result.skipped is not None:
         return "", result.skipped, None
-    if path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
+    if not notebook and path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
         return "", "minified", None
     note = f"decoded with fallback ({result.fallback})" if result.fallback else None
     return result.text, None, note

@@ -14,6 +14,9 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
+import regex
+from fontTools.unicodedata import script_extension
+
 LONG_RUN_LETTERS = 20
 """A run of this many letters without a space is counted as lost word boundaries. Measured on
 P16 (Think Python): pypdf glues justified lines into runs like "withJavawasstriking"; real English
@@ -34,79 +37,73 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _INVALID = re.compile("[\ufdd0-\ufdef\ufffe\uffff\ud800-\udfff]")
 # pypdf prints an unmapped glyph as its name: "/g1/g2/g3" (synthetic test in test_documents_pdf);
 # three or more digit-numbered names in a row are not prose or a file path.
-_GLYPH_NAMES = re.compile(r"(?:/[A-Za-z]{1,8}\d+){3,}")
+# pdfminer.six prints one as "(cid:12)"; one of those is enough.
+_GLYPH_NAMES = re.compile(r"(?:/[A-Za-z]{1,8}\d+){3,}|\(cid:\d+\)")
 _TRAILING_SPACE = re.compile(r"[ \t]+\n")
 _MANY_BLANK_LINES = re.compile(r"\n{3,}")
-
-
-def _build_mark_class() -> str:
-    """Character-class body for combining marks (Mn/Mc/Me) in the BMP, as escaped ranges."""
-    ranges: list[tuple[int, int]] = []
-    for code in range(0x300, 0x10000):
-        if unicodedata.category(chr(code))[0] == "M":
-            if ranges and ranges[-1][1] == code - 1:
-                ranges[-1] = (ranges[-1][0], code)
-            else:
-                ranges.append((code, code))
-    return "".join(f"\\u{a:04x}-\\u{b:04x}" if a != b else f"\\u{a:04x}" for a, b in ranges)
-
-
-# A "word" is a run of letters with their combining marks: Arabic harakat and Latin accents in NFD
-# must not split a word (P10 "حَبيبي").
-_MARK_CLASS = _build_mark_class()
-_MARK = re.compile(f"[{_MARK_CLASS}]")
-_WORD = re.compile(f"(?:[^\\W\\d_]|[{_MARK_CLASS}])+")
-_LATIN_ONLY = frozenset({"LATIN"})
-_CJK_SCRIPTS = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "IDEOGRAPHIC", "HALFWIDTH"})
-_LATIN_FAMILY = frozenset({"LATIN", "GREEK", "MATHEMATICAL", "DOUBLE-STRUCK", "SCRIPT",
-                           "BLACK-LETTER", "FULLWIDTH", "MICRO"})
-_RTL_SCRIPTS = frozenset({"ARABIC", "HEBREW", "SYRIAC", "THAANA", "NKO"})
+# A "word" is a run of letters with their combining marks (Unicode properties, `regex`): Arabic
+# harakat, Devanagari vowel signs and Latin accents in NFD must not split a word (P10 "حَبيبي").
+_WORD = regex.compile(r"[\p{L}\p{M}]+")
+_MARK = regex.compile(r"\p{M}")
+# Invisible format characters (soft hyphen, zero-width space, word joiner, BOM, bidi marks)
+# between two letters: PDFs and web copies leave them inside words, where they split tokens.
+# ZWNJ/ZWJ are spelling in Persian and Indic scripts and stay.
+_FORMAT_IN_WORD = regex.compile(r"(?<=[\p{L}\p{M}])[\p{Cf}--[\u200c\u200d]]+(?=[\p{L}\p{M}])", regex.V1)
+# Glyph ids printed as characters (a TrueType font without a Unicode map, "7KH" for "The"): ASCII
+# symbols that prose never puts between two letters, or a digit before two capitals.
+_MANGLED = regex.compile(r"\p{L}[\\\[\]{}|<=>;@$%*+#^~`]+\p{L}|\d\p{Lu}{2}")
+_TOKEN = regex.compile(r"\S+")
+_NOT_LETTER = regex.compile(r"[^\p{L}]")
+_NEUTRAL = frozenset({"Zyyy", "Zinh", "Zzzz"})  # Common, Inherited, Unknown: not a script of their own
+# Script families that mix within one word: Han, kana and Hangul in Japanese and Korean; Greek
+# letters in Latin science writing (P15 "κNor", "ϕi"; P16 "πr").
+_FAMILY = {"Hani": "CJK", "Hira": "CJK", "Kana": "CJK", "Hang": "CJK", "Bopo": "CJK",
+           "Latn": "LatnGrek", "Grek": "LatnGrek"}
+# Written without spaces between words: a long letter run is a sentence, not lost word breaks.
+_UNSPACED = frozenset({"Hani", "Hira", "Kana", "Bopo", "Thai", "Laoo", "Khmr", "Mymr", "Tibt", "Yiii"})
+_RTL = frozenset({"Arab", "Hebr", "Syrc", "Thaa", "Nkoo"})
 _LATIN_VOWELS = frozenset("aeiouyAEIOUY")
 
 
 def normalize_text(text: str) -> str:
     """Return `text` in the one form Halaman stores and tokenizes.
 
-    - CRLF and lone CR → LF; NUL and other C0/C1 controls removed (\\n and \\t kept): CASES.md P15.
+    - CRLF and lone CR → LF; NUL and other C0/C1 controls removed (\\n and \\t kept).
     - Noncharacters (U+FFFE, U+FFFF, U+FDD0..U+FDEF) and lone surrogates removed.
-    - Latin ligatures U+FB00..U+FB06 spelled out ("ﬁ" → "fi", CASES.md P11), then NFC, so that
-      search and prefix-cache keys do not depend on how a PDF encoded a letter. Not NFKC: it would
-      also rewrite superscripts, fractions and math letters.
+    - Invisible format characters (category Cf: soft hyphen, zero-width space, ...) between two
+      letters removed, except ZWNJ/ZWJ; elsewhere (e.g. in emoji sequences) kept.
+    - Latin ligatures U+FB00..U+FB06 spelled out ("ﬁ" → "fi"), then NFC, so that search and
+      prefix-cache keys do not depend on how a PDF encoded a letter. Not NFKC: it would also
+      rewrite superscripts, fractions and math letters.
     - Trailing spaces on a line removed, runs of blank lines collapsed to one, ends trimmed.
     Idempotent: normalize_text(normalize_text(s)) == normalize_text(s).
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", text)
     text = _INVALID.sub("", text)
+    text = _FORMAT_IN_WORD.sub("", text)
     text = unicodedata.normalize("NFC", text.translate(_LIGATURES))
     text = _TRAILING_SPACE.sub("\n", text)
     text = _MANY_BLANK_LINES.sub("\n\n", text)
     return text.strip()
 
 
-@functools.lru_cache(maxsize=4096)
-def script_of(char: str) -> str | None:
-    """Script family of a letter, from its Unicode name ("LATIN", "ARABIC", "CJK", ...).
+@functools.lru_cache(maxsize=8192)
+def scripts_of(char: str) -> frozenset[str]:
+    """ISO 15924 codes of the scripts that use `char` (Unicode Script_Extensions, fontTools).
 
-    Families, not scripts: Han, kana and Hangul are one ("CJK"), because Japanese and Korean mix
-    them within words; Greek and mathematical letters count as "LATIN", because science writing
-    mixes them within tokens (P15: "κNor", "ϕi"; P16: "πr"). Modifier letters (P15's "Pˆ") belong
-    to no family: None.
+    Characters shared by several scripts belong to each of them: the prolonged sound mark "ー"
+    to Hiragana and Katakana, the danda "।" to Devanagari, Bengali and others. Characters of no
+    particular script (Common, Inherited without extensions) give an empty set.
     """
-    try:
-        first = unicodedata.name(char).split(" ", 1)[0]
-    except ValueError:
-        return "UNKNOWN"
-    if first in _CJK_SCRIPTS:
-        return "CJK"
-    if first in _LATIN_FAMILY:
-        return "LATIN"
-    return None if first == "MODIFIER" else first
+    return frozenset(script_extension(char)) - _NEUTRAL
 
 
 def long_letter_runs(text: str, min_letters: int = LONG_RUN_LETTERS) -> list[str]:
-    """Every run of at least `min_letters` letters with no space or punctuation inside."""
-    return [word for word in _WORD.findall(text) if _letter_count(word) >= min_letters]
+    """Every run of at least `min_letters` letters with no space or punctuation inside, in
+    scripts that separate words by spaces (a Thai or Chinese sentence is one run by design)."""
+    return [word for word in _WORD.findall(text)
+            if _letter_count(word) >= min_letters and not _unspaced(_scripts(word))]
 
 
 def _letter_count(word: str) -> int:
@@ -114,23 +111,55 @@ def _letter_count(word: str) -> int:
 
 
 def _scripts(word: str) -> frozenset[str]:
+    """The scripts of a word's letters (marks take their letter's script)."""
     if word.isascii():
-        return _LATIN_ONLY
-    return frozenset(filter(None, map(script_of, _MARK.sub("", word)))) or _LATIN_ONLY
+        return frozenset({"Latn"})
+    found: set[str] = set()
+    for char in _MARK.sub("", word):
+        found |= scripts_of(char)
+    return frozenset(found)
+
+
+def _mixed(word: str) -> bool:
+    """Whether a word's letters come from scripts that do not mix within words ("Hеllo" with a
+    Cyrillic е). A letter shared by several scripts fits any of them."""
+    if word.isascii():
+        return False
+    common: set[str] | None = None
+    for char in _MARK.sub("", word):
+        families = {_FAMILY.get(code, code) for code in scripts_of(char)}
+        if not families:
+            continue  # a letter of no script (mathematical letters, modifier letters)
+        common = families if common is None else common & families
+        if not common:
+            return True
+    return False
+
+
+def _unspaced(scripts: frozenset[str]) -> bool:
+    return bool(scripts) and scripts <= _UNSPACED | {"Hang"} and bool(scripts & _UNSPACED)
+
+
+def _case_noise(word: str) -> bool:
+    """A long run whose case flips like random glyph codes ("āĀċċĂĆąćĄČ"), not like glued words
+    ("withJavawasstriking"): two or more capitals followed by a small letter, twice or more."""
+    flips = sum(1 for a, b, c in zip(word, word[1:], word[2:]) if a.isupper() and b.isupper() and c.islower())
+    return flips >= 2
 
 
 def _is_wordlike(word: str, scripts: frozenset[str], letters: int) -> bool:
     """Heuristic "would a dictionary know this?": one script, plausible case, a vowel if Latin.
 
     Catches what broken fonts produce (P08's fake-bold "DDaattaa", P10's "ϲΒϴΒ", consonant soup
-    from glyph-id text) without shipping a dictionary per language.
+    from glyph-id text) without shipping a dictionary per language. Scripts without case and
+    without spaces pass on the script test alone.
     """
-    if len(scripts) != 1 or letters >= LONG_RUN_LETTERS:
+    if _mixed(word) or letters >= LONG_RUN_LETTERS and not _unspaced(scripts):
         return False
     cased = word.lower() != word.upper()
     if cased and not (word.islower() or word.isupper() or (word[0].isupper() and word[1:].islower())):
         return False
-    if scripts == _LATIN_ONLY and letters > 1:
+    if scripts == {"Latn"} and letters > 1:
         base = word if word.isascii() else unicodedata.normalize("NFD", word)
         return any(ch in _LATIN_VOWELS for ch in base)
     return True
@@ -154,8 +183,18 @@ class TextQuality:
     private_use: int           # U+E000..U+F8FF and planes 15-16: font glyph ids without Unicode
     mixed_script_letters: int  # letters in words that mix script families, e.g. Latin + Cyrillic
     rtl_letters: int           # Arabic/Hebrew letters: PDFium's ordering of these is unreliable
-    glyph_names: int           # characters of "/g1/g2/g3" runs: glyphs without Unicode (pypdf)
+    glyph_names: int           # characters of "/g1/g2/g3" or "(cid:12)" runs: glyphs without Unicode
     wordlike_words: int        # words that pass the dictionary-like heuristic
+    glyph_code_letters: int = 0  # letters of tokens that look like glyph ids printed as text
+                                 # ("7KH", "O\\UH"), or long runs whose case flips at random
+    latin_letters: int = 0       # letters of Latin-only words of 3+ letters
+    latin_vowels: int = 0        # a e i o u y among them (accents removed)
+
+    @property
+    def latin_vowel_share(self) -> float:
+        """Vowels among the letters of Latin words (1.0 without any). Prose in Latin-script
+        languages has 30-45 %; glyph ids shifted into ASCII ("UHSRUW" for "report") about 15 %."""
+        return self.latin_vowels / self.latin_letters if self.latin_letters else 1.0
 
     @property
     def wordlike_share(self) -> float:
@@ -172,7 +211,7 @@ class TextQuality:
     def garbage(self) -> int:
         """Characters that are certainly not text: everything in `bad_chars` but long runs."""
         return (self.nul + self.control + self.replacement + self.private_use
-                + self.mixed_script_letters + self.glyph_names)
+                + self.mixed_script_letters + self.glyph_names + self.glyph_code_letters)
 
     @property
     def score(self) -> float:
@@ -191,18 +230,26 @@ def measure(text: str) -> TextQuality:
                       if "\ue000" <= ch <= "\uf8ff" or ord(ch) >= 0xF0000)
     whitespace = sum(n for ch, n in counts.items() if ch.isspace())
     glyph_names = sum(len(match) for match in _GLYPH_NAMES.findall(text))
-    words = _WORD.findall(_GLYPH_NAMES.sub(" ", text))
-    long_runs = long_run_letters = mixed = rtl = wordlike = letters = 0
+    cleaned = _GLYPH_NAMES.sub(" ", text)
+    words = _WORD.findall(cleaned)
+    glyph_codes = sum(len(_NOT_LETTER.sub("", token)) for token in _TOKEN.findall(cleaned) if _MANGLED.search(token))
+    long_runs = long_run_letters = mixed = rtl = wordlike = letters = latin = vowels = 0
     for word in words:
         scripts = _scripts(word)
         n_letters = _letter_count(word)
         letters += n_letters
-        if n_letters >= LONG_RUN_LETTERS:
+        if scripts == {"Latn"} and n_letters >= 3:  # not formula variables ("dx", "fg")
+            latin += n_letters
+            base = word if word.isascii() else unicodedata.normalize("NFD", word)
+            vowels += sum(1 for ch in base if ch in _LATIN_VOWELS)
+        if n_letters >= LONG_RUN_LETTERS and not _unspaced(scripts):
             long_runs += 1
             long_run_letters += n_letters
-        if len(scripts) > 1:
+            if _case_noise(word):
+                glyph_codes += n_letters
+        if _mixed(word):
             mixed += n_letters
-        if scripts & _RTL_SCRIPTS:
+        if scripts & _RTL:
             rtl += n_letters
         if _is_wordlike(word, scripts, n_letters):
             wordlike += 1
@@ -211,6 +258,7 @@ def measure(text: str) -> TextQuality:
         long_run_letters=long_run_letters, nul=nul, control=control,
         replacement=counts.get("\ufffd", 0), private_use=private_use, mixed_script_letters=mixed,
         rtl_letters=rtl, glyph_names=glyph_names, wordlike_words=wordlike,
+        glyph_code_letters=glyph_codes, latin_letters=latin, latin_vowels=vowels,
     )
 
 
@@ -228,9 +276,21 @@ UNRELIABLE_GARBAGE_SHARE = 0.25
 glyph names is noise."""
 
 UNRELIABLE_WORDLIKE_SHARE = 0.4
-"""...or where fewer than this share of its words look like words (with at least 8 words).
+"""...or where fewer than this share of its words look like words (with at least
+UNRELIABLE_MIN_WORDS words).
 Measured on the chosen text of every corpus page: word-like share is at least 0.77 (P15 page 46,
 formulas) and garbage at most 5.4% (P15 page 15), so both limits leave a wide margin."""
+
+UNRELIABLE_MIN_WORDS = 5
+"""Fewer words than this say too little about a page (a figure label, a page number line)."""
+
+UNRELIABLE_VOWEL_SHARE = 0.28
+"""...or where Latin words (at least UNRELIABLE_MIN_LATIN letters of them) have fewer vowels than
+this: glyph ids shifted into ASCII look like capitals with few vowels ("UHSRUW VKRZV", 22 %),
+while prose has 35-45 % (Czech and Vietnamese in tests/test_text_quality.py: 39 %, 42 %; the
+lowest corpus page, P15 page 100 with formulas: 33.5 %). Words under 3 letters are not counted."""
+
+UNRELIABLE_MIN_LATIN = 40
 
 
 def is_unreliable(quality: TextQuality) -> bool:
@@ -241,4 +301,6 @@ def is_unreliable(quality: TextQuality) -> bool:
     if quality.chars == 0:
         return False
     return (quality.garbage / quality.chars >= UNRELIABLE_GARBAGE_SHARE
-            or (quality.words >= 8 and quality.wordlike_share < UNRELIABLE_WORDLIKE_SHARE))
+            or (quality.words >= UNRELIABLE_MIN_WORDS and quality.wordlike_share < UNRELIABLE_WORDLIKE_SHARE)
+            or (quality.latin_letters >= UNRELIABLE_MIN_LATIN
+                and quality.latin_vowel_share < UNRELIABLE_VOWEL_SHARE))

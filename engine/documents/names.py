@@ -1,0 +1,46 @@
+"""File and folder names as people read them, and the valid-Unicode check at the model's boundary.
+
+POSIX names are bytes. Python hands a name that is not UTF-8 (Latin-1 from an old zip or a
+Windows share: b"caf\\xe9-menu.txt") over as a str with lone surrogates ("caf\\udce9-menu.txt",
+PEP 383), which every encoder refuses: the tokenizer, SQLite, a terminal. Such a str stays the
+right thing to open the file with; what is shown, cited or stored goes through `display_name`,
+which decodes the original bytes the way file contents are decoded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from engine.documents.plain import decode_bytes
+from engine.errors import DocumentError
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def display_name(name: str | os.PathLike[str]) -> str:
+    """`name` (a file name, a relative or absolute path) as valid Unicode: unchanged when it
+    already is; else its bytes decoded as UTF-8, cp1252 or Latin-1 (`plain.decode_bytes`), so
+    b"caf\\xe9-menu.txt" reads "café-menu.txt". Never raises."""
+    text = os.fspath(name)
+    if not _SURROGATE.search(text):
+        return text
+    try:
+        raw = os.fsencode(text)  # surrogateescape gives back the bytes the OS had
+    except UnicodeEncodeError:  # surrogates that did not come from the file system
+        return _SURROGATE.sub("\ufffd", text)
+    return _SURROGATE.sub("\ufffd", decode_bytes(raw)[0])
+
+
+def check_unicode(text: str, what: str) -> None:
+    """Raise DocumentError (one line naming `what`) if `text` cannot be encoded as UTF-8.
+
+    Called where text enters the tokenizer and the prefix store: loaders produce valid Unicode
+    by construction, so a failure here is a bug reported in words, not a TypeError from deep
+    inside the tokenizer after the document was read.
+    """
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        raise DocumentError(
+            f"{display_name(what)}: the text contains an invalid character (U+{ord(bad.group()):04X} at "
+            f"position {bad.start()}) and was not sent to the model: please report this file")
