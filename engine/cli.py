@@ -299,7 +299,8 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         return 0
     entries = store.entries()
     for entry in entries:
-        print(f"{entry.key[:12]}  {format_bytes(entry.size_bytes):>10}  {entry.n_tokens:>8,} tokens  {entry.label}")
+        archive = f"+ archive {format_bytes(entry.archive_bytes)}" if entry.archive_bytes else "no archive"
+        print(f"{entry.key[:12]}  {format_bytes(entry.size_bytes):>10}  {archive:>18}  {entry.n_tokens:>8,} tokens  {entry.label}")
     print(f"{len(entries)} entries, {format_bytes(store.total_bytes())} of {format_bytes(settings.prefix_cache_disk_bytes)}")
     return 0
 

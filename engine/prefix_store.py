@@ -666,7 +666,7 @@ def open_store(root: Path, *, disk_budget_bytes: int) -> tuple[PrefixStore | Non
 
 
 def clear_files(root: Path) -> int:
-    """Delete the store's entry and temp files and its index files under `root` by name, without
+    """Delete the store's entry, archive and temp files and its index files under `root` by name, without
     SQLite (for when the index cannot be opened or written). Returns the number of entry files
     deleted. A damaged index kept for inspection is deleted too: clearing frees all the space."""
     try:
@@ -679,7 +679,7 @@ def clear_files(root: Path) -> int:
     for path in children:
         if _ENTRY_RE.fullmatch(path.name):
             removed += 1
-        elif not (_TEMP_RE.fullmatch(path.name) or path.name in index_names):
+        elif not (_ARCHIVE_RE.fullmatch(path.name) or _TEMP_RE.fullmatch(path.name) or path.name in index_names):
             continue  # never touch anything we did not write
         _remove(path)
     return removed

@@ -402,6 +402,7 @@ def test_clear_files_frees_everything_without_sqlite(tmp_path):
     store.close()
     damage(tmp_path, "zeros")
     (tmp_path / "notes.txt").write_text("not ours")
+    (tmp_path / f"{key}.archive.safetensors").write_bytes(b"an archive beside its entry")
     assert clear_files(tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
