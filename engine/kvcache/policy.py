@@ -57,7 +57,8 @@ class HeavyHitters:
 
     score: "sum" ranks by S_j (H2O); "mean" by S_j / (seen_tokens - j), the mass per query that
     could see token j (kvpress ObservedAttentionPress): the plain sum favours old tokens, which
-    simply had more queries to collect from.
+    simply had more queries to collect from. The cache's default is "mean" (`CachePolicy`); this
+    scorer's own default stays the paper's sum.
     """
 
     score: str = "sum"
