@@ -57,6 +57,18 @@ SNAPSHOT_FORMAT = "halaman-kv-1"
 QUESTION_RESERVE_TOKENS = 512
 # While decoding, evict in batches: the cache may exceed its budget by this many tokens.
 DECODE_EVICTION_SLACK_TOKENS = 32
+# Recall selects again with the answer's own query at each of the first RECALL_EVERY_TOKEN_UNTIL
+# answer tokens, then every RECALL_REFRESH_TOKENS: the token before a fact ("... the archive room
+# is") finds it in layers where the question's queries did not (8k needle: a refresh every 4 tokens
+# missed it, every token found it). Facts come early in short answers; each refresh costs one
+# selection (scoring + reading).
+RECALL_EVERY_TOKEN_UNTIL = 16
+RECALL_REFRESH_TOKENS = 8
+
+
+def refresh_recall(answer_tokens: int) -> bool:
+    """Whether recall selects again before feeding answer token number `answer_tokens` (1-based)."""
+    return answer_tokens <= RECALL_EVERY_TOKEN_UNTIL or answer_tokens % RECALL_REFRESH_TOKENS == 0
 
 
 @dataclass(frozen=True)
@@ -279,6 +291,8 @@ class DocumentSession:
         decode_began = None
         try:
             logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
+            if recaller is not None:
+                recaller.stats.question_s = recaller.stats.seconds
             for _ in range(limit):
                 token, logprob = self._pick(logits, generated)
                 if token in self._stop_ids:
@@ -294,9 +308,12 @@ class DocumentSession:
                     text += piece
                     if on_text:
                         on_text(piece)
+                refresh = recaller is not None and refresh_recall(len(generated))
+                if refresh:
+                    recaller.stats.refreshes += 1
                 logits = decoder.forward(
                     torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
-                    reuse_workspace=self._reuse_workspace,
+                    reuse_workspace=self._reuse_workspace, recaller=recaller if refresh else None,
                 )
         except Cancelled:
             stop = "cancelled"
@@ -315,7 +332,7 @@ class DocumentSession:
             time_to_first_token_s=ttft, decode_tokens_per_s=(len(generated) - 1) / decode_s if decode_s and len(generated) > 1 else 0.0,
             prefix_hit=not prefilled_for_this, stop_reason=stop,
             mean_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0, kv=cache.memory(),
-            recall=recaller.stats if recaller else None, sources=self._sources(cache) if recaller else [],
+            recall=recaller.stats if recaller else None, sources=self._sources(cache, recaller) if recaller else [],
         )
 
     def memory(self) -> MemoryReport:
@@ -433,17 +450,12 @@ class DocumentSession:
         decoder = self.model.decoder
         return Recaller(self._archive, tokens, decoder.rope, decoder.scaling)
 
-    def _sources(self, cache: CompressedCache) -> list[Source]:
+    def _sources(self, cache: CompressedCache, recaller: Recaller) -> list[Source]:
         """Pages / files whose recalled tokens received the most attention, with their share."""
         if self.document is None or not self._segment_starts:
             return []
         n_doc = self.report.document_tokens
-        mass = torch.zeros(n_doc, dtype=torch.float32)
-        for layer in cache.layers:
-            recalled = layer.recalled
-            if recalled is not None:
-                weights = torch.where(recalled.valid, recalled.mass, torch.zeros_like(recalled.mass))
-                mass.index_add_(0, recalled.index.flatten().long().cpu(), weights.flatten().cpu())
+        mass = recaller.token_attention([layer.recalled for layer in cache.layers])
         total = float(mass.sum())
         if total <= 0:
             return []

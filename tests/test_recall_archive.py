@@ -197,7 +197,7 @@ def test_attention_with_recalled_tokens_equals_attention_over_the_union(rope, co
     valid[:, 3] = False
     recalled = RecalledTokens(index=index, valid=valid, keys=torch.gather(all_k, 1, index[..., None].expand(-1, -1, DIM)),
                               values=torch.gather(all_v, 1, index[..., None].expand(-1, -1, DIM)), fields={})
-    layer.set_recalled(recalled)
+    layer.set_recalled(recalled, compact_positions=compact)
     stored_k = [layer.sink_k.float(), layer.paged.gather("k.codes").float(), layer.resid_k.float()]
     stored_v = [layer.sink_v.float(), layer.paged.gather("v.codes").float(), layer.resid_v.float()]
     held_k, held_v = torch.cat(stored_k, 1), torch.cat(stored_v, 1)

@@ -93,10 +93,11 @@ class LayerKV:
         # attended with the held ones, never evicted, never part of a snapshot.
         self.recalled: RecalledTokens | None = None
 
-    def set_recalled(self, recalled: RecalledTokens | None) -> None:
+    def set_recalled(self, recalled: RecalledTokens | None, *, compact_positions: bool) -> None:
         """Attend `recalled` (or nothing) from the next `attend` on; replaces an earlier recall."""
         self.recalled = recalled
-        self._workspace = None  # compact positions of the held tokens change with the recalled set
+        if compact_positions:  # the held tokens' positions change with the recalled set
+            self._workspace = None
 
     @property
     def n_tokens(self) -> int:

@@ -30,12 +30,14 @@ from engine.kvcache.attention import RotaryTable, apply_rope
 class RecallStats:
     """What recall did for one question, summed over layers."""
 
-    blocks_scored: int = 0       # archive blocks scored (per layer and KV head)
-    blocks_recalled: int = 0     # blocks read (per layer and KV head)
-    tokens_recalled: int = 0     # tokens added (per layer and KV head), held tokens excluded
-    bytes_read: int = 0          # archive bytes read (codes and metadata)
+    blocks_scored: int = 0       # archive blocks scored, per layer and KV head, over every selection
+    blocks_recalled: int = 0     # blocks recalled now, summed over layers and KV heads
+    tokens_recalled: int = 0     # tokens recalled now (held tokens excluded), summed over layers and KV heads
+    bytes_read: int = 0          # archive bytes read (codes and metadata), over every selection
     score_s: float = 0.0         # seconds spent scoring blocks
     read_s: float = 0.0          # seconds spent reading and dequantizing recalled blocks
+    refreshes: int = 0           # selections made again with the answer's own queries
+    question_s: float = 0.0      # seconds of the selection at the question (what it adds to the TTFT)
 
     @property
     def seconds(self) -> float:
@@ -55,6 +57,7 @@ class RecalledTokens:
     values: torch.Tensor
     fields: dict[str, torch.Tensor]
     mass: torch.Tensor = field(default=None)  # attention received, float32 (sources)
+    owner: object = None  # the Recaller that chose them
 
     def __post_init__(self) -> None:
         if self.mass is None:
@@ -134,13 +137,16 @@ MIN_CANDIDATES = 64
 
 
 class Recaller:
-    """Recall for one question over one document's `archive`.
+    """Recall for one question (and its answer) over one document's `archive`.
 
     recall_tokens: tokens per layer and KV head that may be recalled (whole blocks; the budget).
     Call `recall(layer, held_index, query, start, dtype)` once per layer while the question is
-    prefilled. Two stages per layer and KV head: Quest bounds rank every block, the best
-    `CANDIDATE_FACTOR`× the budget are scored exactly with their dequantized keys, and the best of
-    those are read whole.
+    prefilled, and again every few answer tokens (`DocumentSession` refreshes it). Per layer and KV
+    head: Quest bounds rank every block; the best `CANDIDATE_FACTOR`× the budget are scored
+    exactly with their dequantized keys; each block keeps the best exact score any call gave it, and
+    the blocks with the best scores so far are read whole. Refreshing with the answer's own queries
+    matters: on the embedded model the query of "is" in "... the archive room is" found the code's
+    block in layers where the question's queries had not.
     """
 
     def __init__(self, archive: Archive, recall_tokens: int, rope: RotaryTable, scaling: float) -> None:
@@ -149,6 +155,29 @@ class Recaller:
         self.rope = rope
         self.scaling = scaling
         self.stats = RecallStats()
+        self._best: dict[int, torch.Tensor] = {}    # layer -> [kv_heads, n_blocks] best exact score so far
+        self._chosen: dict[int, tuple[int, int]] = {}  # layer -> (blocks, tokens) recalled now
+        # Attention each document token received while recalled, summed over layers and heads,
+        # from selections that a refresh has replaced (`absorb`).
+        self.attention_mass = torch.zeros(archive.layout.n_tokens, dtype=torch.float32)
+
+    def absorb(self, recalled: RecalledTokens | None) -> None:
+        """Keep the attention that `recalled` (being replaced) received, if this recaller chose it."""
+        if recalled is not None and recalled.owner is self:
+            weights = torch.where(recalled.valid, recalled.mass, torch.zeros_like(recalled.mass))
+            self.attention_mass.index_add_(0, recalled.index.flatten().long().cpu(), weights.flatten().cpu())
+
+    def token_attention(self, current: list[RecalledTokens | None]) -> torch.Tensor:
+        """`[n_tokens]` attention received by recalled tokens so far: replaced selections plus the
+        `current` ones (one per layer)."""
+        total = self.attention_mass.clone()
+        saved, self.attention_mass = self.attention_mass, total
+        try:
+            for recalled in current:
+                self.absorb(recalled)
+        finally:
+            self.attention_mass = saved
+        return total
 
     def recall(self, layer: int, held_index: torch.Tensor, query: torch.Tensor, start: int, dtype: torch.dtype) -> RecalledTokens | None:
         """Recalled tokens of `layer` for `query` `[query_heads, m, head_dim]` (before RoPE; its
@@ -167,39 +196,32 @@ class Recaller:
         key_min, key_max = self.archive.bounds(layer)
         held = held_tokens(held_index.to(device), lay.n_tokens)
         bounds = block_scores(rotated, key_min.to(device), key_max.to(device), self.scaling)
-        candidates = max(CANDIDATE_FACTOR * max_blocks, MIN_CANDIDATES)
-        tokens, valid = select_tokens(bounds, held, block, candidates)
-        key_fields = self.archive.read(layer, tokens, kinds="k")
+        candidates, valid = select_tokens(bounds, held, block, max(CANDIDATE_FACTOR * max_blocks, MIN_CANDIDATES))
+        key_fields = self.archive.read(layer, candidates, kinds="k")
         keys = self.archive.decode_one(key_fields, "k", torch.float32).to(device)
-        kcos, ksin = self.rope.lookup(tokens.to(device))
+        kcos, ksin = self.rope.lookup(candidates.to(device))
         exact = exact_block_scores(rotated, apply_rope(keys, kcos, ksin), valid.to(device), block, self.scaling)
-        n_candidates = exact.shape[1]
-        k = min(max_blocks, n_candidates)
-        best = exact.topk(k, dim=-1).indices.sort(dim=-1).values  # document order (candidates are sorted)
-        chosen = (best[..., None] * block + torch.arange(block, device=device)).flatten(1)  # slots in `tokens`
-        tokens, valid = torch.gather(tokens.to(device), 1, chosen), torch.gather(valid.to(device), 1, chosen)
+        best = self._best.get(layer)
+        if best is None:
+            best = torch.full((heads, lay.n_blocks), float("-inf"), device=device)
+        best.scatter_reduce_(1, candidates[:, ::block].to(device) // block, exact, reduce="amax")
+        self._best[layer] = best
+        tokens, valid = select_tokens(best, held, block, max_blocks)
         scored = time.perf_counter()
-        fields = {name: torch.gather(t.to(device), 1, _expand(chosen, t)) for name, t in key_fields.items()}
-        fields.update(self.archive.read(layer, tokens, kinds="v"))
-        keys = torch.gather(keys, 1, _expand(chosen, keys)).to(dtype)
-        values = self.archive.decode_one(fields, "v", dtype)
+        fields = self.archive.read(layer, tokens)
+        keys, values = self.archive.decode(fields, dtype)
         recalled = RecalledTokens(
-            index=tokens, valid=valid, keys=keys, values=values.to(device),
-            fields={name: t.to(device) for name, t in fields.items()},
+            index=tokens, valid=valid.to(device), keys=keys.to(device), values=values.to(device),
+            fields={name: t.to(device) for name, t in fields.items()}, owner=self,
         )
+        self._chosen[layer] = (int(valid.view(heads, -1, block).any(dim=-1).sum()), int(valid.sum()))
         self.stats.blocks_scored += heads * lay.n_blocks
-        self.stats.blocks_recalled += int(valid.view(heads, -1, block).any(dim=-1).sum())
-        self.stats.tokens_recalled += int(valid.sum())
-        self.stats.bytes_read += sum(t.nbytes for t in key_fields.values()) + sum(
-            t.nbytes for name, t in fields.items() if name.startswith("v."))
+        self.stats.blocks_recalled = sum(b for b, _ in self._chosen.values())
+        self.stats.tokens_recalled = sum(t for _, t in self._chosen.values())
+        self.stats.bytes_read += sum(t.nbytes for t in key_fields.values()) + sum(t.nbytes for t in fields.values())
         self.stats.score_s += scored - began
         self.stats.read_s += time.perf_counter() - scored
         return recalled
-
-
-def _expand(slots: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """`[H, k]` slot indices broadcast over `like`'s trailing dims, for `torch.gather` on dim 1."""
-    return slots.reshape(*slots.shape, *([1] * (like.dim() - 2))).expand(*slots.shape, *like.shape[2:])
 
 
 def compact_order_positions(held_index: torch.Tensor, recalled: RecalledTokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -93,7 +93,8 @@ class CompressedDecoder:
         and must be dropped. `reuse_workspace`: see `LayerKV.attend` (for token-by-token decoding).
         `archive`: every layer's keys (before RoPE) and values of the chunk are also written there.
         `recaller`: in every layer, the chunk's queries choose archived blocks to recall, which this
-        chunk and every later one attend (`engine.kvcache.recall`; the question of an answer).
+        chunk and every later one attend (`engine.kvcache.recall`; the question of an answer, and
+        every few tokens of the answer).
         """
         ids = token_ids.to(self.device).reshape(1, -1)
         chunk = ids.shape[1]
@@ -113,7 +114,9 @@ class CompressedDecoder:
             if archive is not None:
                 archive.append(i, start, k.transpose(0, 1), v.transpose(0, 1))
             if recaller is not None:
-                layer_cache.set_recalled(recaller.recall(i, layer_cache.index, q.transpose(0, 1), start, q.dtype))
+                recalled = recaller.recall(i, layer_cache.index, q.transpose(0, 1), start, q.dtype)
+                recaller.absorb(layer_cache.recalled)  # keep the attention the replaced set received
+                layer_cache.set_recalled(recalled, compact_positions=compact)
             out = layer_cache.attend(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
