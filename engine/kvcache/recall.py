@@ -179,10 +179,15 @@ class Recaller:
             self.attention_mass = saved
         return total
 
-    def recall(self, layer: int, held_index: torch.Tensor, query: torch.Tensor, start: int, dtype: torch.dtype) -> RecalledTokens | None:
+    def recall(self, layer: int, held_index: torch.Tensor, query: torch.Tensor, start: int, dtype: torch.dtype,
+               compact: bool = False) -> RecalledTokens | None:
         """Recalled tokens of `layer` for `query` `[query_heads, m, head_dim]` (before RoPE; its
         first token is stream position `start`) given the layer's held positions `held_index`
-        `[kv_heads, n]`. None when nothing fits the budget."""
+        `[kv_heads, n]`. None when nothing fits the budget.
+
+        compact: the cache uses compact positions; exact scores then rotate each candidate key at
+        about the position it would get (the number of held tokens before it) and the queries after
+        the held tokens, instead of at document distances the model never saw (past 8k)."""
         lay = self.archive.layout
         block = lay.block_tokens
         max_blocks = self.recall_tokens // block
@@ -199,8 +204,16 @@ class Recaller:
         candidates, valid = select_tokens(bounds, held, block, max(CANDIDATE_FACTOR * max_blocks, MIN_CANDIDATES))
         key_fields = self.archive.read(layer, candidates, kinds="k")
         keys = self.archive.decode_one(key_fields, "k", torch.float32).to(device)
-        kcos, ksin = self.rope.lookup(candidates.to(device))
-        exact = exact_block_scores(rotated, apply_rope(keys, kcos, ksin), valid.to(device), block, self.scaling)
+        if compact:
+            held_sorted = held_index.to(device).long().sort(dim=-1).values
+            kcos, ksin = self.rope.lookup(torch.searchsorted(held_sorted, candidates.to(device).contiguous()))
+            qpos = held_sorted.shape[1] + torch.arange(m, device=device)
+            qcos, qsin = self.rope.lookup(qpos)
+            exact_query = apply_rope(query.float(), qcos, qsin).reshape(heads, -1, lay.head_dim)
+        else:
+            kcos, ksin = self.rope.lookup(candidates.to(device))
+            exact_query = rotated
+        exact = exact_block_scores(exact_query, apply_rope(keys, kcos, ksin), valid.to(device), block, self.scaling)
         best = self._best.get(layer)
         if best is None:
             best = torch.full((heads, lay.n_blocks), float("-inf"), device=device)

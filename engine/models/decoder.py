@@ -114,7 +114,7 @@ class CompressedDecoder:
             if archive is not None:
                 archive.append(i, start, k.transpose(0, 1), v.transpose(0, 1))
             if recaller is not None:
-                recalled = recaller.recall(i, layer_cache.index, q.transpose(0, 1), start, q.dtype)
+                recalled = recaller.recall(i, layer_cache.index, q.transpose(0, 1), start, q.dtype, compact=compact)
                 recaller.absorb(layer_cache.recalled)  # keep the attention the replaced set received
                 layer_cache.set_recalled(recalled, compact_positions=compact)
             out = layer_cache.attend(
