@@ -50,10 +50,17 @@ def test_ask_twice_second_is_a_prefix_cache_hit(tmp_path):
 
 
 def test_ask_about_this_repository(tmp_path):
-    out = run("ask", str(REPO / "engine" / "kvcache"), "Which file quantizes keys and values?",
+    # Two of this repository's own files (the whole engine/kvcache took minutes on a busy CPU).
+    folder = tmp_path / "kvcache"
+    folder.mkdir()
+    for name in ("quant.py", "policy.py"):
+        (folder / name).write_text((REPO / "engine" / "kvcache" / name).read_text())
+    out = run("ask", str(folder), "Which file quantizes keys and values?",
               "--max-new-tokens", "24", "--budget", "1024", "--window", "256", "--no-prefix-cache")
     assert out.returncode == 0, out.stderr
     assert "(repo," in out.stdout and "prefix cache    miss" in out.stdout and "(disabled)" in out.stdout
+    # Without a prefix store the archive lives for the session: recall still runs.
+    assert "recall          " in out.stdout and "recall          off" not in out.stdout
 
 
 @pytest.mark.parametrize("args,message", [
