@@ -101,7 +101,9 @@ def recall_text(message: MessageRecord) -> str:
     if "off" in recall:
         return "recall off" if recall["off"] == "off" else f"recall off ({recall['off']})"
     tokens = recall.get("tokens_per_head")
-    cost = f"{float(recall.get('seconds') or 0.0) * 1000:,.0f} ms"
+    # The selection at the question is what recall adds to the time to first token; the refreshes
+    # during the answer are part of its tokens/s.
+    cost = f"{float(recall.get('question_s') or recall.get('seconds') or 0.0) * 1000:,.0f} ms"
     return f"recall {tokens:,} tokens in {cost}" if tokens is not None else f"recall {cost}"
 
 

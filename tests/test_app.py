@@ -600,7 +600,7 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     lines = window.chat.toPlainText().strip().splitlines()
     assert attended in lines
     footer = lines[-1]
-    assert re.search(rf" · recall {message.recall['tokens_per_head']:,} tokens in \d+ ms( · |$)", footer), footer
+    assert re.search(rf" · recall {message.recall['tokens_per_head']:,} tokens in [\d,]+ ms( · |$)", footer), footer
     # The gauge shows the tokens recalled for this question, as the engine counts them.
     engine_kv = window.client.engine.session.memory().kv  # the worker is idle: safe to call here
     qtbot.waitUntil(lambda: window.gauge.report is not None and window.gauge.report.kv.recalled_bytes > 0, timeout=10_000)

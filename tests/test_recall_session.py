@@ -71,7 +71,10 @@ def test_a_needle_the_snapshot_evicted_is_answered_with_recall_only(smol, store)
     with_recall = session.ask(QUESTION)
     assert CODE in with_recall.text
     stats = with_recall.recall
-    assert stats.tokens_recalled > 0 and stats.bytes_read > 0 and stats.blocks_scored == 30 * 3 * -(-report.document_tokens // 32)
+    blocks = -(-report.document_tokens // 32)
+    assert stats.tokens_recalled > 0 and stats.bytes_read > 0 and stats.refreshes == min(16, len(with_recall.token_ids))
+    assert stats.blocks_scored == (1 + stats.refreshes) * 30 * 3 * blocks  # every layer and KV head, each selection
+    assert stats.tokens_recalled <= 30 * 3 * 512 and 0 < stats.question_s <= stats.seconds
     assert with_recall.sources and with_recall.sources[0].label == "haystack.txt"
     # Memory: held + recalled stay under the mark the gauge shows, and the recalled part is reported.
     memory = session.memory()
