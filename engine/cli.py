@@ -124,7 +124,7 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
 def recall_line(stats, recall: RecallSettings) -> str:
     """One line on what recall did for an answer (stats: `RecallStats` or None)."""
     if stats is None:
-        return "off" if not recall.archive or not recall.recall_tokens else "off (no archive for this document)"
+        return "off" if not recall.archive or not recall.recall_tokens else "off (no archive: see the warnings above)"
     return (f"{stats.tokens_recalled:,} tokens in {stats.blocks_recalled:,} blocks (per layer and KV head, all summed) "
             f"of {stats.blocks_scored:,} scored; {format_bytes(stats.bytes_read)} read; "
             f"{stats.seconds * 1000:.0f} ms (score {stats.score_s * 1000:.0f}, read {stats.read_s * 1000:.0f})")
@@ -301,7 +301,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     for entry in entries:
         archive = f"+ archive {format_bytes(entry.archive_bytes)}" if entry.archive_bytes else "no archive"
         print(f"{entry.key[:12]}  {format_bytes(entry.size_bytes):>10}  {archive:>18}  {entry.n_tokens:>8,} tokens  {entry.label}")
-    print(f"{len(entries)} entries, {format_bytes(store.total_bytes())} of {format_bytes(settings.prefix_cache_disk_bytes)}")
+    print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_bytes(store.total_bytes())} of {format_bytes(settings.prefix_cache_disk_bytes)}")
     return 0
 
 

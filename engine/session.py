@@ -389,8 +389,8 @@ class DocumentSession:
     # ------------------------------------------------------------- archive
     def _archive_layout(self, n_tokens: int, policy: CachePolicy) -> ArchiveLayout | None:
         recall = self.settings.recall
-        if not recall.archive:
-            return None
+        if not recall.archive or n_tokens + QUESTION_RESERVE_TOKENS <= policy.budget_tokens:
+            return None  # off, or the cache keeps the whole document: nothing to recall
         shape = self.model.decoder.shape
         return ArchiveLayout(shape.num_layers, shape.kv_heads, shape.head_dim, n_tokens, recall.block_tokens,
                              recall.archive_bits, policy.group_size)
