@@ -22,7 +22,7 @@ from engine.units import format_bytes
 from engine import secrets
 from engine.errors import HalamanError, SettingsError
 from engine.estimate import KNOWN_SHAPES, estimate
-from engine.models.loader import ModelProfile
+from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings, save_settings
 
 MODEL_KINDS = [

@@ -7,8 +7,8 @@ For Llama-3.2-3B (L=28, H_kv=8, D=128) at 16 bits that is 114,688 bytes per toke
 Compressed cache (what `engine.kvcache.cache` holds at rest, per layer and KV head):
     kept = min(N, budget)
     16-bit: sinks + residual tokens, 2 · D · 2 bytes each
-    quantized: the other kept tokens, codes + scale + zero point per group (`KVFormat`), rounded up
-               to whole blocks of the pool
+    quantized: the other kept tokens, codes + scale + zero point per group (`KVFormat`, counted
+               by `engine.kvcache.sizes`), rounded up to whole blocks of the pool
     per kept token: one float32 score and one int32 position
 """
 
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.kvcache.archive import archive_bytes
-from engine.kvcache.quant import KVFormat
-from engine.models.loader import ModelProfile
+from engine.kvcache.sizes import archive_bytes, token_bytes
+from engine.models.profile import ModelProfile
 from engine.settings import CachePolicy, RecallSettings
 
 # Shapes from the public config.json of each model (num_hidden_layers, num_key_value_heads,
@@ -56,10 +55,10 @@ def compressed_cache_bytes(profile: ModelProfile, policy: CachePolicy, n_tokens:
     full_precision = min(kept, policy.sink_tokens + policy.residual_tokens)
     quantized = kept - full_precision
     blocks = -(-quantized // policy.block_tokens)
-    fmt = KVFormat(bits=policy.kv_bits, group_size=policy.group_size)
+    per_token = token_bytes(profile.head_dim, bits=policy.kv_bits, group_size=policy.group_size)
     per_head = (
         2 * profile.head_dim * 2 * full_precision
-        + 2 * fmt.bytes_per_token(profile.head_dim) * blocks * policy.block_tokens
+        + 2 * per_token * blocks * policy.block_tokens
         + 8 * kept  # float32 score + int32 position
         + 8 * blocks  # block table entry (int64)
     )
@@ -79,10 +78,10 @@ def peak_cache_bytes(profile: ModelProfile, policy: CachePolicy, n_tokens: int) 
     full_precision = min(n_tokens, policy.sink_tokens + policy.residual_tokens + chunk)
     quantized_cap = max(0, min(n_tokens, kept + chunk) - policy.sink_tokens - policy.residual_tokens)
     quantized_used = max(0, kept - policy.sink_tokens - policy.residual_tokens)
-    fmt = KVFormat(bits=policy.kv_bits, group_size=policy.group_size)
+    per_token = token_bytes(profile.head_dim, bits=policy.kv_bits, group_size=policy.group_size)
     per_head = (
         2 * profile.head_dim * 2 * full_precision
-        + 2 * fmt.bytes_per_token(profile.head_dim) * -(-quantized_cap // policy.block_tokens) * policy.block_tokens
+        + 2 * per_token * -(-quantized_cap // policy.block_tokens) * policy.block_tokens
         + 8 * min(n_tokens, kept + chunk)
         + 8 * -(-quantized_used // policy.block_tokens)
     )
@@ -92,8 +91,7 @@ def peak_cache_bytes(profile: ModelProfile, policy: CachePolicy, n_tokens: int) 
 def recall_cache_bytes(profile: ModelProfile, recall: RecallSettings, group_size: int) -> int:
     """Bytes the recalled tokens of one question hold: per layer and KV head, `recall_tokens` K and V
     in the archive's format plus an int32 position and a float32 attention sum each."""
-    fmt = KVFormat(bits=recall.archive_bits, group_size=group_size)
-    per_token = 2 * fmt.bytes_per_token(profile.head_dim) + 8
+    per_token = 2 * token_bytes(profile.head_dim, bits=recall.archive_bits, group_size=group_size) + 8
     return profile.num_layers * profile.kv_heads * recall.recall_tokens * per_token if recall.archive else 0
 
 

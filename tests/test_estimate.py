@@ -6,7 +6,9 @@ import torch
 from engine.estimate import KNOWN_SHAPES, compressed_cache_bytes, full_cache_bytes, peak_cache_bytes
 from engine.kvcache.attention import RotaryTable
 from engine.kvcache.cache import CacheShape, LayerKV
-from engine.models.loader import ModelProfile
+from engine.kvcache.quant import SUPPORTED_BITS, KVFormat
+from engine.kvcache.sizes import token_bytes
+from engine.models.profile import ModelProfile
 from engine.settings import CachePolicy
 
 
@@ -63,3 +65,10 @@ def test_ratio_text_says_larger_when_a_short_document_costs_more_than_fp16():
     long = estimate(KNOWN_SHAPES["llama-3.2-3b"], policy, 131_072)
     assert size_ratio(long.full_bytes, long.compressed_bytes) == f"{long.full_bytes / long.compressed_bytes:.1f}× smaller"
     assert size_ratio(1, 0) == "—"
+
+
+@pytest.mark.parametrize("bits", SUPPORTED_BITS)
+@pytest.mark.parametrize("head_dim,group_size", [(64, 32), (128, 64), (64, 16)])
+def test_torch_free_token_bytes_match_the_tensors_a_format_allocates(bits, head_dim, group_size):
+    """engine.kvcache.sizes (what the estimator counts) against KVFormat.field_specs (what is stored)."""
+    assert token_bytes(head_dim, bits=bits, group_size=group_size) == KVFormat(bits, group_size).bytes_per_token(head_dim)

@@ -6,10 +6,11 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter, archive_bytes, file_sha256
+from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter, file_sha256
 from engine.kvcache.attention import RotaryTable, apply_rope
 from engine.kvcache.cache import CacheShape, LayerKV
 from engine.kvcache.quant import KVFormat
+from engine.kvcache.sizes import archive_bytes
 from engine.kvcache.recall import Recaller, RecalledTokens, block_upper_bounds, compact_order_positions, held_tokens, select_tokens
 from engine.prefix_store import PrefixStore
 from engine.settings import CachePolicy, EngineSettings, RecallSettings, load_settings, save_settings
@@ -45,7 +46,7 @@ def test_archive_round_trips_bit_exactly_and_is_plain_safetensors(tmp_path, rope
     path = tmp_path / "a.safetensors"
     n = 300  # not a multiple of the block: the last block is partial
     layout, keys, values, sha = write_archive(path, rope, n, bits=bits)
-    assert path.stat().st_size - archive_bytes(LAYERS, HEADS, DIM, n, bits=bits, group_size=32, block_tokens=32) < 4096
+    assert 0 < path.stat().st_size - archive_bytes(LAYERS, HEADS, DIM, n, bits=bits, group_size=32, block_tokens=32) < 4096
     archive = Archive.open(path, sha256=sha, expect=layout)
     fmt = KVFormat(bits=bits, group_size=32)
     tokens = torch.tensor([[0, 5, 299], [17, 18, 19], [250, 3, 64]])

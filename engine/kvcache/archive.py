@@ -102,16 +102,6 @@ class ArchiveLayout:
         return {"format": ARCHIVE_FORMAT, "layout": json.dumps(self.__dict__, sort_keys=True)}
 
 
-def archive_bytes(num_layers: int, kv_heads: int, head_dim: int, n_tokens: int, *, bits: int, group_size: int,
-                  block_tokens: int) -> int:
-    """Size on disk of an archive of `n_tokens` tokens, header excluded (a few KiB)."""
-    layout = ArchiveLayout(num_layers, kv_heads, head_dim, n_tokens, block_tokens, bits, group_size)
-    total = 0
-    for shape, dtype in layout.tensor_specs().values():
-        total += int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
-    return total
-
-
 def _header(layout: ArchiveLayout) -> tuple[bytes, dict[str, tuple[int, tuple[int, ...], torch.dtype]]]:
     """safetensors header bytes (length prefix included) and name -> (absolute offset, shape, dtype)."""
     entries: dict = {}

@@ -18,36 +18,8 @@ import torch
 from engine.errors import ModelError
 from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
 from engine.models.gguf_convert import converted_folder
+from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-
-
-@dataclass(frozen=True)
-class ModelProfile:
-    """Dimensions that decide KV-cache memory, read from a model config.
-
-    KV bytes per token = 2 (K and V) · num_layers · kv_heads · head_dim · bytes per element.
-    """
-
-    model_type: str
-    num_layers: int
-    kv_heads: int
-    head_dim: int
-    query_heads: int
-    max_positions: int
-    vocab_size: int
-
-    @classmethod
-    def from_config(cls, config) -> ModelProfile:
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return cls(
-            model_type=config.model_type,
-            num_layers=config.num_hidden_layers,
-            kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
-            head_dim=head_dim,
-            query_heads=config.num_attention_heads,
-            max_positions=int(config.max_position_embeddings),
-            vocab_size=config.vocab_size,
-        )
 
 
 @dataclass
