@@ -8,7 +8,7 @@ Under each answer, two lines name pages or files, from two different kinds of ev
     Attended: page 12 (41 %) · page 3 (22 %)  where the model's *attention* went: the pages / files
                                              whose recalled tokens received the most attention
                                              while it answered (`attended_line`, from
-                                             `engine.session.Answer.sources`)
+                                             `engine.answer.Answer.sources`)
 
 The model is told to cite "[page 12]" or "[src/app.py]"; `link_citations` turns those into
 `cite:` links (never inside code). Both lines link each label the same way, so clicking a cited or
@@ -25,7 +25,7 @@ from PySide6.QtGui import QColor, QDesktopServices, QTextBlockFormat, QTextCharF
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.library import MessageRecord
-from engine.session import Source
+from engine.answer import Source
 
 CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
 _CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)

@@ -37,9 +37,8 @@ from pathlib import Path
 import sqlite_utils
 
 from engine import paths
-from engine.kvcache.recall import RecallStats
-from engine.session import Source
-from engine.settings import EngineSettings, RecallSettings
+from engine.answer import Source
+from engine.settings import EngineSettings
 
 SCHEMA_VERSION = 2
 CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
@@ -89,12 +88,12 @@ class MessageRecord:
     tokens: int | None = None
     prefix_hit: int | None = None
     stop_reason: str | None = None
-    sources_json: str | None = None  # [{"label", "share", "page", "path"}]: engine.session.Source, as JSON
-    recall_json: str | None = None   # `recall_record(...)`; None for cloud answers and rows from before recall
+    sources_json: str | None = None  # [{"label", "share", "page", "path"}]: engine.answer.Source, as JSON
+    recall_json: str | None = None   # `engine.workspace.recall_record`; None for cloud answers and rows from before recall
 
     @property
     def sources(self) -> list[Source]:
-        """The answer's attention-grounded sources (`engine.session.Source`), [] when none were stored."""
+        """The answer's attention-grounded sources (`engine.answer.Source`), [] when none were stored."""
         if not self.sources_json:
             return []
         try:
@@ -104,7 +103,7 @@ class MessageRecord:
 
     @property
     def recall(self) -> dict | None:
-        """What recall did for the answer (see `recall_record`), None when not recorded."""
+        """What recall did for the answer (see `engine.workspace.recall_record`), None when not recorded."""
         if not self.recall_json:
             return None
         try:
@@ -116,28 +115,6 @@ class MessageRecord:
 
 # Columns added after schema 1 (name -> type), added in place to an older file's messages table.
 MESSAGE_COLUMNS_V2 = {"sources_json": str, "recall_json": str}
-
-
-def sources_json(sources: list[Source]) -> str | None:
-    """`Answer.sources` as the JSON text stored in `messages.sources_json` (None when empty)."""
-    return json.dumps([asdict(s) for s in sources]) if sources else None
-
-
-def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: int | None = None) -> str:
-    """JSON text for `messages.recall_json`: what recall did for one local answer.
-
-    stats None (no recall for this answer): {"off": why}. Otherwise the `RecallStats` fields plus
-    `tokens_per_head`: tokens_recalled is summed over layers and KV heads, so it is divided by
-    `heads` (layers x KV heads of the model) to be comparable with the `recall_tokens` setting.
-    """
-    if stats is None:
-        # Mirrors engine.cli.recall_line: off by the settings, or this document has no archive.
-        why = "off" if not recall.archive or not recall.recall_tokens else "no archive for this document"
-        return json.dumps({"off": why})
-    record = asdict(stats)
-    record["seconds"] = stats.seconds
-    record["tokens_per_head"] = round(stats.tokens_recalled / heads) if heads else None
-    return json.dumps(record)
 
 
 _BYTES_PREFIX = "fsbytes:"

@@ -1,9 +1,10 @@
 """The main window: library sidebar + memory gauge on the left; document header, progress, chat and
 question box on the right; drag-and-drop (PDF, folder, text file) anywhere.
 
-The window never calls the engine: every engine call is a `Job` submitted to the worker thread
-(`app.worker`), whose callbacks come back here on the GUI thread. The library and the chat history
-(`app.library`) are touched only here, on the GUI thread.
+The window never calls the engine's workspace: every call is a `Job` submitted to the worker thread
+(`app.worker`), whose callbacks come back here on the GUI thread. What a result implies (a settings
+change, an answer's library record, a lower budget) the engine decides (`engine.workspace`). The
+library and the chat history (`app.library`) are touched only here, on the GUI thread.
 """
 
 from __future__ import annotations
@@ -22,17 +23,20 @@ from PySide6.QtWidgets import (
 
 from app.chat import ChatView, normalise_label
 from app.gauge import MemoryGauge
-from app.library import CACHED, STALE, DocumentRecord, Library, config_signature, recall_record, sources_json
+from app.library import CACHED, STALE, DocumentRecord, Library, config_signature
 from app.settings_dialog import SettingsDialog
 from app.units import fmt_duration
-from app.worker import ApplyResult, ConfirmRequest, EngineClient, Job, JobError, ModelInfo, OpenResult
+from app.worker import ConfirmRequest, EngineClient, Job, JobError
 from engine import paths
+from engine.answer import Answer
+from engine.cloud import CloudPlan, escalation_reason
 from engine.documents import WrongPasswordError
 from engine.errors import HalamanError
 from engine.estimate import KNOWN_SHAPES, estimate
-from engine.session import Answer, Progress
+from engine.session import Progress
 from engine.settings import EngineSettings, load_settings, save_settings
 from engine.units import format_bytes, size_ratio
+from engine.workspace import ModelInfo, OpenResult, SettingsChange, answer_record, lowered_budget
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +375,7 @@ class MainWindow(QMainWindow):
     # ============================================================= model
     def load_model(self) -> None:
         self.model_status.setText(f"Loading the model ({self._model_name()})…")
-        self.client.run("load model", lambda engine, ctx: engine.ensure_model(ctx), title="Loading the model…",
+        self.client.run("load model", lambda workspace, ctx: workspace.ensure_model(ctx.progress), title="Loading the model…",
                         on_progress=self._on_progress, on_done=self._model_ready, on_error=self._model_failed)
 
     def _on_model_loaded(self, info: ModelInfo) -> None:
@@ -457,7 +461,7 @@ class MainWindow(QMainWindow):
             self.stack.setCurrentWidget(self.chat)
         self.open_button.hide()
         self.setWindowTitle(f"Halaman — {Path(path).name}")
-        job = Job("open", lambda engine, ctx: engine.open(path, password=password, ctx=ctx),
+        job = Job("open", lambda workspace, ctx: workspace.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel),
                   title=f"Opening {Path(path).name}…", on_progress=self._on_progress)
         job.on_done = lambda result: self._opened(job, result)
         job.on_error = lambda error: self._open_failed(job, path, password, error)
@@ -534,20 +538,14 @@ class MainWindow(QMainWindow):
         return text if ok else None
 
     def lower_budget_and_retry(self, path: str | None = None) -> None:
-        """After running out of memory: halve the KV budget (window and residual to fit), save, retry."""
-        policy = self.settings.cache
-        budget = max(64, policy.budget_tokens // 2)
-        window = min(policy.window_tokens, max(1, budget // 4))
-        residual = min(policy.residual_tokens, window)
-        sink = min(policy.sink_tokens, budget - window)
-        new = self.settings.replace(cache=policy.replace(budget_tokens=budget, window_tokens=window,
-                                                         residual_tokens=residual, sink_tokens=sink))
+        """After running out of memory: lower the KV budget (`engine.workspace.lowered_budget`), save, retry."""
+        new = lowered_budget(self.settings)
         try:
             save_settings(new)
         except (HalamanError, OSError) as exc:
             self.banner.show_message("error", f"Could not save the lower budget: {exc}")
             return
-        self.statusBar().showMessage(f"KV budget lowered to {budget:,} tokens.", 8000)
+        self.statusBar().showMessage(f"KV budget lowered to {new.cache.budget_tokens:,} tokens.", 8000)
         self.apply_settings(new, retry_path=path)
 
     # ============================================================== ask
@@ -577,9 +575,13 @@ class MainWindow(QMainWindow):
             self.chat.add_question(question)
         self.chat.begin_answer("Halaman · cloud" if cloud else "Halaman")
         if cloud:
-            fn = lambda engine, ctx: engine.ask_cloud(question, reason=reason, ctx=ctx)  # noqa: E731
+            def fn(workspace, ctx):
+                # "ask before sending": the worker waits for the dialog (`_on_confirm`)
+                confirm = (lambda plan: ctx.confirm("cloud", plan)) if workspace.settings.cloud.ask_before_sending else None
+                return workspace.ask_cloud(question, reason=reason, on_text=ctx.text, cancel=ctx.cancel, confirm=confirm)
         else:
-            fn = lambda engine, ctx: engine.ask(question, follow_up=follow_up, ctx=ctx)  # noqa: E731
+            def fn(workspace, ctx):
+                return workspace.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel)
         job = Job("cloud" if cloud else "ask", fn, title="Asking the cloud…" if cloud else "Answering…",
                   on_text=self._on_answer_text)
         self.live = LiveAnswer(job, doc_id, message_id, question, "cloud" if cloud else "local", saved_at=time.monotonic())
@@ -608,28 +610,16 @@ class MainWindow(QMainWindow):
         if answer is None:  # the user declined to send it to the cloud
             fields = dict(text=live.text or "_(not sent)_", state="cancelled", stop_reason="cancelled")
         else:
-            fields = dict(
-                text=answer.text, state="cancelled" if answer.stop_reason == "cancelled" else "done",
-                source=answer.source, endpoint=answer.endpoint, reason=answer.escalation_reason if answer.source == "cloud" else None,
-                model=answer.cloud_model if answer.source == "cloud" else (self.client.model.label if self.client.model else None),
-                ttft_s=answer.time_to_first_token_s, tokens_per_s=answer.decode_tokens_per_s or None,
-                tokens=len(answer.token_ids) if answer.source == "local" else _completion_tokens(answer),
-                prefix_hit=int(answer.prefix_hit) if answer.source == "local" else None, stop_reason=answer.stop_reason,
-            )
-            if answer.source == "local":  # recall and its attention-grounded sources, kept with the history
-                profile = self.client.model.profile if self.client.model else None
-                fields.update(sources_json=sources_json(answer.sources), recall_json=recall_record(
-                    answer.recall, self.settings.recall, heads=profile.num_layers * profile.kv_heads if profile else None))
+            fields = answer_record(answer, model=self.client.model, recall=self.settings.recall).fields()
         self.library.update_message(live.message_id, **fields)
         message = self.library.message(live.message_id)
         self.chat.finish_answer(message)
         self._update_input()
-        if (not self._closed and answer is not None and answer.source == "local" and answer.stop_reason != "cancelled"
-                and self.settings.cloud.enabled and self.settings.cloud.auto_escalate):
-            question = live.question
-            self.client.run("escalation", lambda engine, ctx: engine.escalation_reason(answer),
-                            on_done=lambda reason: reason and not self._closed
-                            and self._ask(question, cloud=True, reason=reason, escalation=True))
+        # The policy is pure (the answer, its document's report, the settings): None for a cloud or
+        # cancelled answer, or with automatic escalation off.
+        reason = escalation_reason(answer, self.last_report, self.settings) if answer and self.last_report else None
+        if reason and not self._closed:
+            self._ask(live.question, cloud=True, reason=reason, escalation=True)
 
     def _answer_failed(self, job: Job, error: JobError) -> None:
         live = self.live
@@ -659,21 +649,19 @@ class MainWindow(QMainWindow):
 
     def _on_confirm(self, job: Job, request: ConfirmRequest) -> None:
         """The worker asks before sending something to the cloud: show what would be sent."""
-        plan = request.payload
+        plan: CloudPlan = request.payload
         box = QMessageBox(self)
         box.setIcon(QMessageBox.Icon.Question)
         box.setWindowTitle("Send to the cloud?")
-        cut = " (cut to fit the endpoint's context)" if getattr(plan, "was_cut", False) else ""
-        box.setText(f"Send this question and part of “{getattr(plan, 'document_title', '?')}” to "
-                    f"{getattr(plan, 'endpoint', '?')} (model {getattr(plan, 'model', '?')})?")
-        info = (f"Question: {getattr(plan, 'question', '')}\n"
-                f"Document: {getattr(plan, 'document_tokens_sent', 0):,} of {getattr(plan, 'document_tokens_total', 0):,} tokens, "
-                f"{len(getattr(plan, 'segments_sent', []) or [])} pages/files{cut}")
-        warnings = getattr(plan, "warnings", None) or []
-        if warnings:
-            info += "\n\n" + "\n".join(f"• {w}" for w in warnings)
+        cut = " (cut to fit the endpoint's context)" if plan.was_cut else ""
+        box.setText(f"Send this question and part of “{plan.document_title}” to {plan.endpoint} (model {plan.model})?")
+        info = (f"Question: {plan.question}\n"
+                f"Document: {plan.document_tokens_sent:,} of {plan.document_tokens_total:,} tokens, "
+                f"{len(plan.segments_sent)} pages/files{cut}")
+        if plan.warnings:
+            info += "\n\n" + "\n".join(f"• {w}" for w in plan.warnings)
         box.setInformativeText(info)
-        box.setDetailedText("Segments sent:\n" + "\n".join(getattr(plan, "segments_sent", []) or []))
+        box.setDetailedText("Segments sent:\n" + "\n".join(plan.segments_sent))
         send = box.addButton("Send", QMessageBox.ButtonRole.AcceptRole)
         box.addButton("Don't send", QMessageBox.ButtonRole.RejectRole)
         box.finished.connect(lambda _r: request.answer(box.clickedButton() is send))
@@ -718,7 +706,7 @@ class MainWindow(QMainWindow):
             self.cached_keys = keys
             self.refresh_library()
 
-        self.client.run("cache status", lambda engine, ctx: engine.cached_keys(), on_done=done)
+        self.client.run("cache status", lambda workspace, ctx: workspace.cached_keys(), on_done=done)
 
     def library_status(self, document_id: int) -> str:
         record = self.library.document(document_id)
@@ -823,7 +811,7 @@ class MainWindow(QMainWindow):
         tokens = self.last_report.document_tokens if self.last_report and self.open_document_id else None
         dialog = SettingsDialog(self.settings, profile=profile, parent=self, document_tokens=tokens)
         dialog.clear_cache_requested.connect(lambda: self.clear_prefix_cache(dialog))
-        self.client.run("cache usage", lambda engine, ctx: engine.prefix_cache_usage(),
+        self.client.run("cache usage", lambda workspace, ctx: workspace.prefix_cache_usage(),
                         on_done=lambda usage: self.settings_dialog is dialog and dialog.set_cache_usage(*usage))
         dialog.accepted.connect(lambda: self.apply_settings(dialog.saved))
         self.settings_dialog = dialog
@@ -837,40 +825,43 @@ class MainWindow(QMainWindow):
                 dialog.set_cache_usage(0, 0)
             self.statusBar().showMessage(f"Removed {removed} saved prefix cache{'s' if removed != 1 else ''}.", 8000)
 
-        self.client.run("clear cache", lambda engine, ctx: engine.clear_prefix_cache(), on_done=done,
+        self.client.run("clear cache", lambda workspace, ctx: workspace.clear_prefix_cache(), on_done=done,
                         on_error=lambda error: self.banner.show_message("error", f"Could not clear the prefix cache: {error.message}"))
 
     def apply_settings(self, new: EngineSettings | None, *, retry_path: str | None = None) -> None:
-        """Use `new` settings now, without a restart: a model/device change reloads the model; a
-        cache-policy change re-opens the current document (prefix caches are keyed by the policy,
-        so only those of the old policy miss). `retry_path`: open this document afterwards anyway."""
+        """Use `new` settings now, without a restart, and do what the workspace says the change
+        implies (`SettingsChange`): reload the model, re-open the current document (prefix caches
+        are keyed by the policy, so only those of the old policy miss), or nothing.
+        `retry_path`: open this document afterwards anyway."""
         if new is None:
             return
-        old = self.settings
-        heavy = (old.model, old.device, old.cache, old.prefix_cache) != (new.model, new.device, new.cache, new.prefix_cache)
-        reopen_path = retry_path or (self._open_path() if heavy else None)
-        if heavy:
+        # The same decision the workspace returns, known now: work under the old settings stops,
+        # and no question is taken until the document is open again under the new ones.
+        expected = SettingsChange.between(self.settings, new)
+        document = self._open_path()
+        if expected.reopens_document:
             self.client.cancel({"open", "ask", "cloud"})
-        if reopen_path:  # no questions until it is open again under the new settings
-            self.opening = reopen_path
+        if retry_path or (expected.reopens_document and document):
+            self.opening = retry_path or document
             self.open_document_id = None
         self.settings = new
         self.client.settings = new
 
-        def done(result: ApplyResult) -> None:
+        def done(change: SettingsChange) -> None:
             if self._closed:
                 return
-            if result.reload_model:
+            if change is SettingsChange.RELOAD_MODEL:
                 self.client.model = None
                 self.model_status.setText("Model changed: loading it…")
                 self.load_model()
-            if reopen_path:
-                self.open_path(reopen_path)
+            reopen = retry_path or (document if change.reopens_document else None)
+            if reopen:
+                self.open_path(reopen)
             self.refresh_cache_status()
             self._update_input()
             self._update_estimate()
 
-        self.client.run("apply settings", lambda engine, ctx: engine.apply_settings(new), on_done=done,
+        self.client.run("apply settings", lambda workspace, ctx: workspace.apply_settings(new), on_done=done,
                         on_error=lambda error: self.banner.show_message("error", f"Could not apply the settings: {error.message}"))
         self._update_input()
 
@@ -1063,12 +1054,6 @@ def warning_note(warnings: list[str], shown: int = 3) -> str:
     ordered = sorted(warnings, key=lambda w: not w.startswith("recall is off"))
     more = f" (and {len(ordered) - shown} more)" if len(ordered) > shown else ""
     return "Note: " + "; ".join(ordered[:shown]) + more
-
-
-def _completion_tokens(answer) -> int | None:
-    """Tokens of a cloud answer, as the endpoint reported them (None when it did not)."""
-    usage = getattr(answer, "usage", None)
-    return getattr(usage, "completion_tokens", None) if usage is not None else None
 
 
 def local_paths(mime: QMimeData) -> list[str]:

@@ -1,13 +1,15 @@
-"""The engine worker: one long-lived QObject on its own QThread owns the model, its device, the
-document session and the prefix store. The GUI never calls the engine itself; it submits `Job`s.
+"""The engine worker: one long-lived QObject on its own QThread owns the `engine.workspace.Workspace`
+(model, document session, prefix store). The GUI never calls the workspace itself; it submits
+`Job`s. This module is Qt plumbing only: threads, signals, and turning exceptions into messages;
+what the engine does and decides is in `engine.workspace`.
 
     client = EngineClient(settings)                                   # GUI thread
-    client.submit(Job("open", lambda engine, ctx: engine.open(path, ctx=ctx),
+    client.submit(Job("open", lambda workspace, ctx: workspace.open(path, progress=ctx.progress, cancel=ctx.cancel),
                       on_done=show_report, on_error=show_error, on_progress=bar.update))
 
 `Job` is the only shape background work takes (Anki's QueryOp, napari's workers):
 
-* `fn(engine, ctx)` runs on the worker thread. **It must not touch widgets or the `Library`**; it
+* `fn(workspace, ctx)` runs on the worker thread. **It must not touch widgets or the `Library`**; it
   reports through `ctx.progress(...)`, `ctx.text(...)` and returns a result.
 * `on_done(result)`, `on_error(JobError)`, `on_progress(Progress)`, `on_text(str)` run on the GUI
   thread (queued signals), in that order of events.
@@ -18,18 +20,17 @@ Cancel: `client.cancel()` sets the running and queued jobs' `threading.Event`s; 
 between two layers of prefill or decode and raises `Cancelled` (or ends the answer with
 stop_reason "cancelled"), so work stops well within a second.
 
-Memory gauge, and why it is thread-safe: `DocumentSession.memory()` reads the cache's tensors and
+Memory gauge, and why it is thread-safe: `Workspace.memory()` reads the cache's tensors and
 counters, which the worker mutates during prefill and decode, so only the worker calls it — at safe
 points between engine steps (each progress event and each streamed piece, at most every
 MEMORY_EVERY_S, and at the end of every job) — and emits the resulting `MemoryReport` (frozen, plain
 ints). Between those points the GUI refreshes only the device-wide numbers (free memory, process
-workspace) with `engine.memory.measure`, which reads psutil / `torch.cuda.mem_get_info` and no
+workspace) with `engine.memory.remeasure`, which reads psutil / `torch.cuda.mem_get_info` and no
 engine state, reusing the last report's weights / KV / budget. See `EngineClient.sample_memory`.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -38,32 +39,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
-from engine import paths
-from engine.documents import Document, PasswordRequiredError, WrongPasswordError
+from engine.documents import PasswordRequiredError, WrongPasswordError
 from engine.errors import CacheStoreError, Cancelled, DocumentError, HalamanError, ModelError, SettingsError
-from engine.memory import MemoryReport, measure
-from engine.models.loader import LoadedModel, ModelProfile
-from engine.prefix_store import PrefixStore, clear_files, open_store
-from engine.session import Answer, DocumentSession, OpenReport, Progress
+from engine.memory import MemoryReport, remeasure
+from engine.models.loader import LoadedModel
+from engine.session import Progress
 from engine.settings import EngineSettings
+from engine.workspace import ModelInfo, Workspace, out_of_memory
 
 log = logging.getLogger(__name__)
 
 MEMORY_EVERY_S = 0.2
 """Least time between two memory reports emitted by the worker while a job runs."""
-
-OutOfMemory: tuple[type[BaseException], ...] = (MemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))
-
-
-def default_model_factory(settings: EngineSettings) -> LoadedModel:
-    """Load the model the settings name, on the device they name (runs on the worker thread)."""
-    from engine.models.loader import load_model
-
-    return load_model(settings.model, device=settings.device)
-
 
 # ----------------------------------------------------------------------------- jobs
 @dataclass
@@ -84,8 +73,8 @@ def describe_error(exc: BaseException) -> JobError:
         return JobError("cancelled", "Cancelled.", exc)
     if isinstance(exc, (PasswordRequiredError, WrongPasswordError)):
         return JobError("password", str(exc), exc)
-    if isinstance(exc, OutOfMemory):
-        where = "GPU" if not isinstance(exc, MemoryError) else "system"
+    where = out_of_memory(exc)
+    if where is not None:
         return JobError("oom", f"Out of {where} memory while working on the document: lower the KV budget "
                                "(Settings › KV budget) or choose a smaller model, then retry.", exc)
     for cls, kind in ((DocumentError, "document"), (ModelError, "model"), (SettingsError, "settings"),
@@ -101,7 +90,7 @@ class Job:
     """One engine call to run on the worker thread (see the module docstring for the rules)."""
 
     name: str
-    fn: Callable[[Engine, JobContext], Any]
+    fn: Callable[[Workspace, JobContext], Any]
     title: str | None = None        # shown in the progress panel while it runs; None: a quiet background job
     on_done: Callable[[Any], None] | None = None
     on_error: Callable[[JobError], None] | None = None
@@ -129,7 +118,8 @@ class ConfirmRequest:
 
 
 class JobContext:
-    """What a job's `fn` may use besides the engine: the cancel event and the ways to report."""
+    """What a job's `fn` may use besides the workspace: the cancel event and the ways to report
+    (`progress` and `text` are the callbacks to hand to the workspace's calls)."""
 
     def __init__(self, worker: EngineWorker, job: Job) -> None:
         self._worker = worker
@@ -145,16 +135,13 @@ class JobContext:
         self._worker.text.emit(self.job, piece)
         self.checkpoint()
 
-    def model_loaded(self, info: ModelInfo) -> None:
-        self._worker.model_loaded.emit(info)
-
     def checkpoint(self, *, force: bool = False) -> None:
         """A safe point between engine steps: emit a memory report (at most every MEMORY_EVERY_S)."""
         now = time.monotonic()
         if not force and now - self._last_memory < MEMORY_EVERY_S:
             return
         self._last_memory = now
-        report = self._worker.engine.memory()
+        report = self._worker.workspace.memory()
         if report is not None:
             self._worker.memory.emit(report)
 
@@ -168,171 +155,10 @@ class JobContext:
         return request.accepted
 
 
-# --------------------------------------------------------------------------- engine
-@dataclass
-class ModelInfo:
-    label: str
-    device: str                 # "cpu" | "cuda" | "cuda:0"
-    profile: ModelProfile
-    weight_bytes: int
-    load_seconds: float
-
-
-@dataclass
-class OpenResult:
-    report: OpenReport
-    document: Document          # read-only for the GUI (citations); the worker never mutates it
-    path: str
-    prefix_key: str | None
-    memory: MemoryReport
-
-
-@dataclass
-class ApplyResult:
-    reload_model: bool
-    reopen: bool                # the open document must be opened again (cache policy changed)
-
-
-class Engine:
-    """Worker-thread state: settings, model, session, prefix store. Used only on the worker thread
-    (it is created on the GUI thread, but nothing there calls it)."""
-
-    def __init__(self, settings: EngineSettings, model_factory: Callable[[EngineSettings], LoadedModel] | None = None) -> None:
-        self.settings = settings
-        self.model_factory = model_factory or default_model_factory
-        self.model: LoadedModel | None = None
-        self.session: DocumentSession | None = None
-        self.store: PrefixStore | None = None
-        self._store_tried = False           # opened once (a store that cannot be used is not retried)
-        self._store_notices: list[str] = []  # shown with the next open's warnings, once
-
-    # -- model
-    def ensure_model(self, ctx: JobContext | None = None) -> ModelInfo:
-        if self.model is None:
-            if ctx is not None:
-                ctx.progress(Progress("loading model", 0, 0, "model"))
-            self.model = self.model_factory(self.settings)
-            self.session = None
-            if ctx is not None:
-                ctx.model_loaded(self.model_info())
-        if self.session is None:
-            self.session = DocumentSession(self.model, self.settings, self._store())
-        return self.model_info()
-
-    def model_info(self) -> ModelInfo | None:
-        m = self.model
-        return ModelInfo(m.label, str(m.device), m.profile, m.weight_bytes, m.load_seconds) if m else None
-
-    def unload_model(self) -> None:
-        self.session = None
-        self.model = None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-    # -- documents
-    def open(self, path: str, *, password: str | None = None, ctx: JobContext) -> OpenResult:
-        self.ensure_model(ctx)
-        assert self.session is not None
-        self.session.notices += self._store_notices
-        self._store_notices = []
-        report = self.session.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel)
-        key = self.session.prefix_key_for() if self.session.store is not None else None
-        return OpenResult(report, self.session.document, path, key, self.session.memory())
-
-    def ask(self, question: str, *, follow_up: bool = False, ctx: JobContext) -> Answer:
-        self.ensure_model(ctx)
-        assert self.session is not None
-        return self.session.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel)
-
-    def ask_cloud(self, question: str, *, reason: str, ctx: JobContext) -> Answer | None:
-        """Send the question (and what fits of the document) to the configured cloud endpoint."""
-        from engine import cloud
-        from engine.secrets import load_api_key
-
-        assert self.session is not None
-        confirm = None
-        if self.settings.cloud.ask_before_sending:
-            confirm = lambda plan: ctx.confirm("cloud", plan)  # noqa: E731
-        return cloud.ask_cloud(
-            self.session, question, self.settings, reason=reason, on_text=ctx.text, cancel=ctx.cancel,
-            confirm=confirm, api_key=load_api_key(self.settings.cloud.base_url),
-        )
-
-    def escalation_reason(self, answer: Answer) -> str | None:
-        from engine import cloud
-
-        assert self.session is not None and self.session.report is not None
-        return cloud.escalation_reason(answer, self.session.report, self.settings)
-
-    # -- settings and the prefix store
-    def apply_settings(self, new: EngineSettings) -> ApplyResult:
-        """Use `new` from now on. A model/device change drops the model (the next job reloads it);
-        a cache-policy change needs the open document re-opened (its prefix key changes), and so does
-        a change of the archive (on / off, bits, block size): the archive is written while reading.
-        The recall budget applies at the next question."""
-        new.validate()
-        old, self.settings = self.settings, new
-        if old.prefix_cache_disk_bytes != new.prefix_cache_disk_bytes or old.prefix_cache != new.prefix_cache:
-            self._close_store()
-        had_document = self.session is not None and self.session.document is not None
-        if (old.model, old.device) != (new.model, new.device):
-            self.unload_model()
-            return ApplyResult(reload_model=True, reopen=had_document)
-        if self.session is None:
-            return ApplyResult(False, False)
-        archive_changed = old.recall.replace(recall_tokens=0) != new.recall.replace(recall_tokens=0)
-        if old.cache != new.cache or old.prefix_cache != new.prefix_cache or archive_changed:
-            self.session = DocumentSession(self.model, new, self._store())
-            return ApplyResult(False, had_document)
-        self.session.settings = new  # answer length, temperature...: read at the next ask
-        self.session.store = self._store()
-        return ApplyResult(False, False)
-
-    def cached_keys(self) -> set[str]:
-        store = self._store()
-        return {entry.key for entry in store.entries()} if store is not None else set()
-
-    def prefix_cache_usage(self) -> tuple[int, int]:
-        """(entries, bytes) in the prefix store."""
-        store = self._store()
-        return (len(store.entries()), store.total_bytes()) if store is not None else (0, 0)
-
-    def clear_prefix_cache(self) -> int:
-        store = self._store()
-        # Without a usable store (full disk, damaged folder) the files are deleted by name.
-        return store.clear() if store is not None else clear_files(paths.cache_dir() / "prefix")
-
-    def memory(self) -> MemoryReport | None:
-        return self.session.memory() if self.session is not None else None
-
-    def shutdown(self) -> None:
-        self._close_store()
-        self.session = None
-        self.model = None
-
-    def _store(self) -> PrefixStore | None:
-        if not self.settings.prefix_cache:
-            return None
-        if self.store is None and not self._store_tried:
-            self._store_tried = True
-            self.store, notice = open_store(paths.cache_dir() / "prefix", disk_budget_bytes=self.settings.prefix_cache_disk_bytes)
-            if notice:
-                self._store_notices.append(notice)
-        return self.store
-
-    def _close_store(self) -> None:
-        self._store_tried = False
-        if self.store is not None:
-            self.store.close()
-            self.store = None
-        if self.session is not None:
-            self.session.store = None
-
-
 # --------------------------------------------------------------------------- worker
 class EngineWorker(QObject):
-    """Lives on the engine thread. `run(job)` is its only slot; everything else is signals."""
+    """Lives on the engine thread and owns the workspace there. `run(job)` is its only slot;
+    everything else is signals."""
 
     started = Signal(object)              # job
     progress = Signal(object, object)     # job, engine.session.Progress
@@ -343,10 +169,13 @@ class EngineWorker(QObject):
     confirm = Signal(object, object)      # job, ConfirmRequest
     model_loaded = Signal(object)         # ModelInfo
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, workspace: Workspace) -> None:
         super().__init__()
-        self.engine = engine
+        self.workspace = workspace
         self.closing = threading.Event()
+        # Called on this thread whenever the workspace has loaded a model (a job that needs one
+        # loads it: the first one, and the first after a model change).
+        workspace.on_model_loaded = self.model_loaded.emit
 
     @Slot(object)
     def run(self, job: Job) -> None:
@@ -356,7 +185,7 @@ class EngineWorker(QObject):
         ctx = JobContext(self, job)
         self.started.emit(job)
         try:
-            result = job.fn(self.engine, ctx)
+            result = job.fn(self.workspace, ctx)
         except BaseException as exc:  # noqa: BLE001 - the thread must survive anything a job raises
             error = describe_error(exc)
             if error.kind == "bug":
@@ -390,8 +219,8 @@ class EngineClient(QObject):
     def __init__(self, settings: EngineSettings, model_factory: Callable[[EngineSettings], LoadedModel] | None = None,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.settings = settings           # the GUI's copy; the worker's is engine.settings
-        self.engine = Engine(settings, model_factory)
+        self.settings = settings           # the GUI's copy; the worker's is workspace.settings
+        self.workspace = Workspace(settings, model_factory)
         self.model: ModelInfo | None = None
         self.last_memory: MemoryReport | None = None
         self._pending: list[Job] = []
@@ -399,7 +228,7 @@ class EngineClient(QObject):
         self.current: Job | None = None
         self.thread = QThread()
         self.thread.setObjectName("halaman-engine")
-        self.worker = EngineWorker(self.engine)
+        self.worker = EngineWorker(self.workspace)
         self.worker.moveToThread(self.thread)
         self._submit.connect(self.worker.run)
         self.worker.model_loaded.connect(self._on_model_loaded)
@@ -425,7 +254,7 @@ class EngineClient(QObject):
             self.busy_changed.emit(True)
         return job
 
-    def run(self, name: str, fn: Callable[[Engine, JobContext], Any], **callbacks) -> Job:
+    def run(self, name: str, fn: Callable[[Workspace, JobContext], Any], **callbacks) -> Job:
         """Shorthand for `submit(Job(name, fn, **callbacks))`."""
         return self.submit(Job(name, fn, **callbacks))
 
@@ -446,7 +275,7 @@ class EngineClient(QObject):
         self.thread.quit()  # ends the thread's event loop once the running job returns
         finished = self.thread.wait(int(timeout_s * 1000))
         if finished:
-            self.engine.shutdown()  # the thread is gone: nothing else touches the engine now
+            self.workspace.shutdown()  # the thread is gone: nothing else touches the workspace now
             # Deliver what the worker sent before it stopped (e.g. a cancelled answer's last pieces
             # and its result), so the window can save it; after this, late signals are ignored.
             QCoreApplication.sendPostedEvents(self)
@@ -462,8 +291,7 @@ class EngineClient(QObject):
         last = self.last_memory
         if last is None or self.model is None:
             return last
-        return measure(torch.device(self.model.device), weights_bytes=last.weights_bytes, kv=last.kv,
-                       budget_bytes=last.budget_bytes)
+        return remeasure(last, self.model.device)
 
     # -- worker signals, on the GUI thread
     @Slot(object)

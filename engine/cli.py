@@ -130,26 +130,15 @@ def recall_line(stats, recall: RecallSettings) -> str:
             f"{stats.seconds * 1000:.0f} ms (score {stats.score_s * 1000:.0f}, read {stats.read_s * 1000:.0f})")
 
 
-def _open_store(settings: EngineSettings):
-    """The prefix store, or None when it cannot be used (a warning line says so; answers go on)."""
-    from engine import paths
-    from engine.prefix_store import open_store
-
-    store, notice = open_store(paths.cache_dir() / "prefix", disk_budget_bytes=settings.prefix_cache_disk_bytes)
-    if notice:
-        print(f"warning: {notice}", file=sys.stderr)
-    return store
-
-
 def _cmd_ask(args: argparse.Namespace) -> int:
     from engine.documents import load_document
-    from engine.models.loader import load_model
-    from engine.session import DocumentSession, reading_progress
+    from engine.session import reading_progress
+    from engine.workspace import Workspace
 
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
-    cloud_settings = _cloud_settings(args, settings)
+    settings = _cloud_settings(args, settings)
     err = sys.stderr
     # Read the document before loading the model: a bad file is reported in a second, not after
     # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
@@ -160,20 +149,20 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(f"Loading {settings.model} ...", file=err, flush=True)
-    model = load_model(settings.model, device=settings.device)
+    workspace = Workspace(settings)
+    model = workspace.ensure_model()
     print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} (4-bit), "
           f"loaded in {model.load_seconds:.1f} s", file=err)
-    session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
     cancel = threading.Event()
     try:
-        report = session.open(document, progress=bar.update, cancel=cancel)
+        report = workspace.open(document, progress=bar.update, cancel=cancel).report
     finally:
         bar.close()
     for warning in report.warnings[:10]:
         print(f"warning: {warning}", file=err)
     if len(report.warnings) > 10:
         print(f"warning: ... and {len(report.warnings) - 10} more", file=err)
-    answer = session.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
+    answer = workspace.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
     print()
     policy = settings.cache
     print(
@@ -193,17 +182,19 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     )
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
-    if cloud_settings is not None:
-        return _ask_cloud_after(args, cloud_settings, session, report, answer, cancel)
+    if args.cloud or args.cloud_auto:
+        return _ask_cloud_after(args, workspace, answer, cancel)
     return 0
 
 
-def _cloud_settings(args: argparse.Namespace, settings: EngineSettings) -> EngineSettings | None:
-    """`settings` with the cloud flags applied, or None without --cloud / --cloud-auto.
+def _cloud_settings(args: argparse.Namespace, settings: EngineSettings) -> EngineSettings:
+    """`settings` with the cloud flags applied (unchanged without --cloud / --cloud-auto).
     Raises HalamanError when the fallback is off (checked before any work, nothing is sent)."""
     if not (args.cloud or args.cloud_auto):
-        return None
+        return settings
     changes = {"enabled": True, "base_url": args.cloud_url} if args.cloud_url else {}
+    if args.cloud_auto:  # escalate when the local answer looks unreliable: that is what the flag asks
+        changes["auto_escalate"] = True
     if args.cloud_model:
         changes["model"] = args.cloud_model
     if args.max_new_tokens is not None:  # the answer's limit holds for the cloud answer too
@@ -215,18 +206,17 @@ def _cloud_settings(args: argparse.Namespace, settings: EngineSettings) -> Engin
     return settings.replace(cloud=cloud)
 
 
-def _ask_cloud_after(args: argparse.Namespace, settings: EngineSettings, session, report, answer, cancel) -> int:
+def _ask_cloud_after(args: argparse.Namespace, workspace, answer, cancel) -> int:
     """`--cloud`: always escalate after the local answer; `--cloud-auto`: only when
     `escalation_reason` gives a reason."""
     import os
 
-    from engine.cloud import ask_cloud, escalation_reason
     from engine.cloud.report import plan_lines, provenance_lines
 
-    cloud = settings.cloud
+    cloud = workspace.settings.cloud
     reason = "user asked (--cloud)"
     if not args.cloud:
-        reason = escalation_reason(answer, report, settings.replace(cloud=cloud.replace(auto_escalate=True)))
+        reason = workspace.escalation_reason(answer)
         if reason is None:
             print(f"\ncloud: not asked (the local answer looks reliable: mean log-probability {answer.mean_logprob:.2f})")
             return 0
@@ -238,9 +228,9 @@ def _ask_cloud_after(args: argparse.Namespace, settings: EngineSettings, session
         return True  # --cloud / --cloud-auto on a command line with no terminal to ask is the consent
 
     print(f"\n--- cloud answer ({reason}) ---", flush=True)
-    cloud_answer = ask_cloud(session, args.question, settings, reason=reason, cancel=cancel, confirm=confirm,
-                             on_text=lambda piece: print(piece, end="", flush=True),
-                             api_key=os.environ.get("HALAMAN_CLOUD_API_KEY") or None)
+    cloud_answer = workspace.ask_cloud(args.question, reason=reason, cancel=cancel, confirm=confirm,
+                                       on_text=lambda piece: print(piece, end="", flush=True),
+                                       api_key=os.environ.get("HALAMAN_CLOUD_API_KEY") or None)
     if cloud_answer is None:
         print("(not sent)")
         return 0
@@ -284,25 +274,33 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from engine import paths
-    from engine.prefix_store import clear_files
+    from engine.workspace import Workspace
 
     settings = load_settings()
-    store = _open_store(settings)
+    workspace = Workspace(settings)
     if args.action == "clear":
-        # Without a usable index the files are deleted by name: clearing always frees the space.
-        removed = store.clear() if store is not None else clear_files(paths.cache_dir() / "prefix")
+        removed = workspace.clear_prefix_cache()
+        _print_notices(workspace)
         print(f"removed {removed} prefix cache entr{'y' if removed == 1 else 'ies'}")
         return 0
-    if store is None:
+    entries = workspace.prefix_entries()
+    _print_notices(workspace)
+    if entries is None:
         print("no entries can be listed; `halaman cache clear` deletes the cache files")
         return 0
-    entries = store.entries()
     for entry in entries:
         archive = f"+ archive {format_bytes(entry.archive_bytes)}" if entry.archive_bytes else "no archive"
         print(f"{entry.key[:12]}  {format_bytes(entry.size_bytes):>10}  {archive:>18}  {entry.n_tokens:>8,} tokens  {entry.label}")
-    print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_bytes(store.total_bytes())} of {format_bytes(settings.prefix_cache_disk_bytes)}")
+    _, total = workspace.prefix_cache_usage()
+    print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_bytes(total)} of {format_bytes(settings.prefix_cache_disk_bytes)}")
     return 0
+
+
+def _print_notices(workspace) -> None:
+    """The workspace's notices (a prefix store that cannot be used) as warning lines on stderr."""
+    for notice in workspace.notices:
+        print(f"warning: {notice}", file=sys.stderr)
+    workspace.notices.clear()
 
 
 def _known_shapes() -> list[str]:
@@ -374,17 +372,16 @@ def _cmd_self_test(args: argparse.Namespace) -> int:
         raise HalamanError(f"self-test: the sample document {args.document or SAMPLE_DOCUMENT} was not found; "
                            "pass --document FILE")
     try:
-        from engine.models.loader import load_model
-        from engine.session import DocumentSession
+        from engine.workspace import Workspace
 
         settings = EngineSettings().replace(
             device=args.device, max_new_tokens=args.max_new_tokens, prefix_cache=not args.no_prefix_cache,
             cache=CachePolicy().replace(budget_tokens=512, window_tokens=128, residual_tokens=64))
         print("Halaman self-test: loading the default model ...", file=sys.stderr, flush=True)
-        model = load_model(settings.model, device=settings.device)
-        session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
-        report = session.open(str(document))
-        answer = session.ask(SELF_TEST_QUESTION)
+        workspace = Workspace(settings)
+        model = workspace.ensure_model()
+        report = workspace.open(str(document)).report
+        answer = workspace.ask(SELF_TEST_QUESTION)
     except Exception as exc:  # noqa: BLE001 - any failure is the result: report it in one line, exit 1
         print(f"self-test FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -62,3 +62,10 @@ def measure(device: torch.device, *, weights_bytes: int, kv: MemoryBreakdown | N
         device_free_bytes=int(free),
         budget_bytes=budget_bytes,
     )
+
+
+def remeasure(report: MemoryReport, device: str) -> MemoryReport:
+    """`report` with the device-wide numbers (free, total, workspace) measured again now on
+    `device` ("cpu", "cuda", "cuda:0"); weights, KV and budget are kept. Safe from any thread: it
+    reads psutil / `torch.cuda.mem_get_info`, never an engine's state."""
+    return measure(torch.device(device), weights_bytes=report.weights_bytes, kv=report.kv, budget_bytes=report.budget_bytes)

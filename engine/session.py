@@ -37,13 +37,14 @@ import torch
 import transformers
 
 from engine import paths
+from engine.answer import Answer, Source
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
 from engine.estimate import estimate, full_cache_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
-from engine.kvcache.recall import Recaller, RecallStats
+from engine.kvcache.recall import Recaller
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
@@ -101,49 +102,9 @@ class OpenReport:
     pages: int | None = None
 
 
-@dataclass(frozen=True)
-class Source:
-    """A page or file whose recalled tokens the answer attended to.
-
-    share: that page's part of all the attention the recalled tokens received (0..1), summed over
-    layers, heads, the question and the answer's tokens. From the model's attention, not from text
-    matching. page / path as in `Segment`.
-    """
-
-    label: str
-    share: float
-    page: int | None = None
-    path: str | None = None
-
-
 # Sources below this share of the recalled attention are not listed.
 SOURCE_MIN_SHARE = 0.05
 SOURCES_MAX = 5
-
-
-@dataclass
-class Answer:
-    """One answer. time_to_first_token_s counts from the call to the first streamed token.
-    prefix_hit: the document's KV cache was reused for this answer (restored from the prefix store,
-    or kept in memory from an earlier question) rather than prefilled just before it."""
-
-    question: str
-    text: str
-    token_ids: list[int]
-    prompt_tokens: int
-    time_to_first_token_s: float
-    decode_tokens_per_s: float
-    prefix_hit: bool
-    stop_reason: str            # "end" | "max_tokens" | "cancelled" | "cut" (cloud stream cut short)
-    mean_logprob: float         # mean log-probability of the chosen tokens (confidence signal)
-    kv: MemoryBreakdown
-    source: str = "local"                # "local" or "cloud": where the answer came from
-    endpoint: str | None = None          # cloud only: the base URL it was sent to
-    cloud_model: str | None = None       # cloud only: the model name the endpoint used
-    escalation_reason: str | None = None # why it went to the cloud ("user asked", "low confidence ...")
-    incomplete: bool = False             # the stream was cut before the model finished
-    recall: RecallStats | None = None    # what recall scored and read for this answer (None: no recall)
-    sources: list[Source] = field(default_factory=list)  # attention-grounded pages / files
 
 
 class DocumentSession:
@@ -158,6 +119,7 @@ class DocumentSession:
         self.layout = chat_layout(model.tokenizer)
         self.document: Document | None = None
         self.report: OpenReport | None = None
+        self.prefix_key: str | None = None  # the open document's prefix-cache key (whether or not it is stored)
         self._snapshot: CompressedCache | None = None
         self._conversation: CompressedCache | None = None
         self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
@@ -231,7 +193,7 @@ class DocumentSession:
                 archive = self._keep_archive(key, writer, saved, recall_warnings)
         elif layout is not None:
             archive = self._open_archive(key, layout, recall_warnings)
-        self.document, self._snapshot = document, cache
+        self.document, self._snapshot, self.prefix_key = document, cache, key
         self._archive, self._segment_starts = archive, segment_starts
         self._prefilled_for_next = not hit
         self.report = OpenReport(
@@ -246,7 +208,7 @@ class DocumentSession:
 
     def close(self) -> None:
         """Forget the open document and its caches (an archive kept only for this session is deleted)."""
-        self.document = self.report = self._snapshot = self._conversation = None
+        self.document = self.report = self._snapshot = self._conversation = self.prefix_key = None
         if self._archive is not None:
             self._archive.close()
         self._archive, self._segment_starts = None, []
@@ -345,18 +307,6 @@ class DocumentSession:
         peak = estimate(self.model.profile, policy, policy.budget_tokens + policy.chunk_tokens, self.settings.recall)
         peak = peak.peak_bytes + peak.recall_bytes
         return measure(self.model.device, weights_bytes=self.model.weight_bytes, kv=cache.memory() if cache else None, budget_bytes=peak)
-
-    def prefix_key_for(self, document: Document | None = None) -> str:
-        """The prefix-cache key `open` uses for `document` (default: the open one), without prefilling.
-
-        Tokenizes the rendered document (no model call). Raises HalamanError when no document is
-        given or open, SettingsError as `open` would for a policy the document cannot use.
-        """
-        document = document or self.document
-        if document is None:
-            raise HalamanError("no document is open: open a document first")
-        prefix_ids, _ = self._encode_document(document)
-        return self._key(prefix_ids, self._resolve_policy(len(prefix_ids)))
 
     # -------------------------------------------------------------- helpers
     def _encode(self, parts: tuple[str, str, str]) -> list[int]:

@@ -124,8 +124,8 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
     record = window.library.find(str(pdf.resolve()))
     assert record is not None and record.kind == "pdf" and record.pages == 1 and record.tokens > 100
     assert window.library.status(record, window.cached_keys, window.settings) == CACHED
-    # The key the library recorded (DocumentSession.prefix_key_for) is the one open() saved under.
-    assert [entry.key for entry in window.client.engine.store.entries()] == [record.prefix_key]
+    # The key the library recorded (DocumentSession.prefix_key) is the one open() saved under.
+    assert [entry.key for entry in window.client.workspace.prefix_store().entries()] == [record.prefix_key]
     assert "page 1" in window.segments
     item_text = window.library_list.currentItem().text()
     assert "P01" in item_text or record.title in item_text
@@ -204,7 +204,7 @@ def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot,
     assert "sk-secret-123" not in settings_path().read_text()
     assert "sk-secret-123" in memory_keyring.passwords.values()
     assert window.settings == saved
-    qtbot.waitUntil(lambda: window.client.engine.settings == saved, timeout=10_000)  # applied, no restart
+    qtbot.waitUntil(lambda: window.client.workspace.settings == saved, timeout=10_000)  # applied, no restart
 
     window.show_settings()
     again = window.settings_dialog
@@ -238,10 +238,10 @@ def test_the_gauge_shows_the_engines_memory_report(make_window, qtbot, tmp_path)
     window.open_path(str(text_doc(tmp_path)))
     wait_open(qtbot, window)
     qtbot.waitUntil(lambda: not window.client.busy, timeout=30_000)
-    engine_report = window.client.engine.session.memory()  # the worker is idle: safe to call here
+    engine_report = window.client.workspace.session.memory()  # the worker is idle: safe to call here
     qtbot.waitUntil(lambda: window.gauge.report is not None and window.gauge.report.kv.total_bytes > 0, timeout=5_000)
     shown = window.gauge.report
-    assert shown.weights_bytes == engine_report.weights_bytes == window.client.engine.model.weight_bytes
+    assert shown.weights_bytes == engine_report.weights_bytes == window.client.workspace.model.weight_bytes
     assert shown.kv == engine_report.kv and shown.kv_bytes > 0
     assert shown.budget_bytes == engine_report.budget_bytes > shown.kv_bytes
     assert shown.device == engine_report.device and shown.device_total_bytes == engine_report.device_total_bytes
@@ -477,9 +477,9 @@ def test_a_low_confidence_local_answer_escalates_to_the_cloud_by_itself(make_win
 def test_out_of_memory_offers_to_lower_the_budget_and_retry(make_window, qtbot, tmp_path, monkeypatch):
     import torch
 
-    from app.worker import Engine
+    from engine.workspace import Workspace
 
-    real_open = Engine.open
+    real_open = Workspace.open
     calls = []
 
     def open_once_out_of_memory(self, path, **kwargs):
@@ -488,7 +488,7 @@ def test_out_of_memory_offers_to_lower_the_budget_and_retry(make_window, qtbot, 
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_open(self, path, **kwargs)
 
-    monkeypatch.setattr(Engine, "open", open_once_out_of_memory)
+    monkeypatch.setattr(Workspace, "open", open_once_out_of_memory)
     window = make_window()
     window.open_path(str(text_doc(tmp_path)))
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=30_000)
@@ -514,7 +514,7 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     assert window.opening == str(doc.resolve()) and not window.question.isEnabled()
     wait_open(qtbot, window)
     qtbot.waitUntil(lambda: not window.client.busy, timeout=30_000)
-    assert window.client.engine.settings.cache.budget_tokens == 640  # no restart
+    assert window.client.workspace.settings.cache.budget_tokens == 640  # no restart
     assert window.open_document_id == record_id and not window.last_report.prefix_hit  # new policy: a miss
 
     window.apply_settings(SMALL)  # back: the first policy's cache is still on disk
@@ -602,7 +602,7 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     footer = lines[-1]
     assert re.search(rf" · recall {message.recall['tokens_per_head']:,} tokens in [\d,]+ ms( · |$)", footer), footer
     # The gauge shows the tokens recalled for this question, as the engine counts them.
-    engine_kv = window.client.engine.session.memory().kv  # the worker is idle: safe to call here
+    engine_kv = window.client.workspace.session.memory().kv  # the worker is idle: safe to call here
     qtbot.waitUntil(lambda: window.gauge.report is not None and window.gauge.report.kv.recalled_bytes > 0, timeout=10_000)
     assert window.gauge.report.kv.recalled_bytes == engine_kv.recalled_bytes
     assert f"recalled for this question {format_bytes(engine_kv.recalled_bytes)}" in window.gauge.kv_legend.text()

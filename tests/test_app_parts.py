@@ -126,9 +126,10 @@ def _answer_record(**fields) -> MessageRecord:
 def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_path):
     import sqlite3
 
-    from app.library import SCHEMA_VERSION, recall_record, sources_json
+    from app.library import SCHEMA_VERSION
+    from engine.answer import Source
     from engine.kvcache.recall import RecallStats
-    from engine.session import Source
+    from engine.workspace import recall_record, sources_json
     from engine.settings import RecallSettings
 
     path = tmp_path / "library.sqlite"
@@ -164,7 +165,7 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
 
 def test_the_footer_says_what_recall_cost_or_that_it_was_off():
     from app.chat import recall_text
-    from app.library import recall_record
+    from engine.workspace import recall_record
     from engine.kvcache.recall import RecallStats
     from engine.settings import RecallSettings
 
@@ -185,8 +186,8 @@ def test_attended_sources_show_under_the_answer_apart_from_citations_and_click_l
     from PySide6.QtCore import Qt
 
     from app.chat import ATTENDED_TIP, ChatView, attended_line
-    from app.library import sources_json
-    from engine.session import Source
+    from engine.answer import Source
+    from engine.workspace import sources_json
 
     assert attended_line([]) == ""
     view = ChatView()
@@ -311,17 +312,3 @@ def test_library_keeps_a_path_that_is_not_utf8(tmp_path):
     assert library.document(doc_id).path == folder and library.find(folder).id == doc_id
     assert [r.path for r in library.documents()] == [folder]
     library.close()
-
-
-def test_engine_goes_on_without_an_unusable_prefix_store(tmp_path, monkeypatch):
-    """The window's engine: a prefix folder that cannot be used gives one notice, no exception."""
-    from app.worker import Engine
-
-    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path))
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "prefix").write_text("a file where the cache folder should be")
-    engine = Engine(EngineSettings())
-    assert engine._store() is None and engine._store() is None  # tried once
-    assert engine.prefix_cache_usage() == (0, 0) and engine.clear_prefix_cache() == 0
-    [notice] = engine._store_notices
-    assert notice.startswith("the prefix cache cannot be used (")

@@ -15,9 +15,10 @@ import pytest
 from cloud_server import PIECES, USAGE, CloudServer
 
 from engine import secrets
-from engine.cloud import CloudAnswer, CloudError, CloudPlan, ask_cloud, client, escalation_reason, plan_request
+from engine.answer import Answer, CloudReply
+from engine.cloud import CloudError, CloudPlan, ask_cloud, client, escalation_reason, plan_request
 from engine.cloud.plan import INSECURE_WARNING
-from engine.session import Answer, DocumentSession, OpenReport
+from engine.session import DocumentSession, OpenReport
 from engine.settings import CachePolicy, CloudSettings, EngineSettings
 
 KEY = "sk-session-0a1b2c3d4e5f60718293a4b5c6d7e8f9"
@@ -82,14 +83,17 @@ def test_ask_cloud_streams_an_answer_with_provenance(note_session, server, memor
     settings = settings_for(server.base_url, ask_before_sending=True)
     answer = ask_cloud(note_session, "What is the code word?", settings,
                        on_text=pieces.append, confirm=lambda plan: plans.append(plan) or True)
-    assert isinstance(answer, CloudAnswer) and isinstance(answer, Answer)
+    assert type(answer) is Answer and isinstance(answer.cloud, CloudReply)  # one answer type, a cloud part
     assert pieces == PIECES and answer.text == "".join(PIECES)
-    assert (answer.source, answer.endpoint, answer.cloud_model) == ("cloud", server.base_url, "served-model")
-    assert answer.escalation_reason == "user asked" and not answer.incomplete and answer.stop_reason == "end"
-    assert answer.usage.prompt_tokens == USAGE["prompt_tokens"] == answer.prompt_tokens
+    reply = answer.cloud
+    assert (reply.endpoint, reply.model, reply.reason) == (server.base_url, "served-model", "user asked")
+    assert not answer.incomplete and reply.cut_reason is None and answer.stop_reason == "end"
+    assert reply.usage.prompt_tokens == USAGE["prompt_tokens"] == answer.prompt_tokens
+    assert reply.completion_tokens == USAGE["completion_tokens"] and reply.attempts == 1
     assert math.isnan(answer.mean_logprob) and answer.time_to_first_token_s > 0
+    assert answer.token_ids == [] and answer.kv.total_bytes == 0 and answer.recall is None and answer.sources == []
     [plan] = plans
-    assert answer.plan == plan and not plan.was_cut and plan.segments_sent == ["meeting.txt"]
+    assert reply.plan == plan and not plan.was_cut and plan.segments_sent == ["meeting.txt"]
     assert plan.document_tokens_sent == plan.document_tokens_total > 20 and plan.warnings == []
     [request] = server.requests
     assert request["headers"]["Authorization"] == f"Bearer {KEY}"
@@ -113,7 +117,7 @@ def test_ask_before_sending_needs_a_confirm_callback(note_session, server):
 def test_a_cut_stream_returns_the_partial_answer_marked_incomplete(note_session, server):
     pieces = []
     answer = ask_cloud(note_session, "q?", settings_for(server.base_url, "cut"), on_text=pieces.append)
-    assert answer.incomplete and answer.stop_reason == "cut" and answer.cut_reason
+    assert answer.incomplete and answer.stop_reason == "cut" and answer.cloud.cut_reason
     assert answer.text == PIECES[0] + PIECES[1] == "".join(pieces)
 
 
@@ -211,7 +215,8 @@ def test_never_escalates_when_off_cancelled_or_already_cloud():
     assert escalation_reason(low, _report(300), dataclasses.replace(AUTO, cloud=dataclasses.replace(AUTO.cloud, enabled=False))) is None
     assert escalation_reason(low, _report(300), dataclasses.replace(AUTO, cloud=dataclasses.replace(AUTO.cloud, auto_escalate=False))) is None
     assert escalation_reason(dataclasses.replace(low, stop_reason="cancelled"), _report(300), AUTO) is None
-    assert escalation_reason(dataclasses.replace(low, source="cloud"), _report(300), AUTO) is None
+    cloud = dataclasses.replace(low, cloud=CloudReply(endpoint="https://api.example.com/v1", model="m", reason="user asked"))
+    assert escalation_reason(cloud, _report(300), AUTO) is None
 
 
 def test_escalates_when_the_local_cache_keeps_too_little_of_the_document():
@@ -236,7 +241,7 @@ def test_with_the_cloud_off_nothing_opens_a_socket(smol, tmp_path, server, tripw
     session = DocumentSession(smol, off)
     report = session.open(str(doc))
     answer = session.ask("What is the code word?")
-    assert answer.source == "local" and answer.text and answer.mean_logprob < 0
+    assert answer.cloud is None and answer.text and answer.mean_logprob < 0
     assert escalation_reason(answer, report, off) is None
     # the same real answer, with the fallback on: escalated just below its confidence, not just above
     on = dataclasses.replace(off, cloud=dataclasses.replace(off.cloud, enabled=True, escalation_threshold=answer.mean_logprob + 0.01))

@@ -6,6 +6,7 @@ opens a socket.
     if reason or user_clicked_ask_the_cloud:
         answer = ask_cloud(session, question, settings, reason=reason or "user asked",
                            on_text=show, cancel=stop_event, confirm=ask_user)   # None: user said no
+        answer.cloud.endpoint, answer.cloud.usage                              # an Answer with a CloudReply
 
 Layout: `plan.py` decides what is sent (`CloudPlan`: the question plus as much of the document as
 `context_tokens` allows, cut by relevance when it does not fit); `policy.py` decides when to
@@ -17,10 +18,10 @@ answer's provenance as text.
 The key comes from the OS keyring (`engine.secrets`), never from the settings file.
 """
 
-from engine.cloud.ask import CloudAnswer, ask_cloud
+from engine.cloud.ask import ask_cloud
 from engine.cloud.client import CloudUsage
 from engine.cloud.errors import CloudError
 from engine.cloud.plan import CloudPlan, plan_request
 from engine.cloud.policy import escalation_reason
 
-__all__ = ["CloudAnswer", "CloudError", "CloudPlan", "CloudUsage", "ask_cloud", "escalation_reason", "plan_request"]
+__all__ = ["CloudError", "CloudPlan", "CloudUsage", "ask_cloud", "escalation_reason", "plan_request"]

@@ -1,47 +1,21 @@
-"""`ask_cloud`: send a question and the open document to the cloud endpoint; `CloudAnswer`."""
+"""`ask_cloud`: send a question and the open document to the cloud endpoint; an `Answer` with a `CloudReply`."""
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from engine.answer import Answer, CloudReply
 from engine.cloud import client
-from engine.cloud.client import CloudUsage, stream_chat_completion
+from engine.cloud.client import stream_chat_completion
 from engine.cloud.errors import CloudError
 from engine.cloud.plan import CloudPlan, plan_request
-from engine.kvcache.cache import MemoryBreakdown
 from engine.secrets import load_api_key
-from engine.session import Answer
 from engine.settings import EngineSettings
 
 log = logging.getLogger("engine.cloud")
-
-
-@dataclass
-class CloudAnswer(Answer):
-    """An `engine.session.Answer` that came from the cloud (`source == "cloud"`).
-
-    Answer's fields keep their meaning, except: `token_ids` is empty (endpoints do not send token
-    ids); `mean_logprob` is NaN (not requested, so unknown; NaN never compares below a threshold,
-    so a cloud answer is never escalated again); `kv` is all zeros (no local cache was used);
-    `prompt_tokens` is the endpoint's count when it reported usage, else the plan's estimate;
-    `decode_tokens_per_s` needs the endpoint's completion count, else 0; `stop_reason` is "end",
-    "max_tokens" (finish_reason "length"), "cancelled", or "cut" when the stream broke off
-    (then `incomplete` is True, `cut_reason` says why and `text` holds what arrived).
-    usage: token counts the endpoint reported, or None. plan: what was sent (`plan.was_cut` says
-    whether the document was cut). finish_reason: as the endpoint sent it. attempts: HTTP requests
-    made, retries included.
-    """
-
-    usage: CloudUsage | None = None
-    plan: CloudPlan | None = None
-    finish_reason: str | None = None
-    cut_reason: str | None = None
-    attempts: int = 0
 
 
 def ask_cloud(
@@ -54,12 +28,13 @@ def ask_cloud(
     cancel: threading.Event | None = None,
     confirm: Callable[[CloudPlan], bool] | None = None,
     api_key: str | None = None,
-) -> CloudAnswer | None:
+) -> Answer | None:
     """Answer `question` about `session`'s open document with the cloud model, streaming text
     pieces to `on_text` (from this thread) as they arrive.
 
-    session: an `engine.session.DocumentSession` with an open document. reason: recorded as the
-    answer's `escalation_reason` ("user asked", or what `escalation_reason` returned).
+    session: an `engine.session.DocumentSession` with an open document (read, never imported:
+    the cloud package sits below the session). reason: recorded as the answer's `cloud.reason`
+    ("user asked", or what `escalation_reason` returned).
     confirm(plan) -> bool: shown what would be sent; False cancels and returns None. Required
     when `settings.cloud.ask_before_sending` is on. api_key: used instead of the OS keyring
     (`engine.secrets.load_api_key(base_url)`); no key at all sends no Authorization header (local
@@ -68,7 +43,8 @@ def ask_cloud(
     or times out first (`connect_timeout_s`).
 
     A stream cut in the middle (connection closed, no data for `read_timeout_s`) is not an error
-    when some text arrived: the partial answer is returned with `incomplete=True`, nothing lost.
+    when some text arrived: the partial answer is returned with stop_reason "cut" and
+    `cloud.cut_reason` set (`incomplete` is True), nothing lost.
     Raises CloudError: kind "disabled" when `settings.cloud.enabled` is False (checked before
     anything else: no socket is opened); "config"; every HTTP and network failure before the first
     piece of text (see `CloudError.kind`); malformed data or an error event mid-stream, with the
@@ -117,12 +93,10 @@ def ask_cloud(
     completion = usage.completion_tokens if usage else None
     rate = (completion - 1) / (last - first) if completion and completion > 1 and first is not None and last and last > first else 0.0
     log.debug("cloud answer: %d characters in %.2f s, stop %s", len(result.text), time.perf_counter() - began, stop)
-    return CloudAnswer(
-        question=question, text=result.text, token_ids=[],
+    reply = CloudReply(endpoint=plan.endpoint, model=result.model or cloud.model, reason=reason, usage=usage, plan=plan,
+                       finish_reason=result.finish_reason, cut_reason=result.cut_reason, attempts=result.attempts)
+    return Answer.from_cloud(
+        question, result.text,
         prompt_tokens=usage.prompt_tokens if usage and usage.prompt_tokens is not None else plan.prompt_tokens_estimate,
-        time_to_first_token_s=first or 0.0, decode_tokens_per_s=rate, prefix_hit=False, stop_reason=stop,
-        mean_logprob=math.nan, kv=MemoryBreakdown(), source="cloud", endpoint=plan.endpoint,
-        cloud_model=result.model or cloud.model, escalation_reason=reason, incomplete=bool(result.cut_reason),
-        usage=usage, plan=plan, finish_reason=result.finish_reason, cut_reason=result.cut_reason,
-        attempts=result.attempts,
+        time_to_first_token_s=first or 0.0, decode_tokens_per_s=rate, stop_reason=stop, reply=reply,
     )

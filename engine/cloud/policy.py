@@ -26,8 +26,18 @@ local model, so sending the document would buy nothing.
 
 from __future__ import annotations
 
+from typing import Protocol
+
+from engine.answer import Answer
 from engine.cloud.plan import document_room_tokens
 from engine.settings import EngineSettings
+
+
+class OpenedDocument(Protocol):
+    """What the policy reads of an `engine.session.OpenReport` (the cloud package sits below the
+    session in the layers, so it names the one field it needs instead of importing it)."""
+
+    document_tokens: int
 
 MIN_KEPT_FRACTION = 0.25   # the local cache keeps under a quarter of the document's tokens ...
 CLOUD_GAIN = 2.0           # ... and the cloud could read at least twice as many of them
@@ -38,10 +48,10 @@ def kept_fraction(document_tokens: int, budget_tokens: int) -> float:
     return min(1.0, budget_tokens / max(document_tokens, 1))
 
 
-def escalation_reason(answer, report, settings: EngineSettings) -> str | None:
+def escalation_reason(answer: Answer, report: OpenedDocument, settings: EngineSettings) -> str | None:
     """Why `answer` should go to the cloud by itself, as one line, or None to keep it local.
 
-    answer: a local `engine.session.Answer`; report: the `OpenReport` of its document;
+    answer: a local `engine.answer.Answer`; report: the `engine.session.OpenReport` of its document;
     settings: the engine settings (cloud fallback, threshold, cache budget).
     Always None when the cloud fallback is off, automatic escalation is off, the answer is not
     local, or it was cancelled. Otherwise, in this order: an empty answer; mean log-probability
@@ -51,7 +61,7 @@ def escalation_reason(answer, report, settings: EngineSettings) -> str | None:
     cloud = settings.cloud
     if not (cloud.enabled and cloud.auto_escalate):
         return None
-    if getattr(answer, "source", "local") != "local" or answer.stop_reason == "cancelled":
+    if answer.cloud is not None or answer.stop_reason == "cancelled":
         return None
     if not answer.text.strip():
         return "the local model gave no answer"

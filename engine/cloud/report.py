@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.answer import Answer
 from engine.cloud.plan import CloudPlan
 
 
@@ -18,26 +19,27 @@ def plan_lines(plan: CloudPlan) -> list[str]:
     return lines + [f"warning: {w}" for w in plan.warnings]
 
 
-def provenance_lines(answer) -> list[str]:
+def provenance_lines(answer: Answer) -> list[str]:
     """Where an answer came from and what it cost: source, endpoint, model, reason, usage, stop."""
-    if getattr(answer, "source", "local") != "cloud":
+    reply = answer.cloud
+    if reply is None:
         return ["source          local"]
     lines = [
         "source          cloud",
-        f"endpoint        {answer.endpoint}",
-        f"model           {answer.cloud_model}",
-        f"reason          {answer.escalation_reason}",
+        f"endpoint        {reply.endpoint}",
+        f"model           {reply.model}",
+        f"reason          {reply.reason}",
     ]
-    plan = getattr(answer, "plan", None)
+    plan = reply.plan
     if plan is not None:
         lines.append(f"sent            {plan.document_tokens_sent:,} of {plan.document_tokens_total:,} document tokens"
                      f" ({len(plan.segments_sent)} parts){'; the document was cut to fit' if plan.was_cut else ''}")
-    usage = getattr(answer, "usage", None)
+    usage = reply.usage
     if usage is not None:
         lines.append(f"usage           prompt {usage.prompt_tokens} + completion {usage.completion_tokens} = "
                      f"{usage.total_tokens} tokens (reported by the endpoint)")
     else:
         lines.append("usage           not reported by the endpoint")
-    stop = answer.stop_reason + (f" — INCOMPLETE: {answer.cut_reason}" if answer.incomplete else "")
+    stop = answer.stop_reason + (f" — INCOMPLETE: {reply.cut_reason}" if reply.cut_reason else "")
     lines.append(f"TTFT            {answer.time_to_first_token_s:.2f} s; stop: {stop}")
     return lines

@@ -1,0 +1,108 @@
+"""Answer: what a question got back, from the local model or from the cloud, in one type.
+
+A local answer (`DocumentSession.ask`) has `cloud = None`. A cloud answer (`engine.cloud.ask_cloud`)
+has a `CloudReply`: where it went, which model answered, why it was sent, what the endpoint
+reported. Callers look at `answer.cloud` instead of comparing strings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from engine.kvcache.cache import MemoryBreakdown
+
+if TYPE_CHECKING:  # types only: the cloud package builds these, and imports this module
+    from engine.cloud.client import CloudUsage
+    from engine.cloud.plan import CloudPlan
+    from engine.kvcache.recall import RecallStats
+
+StopReason = Literal["end", "max_tokens", "cancelled", "cut"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A page or file whose recalled tokens the answer attended to.
+
+    share: that page's part of all the attention the recalled tokens received (0..1), summed over
+    layers, heads, the question and the answer's tokens. From the model's attention, not from text
+    matching. page / path as in `engine.documents.Segment`.
+    """
+
+    label: str
+    share: float
+    page: int | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class CloudReply:
+    """The cloud part of an answer that came from an OpenAI-compatible endpoint.
+
+    endpoint: the base URL it was sent to (as shown: no credentials). model: the model name the
+    endpoint reported (else the one requested). reason: why it went to the cloud ("user asked", or
+    `engine.cloud.escalation_reason`'s line). usage: token counts the endpoint reported, or None.
+    plan: what was sent (`plan.was_cut` says whether the document was cut). finish_reason: as the
+    endpoint sent it. cut_reason: why the stream broke off, None when it did not. attempts: HTTP
+    requests made, retries included.
+    """
+
+    endpoint: str
+    model: str
+    reason: str
+    usage: CloudUsage | None = None
+    plan: CloudPlan | None = None
+    finish_reason: str | None = None
+    cut_reason: str | None = None
+    attempts: int = 0
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """Tokens of the answer as the endpoint counted them; None when it did not report usage."""
+        return self.usage.completion_tokens if self.usage is not None else None
+
+
+@dataclass
+class Answer:
+    """One answer to one question.
+
+    time_to_first_token_s counts from the call to the first streamed piece. prefix_hit: the
+    document's KV cache was reused for this answer (restored from the prefix store, or kept in
+    memory from an earlier question) rather than prefilled just before it. stop_reason: "end",
+    "max_tokens", "cancelled", or "cut" (a cloud stream broke off; `cloud.cut_reason` says why and
+    `text` holds what arrived). mean_logprob: mean natural-log probability of the chosen tokens,
+    the confidence signal for escalation.
+
+    A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
+    NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
+    local cache was used), `prompt_tokens` as the endpoint counted them (else the plan's estimate),
+    and no recall or sources.
+    """
+
+    question: str
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    time_to_first_token_s: float
+    decode_tokens_per_s: float
+    prefix_hit: bool
+    stop_reason: StopReason
+    mean_logprob: float
+    kv: MemoryBreakdown = field(default_factory=MemoryBreakdown)
+    recall: RecallStats | None = None                     # what recall scored and read (None: no recall)
+    sources: list[Source] = field(default_factory=list)   # attention-grounded pages / files
+    cloud: CloudReply | None = None                       # set when the answer came from the cloud
+
+    @property
+    def incomplete(self) -> bool:
+        """The stream was cut before the model finished (cloud only)."""
+        return self.cloud is not None and self.cloud.cut_reason is not None
+
+    @classmethod
+    def from_cloud(cls, question: str, text: str, *, prompt_tokens: int, time_to_first_token_s: float,
+                   decode_tokens_per_s: float, stop_reason: StopReason, reply: CloudReply) -> Answer:
+        """A cloud answer: the local-only fields get the values the class docstring gives."""
+        return cls(question=question, text=text, token_ids=[], prompt_tokens=prompt_tokens,
+                   time_to_first_token_s=time_to_first_token_s, decode_tokens_per_s=decode_tokens_per_s,
+                   prefix_hit=False, stop_reason=stop_reason, mean_logprob=math.nan, cloud=reply)

@@ -1,0 +1,384 @@
+"""Workspace: the loaded model, the open document's session and the prefix store, behind the calls
+the command line (`engine.cli`) and the window's worker (`app.worker`) make.
+
+    workspace = Workspace(load_settings())
+    info = workspace.ensure_model()                                  # ModelInfo (loads once)
+    opened = workspace.open("book.pdf", progress=print)              # OpenResult
+    answer = workspace.ask("What is chapter 3 about?", on_text=print)
+    if reason := workspace.escalation_reason(answer):
+        answer = workspace.ask_cloud("What is chapter 3 about?", reason=reason, confirm=ask_user)
+    change = workspace.apply_settings(new_settings)                  # SettingsChange: what to redo
+
+Everything that decides something about the engine lives here, once: where the prefix store is
+(`prefix_store_dir`), what a settings change implies (`SettingsChange.between`), how far the budget
+drops after an out-of-memory (`lowered_budget`), whether an exception is one (`out_of_memory`), and
+how an answer is stored in the library (`answer_record`). Callers act on the results.
+
+Not thread-safe: one caller at a time (the window runs it on its worker thread only). The pure
+functions (`SettingsChange.between`, `lowered_budget`, `out_of_memory`, `answer_record`) read only
+their arguments and may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from engine import paths
+from engine.answer import Answer, Source
+from engine.cloud import ask_cloud, escalation_reason
+from engine.cloud.plan import CloudPlan
+from engine.documents import Document
+from engine.errors import HalamanError
+from engine.kvcache.recall import RecallStats
+from engine.memory import MemoryReport
+from engine.models.loader import LoadedModel, load_model
+from engine.models.profile import ModelProfile
+from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
+from engine.session import DocumentSession, OpenReport, Progress
+from engine.settings import CachePolicy, EngineSettings, RecallSettings
+
+# The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
+MIN_BUDGET_TOKENS = 64
+
+
+def prefix_store_dir() -> Path:
+    """The folder of the prefix store: `<cache dir>/prefix` (`engine.paths.cache_dir`)."""
+    return paths.cache_dir() / "prefix"
+
+
+def load_for(settings: EngineSettings) -> LoadedModel:
+    """The model `settings` name, on the device they name. Raises ModelError with what to do."""
+    return load_model(settings.model, device=settings.device)
+
+
+# ---------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class ModelInfo:
+    """The loaded model, in plain values (safe to hand to another thread).
+
+    device: "cpu", "cuda" or "cuda:0". weight_bytes: what the 4-bit weights really hold.
+    load_seconds: the load (and first-time conversion) took this long.
+    """
+
+    label: str
+    device: str
+    profile: ModelProfile
+    weight_bytes: int
+    load_seconds: float
+
+
+@dataclass(frozen=True)
+class OpenResult:
+    """An opened document. `document` is for reading (citations), never to be changed;
+    `prefix_key` is None without a prefix store; `memory` is measured right after the open."""
+
+    report: OpenReport
+    document: Document
+    path: str
+    prefix_key: str | None
+    memory: MemoryReport
+
+
+class SettingsChange(enum.Enum):
+    """What a settings change implies, from most to least work.
+
+    RELOAD_MODEL: the model or its device changed; the model is unloaded, the next call loads the
+    new one, and an open document must be opened again. REOPEN_DOCUMENT: what a document's prefix
+    holds changed (cache policy, prefix cache on / off, the archive, which files of a folder are
+    read); an open document must be opened again. NOTHING: the rest (answer length, temperature,
+    recall budget, cloud, disk budget) applies from the next question on.
+    """
+
+    NOTHING = "nothing"
+    REOPEN_DOCUMENT = "reopen document"
+    RELOAD_MODEL = "reload model"
+
+    @property
+    def reopens_document(self) -> bool:
+        """An open document must be opened again (its prefix key or content changed)."""
+        return self is not SettingsChange.NOTHING
+
+    @classmethod
+    def between(cls, old: EngineSettings, new: EngineSettings) -> SettingsChange:
+        """What going from `old` to `new` implies (pure: reads only its arguments)."""
+        if (old.model, old.device) != (new.model, new.device):
+            return cls.RELOAD_MODEL
+        # The recall budget is read at each question; the rest of the recall settings shape the
+        # archive, which is written while the document is read.
+        archive_changed = old.recall.replace(recall_tokens=0) != new.recall.replace(recall_tokens=0)
+        if (old.cache != new.cache or old.prefix_cache != new.prefix_cache or archive_changed
+                or old.include_generated_files != new.include_generated_files):
+            return cls.REOPEN_DOCUMENT
+        return cls.NOTHING
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    """An answer as the library stores it: the columns of `messages` (see `app.library`).
+
+    state: "done" or "cancelled". source: "local" or "cloud". model: the local model's label or
+    the cloud model's name. reason: why it went to the cloud (None for local answers). tokens:
+    answer tokens (the endpoint's count for a cloud answer, None when not reported). prefix_hit:
+    1 / 0, None for cloud answers. sources_json / recall_json: `sources_json` and `recall_record`,
+    None for cloud answers.
+    """
+
+    text: str
+    state: str
+    source: str
+    endpoint: str | None
+    model: str | None
+    reason: str | None
+    ttft_s: float
+    tokens_per_s: float | None
+    tokens: int | None
+    prefix_hit: int | None
+    stop_reason: str
+    sources_json: str | None = None
+    recall_json: str | None = None
+
+    def fields(self) -> dict:
+        """Column name -> value, for `Library.update_message(message_id, **record.fields())`."""
+        return asdict(self)
+
+
+def sources_json(sources: list[Source]) -> str | None:
+    """`Answer.sources` as the JSON text stored in `messages.sources_json` (None when empty)."""
+    return json.dumps([asdict(s) for s in sources]) if sources else None
+
+
+def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: int | None = None) -> str:
+    """JSON text for `messages.recall_json`: what recall did for one local answer.
+
+    stats None (no recall for this answer): {"off": why}. Otherwise the `RecallStats` fields plus
+    `tokens_per_head`: tokens_recalled is summed over layers and KV heads, so it is divided by
+    `heads` (layers x KV heads of the model) to be comparable with the `recall_tokens` setting.
+    """
+    if stats is None:
+        # Mirrors engine.cli.recall_line: off by the settings, or this document has no archive.
+        why = "off" if not recall.archive or not recall.recall_tokens else "no archive for this document"
+        return json.dumps({"off": why})
+    record = asdict(stats)
+    record["seconds"] = stats.seconds
+    record["tokens_per_head"] = round(stats.tokens_recalled / heads) if heads else None
+    return json.dumps(record)
+
+
+def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallSettings) -> AnswerRecord:
+    """How `answer` is stored in the library. model: the local model that answered (its label and
+    shape; None when unknown); recall: the settings it was answered with (why recall was off)."""
+    state = "cancelled" if answer.stop_reason == "cancelled" else "done"
+    common = dict(text=answer.text, state=state, ttft_s=answer.time_to_first_token_s,
+                  tokens_per_s=answer.decode_tokens_per_s or None, stop_reason=answer.stop_reason)
+    reply = answer.cloud
+    if reply is not None:
+        return AnswerRecord(**common, source="cloud", endpoint=reply.endpoint, model=reply.model, reason=reply.reason,
+                            tokens=reply.completion_tokens, prefix_hit=None)
+    heads = model.profile.num_layers * model.profile.kv_heads if model else None
+    return AnswerRecord(**common, source="local", endpoint=None, model=model.label if model else None, reason=None,
+                        tokens=len(answer.token_ids), prefix_hit=int(answer.prefix_hit),
+                        sources_json=sources_json(answer.sources),
+                        recall_json=recall_record(answer.recall, recall, heads=heads))
+
+
+def lowered_budget(settings: EngineSettings) -> EngineSettings:
+    """`settings` with half the KV budget (at least MIN_BUDGET_TOKENS), for a retry after running
+    out of memory. The window shrinks to a quarter of the new budget at most, the residual to the
+    window, the sinks to what the window leaves, so the policy stays valid."""
+    policy: CachePolicy = settings.cache
+    budget = max(MIN_BUDGET_TOKENS, policy.budget_tokens // 2)
+    window = min(policy.window_tokens, max(1, budget // 4))
+    residual = min(policy.residual_tokens, window)
+    sink = min(policy.sink_tokens, budget - window)
+    return settings.replace(cache=policy.replace(budget_tokens=budget, window_tokens=window,
+                                                 residual_tokens=residual, sink_tokens=sink))
+
+
+# torch.OutOfMemoryError is the name since torch 2.5; torch.cuda's is the same class.
+_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """"GPU" or "system" when `exc` says that memory ran out there; None for any other exception."""
+    if isinstance(exc, _OUT_OF_MEMORY):
+        return "GPU"
+    if isinstance(exc, MemoryError):
+        return "system"
+    return None
+
+
+# ---------------------------------------------------------------------------- the workspace
+class Workspace:
+    """Settings, model, document session and prefix store, for one caller at a time.
+
+    model_factory(settings) -> LoadedModel loads the model (default `load_for`; tests hand over
+    one already loaded). on_model_loaded(ModelInfo) is called, on the caller's thread, each time a
+    model has been loaded. A prefix store that cannot be used (full disk, a file where its folder
+    should be) is tried once per settings change; its notice appears once, in the next opened
+    document's warnings.
+    """
+
+    def __init__(self, settings: EngineSettings, model_factory: Callable[[EngineSettings], LoadedModel] | None = None,
+                 *, on_model_loaded: Callable[[ModelInfo], None] | None = None) -> None:
+        settings.validate()
+        self.settings = settings
+        self.model_factory = model_factory or load_for
+        self.on_model_loaded = on_model_loaded
+        self.model: LoadedModel | None = None
+        self.session: DocumentSession | None = None
+        self._store: PrefixStore | None = None
+        self._store_tried = False            # opened once (a store that cannot be used is not retried)
+        self.notices: list[str] = []         # for the next open's warnings, once
+
+    # ------------------------------------------------------------------ model
+    def ensure_model(self, progress: Callable[[Progress], None] | None = None) -> ModelInfo:
+        """Load the model if none is loaded (a "loading model" Progress first), and make a session
+        for it. Raises ModelError (and whatever the model factory raises)."""
+        if self.model is None:
+            if progress is not None:
+                progress(Progress("loading model", 0, 0, "model"))
+            self.model = self.model_factory(self.settings)
+            self.session = None
+            if self.on_model_loaded is not None:
+                self.on_model_loaded(self.model_info())
+        if self.session is None:
+            self.session = DocumentSession(self.model, self.settings, self.prefix_store())
+        return self.model_info()
+
+    def model_info(self) -> ModelInfo | None:
+        """The loaded model's `ModelInfo`, None when none is loaded."""
+        m = self.model
+        return ModelInfo(m.label, str(m.device), m.profile, m.weight_bytes, m.load_seconds) if m else None
+
+    def unload_model(self) -> None:
+        """Drop the model and its session and give their memory back (the GPU's cache too)."""
+        if self.session is not None:
+            self.session.close()
+        self.session = None
+        self.model = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    # -------------------------------------------------------------- documents
+    def open(self, path: str | Document, *, password: str | None = None,
+             progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None) -> OpenResult:
+        """Load the model if needed, then read and prefill (or restore) a document: a path, or a
+        `Document` already read (the CLI reads first, to report a bad file before the model loads).
+        Raises what `DocumentSession.open` raises (DocumentError, Cancelled, HalamanError ...)."""
+        self.ensure_model(progress)
+        session = self.session
+        session.notices += self.notices
+        self.notices = []
+        report = session.open(path, password=password, progress=progress, cancel=cancel)
+        key = session.prefix_key if session.store is not None else None
+        shown = path.source if isinstance(path, Document) else str(path)
+        return OpenResult(report, session.document, shown, key, session.memory())
+
+    def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
+            cancel: threading.Event | None = None) -> Answer:
+        """Answer `question` with the local model (see `DocumentSession.ask`). Raises HalamanError
+        when no document is open or the question is empty."""
+        self.ensure_model()
+        return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
+
+    def ask_cloud(self, question: str, *, reason: str = "user asked", on_text: Callable[[str], None] | None = None,
+                  cancel: threading.Event | None = None, confirm: Callable[[CloudPlan], bool] | None = None,
+                  api_key: str | None = None) -> Answer | None:
+        """Send the question (and what fits of the open document) to the cloud endpoint of the
+        settings (`engine.cloud.ask_cloud`: the answer has a `cloud` part; None when `confirm`
+        declined). api_key None: the OS keyring's. Raises CloudError, HalamanError without an open
+        document."""
+        if self.session is None:  # the plan counts tokens with the local model's tokenizer
+            raise HalamanError("no document is open: open a document first")
+        return ask_cloud(self.session, question, self.settings, reason=reason, on_text=on_text, cancel=cancel,
+                         confirm=confirm, api_key=api_key)
+
+    def escalation_reason(self, answer: Answer) -> str | None:
+        """Why `answer` should also go to the cloud by itself, or None (`engine.cloud.escalation_reason`
+        with the open document's report and the settings). None when no document is open."""
+        report = self.session.report if self.session is not None else None
+        return escalation_reason(answer, report, self.settings) if report is not None else None
+
+    def answer_record(self, answer: Answer) -> AnswerRecord:
+        """`answer_record` with this workspace's model and recall settings."""
+        return answer_record(answer, model=self.model_info(), recall=self.settings.recall)
+
+    def memory(self) -> MemoryReport | None:
+        """Weights / KV / workspace / free now, None before a model is loaded (see
+        `DocumentSession.memory` for when it may be called during an open)."""
+        return self.session.memory() if self.session is not None else None
+
+    # --------------------------------------------------------------- settings
+    def apply_settings(self, new: EngineSettings) -> SettingsChange:
+        """Use `new` from now on and say what the caller must redo (`SettingsChange`): after
+        RELOAD_MODEL the model is unloaded (the next call loads it); after REOPEN_DOCUMENT the session
+        is new and has no document. Raises SettingsError for invalid settings (nothing changes)."""
+        new.validate()
+        old, self.settings = self.settings, new
+        if (old.prefix_cache_disk_bytes, old.prefix_cache) != (new.prefix_cache_disk_bytes, new.prefix_cache):
+            self._close_store()
+        change = SettingsChange.between(old, new)
+        if change is SettingsChange.RELOAD_MODEL:
+            self.unload_model()
+        elif self.session is not None and change is SettingsChange.REOPEN_DOCUMENT:
+            self.session.close()
+            self.session = DocumentSession(self.model, new, self.prefix_store())
+        elif self.session is not None:
+            self.session.settings = new  # answer length, temperature, recall budget: read at the next ask
+            self.session.store = self.prefix_store()
+        return change
+
+    # ------------------------------------------------------------ prefix store
+    def prefix_store(self, *, even_if_off: bool = False) -> PrefixStore | None:
+        """The prefix store, opened on first use; None when the settings turn it off (unless
+        `even_if_off`, for listing and clearing it) or it cannot be used (a notice says why)."""
+        if not (self.settings.prefix_cache or even_if_off):
+            return None
+        if self._store is None and not self._store_tried:
+            self._store_tried = True
+            self._store, notice = open_store(prefix_store_dir(), disk_budget_bytes=self.settings.prefix_cache_disk_bytes)
+            if notice:
+                self.notices.append(notice)
+        return self._store
+
+    def prefix_entries(self) -> list[PrefixEntry] | None:
+        """The stored prefixes, least recently used first; None when the store cannot be used."""
+        store = self.prefix_store(even_if_off=True)
+        return store.entries() if store is not None else None
+
+    def cached_keys(self) -> set[str]:
+        """Keys of the stored prefixes (empty without a usable store)."""
+        return {entry.key for entry in self.prefix_entries() or []}
+
+    def prefix_cache_usage(self) -> tuple[int, int]:
+        """(entries, bytes) in the prefix store; (0, 0) without a usable store."""
+        store = self.prefix_store(even_if_off=True)
+        return (len(store.entries()), store.total_bytes()) if store is not None else (0, 0)
+
+    def clear_prefix_cache(self) -> int:
+        """Delete every stored prefix; returns how many. Without a usable store (full disk,
+        damaged folder) the files are deleted by name: clearing always frees the space."""
+        store = self.prefix_store(even_if_off=True)
+        return store.clear() if store is not None else clear_files(prefix_store_dir())
+
+    def shutdown(self) -> None:
+        """Close the store and drop the model (the workspace may be used again: it reloads)."""
+        self._close_store()
+        self.unload_model()
+
+    def _close_store(self) -> None:
+        self._store_tried = False
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self.session is not None:
+            self.session.store = None
