@@ -522,6 +522,17 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     wait_open(qtbot, window)
     assert window.last_report.prefix_hit
 
+    # The recall budget is read at each question: the document stays open, questions stay allowed.
+    fewer = SMALL.replace(recall=SMALL.recall.replace(recall_tokens=256))
+    window.apply_settings(fewer)
+    qtbot.waitUntil(lambda: window.client.workspace.settings == fewer and not window.client.busy, timeout=30_000)
+    assert window.opening is None and window.open_document_id == record_id and window.question.isEnabled()
+    # The archive's format is written while reading: the workspace says REOPEN_DOCUMENT, the window reopens.
+    window.apply_settings(fewer.replace(recall=fewer.recall.replace(archive_bits=2)))
+    assert window.opening == str(doc.resolve()) and not window.question.isEnabled()
+    wait_open(qtbot, window)
+    assert window.open_document_id == record_id
+
 
 def test_a_model_that_cannot_be_loaded_is_a_message_not_a_crash(qtbot, home):
     from engine.errors import ModelError
