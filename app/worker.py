@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 MEMORY_EVERY_S = 0.2
 """Least time between two memory reports emitted by the worker while a job runs."""
 
+
 # ----------------------------------------------------------------------------- jobs
 @dataclass
 class JobError:
