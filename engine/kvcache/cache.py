@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.kvcache.attention import RotaryTable, apply_rope, chunk_attention
+from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention
 from engine.kvcache.blocks import PagedTokens
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
 from engine.kvcache.quant import KVFormat
@@ -141,6 +141,7 @@ class LayerKV:
         compact_positions: bool,
         scaling: float,
         reuse_workspace: bool = False,
+        scratch: Scratch | None = None,
     ) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
@@ -155,6 +156,7 @@ class LayerKV:
         reuse them until a flush or an eviction changes them (every ~32 decode steps). Dequantizing
         and rotating the whole budget was ~60 % of a CPU decode step; the workspace costs one
         `compute`-dtype copy of those tokens while a conversation decodes (`workspace_bytes`).
+        scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
         """
         chunk = query.shape[1]
         compute = query.dtype
@@ -191,7 +193,7 @@ class LayerKV:
         keys.append(tail_k)
         values.append(tail_v)
         masks.append(None)
-        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks))
+        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks), scratch=scratch)
         if recalled is not None:
             r = recalled.index.shape[1]
             recalled.mass += scores[:, stable_n : stable_n + r]

@@ -19,7 +19,7 @@ import torch
 
 from engine.errors import Cancelled, ModelError
 from engine.kvcache.archive import ArchiveWriter
-from engine.kvcache.attention import RotaryTable
+from engine.kvcache.attention import RotaryTable, Scratch
 from engine.kvcache.cache import CacheShape, CompressedCache
 from engine.kvcache.recall import Recaller
 from engine.settings import CachePolicy
@@ -61,6 +61,7 @@ class CompressedDecoder:
         self.rope = RotaryTable(inner.rotary_emb, head_dim, self.device)
         self.scaling = head_dim**-0.5
         self.max_positions = int(config.max_position_embeddings)
+        self.scratch = Scratch()  # attention probabilities of a chunk, reused by every layer
 
     @property
     def store_dtype(self) -> torch.dtype:
@@ -120,7 +121,7 @@ class CompressedDecoder:
             out = layer_cache.attend(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
-                reuse_workspace=reuse_workspace,
+                reuse_workspace=reuse_workspace, scratch=self.scratch,
             )
             layer_cache.compress(start + chunk, slack_tokens)
             hidden = hidden + attn.o_proj(out.transpose(0, 1).reshape(1, chunk, -1))
@@ -158,4 +159,6 @@ class CompressedDecoder:
                                   recaller=recaller if first == 0 else None)
             if progress is not None:
                 progress(min(first + step, n), n, time.perf_counter() - began)
+        if n > step:  # a document, not a question: give the chunk-sized buffer back
+            self.scratch.release()
         return logits
