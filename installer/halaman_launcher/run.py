@@ -16,13 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+from halaman_launcher import qt_system
 from halaman_launcher.layout import Layout, is_windows
 from halaman_launcher.progress import choose_reporter, has_display, on_terminal, tk_available
 
 EARLY_EXIT_WATCH_S = 15.0
-QT_LIBS_HINT = ("On Debian / Ubuntu the Qt libraries it needs come with: sudo apt-get install libegl1 libgl1 "
-                "libxkbcommon0 libfontconfig1 libdbus-1-3 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 "
-                "libxcb-keysyms1 libxcb-shape0")
+QT_LIBS_HINT = f"On Debian / Ubuntu the Qt libraries it needs come with: {qt_system.apt_command()}"
 
 
 def run(layout: Layout, args: list[str]) -> int:
