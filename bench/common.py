@@ -51,6 +51,7 @@ def setup(threads: int = 1) -> None:
 
 
 def corpus_dir() -> Path:
+    """The test corpus (docs/CORPUS.md): $HALAMAN_CORPUS, else ../shared/corpus next to the repository."""
     env = os.environ.get("HALAMAN_CORPUS")
     return Path(env) if env else REPO.parent / "shared" / "corpus"
 

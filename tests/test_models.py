@@ -88,7 +88,7 @@ def test_default_model_is_located_without_importing_its_package():
 
 
 def test_unsupported_gguf_architecture_fails_before_conversion(tmp_path):
-    """T06: a GGUF of an unmapped family fails at model selection, not mid-dequantisation."""
+    """T06 (docs/CORPUS.md): a GGUF of an unmapped family fails at model selection, not mid-dequantisation."""
     import gguf
 
     path = tmp_path / "tiny-gemma2.gguf"
