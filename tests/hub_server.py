@@ -70,15 +70,6 @@ class FakeHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def bytes_sent(self, file: str) -> int:
-        """Bytes of `file` that GET requests asked for (from each request's start to the file's end)."""
-        total = 0
-        for method, path, range_header in self.log:
-            if method == "GET" and path.endswith("/" + file):
-                start = int(range_header.split("=")[1].rstrip("-")) if range_header else 0
-                total += len(next(files[file] for files in self.repos.values() if file in files)) - start
-        return total
-
     # ------------------------------------------------------------ routing
     def _answer(self, request: BaseHTTPRequestHandler, body: bool) -> None:
         url = urlsplit(request.path)
@@ -171,3 +162,23 @@ class FakeHub:
         request.send_header("Content-Length", str(len(payload)))
         request.end_headers()
         request.wfile.write(payload)
+
+
+def save_tiny_llama(folder: Path, tokenizer_folder: Path) -> Path:
+    """A random-initialised Llama small enough to serve in tests (2 layers, hidden 64, head dim 32: the
+    default KV group size must divide it), ~12 MiB of float32 weights, mostly the 49,152-token
+    embedding, with the tokenizer files of `tokenizer_folder`."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+                         tie_word_embeddings=True)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        if (tokenizer_folder / name).exists():
+            shutil.copy(tokenizer_folder / name, folder / name)
+    return folder

@@ -36,9 +36,9 @@ from engine import paths
 from engine.errors import Cancelled, ModelError
 from engine.units import format_bytes, format_duration
 
-# The files a model needs, as engine.models.loader asks snapshot_download for; top level only
-# (Llama repositories also carry an "original/" folder of checkpoint files the loader never reads).
-ALLOW_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt")
+# The files a model needs (transformers 5 keeps the chat template in chat_template.jinja); top
+# level only here (Llama repositories also carry an "original/" folder of checkpoint files).
+ALLOW_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.jinja")
 COMPLETE_MARKER = ".halaman-complete.json"
 PART_SUFFIX = ".part"
 CHUNK_BYTES = 1 << 20
@@ -179,7 +179,7 @@ def _fetch(url: str, part: Path, remote: RemoteFile, meter: _Meter, cancel: thre
                     meter.found(remote.name, -have)
                     mode = "wb"
                 with part.open(mode) as handle:
-                    for chunk in response.iter_bytes(CHUNK_BYTES):
+                    for chunk in response.iter_bytes():  # as it arrives: a buffer would be lost on a drop
                         if cancel.is_set():
                             raise Cancelled(f"download of {remote.name} cancelled; pull again to resume")
                         handle.write(chunk)
