@@ -10,7 +10,7 @@ Sizes are computed from each model's config numbers, not typed in:
     4-bit weights   what `engine.models.loader` really holds: every linear layer in bitsandbytes NF4
                     (half a byte per weight + a float32 absmax per 64 weights + a 16-entry float32
                     code book), embeddings, norms and biases in the compute dtype (float32 on the CPU,
-                    16-bit on a GPU)
+                    16-bit on a GPU), and the rotary embedding's float32 frequency buffers
     KV per token    2 (K and V) · L · H_kv · D · 2 bytes: a full 16-bit cache (`engine.estimate`)
 
 "Fits" adds the compressed cache at its prefill peak, the tokens a question may recall and one
@@ -106,7 +106,8 @@ class CatalogModel:
         """Bytes the weights hold once loaded with 4-bit linear layers; `element_bytes` is the compute
         dtype's size (4 on the CPU, 2 on a GPU), which embeddings, norms and biases keep."""
         nf4 = sum(-(-i * o // 2) + 4 * -(-i * o // NF4_BLOCK) + NF4_CODE_BYTES for i, o in self._linear_shapes())
-        return nf4 + element_bytes * self._other_parameters()
+        rotary = 2 * (self.head_dimension // 2) * 4  # inv_freq and original_inv_freq buffers, float32
+        return nf4 + element_bytes * self._other_parameters() + rotary
 
     @property
     def kv_bytes_per_token(self) -> int:
