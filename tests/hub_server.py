@@ -22,9 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SEND_CHUNK = 64 * 1024
@@ -182,3 +185,32 @@ def save_tiny_llama(folder: Path, tokenizer_folder: Path) -> Path:
         if (tokenizer_folder / name).exists():
             shutil.copy(tokenizer_folder / name, folder / name)
     return folder
+
+
+TINY_REPO = "tiny/llama"
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> Path:
+    """`save_tiny_llama` with the embedded model's tokenizer, once per test module."""
+    from engine.models.gguf_convert import converted_folder
+    from engine.models.source import default_gguf_path
+
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), converted_folder(default_gguf_path()))
+
+
+@pytest.fixture
+def hub(tiny_llama, tmp_path, monkeypatch) -> Iterator[FakeHub]:
+    """A FakeHub serving `tiny_llama` as TINY_REPO (and a gated copy as "gated/model"), with
+    HF_ENDPOINT pointing at it and Halaman's home and the hub cache under tmp_path."""
+    import huggingface_hub.constants
+
+    server = FakeHub({TINY_REPO: tiny_llama, "gated/model": tiny_llama}, gated={"gated/model"})
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # conftest turns the hub client's offline mode on so no test reaches the network; this server
+    # is on 127.0.0.1, so requests to it are allowed (the flag is read once, at import).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    yield server
+    server.close()

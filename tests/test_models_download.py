@@ -15,35 +15,10 @@ from engine.cli import main
 from engine.errors import Cancelled, ModelError
 from engine.models.download import COMPLETE_MARKER, PART_SUFFIX, downloaded_folder, model_folder, partial_bytes, pull
 from engine.settings import load_settings
-from hub_server import COMMIT, FakeHub, save_tiny_llama
+from hub_server import COMMIT, TINY_REPO, hub, tiny_llama  # noqa: F401 - fixtures
 
-REPO = "tiny/llama"
+REPO = TINY_REPO
 WEIGHTS = "model.safetensors"
-
-
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
-    from engine.models.gguf_convert import converted_folder
-    from engine.models.source import default_gguf_path
-
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), converted_folder(default_gguf_path()))
-
-
-@pytest.fixture
-def hub(tiny_llama, tmp_path, monkeypatch):
-    """The fake hub serving `tiny/llama` (and a gated repository), with HF_ENDPOINT, Halaman's home
-    and the hub cache pointed at it and at tmp_path."""
-    import huggingface_hub.constants
-
-    server = FakeHub({REPO: tiny_llama, "gated/model": tiny_llama}, gated={"gated/model"})
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    # conftest turns the hub client's offline mode on so no test reaches the network; this server
-    # is on 127.0.0.1, so requests to it are allowed (the flag is read once, at import).
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    yield server
-    server.close()
 
 
 def test_pull_reports_progress_and_verifies_every_file(hub, tiny_llama):
