@@ -104,7 +104,8 @@ class SettingsDialog(QDialog):
         self.model_list.select(settings.model)
         self.model_list.model_chosen.connect(self._use_listed_model)
         self.finished.connect(self.model_list.cancel)  # closing the dialog stops a download (it can resume)
-        form.addRow(self.model_list)
+        models_box = QGroupBox("Models to download (sizes, and whether each fits this machine with the budget below)")
+        QVBoxLayout(models_box).addWidget(self.model_list)
 
         # -- KV cache
         self.budget = _spin(16, 1 << 20, 256, " tokens")
@@ -211,6 +212,7 @@ class SettingsDialog(QDialog):
         columns.addLayout(left, 1)
         columns.addLayout(right, 1)
         layout = QVBoxLayout(self)
+        layout.addWidget(models_box)  # full width: the table has seven columns
         layout.addLayout(columns)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
