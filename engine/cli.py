@@ -4,6 +4,7 @@ when `halaman` gets no arguments and hands everything else to `main` here).
     halaman ask book.pdf "What is chapter 3 about?"      stream an answer, then a short report
     halaman estimate --model llama-3.2-3b --tokens 131072  KV memory: full vs. compressed
     halaman cache list | clear                            the prefix-cache store on disk
+    halaman models [pull ID | use ID]                     models that fit this machine; download, choose
     halaman --self-test                                   one short answer on the bundled sample (installer/)
 """
 
@@ -15,6 +16,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+from engine.cli_models import add_models_command
 from engine.errors import HalamanError
 from engine.settings import CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, size_ratio
@@ -72,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="list or clear the prefix caches on disk")
     cache.add_argument("action", choices=("list", "clear"))
     cache.set_defaults(handler=_cmd_cache)
+    add_models_command(sub)
     _self_test_command(sub)
     return parser
 

@@ -17,6 +17,7 @@ import torch
 
 from engine.errors import ModelError
 from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
+from engine.models.download import ALLOW_PATTERNS
 from engine.models.gguf_convert import converted_folder
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
 
@@ -162,7 +163,7 @@ def _download(repo_id: str) -> tuple[Path, str]:
     from huggingface_hub import snapshot_download
 
     try:
-        folder = Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]))
+        folder = Path(snapshot_download(repo_id, allow_patterns=list(ALLOW_PATTERNS)))
     except Exception as exc:  # noqa: BLE001 - offline, 404, auth: all end the same way for the user
         raise ModelError(
             f"could not download {repo_id} ({type(exc).__name__}); check the id and your connection, or pick a local model"
