@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--password", help="password of an encrypted PDF")
     ask.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    ask.add_argument("--weights", choices=("auto", "4bit", "full"),
+                     help="4-bit NF4 or full-precision weights (auto: 4-bit on a GPU, full on a CPU when RAM allows)")
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
     ask.add_argument("--include-generated", action="store_true",
@@ -114,7 +116,7 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     if getattr(args, "no_archive", False):
         recall_changes["archive"] = False
     changes = {"cache": settings.cache.replace(**policy_changes), "recall": settings.recall.replace(**recall_changes)}
-    for flag, name in (("model", "model"), ("device", "device"), ("max_new_tokens", "max_new_tokens")):
+    for flag, name in (("model", "model"), ("device", "device"), ("weights", "weights"), ("max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
             changes[name] = getattr(args, flag)
     if getattr(args, "no_prefix_cache", False):
@@ -163,8 +165,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(f"Loading {settings.model} ...", file=err, flush=True)
-    model = load_model(settings.model, device=settings.device)
-    print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} (4-bit), "
+    model = load_model(settings.model, device=settings.device, weights=settings.weights)
+    print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} ({model.weights_label}), "
           f"loaded in {model.load_seconds:.1f} s", file=err)
     session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
     cancel = threading.Event()
@@ -384,7 +386,7 @@ def _cmd_self_test(args: argparse.Namespace) -> int:
             device=args.device, max_new_tokens=args.max_new_tokens, prefix_cache=not args.no_prefix_cache,
             cache=CachePolicy().replace(budget_tokens=512, window_tokens=128, residual_tokens=64))
         print("Halaman self-test: loading the default model ...", file=sys.stderr, flush=True)
-        model = load_model(settings.model, device=settings.device)
+        model = load_model(settings.model, device=settings.device, weights=settings.weights)
         session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
         report = session.open(str(document))
         answer = session.ask(SELF_TEST_QUESTION)
@@ -395,7 +397,7 @@ def _cmd_self_test(args: argparse.Namespace) -> int:
     print(
         f"model           {model.label}, loaded in {model.load_seconds:.1f} s\n"
         f"device          {model.device}\n"
-        f"weights         {model.weight_bytes:,} bytes ({format_bytes(model.weight_bytes)}, 4-bit)\n"
+        f"weights         {model.weight_bytes:,} bytes ({format_bytes(model.weight_bytes)}, {model.weights_label})\n"
         f"document        {document.name}: {report.document_tokens:,} tokens\n"
         f"KV cache held   {report.kv.total_bytes:,} bytes ({format_bytes(report.kv.total_bytes)}); full FP16 "
         f"{report.full_fp16_bytes:,} bytes\n"

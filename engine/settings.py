@@ -19,6 +19,7 @@ from engine.errors import SettingsError
 
 POSITION_MODES = ("auto", "original", "compact")
 DEVICES = ("auto", "cpu", "cuda")
+WEIGHTS = ("auto", "4bit", "full")
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,10 @@ class EngineSettings:
     model: "default" (the embedded SmolLM2-135M-Instruct), a .gguf file, a Hugging Face model
         folder, or a hub id.
     device: "auto" (CUDA when available), "cpu" or "cuda".
+    weights: "auto", "4bit" (bitsandbytes NF4) or "full" (the compute dtype: float32 on a CPU).
+        "auto" is 4-bit on a GPU, where VRAM is the limit, and full on a CPU when the full weights
+        take at most a quarter of RAM: NF4 on a CPU dequantizes every weight matrix on every call
+        (decode 1.5x slower for the default model; see `engine.models.loader.choose_weights`).
     max_new_tokens: longest answer, in tokens.
     temperature: 0 = greedy decoding.
     repetition_penalty: CTRL-style penalty on tokens already in the answer (1 = off).
@@ -195,6 +200,7 @@ class EngineSettings:
 
     model: str = "default"
     device: str = "auto"
+    weights: str = "auto"
     max_new_tokens: int = 256
     temperature: float = 0.0
     repetition_penalty: float = 1.1
@@ -212,6 +218,8 @@ class EngineSettings:
         self.recall.validate(self.cache.chunk_tokens)
         if self.device not in DEVICES:
             raise SettingsError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.weights not in WEIGHTS:
+            raise SettingsError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise SettingsError(f"max_new_tokens must be at least 1, got {self.max_new_tokens!r}")
         if not 0 <= float(self.temperature) <= 5:

@@ -76,7 +76,7 @@ def test_4bit_weight_bytes_are_what_the_loader_holds(tmp_path, config, extra, to
     listed = CatalogModel(id="tiny", repo="t/tiny", name="tiny", model_type=config.model_type,
                           tie_word_embeddings=config.tie_word_embeddings, **TINY, **extra)
     assert listed.parameters == sum(p.numel() for p in model.parameters())
-    assert load_model(str(tmp_path), device="cpu").weight_bytes == listed.weight_4bit_bytes(4)
+    assert load_model(str(tmp_path), device="cpu", weights="4bit").weight_bytes == listed.weight_4bit_bytes(4)
 
 def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
     model = find(load_catalog(), "qwen2.5-1.5b")
