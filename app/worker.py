@@ -62,7 +62,7 @@ def default_model_factory(settings: EngineSettings) -> LoadedModel:
     """Load the model the settings name, on the device they name (runs on the worker thread)."""
     from engine.models.loader import load_model
 
-    return load_model(settings.model, device=settings.device, weights=settings.weights)
+    return load_model(settings.model, device=settings.device, weights=settings.weights, threads=settings.threads)
 
 
 # ----------------------------------------------------------------------------- jobs

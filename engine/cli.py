@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
     ask.add_argument("--weights", choices=("auto", "4bit", "full"),
                      help="4-bit NF4 or full-precision weights (auto: 4-bit on a GPU, full on a CPU when RAM allows)")
+    ask.add_argument("--threads", type=int, help="CPU threads (0 = the idle cores, measured; the default)")
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
     ask.add_argument("--include-generated", action="store_true",
@@ -116,7 +117,8 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     if getattr(args, "no_archive", False):
         recall_changes["archive"] = False
     changes = {"cache": settings.cache.replace(**policy_changes), "recall": settings.recall.replace(**recall_changes)}
-    for flag, name in (("model", "model"), ("device", "device"), ("weights", "weights"), ("max_new_tokens", "max_new_tokens")):
+    for flag, name in (("model", "model"), ("device", "device"), ("weights", "weights"), ("threads", "threads"),
+                       ("max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
             changes[name] = getattr(args, flag)
     if getattr(args, "no_prefix_cache", False):
@@ -165,8 +167,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(f"Loading {settings.model} ...", file=err, flush=True)
-    model = load_model(settings.model, device=settings.device, weights=settings.weights)
-    print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} ({model.weights_label}), "
+    model = load_model(settings.model, device=settings.device, weights=settings.weights, threads=settings.threads)
+    threads = f", {model.threads} CPU thread{'s' if model.threads != 1 else ''}" if model.threads else ""
+    print(f"Model: {model.label} on {model.device}{threads}, weights {format_bytes(model.weight_bytes)} ({model.weights_label}), "
           f"loaded in {model.load_seconds:.1f} s", file=err)
     session = DocumentSession(model, settings, _open_store(settings) if settings.prefix_cache else None)
     cancel = threading.Event()

@@ -49,6 +49,7 @@ from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.settings import CachePolicy, EngineSettings
+from engine.threads import apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
@@ -99,6 +100,7 @@ class OpenReport:
     full_fp16_bytes: int        # what a full 16-bit cache of the document would take
     warnings: list[str] = field(default_factory=list)
     pages: int | None = None
+    threads: int = 0            # CPU threads the prefill ran with (0: no prefill, or on a GPU)
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,10 @@ class DocumentSession:
             cache, hit = None, self._without_store(error)
         prefill_s = 0.0
         archive = None
+        threads = 0
         if cache is None:
+            if self.model.device.type == "cpu":  # the load may have changed since the model loaded
+                threads = apply_threads(self.settings.threads)
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
             writer = self._archive_writer(key, layout, recall_warnings)
             t0 = time.perf_counter()
@@ -239,7 +244,7 @@ class DocumentSession:
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=[*self.notices, *document.warnings, *recall_warnings], pages=document.pages,
+            warnings=[*self.notices, *document.warnings, *recall_warnings], pages=document.pages, threads=threads,
         )
         self.notices = []  # said once
         return self.report

@@ -187,6 +187,8 @@ class EngineSettings:
         "auto" is 4-bit on a GPU, where VRAM is the limit, and full on a CPU when the full weights
         take at most a quarter of RAM: NF4 on a CPU dequantizes every weight matrix on every call
         (decode 1.5x slower for the default model; see `engine.models.loader.choose_weights`).
+    threads: CPU threads for torch; 0 = the idle physical cores, measured when the model loads and
+        before each document is read (`engine.threads`).
     max_new_tokens: longest answer, in tokens.
     temperature: 0 = greedy decoding.
     repetition_penalty: CTRL-style penalty on tokens already in the answer (1 = off).
@@ -201,6 +203,7 @@ class EngineSettings:
     model: str = "default"
     device: str = "auto"
     weights: str = "auto"
+    threads: int = 0
     max_new_tokens: int = 256
     temperature: float = 0.0
     repetition_penalty: float = 1.1
@@ -220,6 +223,8 @@ class EngineSettings:
             raise SettingsError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.weights not in WEIGHTS:
             raise SettingsError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise SettingsError(f"threads must be 0 (measure idle cores) or a count ≥ 1, got {self.threads!r}")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise SettingsError(f"max_new_tokens must be at least 1, got {self.max_new_tokens!r}")
         if not 0 <= float(self.temperature) <= 5:

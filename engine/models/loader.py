@@ -72,6 +72,7 @@ class LoadedModel:
     device: torch.device
     load_seconds: float
     weights: str = "nf4"
+    threads: int = 0            # CPU threads torch was given at load (0 on a GPU)
 
     @property
     def weights_label(self) -> str:
@@ -129,15 +130,19 @@ def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
     return elements * torch.empty((), dtype=dtype).element_size()
 
 
-def load_model(spec: str = "default", *, device: str = "auto", weights: str = "auto") -> LoadedModel:
+def load_model(spec: str = "default", *, device: str = "auto", weights: str = "auto", threads: int = 0) -> LoadedModel:
     """Locate, convert or download, and load a model with `weights` "4bit", "full" or "auto"
-    (`choose_weights`). Raises ModelError with what to do."""
+    (`choose_weights`); on a CPU torch gets `threads` threads (0: the idle cores, `engine.threads`).
+    Raises ModelError with what to do."""
     import psutil
+
+    from engine.threads import apply_threads
 
     began = time.perf_counter()
     source = resolve(spec)
     folder, fingerprint = _materialize(source)
     dev = resolve_device(device)
+    used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
     quantize_4bit = choose_weights(weights, dev, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
     model, tokenizer = _load_folder(folder, dev, dtype, quantize_4bit)
@@ -157,6 +162,7 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
         device=dev,
         load_seconds=time.perf_counter() - began,
         weights=held,
+        threads=used_threads,
     )
 
 
