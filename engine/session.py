@@ -47,6 +47,7 @@ from engine.kvcache.recall import Recaller, RecallStats
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
+from engine.prompt_lookup import PromptLookup
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.settings import CachePolicy, EngineSettings
 from engine.threads import apply_threads
@@ -64,6 +65,9 @@ DECODE_EVICTION_SLACK_TOKENS = 32
 # missed it, every token found it). Facts come early in short answers; each refresh costs one
 # selection (scoring + reading).
 RECALL_EVERY_TOKEN_UNTIL = 16
+# Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
+# by 1 after a miss, between 1 and settings.draft_tokens.
+DRAFT_START_TOKENS = 4
 RECALL_REFRESH_TOKENS = 8
 
 
@@ -124,6 +128,26 @@ SOURCES_MAX = 5
 
 
 @dataclass
+class DraftStats:
+    """Prompt-lookup speculative decoding in one answer: passes that checked drafts, tokens drafted,
+    tokens accepted (each accepted token is a decode pass saved)."""
+
+    passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    def add(self, drafted: int, accepted: int) -> None:
+        self.passes += 1
+        self.drafted += drafted
+        self.accepted += accepted
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / drafted tokens (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass
 class Answer:
     """One answer. time_to_first_token_s counts from the call to the first streamed token.
     prefix_hit: the document's KV cache was reused for this answer (restored from the prefix store,
@@ -146,6 +170,7 @@ class Answer:
     incomplete: bool = False             # the stream was cut before the model finished
     recall: RecallStats | None = None    # what recall scored and read for this answer (None: no recall)
     sources: list[Source] = field(default_factory=list)  # attention-grounded pages / files
+    drafts: DraftStats | None = None     # prompt-lookup speculative decoding (None: cloud answer)
 
 
 class DocumentSession:
@@ -168,6 +193,8 @@ class DocumentSession:
         self._archive: Archive | None = None
         self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
         self._segment_starts: list[int] = []   # first token of each segment of the open document
+        self._document_ids: list[int] | None = None      # the open document's prefix tokens
+        self._prompt_lookup: PromptLookup | None = None  # draft index over them (speculative decoding)
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
         # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
         self._reuse_workspace = model.device.type == "cpu"
@@ -238,6 +265,7 @@ class DocumentSession:
             archive = self._open_archive(key, layout, recall_warnings)
         self.document, self._snapshot = document, cache
         self._archive, self._segment_starts = archive, segment_starts
+        self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit
         self.report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
@@ -255,6 +283,7 @@ class DocumentSession:
         if self._archive is not None:
             self._archive.close()
         self._archive, self._segment_starts = None, []
+        self._document_ids, self._prompt_lookup = None, None
         if self._own_archive is not None:
             self._own_archive.unlink(missing_ok=True)
             self._own_archive = None
@@ -294,32 +323,64 @@ class DocumentSession:
         logprobs: list[float] = []
         text, ttft, stop = "", 0.0, "max_tokens"
         decode_began = None
+        lookup = self._lookup(suffix_ids)
+        drafts = DraftStats()
+        draft_length = min(DRAFT_START_TOKENS, self.settings.draft_tokens)
+
+        def emit(token: int, logprob: float) -> None:
+            nonlocal text, ttft, decode_began
+            generated.append(token)
+            logprobs.append(logprob)
+            if lookup is not None:
+                lookup.extend([token])
+            piece = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
+            if decode_began is None:
+                ttft = time.perf_counter() - began
+                decode_began = time.perf_counter()
+            if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
+                text += piece
+                if on_text:
+                    on_text(piece)
+
         try:
             logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
             if recaller is not None:
                 recaller.stats.question_s = recaller.stats.seconds
-            for _ in range(limit):
+            while len(generated) < limit:
                 token, logprob = self._pick(logits, generated)
                 if token in self._stop_ids:
                     stop = "end"
                     break
-                generated.append(token)
-                logprobs.append(logprob)
-                piece = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
-                if decode_began is None:
-                    ttft = time.perf_counter() - began
-                    decode_began = time.perf_counter()
-                if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
-                    text += piece
-                    if on_text:
-                        on_text(piece)
+                emit(token, logprob)
                 refresh = recaller is not None and refresh_recall(len(generated))
                 if refresh:
                     recaller.stats.refreshes += 1
-                logits = decoder.forward(
-                    torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
-                    reuse_workspace=self._reuse_workspace, recaller=recaller if refresh else None,
+                proposal = [] if refresh or lookup is None else lookup.propose(
+                    min(draft_length, self._draft_room(cache, len(generated), limit, recaller is not None)))
+                if not proposal:
+                    logits = decoder.forward(
+                        torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
+                        reuse_workspace=self._reuse_workspace, recaller=recaller if refresh else None,
+                    )
+                    continue
+                # Check the drafts in one pass; keep the longest prefix greedy decoding agrees with.
+                checked = decoder.forward(
+                    torch.tensor([token, *proposal]), cache, all_logits=True, cancel=cancel,
+                    reuse_workspace=self._reuse_workspace, pending=True,
                 )
+                accepted = 0
+                for i, draft in enumerate(proposal):
+                    picked, picked_logprob = self._pick(checked[i : i + 1], generated)
+                    if picked != draft or picked in self._stop_ids:
+                        break
+                    emit(draft, picked_logprob)
+                    accepted += 1
+                cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
+                drafts.add(len(proposal), accepted)
+                # transformers' heuristic for assisted decoding: longer drafts while they are all
+                # accepted, shorter after a miss (a rejected token costs a little compute)
+                draft_length = min(draft_length + 2, self.settings.draft_tokens) if accepted == len(proposal) else max(1, draft_length - 1)
+                logits = checked[accepted : accepted + 1]
         except Cancelled:
             stop = "cancelled"
         finally:
@@ -338,6 +399,7 @@ class DocumentSession:
             prefix_hit=not prefilled_for_this, stop_reason=stop,
             mean_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0, kv=cache.memory(),
             recall=recaller.stats if recaller else None, sources=self._sources(cache, recaller) if recaller else [],
+            drafts=drafts,
         )
 
     def memory(self) -> MemoryReport:
@@ -545,6 +607,26 @@ class DocumentSession:
         self.store = None
         self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
         return False
+
+    def _lookup(self, suffix_ids: list[int]) -> PromptLookup | None:
+        """The document's n-gram index, reset to this question (None: drafting is off, or sampling)."""
+        if self.settings.draft_tokens == 0 or self.settings.temperature > 0 or self._document_ids is None:
+            return None
+        if self._prompt_lookup is None:
+            self._prompt_lookup = PromptLookup(self._document_ids)
+        self._prompt_lookup.reset(suffix_ids)
+        return self._prompt_lookup
+
+    def _draft_room(self, cache: CompressedCache, answered: int, limit: int, recalling: bool) -> int:
+        """How many draft tokens the next pass may check: the setting, the answer's length limit,
+        no flush or eviction inside the pass (that would make it differ from one-token decoding),
+        and no recall refresh due inside it (a refresh runs on a one-token pass)."""
+        room = min(self.settings.draft_tokens, limit - answered, cache.tokens_until_compress(DECODE_EVICTION_SLACK_TOKENS) - 1)
+        if recalling:
+            for ahead in range(1, room + 1):
+                if refresh_recall(answered + ahead):
+                    return ahead - 1
+        return room
 
     def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
         """Next token: greedy or sampled, after a repetition penalty on the answer so far."""

@@ -190,6 +190,9 @@ class EngineSettings:
     threads: CPU threads for torch; 0 = the idle physical cores, measured when the model loads and
         before each document is read (`engine.threads`).
     max_new_tokens: longest answer, in tokens.
+    draft_tokens: prompt-lookup speculative decoding: at most this many tokens drafted from the
+        document per step and checked in one pass (greedy decoding only; the answer is the same
+        token for token); 0 = off.
     temperature: 0 = greedy decoding.
     repetition_penalty: CTRL-style penalty on tokens already in the answer (1 = off).
     prefix_cache: reuse persisted document caches.
@@ -205,6 +208,7 @@ class EngineSettings:
     weights: str = "auto"
     threads: int = 0
     max_new_tokens: int = 256
+    draft_tokens: int = 8
     temperature: float = 0.0
     repetition_penalty: float = 1.1
     prefix_cache: bool = True
@@ -227,6 +231,8 @@ class EngineSettings:
             raise SettingsError(f"threads must be 0 (measure idle cores) or a count ≥ 1, got {self.threads!r}")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise SettingsError(f"max_new_tokens must be at least 1, got {self.max_new_tokens!r}")
+        if not isinstance(self.draft_tokens, int) or not 0 <= self.draft_tokens <= 64:
+            raise SettingsError(f"draft_tokens must be between 0 (off) and 64, got {self.draft_tokens!r}")
         if not 0 <= float(self.temperature) <= 5:
             raise SettingsError(f"temperature must be between 0 and 5, got {self.temperature!r}")
         if not 1 <= float(self.repetition_penalty) <= 3:

@@ -94,6 +94,7 @@ def chunk_attention(
     scaling: float,
     masks: tuple[torch.Tensor | None, ...] | None = None,
     scratch: Scratch | None = None,
+    per_query: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of a chunk over cached keys followed by the chunk's own keys.
 
@@ -108,6 +109,8 @@ def chunk_attention(
     chunk, summed over the query heads of its group (H2O's accumulated attention).
     scratch: where the float32 probabilities are computed (see `Scratch`); a fresh tensor if None
         or if the compute dtype is not float32.
+    per_query: return scores `[kv_heads, chunk, n_cached + chunk]`, not yet summed over the chunk's
+        queries (speculative decoding commits only the queries of accepted tokens).
 
     Cost: the probabilities `[kv_heads, group·chunk, total]` float32 are the only large tensor
     (85 MB per layer for a 512-token chunk over 4.6k tokens with 9 query heads), so everything
@@ -136,6 +139,6 @@ def chunk_attention(
     # softmax in place (the probabilities overwrite the logits)
     probs = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
     probs.div_(probs.sum(dim=-1, keepdim=True))
-    scores = probs.sum(dim=1)
+    scores = probs.view(kv_heads, group, chunk, total).sum(dim=1) if per_query else probs.sum(dim=1)
     output = torch.matmul(probs if v.dtype == torch.float32 else probs.to(v.dtype), v)
     return output.view(kv_heads, group, chunk, head_dim), scores

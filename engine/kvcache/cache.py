@@ -89,6 +89,8 @@ class LayerKV:
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
         self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+        # A chunk attended with pending=True, waiting for commit_pending (speculative decoding).
+        self._pending: tuple | None = None
         # Tokens recalled from the archive for the current question (engine.kvcache.recall):
         # attended with the held ones, never evicted, never part of a snapshot.
         self.recalled: RecalledTokens | None = None
@@ -142,6 +144,7 @@ class LayerKV:
         scaling: float,
         reuse_workspace: bool = False,
         scratch: Scratch | None = None,
+        pending: bool = False,
     ) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
@@ -157,6 +160,8 @@ class LayerKV:
         and rotating the whole budget was ~60 % of a CPU decode step; the workspace costs one
         `compute`-dtype copy of those tokens while a conversation decodes (`workspace_bytes`).
         scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
+        pending: attend, but do not append the chunk yet: `commit_pending(count)` later appends its
+            first `count` tokens exactly as if only those had been fed (speculative decoding).
         """
         chunk = query.shape[1]
         compute = query.dtype
@@ -193,13 +198,44 @@ class LayerKV:
         keys.append(tail_k)
         values.append(tail_v)
         masks.append(None)
-        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks), scratch=scratch)
+        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks),
+                                      scratch=scratch, per_query=pending)
+        recalled_mass = None
         if recalled is not None:
             r = recalled.index.shape[1]
-            recalled.mass += scores[:, stable_n : stable_n + r]
-            scores = torch.cat((scores[:, :stable_n], scores[:, stable_n + r :]), dim=1)
-        self._append(key, value, new_index, scores)
+            recalled_mass = scores[..., stable_n : stable_n + r]
+            scores = torch.cat((scores[..., :stable_n], scores[..., stable_n + r :]), dim=-1)
+        if pending:
+            self._pending = (key, value, new_index, scores, recalled_mass)
+        else:
+            if recalled_mass is not None:
+                recalled.mass += recalled_mass
+            self._append(key, value, new_index, scores)
         return out.reshape(self.shape.query_heads, chunk, -1)
+
+    def commit_pending(self, count: int) -> None:
+        """Append the first `count` tokens of the chunk attended with `pending=True`; drop the rest.
+
+        Token by token, in feeding order, each with the attention its own query gave (a query
+        never sees a later token of its chunk), so scores, positions and storage end exactly as
+        if only those tokens had been fed one at a time. Raises RuntimeError without a pending chunk.
+        """
+        if self._pending is None:
+            raise RuntimeError("no pending chunk to commit")
+        key, value, new_index, scores, recalled_mass = self._pending
+        self._pending = None
+        for i in range(count):
+            n = self.n_tokens
+            if recalled_mass is not None:
+                self.recalled.mass += recalled_mass[:, i]
+            self._append(key[:, i : i + 1], value[:, i : i + 1], new_index[i : i + 1], scores[:, i, : n + 1])
+
+    def tokens_until_compress(self, slack_tokens: int) -> int:
+        """How many more tokens can be appended one at a time before `compress(…, slack_tokens)`
+        would change the cache (flush the residual or evict): the last of them triggers it."""
+        flush_at = self.policy.residual_tokens + FLUSH_BATCH_TOKENS - self.resid_k.shape[1]
+        evict_at = self.policy.budget_tokens + slack_tokens + 1 - self.n_tokens
+        return max(1, min(flush_at, evict_at))
 
     def _append(self, key: torch.Tensor, value: torch.Tensor, new_index: torch.Tensor, scores: torch.Tensor) -> None:
         n = self.n_tokens
@@ -311,6 +347,7 @@ class LayerKV:
         twin = object.__new__(LayerKV)
         twin.__dict__.update(self.__dict__)
         twin._workspace = None
+        twin._pending = None
         twin.recalled = None  # recalled tokens belong to one question, never to a copy
         for name in ("sink_k", "sink_v", "resid_k", "resid_v", "score", "index"):
             setattr(twin, name, getattr(self, name).clone())
@@ -360,6 +397,20 @@ class CompressedCache:
     def workspace_bytes(self) -> int:
         """Bytes of the layers' decode workspaces (not part of the KV cache's own accounting)."""
         return sum(layer.workspace_bytes() for layer in self.layers)
+
+    @torch.inference_mode()  # the cache's tensors were made in inference mode by the decoder
+    def commit(self, count: int, slack_tokens: int) -> None:
+        """Keep the first `count` tokens of the chunk `CompressedDecoder.forward(pending=True)` fed,
+        drop the rest, then compress as a token-by-token decode would have after the last of them.
+        Exact only if the chunk was no longer than `tokens_until_compress(slack_tokens)`."""
+        for layer in self.layers:
+            layer.commit_pending(count)
+            layer.compress(self.seen_tokens + count, slack_tokens)
+        self.seen_tokens += count
+
+    def tokens_until_compress(self, slack_tokens: int) -> int:
+        """See `LayerKV.tokens_until_compress` (every layer holds the same counts)."""
+        return min(layer.tokens_until_compress(slack_tokens) for layer in self.layers)
 
     def release_workspace(self) -> None:
         """Drop the decode workspaces (after an answer; they are rebuilt on demand)."""

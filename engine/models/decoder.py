@@ -84,6 +84,7 @@ class CompressedDecoder:
         reuse_workspace: bool = False,
         archive: ArchiveWriter | None = None,
         recaller: Recaller | None = None,
+        pending: bool = False,
     ) -> torch.Tensor:
         """Feed `token_ids` `[chunk]` through the model, appending them to `cache`.
 
@@ -96,6 +97,9 @@ class CompressedDecoder:
         `recaller`: in every layer, the chunk's queries choose archived blocks to recall, which this
         chunk and every later one attend (`engine.kvcache.recall`; the question of an answer, and
         every few tokens of the answer).
+        `pending`: attend the chunk but append nothing yet; `cache.commit(count, slack_tokens)` then
+        keeps its first `count` tokens (speculative decoding: draft tokens the model rejects are
+        never in the cache). The chunk must not be longer than `cache.tokens_until_compress`.
         """
         ids = token_ids.to(self.device).reshape(1, -1)
         chunk = ids.shape[1]
@@ -121,12 +125,14 @@ class CompressedDecoder:
             out = layer_cache.attend(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
-                reuse_workspace=reuse_workspace, scratch=self.scratch,
+                reuse_workspace=reuse_workspace, scratch=self.scratch, pending=pending,
             )
-            layer_cache.compress(start + chunk, slack_tokens)
+            if not pending:
+                layer_cache.compress(start + chunk, slack_tokens)
             hidden = hidden + attn.o_proj(out.transpose(0, 1).reshape(1, chunk, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        cache.seen_tokens = start + chunk
+        if not pending:
+            cache.seen_tokens = start + chunk
         hidden = self.norm(hidden if all_logits else hidden[:, -1:])
         return self.lm_head(hidden)[0].float()
 
