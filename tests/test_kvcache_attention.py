@@ -29,11 +29,11 @@ def reference(query, keys, values, scaling, masks):
 
 
 @pytest.mark.parametrize("use_scratch", [False, True])
-@pytest.mark.parametrize("group", [1, 3])
+@pytest.mark.parametrize("group, chunk", [(1, 5), (3, 5), (3, 8)])  # group·chunk < head_dim: parts; ≥: joined
 @pytest.mark.parametrize("with_mask", [False, True])
-def test_matches_brute_force(group, with_mask, use_scratch):
+def test_matches_brute_force(group, chunk, with_mask, use_scratch):
     torch.manual_seed(0)
-    kv_heads, chunk, d = 2, 5, 16
+    kv_heads, d = 2, 16
     sizes = [7, 4, chunk]  # held, recalled, the chunk itself
     query = torch.randn(kv_heads, group, chunk, d)
     keys = tuple(torch.randn(kv_heads, n, d) for n in sizes)
@@ -41,12 +41,12 @@ def test_matches_brute_force(group, with_mask, use_scratch):
     masks = (None, torch.rand(kv_heads, sizes[1]) > 0.5 if with_mask else None, None)
     scratch = Scratch() if use_scratch else None
     if scratch is not None:  # a larger chunk first: the buffer is then reused, not reallocated
-        big = torch.randn(kv_heads, group, 9, d)
+        big = torch.randn(kv_heads, group, 20, d)  # group·20 ≥ head_dim: the joined path, in the buffer
         chunk_attention(big, (torch.randn(kv_heads, 30, d), big[:, 0]), (torch.randn(kv_heads, 30, d), big[:, 0]), scaling=1.0, scratch=scratch)
         held = scratch.nbytes
     out, scores = chunk_attention(query, keys, values, scaling=d**-0.5, masks=masks, scratch=scratch)
     if scratch is not None:
-        assert scratch.nbytes == held == 4 * kv_heads * group * 9 * 39
+        assert scratch.nbytes == held == 4 * kv_heads * group * 20 * 50
     ref_out, ref_scores = reference(query, keys, values, d**-0.5, masks)
     torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(scores.double(), ref_scores, atol=1e-5, rtol=1e-5)

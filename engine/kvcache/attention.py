@@ -112,21 +112,27 @@ def chunk_attention(
     per_query: return scores `[kv_heads, chunk, n_cached + chunk]`, not yet summed over the chunk's
         queries (speculative decoding commits only the queries of accepted tokens).
 
-    Cost: the probabilities `[kv_heads, group·chunk, total]` float32 are the only large tensor
-    (85 MB per layer for a 512-token chunk over 4.6k tokens with 9 query heads), so everything
-    that touches them is done once and in place: the parts' keys and values are joined first
-    (a copy 72× smaller than the logits), the scaling is folded into the queries, masks are
-    filled in place. Joining logits per part and scaling them afterwards took 30 % of a prefill.
+    Cost: for a prefill chunk the probabilities `[kv_heads, group·chunk, total]` float32 are the
+    only large tensor (85 MB per layer for a 512-token chunk over 4.6k tokens with 9 query heads),
+    so everything that touches them is done once and in place: the parts' keys and values are
+    joined first (a copy 72× smaller than the logits), the scaling is folded into the queries, masks
+    are filled in place. Joining logits per part and scaling them afterwards took 30 % of a
+    prefill. For a decode step (group·chunk < head_dim) it is the other way round: the parts are
+    attended separately and only their few logits are joined, so the cache is never copied.
     """
     kv_heads, group, chunk, head_dim = query.shape
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
-    k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
-    v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
-    total = k.shape[1]
-    if scratch is not None and q.dtype == torch.float32:
+    total = sum(k.shape[1] for k in keys)
+    joined = group * chunk >= head_dim  # a prefill chunk: logits dwarf keys, so join the keys
+    if joined:
+        k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
+        v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
+    if joined and scratch is not None and q.dtype == torch.float32:
         logits = torch.matmul(q, k.transpose(1, 2), out=scratch.take((kv_heads, group * chunk, total), q.device))
-    else:  # 16-bit compute on GPUs: softmax and scores in float32
+    elif joined:  # 16-bit compute on GPUs: softmax and scores in float32
         logits = torch.matmul(q, k.transpose(1, 2)).float()
+    else:  # a decode step: its few logits per part are smaller than the keys; join the logits
+        logits = torch.cat([torch.matmul(q, part.transpose(1, 2)) for part in keys], dim=-1).float()
     if masks is not None and any(m is not None for m in masks):
         keep = torch.cat([
             torch.ones(part.shape[:2], dtype=torch.bool, device=query.device) if m is None else m
@@ -140,5 +146,12 @@ def chunk_attention(
     probs = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
     probs.div_(probs.sum(dim=-1, keepdim=True))
     scores = probs.view(kv_heads, group, chunk, total).sum(dim=1) if per_query else probs.sum(dim=1)
-    output = torch.matmul(probs if v.dtype == torch.float32 else probs.to(v.dtype), v)
+    if joined:
+        output = torch.matmul(probs if v.dtype == torch.float32 else probs.to(v.dtype), v)
+    else:
+        output, offset = None, 0
+        for part in values:
+            term = torch.matmul(probs[..., offset : offset + part.shape[1]].to(part.dtype), part)
+            output = term if output is None else output + term
+            offset += part.shape[1]
     return output.view(kv_heads, group, chunk, head_dim), scores

@@ -88,7 +88,10 @@ class LayerKV:
         # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
-        self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Decode workspace (see `attend`): {"k", "v"}: rotated, dequantized sinks + quantized tokens;
+        # and, once a recalled set was attended, {"recalled", "positions", "rk", "rv"}. Dropped
+        # whenever a flush, an eviction or (compact mode) a new recalled set changes it.
+        self._workspace: dict | None = None
         # A chunk attended with pending=True, waiting for commit_pending (speculative decoding).
         self._pending: tuple | None = None
         # Tokens recalled from the archive for the current question (engine.kvcache.recall):
@@ -115,20 +118,38 @@ class LayerKV:
                 parts.append(self.fmt.decode(fields, dtype))
         return torch.cat(parts_k, dim=1), torch.cat(parts_v, dim=1)
 
+    def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
+        ws = self._workspace
+        return ws if reuse and ws is not None and ws["k"].dtype == dtype else None
+
     def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of sinks + quantized tokens, from the decode workspace if valid."""
-        if reuse and self._workspace is not None and self._workspace[0].dtype == dtype:
-            return self._workspace
+        ws = self._valid_workspace(dtype, reuse)
+        if ws is not None:
+            return ws["k"], ws["v"]
         keys, values = self._dequantized_stable(dtype)
         cos, sin = rope.lookup(positions.long())
-        stable = (apply_rope(keys, cos, sin), values)
-        self._workspace = stable if reuse else None
-        return stable
+        keys = apply_rope(keys, cos, sin)
+        self._workspace = {"k": keys, "v": values} if reuse else None
+        return keys, values
+
+    def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
+                     reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values of the recalled tokens, kept in the workspace until the set changes."""
+        ws = self._valid_workspace(dtype, reuse)
+        if ws is not None and ws.get("recalled") is recalled and "rk" in ws:
+            return ws["rk"], ws["rv"]
+        cos, sin = rope.lookup(positions.long())
+        keys, values = apply_rope(recalled.keys.to(dtype), cos, sin), recalled.values.to(dtype)
+        if ws is not None:
+            ws.update(recalled=recalled, rk=keys, rv=values)
+        return keys, values
 
     def workspace_bytes(self) -> int:
-        """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens, and the
-        dequantized recalled tokens), 0 if none."""
-        held = sum(t.nbytes for t in self._workspace) if self._workspace is not None else 0
+        """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
+        tokens) plus the recalled tokens themselves, 0 if none."""
+        ws = self._workspace or {}
+        held = sum(ws[name].nbytes for name in ("k", "v", "rk", "rv") if name in ws)
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
 
@@ -170,10 +191,13 @@ class LayerKV:
         heads = self.shape.kv_heads
         new_index = torch.arange(start, start + chunk, device=device, dtype=torch.int32)
         recalled = self.recalled
+        ws = self._valid_workspace(compute, reuse_workspace)
         if compact_positions:  # slot order (held and recalled tokens together in document order)
             if recalled is None:
                 stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
                 offset = torch.full((heads,), stable_n, device=device)
+            elif ws is not None and ws.get("recalled") is recalled:  # same held and recalled sets
+                stable_pos, recalled_pos, offset = ws["positions"]
             else:
                 stable_pos, recalled_pos, offset = compact_order_positions(self.index[:, :stable_n], recalled)
             tail_pos = offset[:, None] + torch.arange(n - stable_n + chunk, device=device)
@@ -191,9 +215,11 @@ class LayerKV:
         q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
         keys, values, masks = [stable_k], [stable_v], [None]
         if recalled is not None:
-            rcos, rsin = rope.lookup(recalled_pos.long())
-            keys.append(apply_rope(recalled.keys.to(compute), rcos, rsin))
-            values.append(recalled.values.to(compute))
+            recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace)
+            if compact_positions and self._workspace is not None:
+                self._workspace["positions"] = (stable_pos, recalled_pos, offset)
+            keys.append(recalled_k)
+            values.append(recalled_v)
             masks.append(recalled.valid)
         keys.append(tail_k)
         values.append(tail_v)

@@ -120,8 +120,9 @@ class CompressedDecoder:
                 archive.append(i, start, k.transpose(0, 1), v.transpose(0, 1))
             if recaller is not None:
                 recalled = recaller.recall(i, layer_cache.index, q.transpose(0, 1), start, q.dtype, compact=compact)
-                recaller.absorb(layer_cache.recalled)  # keep the attention the replaced set received
-                layer_cache.set_recalled(recalled, compact_positions=compact)
+                if recalled is not layer_cache.recalled:  # unchanged: keep it, its mass and its rotated copy
+                    recaller.absorb(layer_cache.recalled)  # keep the attention the replaced set received
+                    layer_cache.set_recalled(recalled, compact_positions=compact)
             out = layer_cache.attend(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
