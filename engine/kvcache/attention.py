@@ -142,16 +142,21 @@ def chunk_attention(
     # Query i of the chunk may see the chunk's keys 0..i only.
     future = torch.ones(chunk, chunk, dtype=torch.bool, device=query.device).triu_(1)
     logits.view(kv_heads, group, chunk, total)[..., total - chunk :].masked_fill_(future, float("-inf"))
-    # softmax in place (the probabilities overwrite the logits)
-    probs = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
-    probs.div_(probs.sum(dim=-1, keepdim=True))
-    scores = probs.view(kv_heads, group, chunk, total).sum(dim=1) if per_query else probs.sum(dim=1)
+    # Softmax in place (the exponentials overwrite the logits), left unnormalised: the output and
+    # the column sums take the row normaliser 1/Σ instead (a pass over the probabilities saved).
+    weights = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
+    inverse = weights.sum(dim=-1, keepdim=True).reciprocal_()  # [kv_heads, group·chunk, 1]
+    if per_query:
+        scores = (weights * inverse).view(kv_heads, group, chunk, total).sum(dim=1)
+    else:  # Σ_i P[i, j] = Σ_i w[i, j] / Σ_j' w[i, j'], as one matrix-vector product per KV head
+        scores = torch.matmul(inverse.transpose(1, 2), weights).squeeze(1)
     if joined:
-        output = torch.matmul(probs if v.dtype == torch.float32 else probs.to(v.dtype), v)
+        output = torch.matmul(weights if v.dtype == torch.float32 else weights.to(v.dtype), v)
     else:
         output, offset = None, 0
         for part in values:
-            term = torch.matmul(probs[..., offset : offset + part.shape[1]].to(part.dtype), part)
+            term = torch.matmul(weights[..., offset : offset + part.shape[1]].to(part.dtype), part)
             output = term if output is None else output + term
             offset += part.shape[1]
+    output = (output * inverse.to(output.dtype)).to(query.dtype)
     return output.view(kv_heads, group, chunk, head_dim), scores
