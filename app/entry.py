@@ -1,4 +1,6 @@
-"""The `halaman` script: no arguments opens the desktop app, anything else is the headless CLI.
+"""The `halaman` script: no arguments opens the desktop app; one argument naming a file or folder
+opens the app on it (what "Open with Halaman" in a file manager runs: the desktop entry's
+`Exec=halaman %f`); anything else is the headless CLI.
 
 Lives in `app/` because it may start Qt; the engine's CLI (`engine.cli`) never imports it. Qt is
 imported only when the window is really wanted, so `halaman ask ...` works without a display.
@@ -6,22 +8,36 @@ imported only when the window is really wanted, so `halaman ask ...` works witho
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
+    document = document_argument(argv)
+    if not argv or document is not None:
         try:
             from app.main import run
         except ImportError as exc:
             print(f"halaman: the desktop app is not available ({exc}); use `halaman ask PATH QUESTION`", file=sys.stderr)
             return 1
-        return run()
+        return run([document]) if document is not None else run()
     from engine.cli import main as cli_main
 
     return cli_main(argv)
+
+
+def document_argument(argv: list[str]) -> str | None:
+    """The file or folder to open in the window when `argv` is just one that exists and is not one
+    of the CLI's commands (a folder called `cache` in the current directory stays the command)."""
+    if len(argv) != 1 or argv[0].startswith("-") or not Path(argv[0]).exists():
+        return None
+    from engine.cli import _parser
+
+    commands = next(action.choices for action in _parser()._actions if isinstance(action, argparse._SubParsersAction))
+    return None if argv[0] in commands else argv[0]
 
 
 if __name__ == "__main__":

@@ -50,11 +50,10 @@ def run(paths: list[str] | None = None) -> int:
     window = MainWindow()
     install_error_hooks(window)
     window.show()
-    for path in paths or []:
-        if Path(path).exists():
-            window.open_path(path)
-            break
-    log.info("window open; log file %s", log_file)
+    document = next((path for path in paths or [] if Path(path).exists()), None)
+    if document is not None:  # `halaman PATH`, e.g. from "Open with Halaman" in a file manager
+        window.open_path(document)
+    log.info("window open%s; log file %s", f" on {document}" if document else "", log_file)
     code = app.exec()
     if window.client.thread.isRunning():
         # A model load cannot be interrupted; the history is already saved, so do not wait for it.

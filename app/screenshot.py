@@ -2,11 +2,12 @@
 
     QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python -m app.screenshot \\
         docs/screenshot-main-window.png --open resources/samples/kv-cache-primer.md \\
-        --open ../shared/corpus/pdf/P01_minimal-document.pdf --open ../shared/corpus/pdf/P05_dmca.pdf \\
+        --open "$HALAMAN_CORPUS"/pdf/P01_minimal-document.pdf --open "$HALAMAN_CORPUS"/pdf/P05_dmca.pdf \\
         --ask "What does Title II of the DMCA do?" --ask "Which page explains the safe harbors for online service providers?"
 
-(That is how docs/screenshot-main-window.png was taken: settings.toml with max_new_tokens = 64, on
-two busy CPU cores, hence the slow TTFT and tokens/s in its footers.)
+`$HALAMAN_CORPUS` is the test corpus (docs/CORPUS.md). That is how docs/screenshot-main-window.png
+was taken (settings.toml with max_new_tokens = 64, on two busy CPU cores, hence the slow TTFT and
+tokens/s in its footers).
 
 Opens each document in turn (the last one stays open), asks the questions on the last one, waits
 for the streamed answers, then grabs the window from the screen (a real X server under xvfb-run).

@@ -18,10 +18,12 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from app.model_list import ModelList
 from engine.units import format_bytes
 from engine import secrets
 from engine.errors import HalamanError, SettingsError
 from engine.estimate import KNOWN_SHAPES, estimate
+from engine.models.catalog import CatalogModel, DeviceMemory
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings, save_settings
 
@@ -64,8 +66,11 @@ class SettingsDialog(QDialog):
 
     def __init__(self, settings: EngineSettings, *, profile: ModelProfile | None = None,
                  cache_usage: tuple[int, int] | None = None, parent: QWidget | None = None,
-                 settings_file: Path | None = None, document_tokens: int | None = None) -> None:
-        """`document_tokens`: the open document's length, to size its archive (else per 100,000 tokens)."""
+                 settings_file: Path | None = None, document_tokens: int | None = None,
+                 models: list[CatalogModel] | None = None, memory: DeviceMemory | None = None) -> None:
+        """`document_tokens`: the open document's length, to size its archive (else per 100,000 tokens).
+        `models` / `memory`: the model list and the device it is fitted to (default: the bundled
+        list, this machine)."""
         super().__init__(parent)
         self.setWindowTitle("Halaman settings")
         self.setModal(True)
@@ -95,6 +100,12 @@ class SettingsDialog(QDialog):
         form.addRow("File, folder or id", row)
         form.addRow("Device", self.device)
         form.addRow("Longest answer", self.max_new_tokens)
+        self.model_list = ModelList(settings, models=models, memory=memory)
+        self.model_list.select(settings.model)
+        self.model_list.model_chosen.connect(self._use_listed_model)
+        self.finished.connect(self.model_list.cancel)  # closing the dialog stops a download (it can resume)
+        models_box = QGroupBox("Models to download (sizes, and whether each fits this machine with the budget below)")
+        QVBoxLayout(models_box).addWidget(self.model_list)
 
         # -- KV cache
         self.budget = _spin(16, 1 << 20, 256, " tokens")
@@ -201,6 +212,7 @@ class SettingsDialog(QDialog):
         columns.addLayout(left, 1)
         columns.addLayout(right, 1)
         layout = QVBoxLayout(self)
+        layout.addWidget(models_box)  # full width: the table has seven columns
         layout.addLayout(columns)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
@@ -317,6 +329,7 @@ class SettingsDialog(QDialog):
             return
         self.error.setText("")
         self._show_budget(settings)
+        self.model_list.set_settings(settings)
 
     def _show_budget(self, settings: EngineSettings) -> None:
         policy, recall = settings.cache, settings.recall
@@ -351,6 +364,11 @@ class SettingsDialog(QDialog):
              "hub": "HuggingFaceTB/SmolLM2-360M-Instruct"}[kind]
         )
         self._changed()
+
+    def _use_listed_model(self, repo: str) -> None:
+        """A model of the list was downloaded or picked: it becomes the model field (Save applies it)."""
+        self.model_kind.setCurrentIndex(self.model_kind.findData("hub"))
+        self.model_path.setText(repo)
 
     def _browse(self) -> None:
         if self.model_kind.currentData() == "gguf":

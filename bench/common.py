@@ -51,6 +51,7 @@ def setup(threads: int = 1) -> None:
 
 
 def corpus_dir() -> Path:
+    """The test corpus (docs/CORPUS.md): $HALAMAN_CORPUS, else ../shared/corpus next to the repository."""
     env = os.environ.get("HALAMAN_CORPUS")
     return Path(env) if env else REPO.parent / "shared" / "corpus"
 
@@ -96,15 +97,16 @@ def _engine_commit() -> str:
         return "unknown"
 
 
-def load_lm(quantize_4bit: bool = False):
+def load_lm(weights: str = "full"):
     """The embedded SmolLM2-135M-Instruct on the CPU.
 
-    Quality and speed comparisons use float32 weights (`quantize_4bit=False`), the same weights
-    kvpress and transformers get, so rows differ only in the cache. The app loads NF4 weights.
+    Quality and speed comparisons use float32 weights ("full"), the same weights kvpress and
+    transformers get, so rows differ only in the cache. On a CPU the app also loads float32 weights
+    for this model ("auto"); "4bit" loads the NF4 weights a GPU gets.
     """
     from engine.models.loader import load_model
 
-    return load_model("default", device="cpu", quantize_4bit=quantize_4bit)
+    return load_model("default", device="cpu", weights=weights)
 
 
 def hf_folder() -> Path:

@@ -252,7 +252,7 @@ def main() -> None:
 
     from engine.models.loader import load_model
 
-    lm = load_model("default", device="cpu", quantize_4bit=False)
+    lm = load_model("default", device="cpu", weights="full")
     book = common.book_token_ids(lm.tokenizer)
     ids = torch.tensor(book[: max(args.lengths + (args.cpu_probe or []))])
     if args.cpu_probe:
@@ -285,7 +285,7 @@ def main() -> None:
             ours["prefill_vs_transformers"] = ours["prefill_tok_s"] / hf["prefill_tok_s"]
             ours["decode_vs_transformers"] = ours["decode_ms"] / hf["decode_ms"]
     if args.nf4_probe:  # the app's NF4 weights: one run, same tokens, side by side
-        nf4 = load_model("default", device="cpu")
+        nf4 = load_model("default", device="cpu", weights="4bit")
         for cache, fn in (("ours (budget 4,096 + INT4)", trace_ours), ("transformers DynamicCache (full)", trace_hf)):
             got = fn(nf4, ids, [args.nf4_probe], args.decode_steps)[args.nf4_probe]
             rows.append({"cache": cache + ", NF4 weights", "tokens": args.nf4_probe, "runs": 1, "prefill_tok_s": got["prefill_tok_s"],

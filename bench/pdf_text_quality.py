@@ -1,4 +1,5 @@
-"""Measure PDF text extractors on the corpus: pypdf, PDFium, and Halaman's per-page choice.
+"""Measure PDF text extractors on the test corpus (docs/CORPUS.md): pypdf, PDFium, and Halaman's
+per-page choice.
 
     python bench/pdf_text_quality.py                      # print the table
     python bench/pdf_text_quality.py --write docs/PDF_TEXT.md
@@ -49,7 +50,7 @@ OPTIONAL_EXTRACTORS = ("pdfminer",)  # --pdfminer: a second opinion, never a run
 
 
 def corpus_dir() -> Path:
-    """The shared corpus: $HALAMAN_CORPUS, else ../shared/corpus next to the repository."""
+    """The test corpus (docs/CORPUS.md): $HALAMAN_CORPUS, else ../shared/corpus next to the repository."""
     env = os.environ.get("HALAMAN_CORPUS")
     return Path(env) if env else REPO.parent / "shared" / "corpus"
 

@@ -16,7 +16,7 @@ parts:
   long     32k tokens (compact positions, 4x the model's 8,192), default policy, snapshot vs recall.
   multi    16k tokens with 5 different facts, one question each, default policy.
   bits     archive INT4 vs INT2 at 8k / 97 % dropped: hits and archive bytes per token.
-  latency  added time to first token on a 131,635-token archive (P16's length): scoring and reading
+  latency  added time to first token on a 131,635-token archive (P16's length, Think Python in docs/CORPUS.md): scoring and reading
            split; the archive is written from random K/V by the real writer, because recall's cost
            depends on the archive's size, not its contents; the question's queries are the model's.
 Results: docs/bench/recall_*.json|csv, tables printed; rows logged to bench/.work/recall_log.jsonl.

@@ -36,6 +36,26 @@ class Source:
     path: str | None = None
 
 
+@dataclass
+class DraftStats:
+    """Prompt-lookup speculative decoding in one answer: passes that checked drafts, tokens drafted,
+    tokens accepted (each accepted token is a decode pass saved)."""
+
+    passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    def add(self, drafted: int, accepted: int) -> None:
+        self.passes += 1
+        self.drafted += drafted
+        self.accepted += accepted
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / drafted tokens (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
 @dataclass(frozen=True)
 class CloudReply:
     """The cloud part of an answer that came from an OpenAI-compatible endpoint.
@@ -77,7 +97,7 @@ class Answer:
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
     local cache was used), `prompt_tokens` as the endpoint counted them (else the plan's estimate),
-    and no recall or sources.
+    and no recall, sources or drafts.
     """
 
     question: str
@@ -92,6 +112,7 @@ class Answer:
     kv: MemoryBreakdown = field(default_factory=MemoryBreakdown)
     recall: RecallStats | None = None                     # what recall scored and read (None: no recall)
     sources: list[Source] = field(default_factory=list)   # attention-grounded pages / files
+    drafts: DraftStats | None = None                      # prompt-lookup speculative decoding (None: cloud answer)
     cloud: CloudReply | None = None                       # set when the answer came from the cloud
 
     @property

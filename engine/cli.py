@@ -4,6 +4,7 @@ when `halaman` gets no arguments and hands everything else to `main` here).
     halaman ask book.pdf "What is chapter 3 about?"      stream an answer, then a short report
     halaman estimate --model llama-3.2-3b --tokens 131072  KV memory: full vs. compressed
     halaman cache list | clear                            the prefix-cache store on disk
+    halaman models [pull ID | use ID]                     models that fit this machine; download, choose
     halaman --self-test                                   one short answer on the bundled sample (installer/)
 """
 
@@ -15,6 +16,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+from engine.cli_models import add_models_command
 from engine.errors import HalamanError
 from engine.settings import CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, size_ratio
@@ -55,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--password", help="password of an encrypted PDF")
     ask.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    ask.add_argument("--weights", choices=("auto", "4bit", "full"),
+                     help="4-bit NF4 or full-precision weights (auto: 4-bit on a GPU, full on a CPU when RAM allows)")
+    ask.add_argument("--threads", type=int, help="CPU threads (0 = the idle cores, measured; the default)")
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
     ask.add_argument("--include-generated", action="store_true",
@@ -72,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="list or clear the prefix caches on disk")
     cache.add_argument("action", choices=("list", "clear"))
     cache.set_defaults(handler=_cmd_cache)
+    add_models_command(sub)
     _self_test_command(sub)
     return parser
 
@@ -111,7 +117,8 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     if getattr(args, "no_archive", False):
         recall_changes["archive"] = False
     changes = {"cache": settings.cache.replace(**policy_changes), "recall": settings.recall.replace(**recall_changes)}
-    for flag, name in (("model", "model"), ("device", "device"), ("max_new_tokens", "max_new_tokens")):
+    for flag, name in (("model", "model"), ("device", "device"), ("weights", "weights"), ("threads", "threads"),
+                       ("max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
             changes[name] = getattr(args, flag)
     if getattr(args, "no_prefix_cache", False):
@@ -151,7 +158,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     print(f"Loading {settings.model} ...", file=err, flush=True)
     workspace = Workspace(settings)
     model = workspace.ensure_model()
-    print(f"Model: {model.label} on {model.device}, weights {format_bytes(model.weight_bytes)} (4-bit), "
+    threads = f", {model.threads} CPU thread{'s' if model.threads != 1 else ''}" if model.threads else ""
+    print(f"Model: {model.label} on {model.device}{threads}, weights {format_bytes(model.weight_bytes)} ({model.weights_label}), "
           f"loaded in {model.load_seconds:.1f} s", file=err)
     cancel = threading.Event()
     try:
@@ -389,7 +397,7 @@ def _cmd_self_test(args: argparse.Namespace) -> int:
     print(
         f"model           {model.label}, loaded in {model.load_seconds:.1f} s\n"
         f"device          {model.device}\n"
-        f"weights         {model.weight_bytes:,} bytes ({format_bytes(model.weight_bytes)}, 4-bit)\n"
+        f"weights         {model.weight_bytes:,} bytes ({format_bytes(model.weight_bytes)}, {model.weights_label})\n"
         f"document        {document.name}: {report.document_tokens:,} tokens\n"
         f"KV cache held   {report.kv.total_bytes:,} bytes ({format_bytes(report.kv.total_bytes)}); full FP16 "
         f"{report.full_fp16_bytes:,} bytes\n"

@@ -1,10 +1,11 @@
 """PrefixStore: prefilled (compressed) KV caches on disk, one safetensors file per prefix, an SQLite index.
 
-A snapshot is reused only for the exact same computation (ARCHITECTURE "Prefix identity"), so the
-lookup is by exact key, never by longest common prefix: `prefix_key` hashes everything that changes
-the cached tensors. Deciding *which* token ids to cache (e.g. all but the last prompt token, so the
-last token is always re-evaluated, L01/L02) is the session's job; the store only guarantees that
-different token ids, models or policies never share an entry (L03, L04).
+A snapshot is reused only for the exact same computation ("Prefix identity" in
+docs/ARCHITECTURE.md), so the lookup is by exact key, never by longest common prefix: `prefix_key`
+hashes everything that changes the cached tensors. Deciding *which* token ids to cache (so that no
+logits are ever served from a longer or shorter cached prompt: cases L01/L02) is the session's job;
+the store only guarantees that different token ids, models or policies never share an entry (L03,
+L04). The case ids are the prefix-cache pitfalls listed in docs/CORPUS.md.
 
 Layout under `root`:
 
@@ -182,7 +183,7 @@ class PrefixStore:
         halaman.n_tokens         the number of prefix tokens cached; must equal the index row's n_tokens
 
     Caller metadata keys starting with "halaman." are refused. The store does not know tensor
-    shapes: checking them against the model (L04 "validate the shapes on load") is the caller's job.
+    shapes: checking them against the model (L04: validate the shapes on load) is the caller's job.
 
     Several processes (and threads) may use one root at once. Every change to files or rows runs
     inside one SQLite write transaction (`BEGIN IMMEDIATE`, waiting up to BUSY_TIMEOUT_S for other

@@ -37,7 +37,7 @@ import torch
 import transformers
 
 from engine import paths
-from engine.answer import Answer, Source
+from engine.answer import Answer, DraftStats, Source
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
@@ -48,8 +48,10 @@ from engine.kvcache.recall import Recaller
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
+from engine.prompt_lookup import PromptLookup
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.settings import CachePolicy, EngineSettings
+from engine.threads import apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
@@ -64,6 +66,9 @@ DECODE_EVICTION_SLACK_TOKENS = 32
 # missed it, every token found it). Facts come early in short answers; each refresh costs one
 # selection (scoring + reading).
 RECALL_EVERY_TOKEN_UNTIL = 16
+# Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
+# by 1 after a miss, between 1 and settings.draft_tokens.
+DRAFT_START_TOKENS = 4
 RECALL_REFRESH_TOKENS = 8
 
 
@@ -100,6 +105,7 @@ class OpenReport:
     full_fp16_bytes: int        # what a full 16-bit cache of the document would take
     warnings: list[str] = field(default_factory=list)
     pages: int | None = None
+    threads: int = 0            # CPU threads the prefill ran with (0: no prefill, or on a GPU)
 
 
 # Sources below this share of the recalled attention are not listed.
@@ -128,6 +134,8 @@ class DocumentSession:
         self._archive: Archive | None = None
         self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
         self._segment_starts: list[int] = []   # first token of each segment of the open document
+        self._document_ids: list[int] | None = None      # the open document's prefix tokens
+        self._prompt_lookup: PromptLookup | None = None  # draft index over them (speculative decoding)
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
         # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
         self._reuse_workspace = model.device.type == "cpu"
@@ -168,7 +176,10 @@ class DocumentSession:
             cache, hit = None, self._without_store(error)
         prefill_s = 0.0
         archive = None
+        threads = 0
         if cache is None:
+            if self.model.device.type == "cpu":  # the load may have changed since the model loaded
+                threads = apply_threads(self.settings.threads)
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
             writer = self._archive_writer(key, layout, recall_warnings)
             t0 = time.perf_counter()
@@ -195,13 +206,14 @@ class DocumentSession:
             archive = self._open_archive(key, layout, recall_warnings)
         self.document, self._snapshot, self.prefix_key = document, cache, key
         self._archive, self._segment_starts = archive, segment_starts
+        self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit
         self.report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=[*self.notices, *document.warnings, *recall_warnings], pages=document.pages,
+            warnings=[*self.notices, *document.warnings, *recall_warnings], pages=document.pages, threads=threads,
         )
         self.notices = []  # said once
         return self.report
@@ -212,6 +224,7 @@ class DocumentSession:
         if self._archive is not None:
             self._archive.close()
         self._archive, self._segment_starts = None, []
+        self._document_ids, self._prompt_lookup = None, None
         if self._own_archive is not None:
             self._own_archive.unlink(missing_ok=True)
             self._own_archive = None
@@ -251,32 +264,64 @@ class DocumentSession:
         logprobs: list[float] = []
         text, ttft, stop = "", 0.0, "max_tokens"
         decode_began = None
+        lookup = self._lookup(suffix_ids)
+        drafts = DraftStats()
+        draft_length = min(DRAFT_START_TOKENS, self.settings.draft_tokens)
+
+        def emit(token: int, logprob: float) -> None:
+            nonlocal text, ttft, decode_began
+            generated.append(token)
+            logprobs.append(logprob)
+            if lookup is not None:
+                lookup.extend([token])
+            piece = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
+            if decode_began is None:
+                ttft = time.perf_counter() - began
+                decode_began = time.perf_counter()
+            if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
+                text += piece
+                if on_text:
+                    on_text(piece)
+
         try:
             logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
             if recaller is not None:
                 recaller.stats.question_s = recaller.stats.seconds
-            for _ in range(limit):
+            while len(generated) < limit:
                 token, logprob = self._pick(logits, generated)
                 if token in self._stop_ids:
                     stop = "end"
                     break
-                generated.append(token)
-                logprobs.append(logprob)
-                piece = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
-                if decode_began is None:
-                    ttft = time.perf_counter() - began
-                    decode_began = time.perf_counter()
-                if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
-                    text += piece
-                    if on_text:
-                        on_text(piece)
+                emit(token, logprob)
                 refresh = recaller is not None and refresh_recall(len(generated))
                 if refresh:
                     recaller.stats.refreshes += 1
-                logits = decoder.forward(
-                    torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
-                    reuse_workspace=self._reuse_workspace, recaller=recaller if refresh else None,
+                proposal = [] if refresh or lookup is None else lookup.propose(
+                    min(draft_length, self._draft_room(cache, len(generated), limit, recaller is not None)))
+                if not proposal:
+                    logits = decoder.forward(
+                        torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
+                        reuse_workspace=self._reuse_workspace, recaller=recaller if refresh else None,
+                    )
+                    continue
+                # Check the drafts in one pass; keep the longest prefix greedy decoding agrees with.
+                checked = decoder.forward(
+                    torch.tensor([token, *proposal]), cache, all_logits=True, cancel=cancel,
+                    reuse_workspace=self._reuse_workspace, pending=True,
                 )
+                accepted = 0
+                for i, draft in enumerate(proposal):
+                    picked, picked_logprob = self._pick(checked[i : i + 1], generated)
+                    if picked != draft or picked in self._stop_ids:
+                        break
+                    emit(draft, picked_logprob)
+                    accepted += 1
+                cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
+                drafts.add(len(proposal), accepted)
+                # transformers' heuristic for assisted decoding: longer drafts while they are all
+                # accepted, shorter after a miss (a rejected token costs a little compute)
+                draft_length = min(draft_length + 2, self.settings.draft_tokens) if accepted == len(proposal) else max(1, draft_length - 1)
+                logits = checked[accepted : accepted + 1]
         except Cancelled:
             stop = "cancelled"
         finally:
@@ -295,6 +340,7 @@ class DocumentSession:
             prefix_hit=not prefilled_for_this, stop_reason=stop,
             mean_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0, kv=cache.memory(),
             recall=recaller.stats if recaller else None, sources=self._sources(cache, recaller) if recaller else [],
+            drafts=drafts,
         )
 
     def memory(self) -> MemoryReport:
@@ -490,6 +536,26 @@ class DocumentSession:
         self.store = None
         self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
         return False
+
+    def _lookup(self, suffix_ids: list[int]) -> PromptLookup | None:
+        """The document's n-gram index, reset to this question (None: drafting is off, or sampling)."""
+        if self.settings.draft_tokens == 0 or self.settings.temperature > 0 or self._document_ids is None:
+            return None
+        if self._prompt_lookup is None:
+            self._prompt_lookup = PromptLookup(self._document_ids)
+        self._prompt_lookup.reset(suffix_ids)
+        return self._prompt_lookup
+
+    def _draft_room(self, cache: CompressedCache, answered: int, limit: int, recalling: bool) -> int:
+        """How many draft tokens the next pass may check: the setting, the answer's length limit,
+        no flush or eviction inside the pass (that would make it differ from one-token decoding),
+        and no recall refresh due inside it (a refresh runs on a one-token pass)."""
+        room = min(self.settings.draft_tokens, limit - answered, cache.tokens_until_compress(DECODE_EVICTION_SLACK_TOKENS) - 1)
+        if recalling:
+            for ahead in range(1, room + 1):
+                if refresh_recall(answered + ahead):
+                    return ahead - 1
+        return room
 
     def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
         """Next token: greedy or sampled, after a repetition penalty on the answer so far."""

@@ -21,3 +21,13 @@ def size_ratio(full_bytes: int | float, held_bytes: int | float) -> str:
     if full_bytes >= held_bytes:
         return f"{full_bytes / held_bytes:.1f}× smaller"
     return f"{held_bytes / full_bytes:.1f}× larger"
+
+
+def format_duration(seconds: float) -> str:
+    """'45 s', '3 min 50 s', '1 h 02 min'."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"

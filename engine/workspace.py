@@ -55,8 +55,9 @@ def prefix_store_dir() -> Path:
 
 
 def load_for(settings: EngineSettings) -> LoadedModel:
-    """The model `settings` name, on the device they name. Raises ModelError with what to do."""
-    return load_model(settings.model, device=settings.device)
+    """The model `settings` name, on the device, with the weights and CPU threads they name.
+    Raises ModelError with what to do."""
+    return load_model(settings.model, device=settings.device, weights=settings.weights, threads=settings.threads)
 
 
 # ---------------------------------------------------------------------------- results
@@ -64,8 +65,9 @@ def load_for(settings: EngineSettings) -> LoadedModel:
 class ModelInfo:
     """The loaded model, in plain values (safe to hand to another thread).
 
-    device: "cpu", "cuda" or "cuda:0". weight_bytes: what the 4-bit weights really hold.
-    load_seconds: the load (and first-time conversion) took this long.
+    device: "cpu", "cuda" or "cuda:0". weight_bytes: what the weights really hold.
+    load_seconds: the load (and first-time conversion) took this long. weights_label: how the
+    weights are held ("4-bit NF4", "float32"). threads: CPU threads torch got (0 on a GPU).
     """
 
     label: str
@@ -73,6 +75,8 @@ class ModelInfo:
     profile: ModelProfile
     weight_bytes: int
     load_seconds: float
+    weights_label: str = "4-bit NF4"
+    threads: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,11 +94,12 @@ class OpenResult:
 class SettingsChange(enum.Enum):
     """What a settings change implies, from most to least work.
 
-    RELOAD_MODEL: the model or its device changed; the model is unloaded, the next call loads the
+    RELOAD_MODEL: the model, its device or its weights (4-bit / full) changed; the model is unloaded, the next call loads the
     new one, and an open document must be opened again. REOPEN_DOCUMENT: what a document's prefix
     holds changed (cache policy, prefix cache on / off, the archive, which files of a folder are
     read); an open document must be opened again. NOTHING: the rest (answer length, temperature,
-    recall budget, cloud, disk budget) applies from the next question on.
+    recall budget, drafts, cloud, disk budget) applies from the next question on, CPU threads from
+    the next document read.
     """
 
     NOTHING = "nothing"
@@ -109,7 +114,7 @@ class SettingsChange(enum.Enum):
     @classmethod
     def between(cls, old: EngineSettings, new: EngineSettings) -> SettingsChange:
         """What going from `old` to `new` implies (pure: reads only its arguments)."""
-        if (old.model, old.device) != (new.model, new.device):
+        if (old.model, old.device, old.weights) != (new.model, new.device, new.weights):
             return cls.RELOAD_MODEL
         # The recall budget is read at each question; the rest of the recall settings shape the
         # archive, which is written while the document is read.
@@ -256,7 +261,9 @@ class Workspace:
     def model_info(self) -> ModelInfo | None:
         """The loaded model's `ModelInfo`, None when none is loaded."""
         m = self.model
-        return ModelInfo(m.label, str(m.device), m.profile, m.weight_bytes, m.load_seconds) if m else None
+        if m is None:
+            return None
+        return ModelInfo(m.label, str(m.device), m.profile, m.weight_bytes, m.load_seconds, m.weights_label, m.threads)
 
     def unload_model(self) -> None:
         """Drop the model and its session and give their memory back (the GPU's cache too)."""

@@ -11,8 +11,9 @@ import keyring.errors
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# $HALAMAN_CORPUS if set; else ../shared/corpus beside the checkout; else the team machine's copy
-# (a clone elsewhere, e.g. CI's clean clone under /tmp).
+# The test corpus (not in the repository; what it holds: docs/CORPUS.md): $HALAMAN_CORPUS if set;
+# else ../shared/corpus beside the checkout; else the team machine's copy (a clone elsewhere, e.g.
+# CI's clean clone under /tmp).
 CORPUS = Path(os.environ["HALAMAN_CORPUS"]) if os.environ.get("HALAMAN_CORPUS") else REPO.parent / "shared" / "corpus"
 if not CORPUS.is_dir() and not os.environ.get("HALAMAN_CORPUS"):
     CORPUS = Path("/work/shared/corpus")

@@ -78,6 +78,57 @@ def test_entry_point_hands_no_arguments_to_the_app_and_the_rest_to_the_cli(monke
     assert "full FP16 cache" in capsys.readouterr().out and calls == ["run"]
 
 
+def test_one_existing_path_opens_the_window_on_it_and_commands_stay_commands(monkeypatch, tmp_path):
+    """`halaman PATH` is what "Open with Halaman" runs (the desktop entry's `Exec=halaman %f`)."""
+    import app.main
+    from app.entry import document_argument, main
+
+    calls = []
+    monkeypatch.setattr(app.main, "run", lambda paths=None: calls.append(paths) or 0)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "book.pdf").write_bytes(b"%PDF-1.7\n")
+    (tmp_path / "cache").mkdir()  # a folder named like a CLI command
+    assert main(["book.pdf"]) == 0 and calls == [["book.pdf"]]
+    assert document_argument([str(tmp_path)]) == str(tmp_path)  # a folder: read as a repository
+    assert document_argument(["cache"]) is None and document_argument(["missing.pdf"]) is None
+    assert document_argument(["book.pdf", "book.pdf"]) is None and document_argument(["--self-test"]) is None
+
+
+OPEN_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+    import app.main
+    from app.entry import main
+
+    application = app.main.create_app()
+
+    def check():
+        window = next(w for w in QApplication.topLevelWidgets() if type(w).__name__ == "MainWindow")
+        print("TITLE", window.windowTitle(), flush=True)
+        print("OPENING", window.opening, flush=True)
+        window.close()
+
+    QTimer.singleShot(500, check)
+    sys.exit(main([sys.argv[1]]))
+    """
+)
+
+
+def test_halaman_with_a_document_opens_the_window_reading_it(tmp_path):
+    """The real window, started as the desktop starts it: the document is being read at once (it
+    queues behind the model load, which this test does not wait for)."""
+    document = REPO / "resources" / "samples" / "kv-cache-primer.md"
+    env = {**os.environ, "HALAMAN_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", OPEN_SCRIPT, str(document)], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "TITLE Halaman — kv-cache-primer.md" in out.stdout
+    assert f"OPENING {document.resolve()}" in out.stdout
+    assert "window open on" in (tmp_path / "home" / "data" / "logs" / "halaman.log").read_text()
+
+
 def test_without_a_display_it_says_what_to_do_instead_of_crashing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
     env["HALAMAN_HOME"] = str(tmp_path)

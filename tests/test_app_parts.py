@@ -304,7 +304,7 @@ def test_a_recall_off_warning_is_never_among_the_warnings_left_out_of_the_banner
 
 
 def test_library_keeps_a_path_that_is_not_utf8(tmp_path):
-    """B02 in the app: a folder named with Latin-1 bytes is stored, found and given back exactly."""
+    """B02 (docs/REAL_WORLD_INPUTS.md) in the app: a folder named with Latin-1 bytes is stored, found and given back exactly."""
     folder = os.fsdecode(os.fsencode(tmp_path) + b"/men\xfc-repo")
     os.mkdir(folder)
     library = Library(tmp_path / "library.sqlite")

@@ -1,4 +1,5 @@
-"""PDF loading: every "App must" line of corpus/pdf/README.md, text quality, and the worker bounds."""
+"""PDF loading: the expected behaviour of every corpus PDF (cases P01-P16 and S01-S06 in
+docs/CORPUS.md), text quality, and the worker bounds."""
 
 from __future__ import annotations
 

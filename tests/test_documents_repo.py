@@ -1,4 +1,5 @@
-"""Repository and plain-text ingestion against corpus/repo/make_repo_fixture.py (CASES.md R01-R06)."""
+"""Repository and plain-text ingestion against the corpus' generated fixture repository
+(repo/make_repo_fixture.py; cases R01-R06 in docs/CORPUS.md)."""
 
 from __future__ import annotations
 

@@ -151,8 +151,28 @@ def unquote_exec(value: str) -> list[str]:
                                   "/tmp/back\\slash/bin/halaman"])
 def test_exec_line_survives_spaces_and_specials(path):
     entry = parse_desktop_entry(desktop.desktop_entry_text((REPO / "resources" / "halaman.desktop").read_text(), Path(path)))
-    assert unquote_exec(entry["Exec"].replace("%%", "%")) == [path]
+    # The launcher's own "%" is escaped as "%%"; the template's field code %f stays a field code.
+    assert entry["Exec"].endswith(" %f")
+    assert unquote_exec(entry["Exec"].replace("%%", "%")) == [path, "%f"]
     assert entry["Icon"] == "halaman" and entry["Type"] == "Application"
+
+
+def test_desktop_entry_offers_open_with_for_the_documents_halaman_reads():
+    """A file manager lists an app under "Open with" only for the MIME types its entry declares,
+    and passes the file only through a field code in Exec (%f: one file or folder)."""
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # keys are case-sensitive
+    parser.read(REPO / "resources" / "halaman.desktop", encoding="utf-8")
+    entry = parser["Desktop Entry"]
+    assert entry["Exec"].split() == ["halaman", "%f"]
+    types = entry["MimeType"].split(";")
+    assert types[-1] == ""  # the spec's list ends with a semicolon
+    for wanted in ("application/pdf", "text/plain", "text/markdown", "text/x-python", "text/x-csrc",
+                   "text/x-c++src", "text/x-java", "application/javascript", "text/x-go", "text/rust",
+                   "application/x-ipynb+json", "inode/directory"):
+        assert wanted in types, wanted
 
 
 # ---------------------------------------------------------------------------------- layout, marker, space
@@ -277,6 +297,77 @@ def test_install_refuses_a_folder_that_is_not_an_installation(tmp_path, user_hom
     assert (tmp_path / "prefix" / "precious.txt").read_text() == "mine"
 
 
+# ---------------------------------------------------------------------------------- starting
+def test_the_prepare_lock_is_exclusive_and_gone_afterwards(tmp_path):
+    from halaman_launcher.run import _Lock
+
+    path = tmp_path / "prepare.lock"
+    with _Lock(path) as first:
+        assert first and path.exists()
+        with _Lock(path) as second:
+            assert not second  # a second start does not prepare at the same time
+        assert path.exists()  # the refused one did not delete the holder's file
+    assert not path.exists()  # left behind it looked like a set-up still (or forever) running
+    with _Lock(path) as again:
+        assert again
+
+
+def installed_with_app(tmp_path: Path, app_script: str) -> Layout:
+    """A fake release installed, with `app_script` (sh) standing in for the environment's halaman."""
+    layout = install(fake_release(tmp_path / "release"), tmp_path / "prefix", bin_dir=None, desktop_entry=False,
+                     out=lambda *_: None)
+    script = layout.env_script("halaman")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text("#!/bin/sh\n" + app_script)
+    script.chmod(0o755)
+    return layout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sh stands in for the app")
+def test_open_with_from_the_desktop_passes_the_document_to_a_watched_start(tmp_path, user_home, monkeypatch):
+    from halaman_launcher import run as launcher_run
+
+    seen = tmp_path / "args.txt"
+    layout = installed_with_app(tmp_path, f'echo "$@" > "{seen}"\n')
+    document = tmp_path / "My Book.pdf"
+    document.write_bytes(b"%PDF-1.7\n")
+    monkeypatch.setattr(launcher_run, "on_terminal", lambda: False)  # as the desktop starts it
+    monkeypatch.setenv("HALAMAN_LAUNCHER_WATCH_S", "2")
+    assert launcher_run.start_app(layout, [str(document)]) == 0
+    assert seen.read_text().strip() == str(document)
+    assert f"starting {layout.env_script('halaman')} {document}" in (layout.logs / "app.log").read_text()
+    # A command is never "a document": it is not a path that exists.
+    assert launcher_run.opens_window([]) and launcher_run.opens_window([str(document)])
+    assert not launcher_run.opens_window(["cache"]) and not launcher_run.opens_window(["ask", str(document), "q"])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="exec")
+def test_in_a_terminal_the_launcher_says_in_one_line_that_the_window_is_coming(tmp_path, user_home, monkeypatch, capsys):
+    """The window takes seconds to appear (imports, the model); a terminal that shows nothing meanwhile
+    looks hung. The launcher then becomes the app (exec), so it says it just before."""
+    from halaman_launcher import run as launcher_run
+
+    layout = installed_with_app(tmp_path, "exit 0\n")
+    became = []
+
+    def execve(program, argv, env):
+        became.append(argv)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(launcher_run, "on_terminal", lambda: True)
+    monkeypatch.setattr(launcher_run.os, "execve", execve)
+    for args, line in (([], "Starting Halaman: the window opens in a few seconds."),
+                       ([str(layout.payload / "halaman.svg")], "Starting Halaman on halaman.svg: the window opens")):
+        with pytest.raises(SystemExit):
+            launcher_run.start_app(layout, args)
+        out = capsys.readouterr().out
+        assert out.count("\n") == 1 and out.startswith(line), out
+        assert became[-1] == [str(layout.env_script("halaman")), *args]
+    with pytest.raises(SystemExit):
+        launcher_run.start_app(layout, ["estimate", "--tokens", "10"])  # a command: its own output only
+    assert capsys.readouterr().out == ""
+
+
 # ---------------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
@@ -348,7 +439,8 @@ def test_install_first_start_self_test_window_and_uninstall(release, tmp_path):
     entry_path = data_home / "applications" / "halaman.desktop"
     entry = parse_desktop_entry(entry_path.read_text())
     launcher = prefix / "bin" / "halaman"
-    assert unquote_exec(entry["Exec"]) == [str(launcher)] and entry["TryExec"] == str(launcher)
+    assert unquote_exec(entry["Exec"]) == [str(launcher), "%f"] and entry["TryExec"] == str(launcher)
+    assert "application/pdf" in entry["MimeType"].split(";")
     assert os.access(launcher, os.X_OK)
     icon = data_home / "icons" / "hicolor" / "scalable" / "apps" / f"{entry['Icon']}.svg"
     assert icon.read_text().lstrip().startswith("<svg")
@@ -370,6 +462,7 @@ def test_install_first_start_self_test_window_and_uninstall(release, tmp_path):
     layout = Layout(prefix)
     marker = json.loads(layout.marker.read_text())
     assert marker["version"] == "0.1.0" and marker["torch"] == "cpu" and marker["self_test"]
+    assert not layout.lock.exists()  # the lock file is there only while a preparation runs
     print(f"\nfirst start (prepare + self-test): {first_s:.0f} s")
 
     # Later starts only read the marker.
@@ -380,9 +473,11 @@ def test_install_first_start_self_test_window_and_uninstall(release, tmp_path):
     assert layout.marker.stat().st_mtime == marker_mtime
     print(f"later start (launcher + `halaman estimate`): {later_s:.1f} s")
 
-    # The window starts from the launcher as the desktop entry starts it (no terminal).
+    # The window starts from the launcher as the desktop entry starts it (no terminal), here as
+    # "Open with Halaman" on a document: the entry's %f becomes the document's absolute path.
     gui_env = {**env, "QT_QPA_PLATFORM": "offscreen", "HALAMAN_LAUNCHER_WATCH_S": "3"}
-    started, _ = run([str(launcher)], gui_env, timeout=120)
+    document = release / "payload" / "samples" / "kv-cache-primer.md"
+    started, _ = run([str(launcher), str(document)], gui_env, timeout=120)
     assert started.returncode == 0, started.stderr + (prefix / "logs" / "app.log").read_text()
     pid = int(next(line for line in (prefix / "logs" / "app.log").read_text().splitlines()
                    if line.startswith("launcher: pid")).split()[-1])
@@ -391,7 +486,7 @@ def test_install_first_start_self_test_window_and_uninstall(release, tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (app_log.exists() and "window open" in app_log.read_text()):
             time.sleep(0.5)
-        assert app_log.exists() and "window open" in app_log.read_text()
+        assert app_log.exists() and f"window open on {document}" in app_log.read_text()
     finally:
         try:
             os.killpg(pid, signal.SIGKILL)  # started in its own session: its process group

@@ -42,7 +42,7 @@ def tiny_model_folder(tmp_path, family, tokenizer_folder):
 
 @pytest.mark.parametrize("family", sorted(CONFIGS))
 def test_family_matches_dynamic_cache_with_4bit_weights(tmp_path, family, tokenizer_folder):
-    loaded = load_model(str(tiny_model_folder(tmp_path, family, tokenizer_folder)), device="cpu")
+    loaded = load_model(str(tiny_model_folder(tmp_path, family, tokenizer_folder)), device="cpu", weights="4bit")
     assert loaded.profile.model_type == CONFIGS[family].model_type
     linear = loaded.decoder.layers[0].self_attn.q_proj
     assert type(linear).__name__ == "Linear4bit"  # weights really are 4-bit
@@ -59,8 +59,9 @@ def test_family_matches_dynamic_cache_with_4bit_weights(tmp_path, family, tokeni
 
 def test_weight_bytes_are_the_4bit_bytes(tmp_path, tokenizer_folder):
     folder = tiny_model_folder(tmp_path, "llama", tokenizer_folder)
-    four = load_model(str(folder), device="cpu")
-    full = load_model(str(folder), device="cpu", quantize_4bit=False)
+    four = load_model(str(folder), device="cpu", weights="4bit")
+    full = load_model(str(folder), device="cpu", weights="full")
+    assert (four.weights, full.weights) == ("nf4", "float32")
     linear_params = sum(m.weight.numel() for m in full.decoder.model.modules() if isinstance(m, torch.nn.Linear) and m is not full.decoder.lm_head)
     # the linear layers shrink from 4 bytes to about half a byte per weight (+ absmax per 64 weights)
     saved = full.weight_bytes - four.weight_bytes
@@ -88,7 +89,7 @@ def test_default_model_is_located_without_importing_its_package():
 
 
 def test_unsupported_gguf_architecture_fails_before_conversion(tmp_path):
-    """T06: a GGUF of an unmapped family fails at model selection, not mid-dequantisation."""
+    """T06 (docs/CORPUS.md): a GGUF of an unmapped family fails at model selection, not mid-dequantisation."""
     import gguf
 
     path = tmp_path / "tiny-gemma2.gguf"
@@ -114,3 +115,27 @@ def test_missing_and_unsupported_models_fail_clearly(tmp_path):
     (folder / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(ModelError, match="gpt2"):
         load_model(str(folder), device="cpu")
+
+
+def test_weights_choice_auto_is_full_on_a_cpu_only_when_ram_allows():
+    from engine.models.loader import choose_weights
+
+    cpu, gpu, gib = torch.device("cpu"), torch.device("cuda"), 1024**3
+    assert choose_weights("auto", cpu, full_bytes=540 * 1024**2, ram_bytes=8 * gib) is False  # 135M in float32: full
+    assert choose_weights("auto", cpu, full_bytes=int(6.8 * gib), ram_bytes=16 * gib) is True  # 1.7B: NF4
+    assert choose_weights("auto", gpu, full_bytes=1, ram_bytes=64 * gib) is True  # GPU: always 4-bit
+    assert choose_weights("full", gpu, full_bytes=1, ram_bytes=1) is False
+    assert choose_weights("4bit", cpu, full_bytes=1, ram_bytes=64 * gib) is True
+    with pytest.raises(ValueError):
+        choose_weights("int3", cpu, full_bytes=1, ram_bytes=1)
+
+
+def test_auto_weights_on_a_cpu_load_float32_and_match_the_full_model(tmp_path, tokenizer_folder):
+    folder = tiny_model_folder(tmp_path, "llama", tokenizer_folder)
+    auto = load_model(str(folder), device="cpu")
+    full = load_model(str(folder), device="cpu", weights="full")
+    assert auto.weights == "float32" and auto.weights_label == "float32"
+    assert auto.weight_bytes == full.weight_bytes
+    assert auto.model_fingerprint == full.model_fingerprint
+    four = load_model(str(folder), device="cpu", weights="4bit")
+    assert four.weights_label == "4-bit NF4" and four.model_fingerprint != auto.model_fingerprint

@@ -1,4 +1,5 @@
-"""PrefixStore and prefix_key: identity (L03, L04), integrity (L04), atomic writes, LRU, two processes."""
+"""PrefixStore and prefix_key: identity (L03, L04), integrity (L04), atomic writes, LRU, two processes.
+L01-L04 are the prefix-cache pitfalls from llama.cpp bug reports listed in docs/CORPUS.md."""
 
 from __future__ import annotations
 

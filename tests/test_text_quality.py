@@ -1,4 +1,5 @@
-"""Text normalisation, quality measures, decoding, and the corpus quality table (bench script)."""
+"""Text normalisation, quality measures, decoding, and the corpus quality table (bench script).
+Case ids (P08, P10, …) name the test-corpus PDFs of docs/CORPUS.md."""
 
 from __future__ import annotations
 

@@ -28,12 +28,14 @@ SMALL = EngineSettings(cache=CachePolicy(budget_tokens=512, window_tokens=128, r
 @pytest.mark.parametrize("change,expected", [
     (dict(model="/models/other.gguf"), SettingsChange.RELOAD_MODEL),
     (dict(device="cpu", cache=SMALL.cache.replace(budget_tokens=1024)), SettingsChange.RELOAD_MODEL),  # device wins
+    (dict(weights="4bit"), SettingsChange.RELOAD_MODEL),                            # weights are held another way
     (dict(cache=SMALL.cache.replace(budget_tokens=640)), SettingsChange.REOPEN_DOCUMENT),
     (dict(prefix_cache=False), SettingsChange.REOPEN_DOCUMENT),
     (dict(recall=RecallSettings(archive_bits=2)), SettingsChange.REOPEN_DOCUMENT),   # the archive is written while reading
     (dict(include_generated_files=True), SettingsChange.REOPEN_DOCUMENT),           # a folder reads other files
     (dict(recall=RecallSettings(recall_tokens=256)), SettingsChange.NOTHING),       # read at each question
-    (dict(max_new_tokens=99, temperature=0.7), SettingsChange.NOTHING),
+    (dict(max_new_tokens=99, temperature=0.7, draft_tokens=0), SettingsChange.NOTHING),
+    (dict(threads=1), SettingsChange.NOTHING),                                      # applied at the next read
     (dict(prefix_cache_disk_bytes=10**9), SettingsChange.NOTHING),
 ])
 def test_what_a_settings_change_implies(change, expected):

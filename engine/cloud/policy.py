@@ -8,7 +8,7 @@ actually wrote (entropy also rises when many phrasings of a right answer are equ
 
 Calibration (embedded SmolLM2-135M, greedy, default cache policy, 40 new tokens per answer; 23
 questions about the bundled KV-cache primer (562 tokens), chapter 1 of Think Python from the
-corpus (P16, 4,260 tokens) and the 18-page DMCA summary (P05, 9,708 tokens, 42 % kept by the
+test corpus (P16 in docs/CORPUS.md, 4,260 tokens) and the 18-page DMCA summary (P05, 9,708 tokens, 42 % kept by the
 cache); each answer judged against the document): mean log-probability ranged from -1.54 to -0.35,
 median -1.19. Only 3 of 23 answers were right (-1.37, -1.03, -0.35). The threshold fires on
 1 / 23 answers at -1.5, 10 / 23 at -1.2 and 18 / 23 at -1.0 (16 of the 20 wrong answers and 2 of

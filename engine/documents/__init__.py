@@ -3,7 +3,8 @@
 `load_document(path)` is the one entry point. Every segment's text is normalised by
 `engine.documents.text.normalize_text`, so the same file always renders to the same string (and
 therefore the same token ids and prefix-cache keys). Everything that was left out is listed in
-`Document.warnings`; nothing is skipped silently.
+`Document.warnings`; nothing is skipped silently. The case ids on the errors (P02, S05, …) are the
+test-corpus inputs that raise them: docs/CORPUS.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class FileNotReadableError(DocumentError):
 
 
 class EmptyFileError(DocumentError):
-    """The file has 0 bytes (CASES.md S06: an interrupted download or copy)."""
+    """The file has 0 bytes (S06: an interrupted download or copy)."""
 
 
 class NotTextError(DocumentError):
@@ -38,15 +39,15 @@ class NoTextFilesError(DocumentError):
 
 
 class NotPdfError(DocumentError):
-    """A .pdf file has no %PDF header (CASES.md S05: an HTML error page saved as .pdf)."""
+    """A .pdf file has no %PDF header (S05: an HTML error page saved as .pdf)."""
 
 
 class PasswordRequiredError(DocumentError):
-    """The PDF needs a user password and none was given (CASES.md P02, P04). Ask for one."""
+    """The PDF needs a user password and none was given (P02, P04). Ask for one."""
 
 
 class WrongPasswordError(DocumentError):
-    """The password given does not open the PDF (CASES.md P02, P04). Ask again."""
+    """The password given does not open the PDF (P02, P04). Ask again."""
 
 
 class UnsupportedEncryptionError(DocumentError):
@@ -62,7 +63,7 @@ class SuspiciousPdfError(DocumentError):
 
 
 class NoTextLayerError(DocumentError):
-    """No page has a text layer: a scan or photos (CASES.md P09). Needs OCR first."""
+    """No page has a text layer: a scan or photos (P09). Needs OCR first."""
 
 
 class UnreadableTextError(DocumentError):

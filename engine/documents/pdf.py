@@ -5,6 +5,7 @@ address-space cap and a per-page time limit, so a hostile file costs at most
 `WORKER_MEMORY_BYTES` and `PAGE_TIMEOUT_S` per page, never the app. A page that crashes or stalls
 the worker is skipped with a warning and the worker restarts after it, at most `MAX_FAILED_PAGES`
 times. Policy decisions (what is a warning, what is an error, what is left out) live here.
+Case ids (P16, S01, …) name the test-corpus PDFs of docs/CORPUS.md.
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def _pages(numbers: list[int]) -> str:
 
 
 def _check_header(path: Path) -> None:
-    """Refuse empty files and non-PDFs before starting a process (CASES.md S05, S06)."""
+    """Refuse empty files and non-PDFs before starting a process (corpus cases S05, S06)."""
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:

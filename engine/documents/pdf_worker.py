@@ -3,7 +3,7 @@
 Run as `python -m engine.documents.pdf_worker`; `engine.documents.pdf` starts it, sends one JSON
 request on stdin and reads one JSON object per line from stdout. PDF parsers run here, never in
 the app's process, because a hostile file can take unbounded time and memory: PDFium took 46 s and
-7.6 GB RSS on the corpus' 80 MB flate bomb (S01; pypdf #2790, #3167). Under the address-space
+7.6 GB RSS on the test corpus' 80 MB flate bomb (S01; case ids: docs/CORPUS.md; pypdf #2790, #3167). Under the address-space
 cap set below PDFium aborts within 2 s instead, and the parent reports the page as suspicious.
 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}

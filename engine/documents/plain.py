@@ -1,4 +1,5 @@
 """Plain-text files (.txt, .md, source code): safe reading and decoding, shared with repo.py.
+Case ids (R02, R03, R06) are the repository cases of docs/CORPUS.md.
 
 `read_text` never blocks on a device or FIFO, never reads more than `MAX_FILE_BYTES`, and never
 follows a symlink; the reasons it refuses a file are returned as short phrases that the
@@ -23,7 +24,7 @@ from engine.documents.text import normalize_text
 from engine.errors import Cancelled
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
-"""Files larger than this are not read (checked with stat first; CASES.md R06: a 480 MB file
+"""Files larger than this are not read (checked with stat first; R06: a 480 MB file
 committed by accident crashed repomix). 2 MiB of text is ~500k tokens, beyond any budget."""
 
 SNIFF_BYTES = 8 * 1024
@@ -45,7 +46,7 @@ def looks_binary(window: bytes) -> bool:
     """Whether the first bytes of a file (8 KiB is enough) say it is not text.
 
     Binary: a NUL byte anywhere in the window, unless a UTF-16/32 byte-order mark explains it
-    (CASES.md R02: data/late-binary.dat has its first NUL after 2.8 KB, so 512 B or 1 KB windows
+    (R02: the fixture's data/late-binary.dat has its first NUL after 2.8 KB, so 512 B or 1 KB windows
     miss it), or over 30% control characters. The window is decoded with an incremental decoder,
     so a multi-byte character cut by the end of the window is not mistaken for binary
     (gitingest #578, docs/boundary.md in the fixture).
@@ -66,7 +67,7 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
     """Decode a text file: byte-order mark, else strict UTF-8, else cp1252, else latin-1.
 
     Returns (text, fallback), where fallback names the legacy codec used ("cp1252" or "latin-1")
-    and is None for UTF-8 or a BOM-declared encoding. Never raises (CASES.md R03: fred #1898,
+    and is None for UTF-8 or a BOM-declared encoding. Never raises (R03: ThalesGroup/fred #1898,
     reuse-tool #598). The text is not normalised yet.
     """
     codec = bom_encoding(data)

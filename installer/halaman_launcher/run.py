@@ -2,8 +2,10 @@
 
 A start from the desktop has no terminal to show errors in, so the app is started with its output
 going to <prefix>/logs/app.log and watched for a few seconds: if it dies at once (a missing system
-library for Qt is the usual reason) the user gets a message instead of nothing. From a terminal, or
-with arguments (`halaman ask ...`), the launcher simply becomes the app (exec).
+library for Qt is the usual reason) the user gets a message instead of nothing; a document given by
+"Open with Halaman" (the desktop entry's `%f`) is passed on. From a terminal, or for a command
+(`halaman ask ...`), the launcher simply becomes the app (exec), after one line saying the window is
+on its way when it is.
 """
 
 from __future__ import annotations
@@ -16,27 +18,39 @@ import sys
 import time
 from pathlib import Path
 
+from halaman_launcher import qt_system
 from halaman_launcher.layout import Layout, is_windows
 from halaman_launcher.progress import choose_reporter, has_display, on_terminal, tk_available
 
 EARLY_EXIT_WATCH_S = 15.0
-QT_LIBS_HINT = ("On Debian / Ubuntu the Qt libraries it needs come with: sudo apt-get install libegl1 libgl1 "
-                "libxkbcommon0 libfontconfig1 libdbus-1-3 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 "
-                "libxcb-keysyms1 libxcb-shape0")
+QT_LIBS_HINT = f"On Debian / Ubuntu the Qt libraries it needs come with: {qt_system.apt_command()}"
 
 
 def run(layout: Layout, args: list[str]) -> int:
     from halaman_launcher import prepare
 
     if not prepare.is_ready(layout):
-        ok, start = prepare_with_ui(layout, start_offer=not args)
+        window = opens_window(args)
+        ok, start = prepare_with_ui(layout, start_offer=window)
         if not ok:
             return 1
         if args[:1] == ["--self-test"] and len(args) == 1:
             return 0  # the preparation ended with the self-test and showed its figures
-        if not (start or args):
+        if window and not start:
             return 0
     return start_app(layout, args)
+
+
+def opens_window(args: list[str]) -> bool:
+    """Whether `halaman ARGS` opens the window: no arguments, or one existing file or folder given
+    as a path (the desktop entry's `%f` is always absolute; CLI commands never hold a separator)."""
+    if not args:
+        return True
+    if len(args) != 1:
+        return False
+    path = args[0]
+    has_separator = os.sep in path or bool(os.altsep and os.altsep in path)
+    return has_separator and os.path.exists(path)
 
 
 def prepare_with_ui(layout: Layout, *, torch: str | None = None, force: bool = False,
@@ -71,29 +85,36 @@ def prepare_with_ui(layout: Layout, *, torch: str | None = None, force: bool = F
 
 
 def start_app(layout: Layout, args: list[str]) -> int:
+    """Become Halaman in a terminal (saying so in one line when that opens the window, which takes
+    seconds) or for a CLI command; from the desktop, start the window watched (`_start_watched`)."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONHOME", None)
-    if args or on_terminal():
+    window = opens_window(args)
+    if on_terminal() or not window:
+        if on_terminal() and window:
+            print(f"Starting Halaman{f' on {os.path.basename(args[0])}' if args else ''}: "
+                  "the window opens in a few seconds.", flush=True)
         if is_windows():
             return subprocess.call([str(layout.env_script("halaman")), *args], env=env)
         program = str(layout.env_script("halaman"))
         os.execve(program, [program, *args], env)
-    return _start_watched(layout, env)
+    return _start_watched(layout, env, args)
 
 
-def _start_watched(layout: Layout, env: dict) -> int:
-    """Start the window detached, its output to logs/app.log; report an immediate failure."""
+def _start_watched(layout: Layout, env: dict, args: list[str]) -> int:
+    """Start the window (on `args`: a document to open) detached, its output to logs/app.log;
+    report an immediate failure."""
     layout.logs.mkdir(parents=True, exist_ok=True)
     log_path = layout.logs / "app.log"
     log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - handed to the child
     if is_windows():
-        command = [str(layout.env_python(windowed=True)), "-m", "app.entry"]
+        command = [str(layout.env_python(windowed=True)), "-m", "app.entry", *args]
         flags = {"creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
     else:
-        command = [str(layout.env_script("halaman"))]
+        command = [str(layout.env_script("halaman")), *args]
         flags = {"start_new_session": True}
-    log.write(f"launcher: {datetime.datetime.now().isoformat(timespec='seconds')} starting {command[0]}\n")
+    log.write(f"launcher: {datetime.datetime.now().isoformat(timespec='seconds')} starting {' '.join(command)}\n")
     log.flush()
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, **flags)
     log.write(f"launcher: pid {process.pid}\n")
@@ -149,30 +170,50 @@ def show_message(layout: Layout, title: str, message: str, error: bool = False) 
 
 
 class _Lock:
-    """An exclusive, non-blocking lock on a file: one preparation at a time."""
+    """An exclusive, non-blocking lock on a file: one preparation at a time. The file exists only
+    while a preparation holds it (it is deleted on the way out, still locked)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.handle = None
 
     def __enter__(self) -> bool:
-        self.handle = open(self.path, "a+b")
+        for _ in range(10):
+            self.handle = open(self.path, "a+b")  # noqa: SIM115 - closed in __exit__
+            try:
+                if is_windows():
+                    import msvcrt
+
+                    self.handle.seek(0)
+                    msvcrt.locking(self.handle.fileno(), msvcrt.LK_NBLCK, 1)
+                else:
+                    import fcntl
+
+                    fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self.handle.close()
+                self.handle = None
+                return False
+            if is_windows() or self._still_the_file():
+                return True
+            self.handle.close()  # locked a file its holder deleted as it finished: lock the new one
+        self.handle = None
+        return False
+
+    def _still_the_file(self) -> bool:
         try:
-            if is_windows():
-                import msvcrt
-
-                self.handle.seek(0)
-                msvcrt.locking(self.handle.fileno(), msvcrt.LK_NBLCK, 1)
-            else:
-                import fcntl
-
-                fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.handle.close()
-            self.handle = None
+            return os.stat(self.path).st_ino == os.fstat(self.handle.fileno()).st_ino
+        except FileNotFoundError:
             return False
-        return True
 
     def __exit__(self, *exc) -> None:
-        if self.handle is not None:
-            self.handle.close()  # closing releases the lock
+        if self.handle is None:
+            return
+        if not is_windows():  # delete before unlocking, so no one locks the name being deleted
+            self.path.unlink(missing_ok=True)
+        self.handle.close()  # closing releases the lock
+        if is_windows():  # Windows cannot delete a file that is open
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:
+                pass

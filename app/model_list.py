@@ -1,0 +1,206 @@
+"""Settings › Model: the curated models (engine.models.catalog) with their sizes and whether they fit
+this machine, and a Download button with progress, speed, time left and Cancel.
+
+The download itself is `engine.models.download.pull`, run on a thread of its own (not the engine
+worker's: a download must neither wait behind a long prefill nor hold one up). It reports through
+`_Relay`'s signals, which Qt queues to the GUI thread; nothing here touches a widget from that thread.
+When a model is downloaded (or an already downloaded one is picked with Use), `model_chosen` emits
+its hub repository, which is what the settings' `model` field takes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QTableWidget,
+    QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from engine.errors import Cancelled, HalamanError
+from engine.models.catalog import CatalogModel, DeviceMemory, detect_memory, fit, load_catalog
+from engine.models.download import DownloadProgress, downloaded_folder, partial_bytes, pull
+from engine.settings import EngineSettings
+from engine.units import format_bytes
+
+COLUMNS = ("Model", "Parameters", "Download", "4-bit weights", "KV / token", "Fits", "On disk")
+
+
+class _Relay(QObject):
+    """Signals the download thread emits; connected to the widget in the GUI thread."""
+
+    progress = Signal(object)   # DownloadProgress
+    finished = Signal(str)      # repo
+    failed = Signal(str)        # one-line message
+
+
+class ModelList(QWidget):
+    """The model table, Download / Use, Cancel, and a progress line.
+
+    `models` defaults to the bundled catalog; `memory` to this machine's GPU or RAM for the
+    settings' device. `set_settings` recomputes "fits" for a changed cache budget or device.
+    """
+
+    model_chosen = Signal(str)
+
+    def __init__(self, settings: EngineSettings, *, models: list[CatalogModel] | None = None,
+                 memory: DeviceMemory | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.models = models if models is not None else load_catalog()
+        self.memory = memory
+        self.settings = settings
+        self.cancel_event: threading.Event | None = None
+        self.downloading: str | None = None
+        self.relay = _Relay()
+        self.relay.progress.connect(self._progress)
+        self.relay.finished.connect(self._finished)
+        self.relay.failed.connect(self._failed)
+
+        self.table = QTableWidget(len(self.models), len(COLUMNS))
+        self.table.setObjectName("modelTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setMinimumHeight(130)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.download_button = QPushButton("Download")
+        self.cancel_button = QPushButton("Cancel download")
+        self.cancel_button.setEnabled(False)
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        self.bar.setVisible(False)
+        self.status = QLabel()
+        self.status.setObjectName("modelStatus")
+        self.status.setWordWrap(True)
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.download_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.bar, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.table)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+
+        self.download_button.clicked.connect(self._download_or_use)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.table.itemSelectionChanged.connect(self._selection_changed)
+        self.set_settings(settings)
+
+    # ------------------------------------------------------------ table
+    def set_settings(self, settings: EngineSettings) -> None:
+        """Fill the table for `settings` (its cache policy, recall and device decide "fits")."""
+        if self.memory is None or settings.device != self.settings.device:
+            self.memory = detect_memory(settings.device)
+        self.settings = settings
+        for row, model in enumerate(self.models):
+            verdict = fit(model, settings, self.memory)
+            cells = (model.name, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
+                     format_bytes(verdict.weights_bytes), f"{model.kv_bytes_per_token / 1024:,.0f} KiB",
+                     "yes" if verdict.fits else "no", self._state(model))
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(f"{model.repo}: {verdict.reason}" + (" (gated: accept its licence on the hub and "
+                                                                     "log in with `hf auth login`)" if model.gated else ""))
+                if column == 5 and not verdict.fits:
+                    item.setForeground(Qt.GlobalColor.darkRed)
+                self.table.setItem(row, column, item)
+        self._update_buttons()
+
+    def select(self, key: str) -> None:
+        """Select the row of the model whose id or repository is `key`."""
+        for row, model in enumerate(self.models):
+            if key in (model.id, model.repo):
+                self.table.selectRow(row)
+
+    def selected(self) -> CatalogModel | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.models[rows[0].row()] if rows else None
+
+    @staticmethod
+    def _state(model: CatalogModel) -> str:
+        if downloaded_folder(model.repo):
+            return "downloaded"
+        partial = partial_bytes(model.repo)
+        return f"partial {format_bytes(partial)}" if partial else ""
+
+    def _update_buttons(self) -> None:
+        model = self.selected()
+        busy = self.downloading is not None
+        self.download_button.setEnabled(model is not None and not busy)
+        ready = model is not None and downloaded_folder(model.repo) is not None
+        resume = model is not None and not ready and partial_bytes(model.repo) > 0
+        self.download_button.setText("Use" if ready else "Resume download" if resume else "Download")
+        self.cancel_button.setEnabled(busy)
+
+    def _selection_changed(self) -> None:
+        self._update_buttons()
+        model = self.selected()
+        if model is not None and self.downloading is None:  # a running download keeps its progress line
+            self.status.setText(f"{model.repo}: {fit(model, self.settings, self.memory).reason}.")
+
+    # --------------------------------------------------------- download
+    def _download_or_use(self) -> None:
+        model = self.selected()
+        if model is None:
+            return
+        if downloaded_folder(model.repo):
+            self.model_chosen.emit(model.repo)
+            return
+        self.download(model.repo)
+
+    def download(self, repo: str) -> None:
+        """Start downloading `repo` on a thread of its own; progress shows below the table."""
+        self.downloading = repo
+        self.cancel_event = threading.Event()
+        self.bar.setValue(0)
+        self.bar.setVisible(True)
+        self.status.setText(f"{repo}: asking the hub for its files…")
+        self._update_buttons()
+        threading.Thread(target=self._run, args=(repo, self.cancel_event), name=f"download {repo}", daemon=True).start()
+
+    def _run(self, repo: str, cancel: threading.Event) -> None:
+        """On the download thread: only signals leave it."""
+        try:
+            pull(repo, progress=self.relay.progress.emit, cancel=cancel)
+        except Cancelled:
+            self.relay.failed.emit(f"{repo}: download cancelled; what arrived is kept, Resume continues it.")
+        except HalamanError as exc:
+            self.relay.failed.emit(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a thread must not die silently
+            self.relay.failed.emit(f"{repo}: download failed ({type(exc).__name__}: {exc})")
+        else:
+            self.relay.finished.emit(repo)
+
+    def cancel(self) -> None:
+        """Stop the running download (its partial file stays for a resume)."""
+        if self.cancel_event is not None:
+            self.cancel_event.set()
+
+    def _progress(self, progress: DownloadProgress) -> None:
+        self.bar.setValue(int(1000 * progress.fraction))
+        self.status.setText(f"{progress.repo}: {progress.summary()}")
+
+    def _finished(self, repo: str) -> None:
+        self._done()
+        self.status.setText(f"{repo} is downloaded and verified; it is now the chosen model (Save to switch).")
+        self.model_chosen.emit(repo)
+
+    def _failed(self, message: str) -> None:
+        self._done()
+        self.status.setText(message)
+
+    def _done(self) -> None:
+        self.downloading = None
+        self.cancel_event = None
+        self.bar.setVisible(False)
+        self.set_settings(self.settings)
+
+
+__all__ = ["ModelList"]

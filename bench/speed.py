@@ -1,0 +1,321 @@
+"""Speed, one command: reading (prefill) and answering (decode) tokens/s at 2k, 4k, 8k, 32k and the
+whole of Think Python (P16), for Halaman, transformers' full DynamicCache and llama.cpp (where
+bench/.venv-llamacpp exists), with the ratios; plus the levers side by side and prompt-lookup
+drafts on real questions.
+
+    python bench/speed.py                        # every part, ~45 min on two idle cores
+    python bench/speed.py --parts levers drafts  # one or more parts
+    python bench/speed.py --lengths 2048 4096    # shorter lengths part (no whole book)
+
+Parts (each writes docs/bench/speed_<part>.{csv,json}; `lengths` also docs/bench/speed_lengths.png):
+  lengths  ours = the app's CPU path: default policy (budget 4,096, INT4, compact positions past
+           8k), float32 weights ("auto" on a CPU), the INT4 archive written during the read, 512-token
+           chunks. transformers = the same weights and tokens through the model's own forward with a
+           DynamicCache (sdpa), up to the model's 8,192 positions. llama.cpp = the same GGUF and token
+           ids, f16 KV cache. Prefill tok/s is over the whole prefix so far; "chunk tok/s" is the rate
+           of the last 512-token chunk (flat when the budget is full). Decode = median of
+           `--decode-steps` one-token steps, no drafting, right after the prefill.
+  levers   in one process, interleaved, 3 rounds: NF4 4-bit vs float32 weights; 1 vs 2 threads.
+  drafts   10 questions each about P05 and the first 40 pages of P16 through DocumentSession with the
+           default settings (recall on), drafts off vs on: decode tok/s, acceptance, same tokens.
+
+Threads: `--threads 0` (default) lets the engine measure idle cores, as the app does; the table
+records the count and the load average. Run alone: nothing else on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import common
+
+P05 = "P05_dmca.pdf"
+P05_QUESTIONS = [
+    "What law does this document summarize?", "What does section 1201 prohibit?",
+    "Who can be held liable under this law?", "What is the safe harbor for online service providers?",
+    "What is a takedown notice?", "What exemptions does the law allow?", "When was the law enacted?",
+    "What does the document say about encryption research?", "What are the penalties for violations?",
+    "Summarize the document in two sentences.",
+]
+P16_QUESTIONS = [
+    "What programming language does this book teach?", "What is the title of this book?",
+    "What is a variable?", "What does the print function do?", "What is a function?",
+    "What is a bug?", "What is the difference between an interpreter and a compiler?",
+    "What is debugging?", "What is an expression?", "Who wrote this book?",
+]
+
+
+def load_avg() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ------------------------------------------------------------------------------------ lengths
+def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
+    import torch
+
+    from engine.kvcache.archive import ArchiveLayout, ArchiveWriter
+    from engine.settings import CachePolicy, RecallSettings
+
+    policy, recall = CachePolicy(), RecallSettings()
+    dec = lm.decoder
+    cache = dec.new_cache(policy, "compact")
+    shape = dec.shape
+    layout = ArchiveLayout(shape.num_layers, shape.kv_heads, shape.head_dim, max(marks), recall.block_tokens,
+                           recall.archive_bits, policy.group_size)
+    writer = ArchiveWriter(workdir / "speed-archive.safetensors", layout, dec.rope)
+    out, elapsed, step = {}, 0.0, policy.chunk_tokens
+    try:
+        for first in range(0, max(marks), step):
+            t0 = time.perf_counter()
+            dec.forward(ids[first : first + step], cache, archive=writer)
+            last = time.perf_counter() - t0
+            elapsed += last
+            n = first + step
+            if n in marks:
+                twin, times, token = cache.clone(), [], 42
+                for _ in range(decode_steps):
+                    t0 = time.perf_counter()
+                    logits = dec.forward(torch.tensor([token]), twin, slack_tokens=32, reuse_workspace=True)
+                    times.append(time.perf_counter() - t0)
+                    token = int(logits[-1].argmax())
+                out[n] = {"prefill_tok_s": n / elapsed, "chunk_tok_s": step / last, "decode_tok_s": 1 / common.median(times)}
+                print(json.dumps({"ours": n, **out[n]}), flush=True)
+    finally:
+        writer.abort()
+    return out
+
+
+def trace_hf(lm, ids, marks, decode_steps, chunk=512) -> dict:
+    import torch
+    from transformers import DynamicCache
+
+    model, cache = lm.decoder.model, DynamicCache()
+    out, elapsed = {}, 0.0
+    with torch.inference_mode():
+        for first in range(0, max(marks), chunk):
+            t0 = time.perf_counter()
+            model(ids[None, first : first + chunk], past_key_values=cache, logits_to_keep=1)
+            last = time.perf_counter() - t0
+            elapsed += last
+            n = first + chunk
+            if n in marks:
+                times, token = [], 42
+                for _ in range(decode_steps):
+                    t0 = time.perf_counter()
+                    logits = model(torch.tensor([[token]]), past_key_values=cache).logits
+                    times.append(time.perf_counter() - t0)
+                    token = int(logits[0, -1].argmax())
+                cache.crop(-decode_steps)
+                out[n] = {"prefill_tok_s": n / elapsed, "chunk_tok_s": chunk / last, "decode_tok_s": 1 / common.median(times)}
+                print(json.dumps({"transformers": n, **out[n]}), flush=True)
+    return out
+
+
+def llama_cpp(book, marks, decode_steps, threads) -> dict:
+    import subprocess
+
+    python = common.BENCH / ".venv-llamacpp" / "bin" / "python"
+    if not python.exists():
+        return {"error": "bench/.venv-llamacpp missing"}
+    from engine.models.source import default_gguf_path
+
+    task = common.WORK / "speed-llamacpp.json"
+    task.write_text(json.dumps({"gguf": str(default_gguf_path()), "ids": book[: max(marks) + decode_steps], "lengths": marks,
+                                "decode_steps": decode_steps, "threads": threads}))
+    done = subprocess.run([str(python), str(common.BENCH / "llamacpp_runner.py"), str(task)], capture_output=True, text=True)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def part_lengths(lm, book, args, threads) -> list[dict]:
+    import torch
+
+    step = 512
+    marks = sorted({n for n in args.lengths if n <= len(book)} | ({len(book) // step * step} if args.whole_book else set()))
+    ids = torch.tensor(book[: max(marks)])
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = trace_ours(lm, ids, marks, args.decode_steps, Path(tmp))
+    hf_marks = [n for n in marks if n <= 8192]
+    theirs = trace_hf(lm, ids, hf_marks, args.decode_steps) if hf_marks else {}
+    llama = llama_cpp(book, [n for n in marks if n <= 8192], args.decode_steps, threads)
+    rows = []
+    for n in marks:
+        row = {"tokens": n, "engine": "ours", **ours[n]}
+        if n in theirs:
+            row["prefill_vs_transformers"] = ours[n]["prefill_tok_s"] / theirs[n]["prefill_tok_s"]
+            row["decode_vs_transformers"] = ours[n]["decode_tok_s"] / theirs[n]["decode_tok_s"]
+        rows.append(row)
+    rows += [{"tokens": n, "engine": "transformers DynamicCache", **theirs[n]} for n in hf_marks]
+    for r in llama.get("rows", []):
+        rows.append({"tokens": r["tokens"], "engine": llama["version"] + " (f16 KV)", "prefill_tok_s": r["prefill_tok_s"],
+                     "decode_tok_s": 1000 / r["decode_ms"]})
+    if "error" in llama:
+        print(f"llama.cpp: {llama['error']}")
+    plot_lengths(rows, threads)
+    return rows
+
+
+def plot_lengths(rows, threads) -> None:
+    plt = common.pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for engine in sorted({r["engine"] for r in rows}):
+        sub = sorted((r for r in rows if r["engine"] == engine), key=lambda r: r["tokens"])
+        xs = [r["tokens"] for r in sub]
+        a.plot(xs, [r["prefill_tok_s"] for r in sub], "o-", label=engine)
+        b.plot(xs, [r["decode_tok_s"] for r in sub], "o-", label=engine)
+    for ax, title in ((a, "prefill tokens/s (higher is better)"), (b, "decode tokens/s (higher is better)")):
+        ax.set(xscale="log", title=title, xlabel="document tokens")
+        ax.axvline(8192, color="grey", lw=0.8, ls=":")
+    a.axhline(275, color="C3", lw=0.8, ls="--", label="target 275 tok/s")
+    b.axhline(30, color="C3", lw=0.8, ls="--", label="target 30 tok/s")
+    a.legend(fontsize=7)
+    fig.suptitle(f"SmolLM2-135M on the CPU, {threads} thread(s), float32 weights", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(common.OUT / "speed_lengths.png")
+
+
+# ------------------------------------------------------------------------------------- levers
+def part_levers(book, rounds: int) -> list[dict]:
+    import torch
+
+    from engine.models.loader import load_model
+    from engine.settings import CachePolicy
+    from engine.threads import usable_cores
+
+    ids = torch.tensor(book[:4608])
+    models = {"float32 weights": load_model("default", device="cpu", weights="full"),
+              "NF4 4-bit weights": load_model("default", device="cpu", weights="4bit")}
+
+    def run(lm, threads):
+        torch.set_num_threads(threads)
+        cache = lm.decoder.new_cache(CachePolicy(), "compact")
+        chunks = []
+        for first in range(0, len(ids), 512):
+            t0 = time.perf_counter()
+            lm.decoder.forward(ids[first : first + 512], cache)
+            chunks.append(time.perf_counter() - t0)
+        steps, token = [], 42
+        for _ in range(16):
+            t0 = time.perf_counter()
+            logits = lm.decoder.forward(torch.tensor([token]), cache, slack_tokens=32, reuse_workspace=True)
+            steps.append(time.perf_counter() - t0)
+            token = int(logits[-1].argmax())
+        return {"prefill_tok_s": len(ids) / sum(chunks), "chunk_tok_s": 512 / chunks[-1], "decode_tok_s": 1 / common.median(steps)}
+
+    cells = [("float32 weights", 1), ("NF4 4-bit weights", 1)]
+    if usable_cores() >= 2:
+        cells.append(("float32 weights", 2))
+    got: dict = {}
+    for rnd in range(rounds):
+        for name, threads in cells:
+            got.setdefault((name, threads), []).append(run(models[name], threads))
+            print(json.dumps({"round": rnd, "cell": f"{name}, {threads} thread(s)", **got[(name, threads)][-1]}), flush=True)
+    rows = []
+    for (name, threads), runs in got.items():
+        rows.append({"lever": f"{name}, {threads} thread{'s' if threads > 1 else ''}", "runs": len(runs),
+                     **{k: common.median([r[k] for r in runs]) for k in ("prefill_tok_s", "chunk_tok_s", "decode_tok_s")}})
+    base = rows[0]
+    for row in rows:
+        row["prefill_x"] = row["prefill_tok_s"] / base["prefill_tok_s"]
+        row["decode_x"] = row["decode_tok_s"] / base["decode_tok_s"]
+    return rows
+
+
+# ------------------------------------------------------------------------------------- drafts
+def part_drafts(lm, max_new_tokens: int) -> list[dict]:
+    from pypdf import PdfReader, PdfWriter
+
+    from engine.prefix_store import PrefixStore
+    from engine.session import DocumentSession
+    from engine.settings import EngineSettings
+
+    p16 = common.WORK / "thinkpython-first40.pdf"
+    if not p16.exists():
+        writer = PdfWriter()
+        for page in PdfReader(common.corpus_dir() / "pdf" / common.THINK_PYTHON).pages[:40]:
+            writer.add_page(page)
+        with p16.open("wb") as handle:
+            writer.write(handle)
+    store = PrefixStore(common.WORK / "speed-prefix-store", disk_budget_bytes=8 * 1024**3)
+    rows = []
+    for label, path, questions in (("P05 (18 pages)", common.corpus_dir() / "pdf" / P05, P05_QUESTIONS),
+                                   ("P16 pages 1-40", p16, P16_QUESTIONS)):
+        sessions = {}
+        for drafts in (0, 8):
+            sessions[drafts] = DocumentSession(lm, EngineSettings(max_new_tokens=max_new_tokens, draft_tokens=drafts), store)
+            report = sessions[drafts].open(str(path))
+        per = {0: [], 8: []}
+        for q in questions:
+            for drafts in (0, 8):
+                a = sessions[drafts].ask(q)
+                per[drafts].append(a)
+                print(json.dumps({"doc": label, "drafts": drafts, "q": q, "tokens": len(a.token_ids), "decode_tok_s": a.decode_tokens_per_s,
+                                  "accepted": a.drafts.accepted, "drafted": a.drafts.drafted,
+                                  "recall_s": a.recall.seconds if a.recall else 0.0}), flush=True)
+        same = sum(x.token_ids == y.token_ids for x, y in zip(per[0], per[8], strict=True))
+        for drafts in (0, 8):
+            answers = per[drafts]
+            drafted = sum(a.drafts.drafted for a in answers)
+            accepted = sum(a.drafts.accepted for a in answers)
+            tokens = sum(len(a.token_ids) for a in answers)
+            rows.append({"document": label, "document_tokens": report.document_tokens, "drafts": "on (8)" if drafts else "off",
+                         "questions": len(answers), "answer_tokens": tokens,
+                         "decode_tok_s": common.median([a.decode_tokens_per_s for a in answers]),
+                         "ttft_s": common.median([a.time_to_first_token_s for a in answers]),
+                         "recall_s_per_answer": common.median([a.recall.seconds if a.recall else 0.0 for a in answers]),
+                         "acceptance": accepted / drafted if drafted else float("nan"),
+                         "passes_saved": accepted / tokens if tokens else 0.0,
+                         "same_tokens": f"{same}/{len(answers)}"})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts"])
+    ap.add_argument("--lengths", type=int, nargs="*", default=[2048, 4096, 8192, 32768])
+    ap.add_argument("--no-whole-book", dest="whole_book", action="store_false", help="stop at the longest --lengths")
+    ap.add_argument("--decode-steps", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the levers part")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="answer length in the drafts part")
+    ap.add_argument("--threads", type=int, default=0, help="0 = the engine's choice (idle cores, measured)")
+    args = ap.parse_args()
+    from engine.threads import choose_threads
+
+    threads = choose_threads(args.threads)
+    common.setup(threads)
+    began = time.perf_counter()
+    meta = {**common.machine_info(), "threads": threads, "load_avg_start": load_avg()}
+    from engine.models.loader import load_model
+
+    lm = load_model("default", device="cpu", weights="auto", threads=threads)
+    book = common.book_token_ids(lm.tokenizer)
+    if "lengths" in args.parts:
+        rows = part_lengths(lm, book, args, threads)
+        meta["load_avg_end"] = load_avg()
+        common.write_results("speed_lengths", rows, ["engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
+                                                     "prefill_vs_transformers", "decode_vs_transformers"], meta)
+    if "levers" in args.parts:
+        rows = part_levers(book, args.rounds)
+        meta["load_avg_end"] = load_avg()
+        common.write_results("speed_levers", rows, ["lever", "runs", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
+                                                    "prefill_x", "decode_x"], meta)
+    if "drafts" in args.parts:
+        import torch
+
+        torch.set_num_threads(threads)
+        rows = part_drafts(lm, args.max_new_tokens)
+        meta["load_avg_end"] = load_avg()
+        common.write_results("speed_drafts", rows, ["document", "document_tokens", "drafts", "questions", "answer_tokens",
+                                                    "decode_tok_s", "ttft_s", "recall_s_per_answer", "acceptance",
+                                                    "passes_saved", "same_tokens"], meta)
+    print(f"speed: {time.perf_counter() - began:.0f} s, threads {threads}, load {load_avg()}")
+
+
+if __name__ == "__main__":
+    main()

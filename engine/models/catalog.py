@@ -1,0 +1,186 @@
+"""The curated list of instruct models (`catalog.toml`) and whether each fits this machine.
+
+Sizes are computed from each model's config numbers, not typed in:
+
+    parameters      embeddings V·h (+ an untied output matrix V·h) + per layer (q, k, v, o projections,
+                    their biases for Qwen2, q/k norms for Qwen3, the gated MLP 3·h·I, two RMSNorms)
+                    + the final norm
+    download        ≈ 2 bytes per parameter (the repositories hold bfloat16 safetensors); the exact
+                    size is read from the hub's metadata when a download starts
+    4-bit weights   what `engine.models.loader` really holds: every linear layer in bitsandbytes NF4
+                    (half a byte per weight + a float32 absmax per 64 weights + a 16-entry float32
+                    code book), embeddings, norms and biases in the compute dtype (float32 on the CPU,
+                    16-bit on a GPU), and the rotary embedding's float32 frequency buffers
+    KV per token    2 (K and V) · L · H_kv · D · 2 bytes: a full 16-bit cache (`engine.estimate`)
+
+"Fits" adds the compressed cache at its prefill peak, the tokens a question may recall and one
+layer's attention probabilities for a prefill chunk to the weights, plus a fixed margin for the
+process itself, and compares the sum with the device's total memory.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ModelError
+from engine.estimate import full_cache_bytes, peak_cache_bytes, recall_cache_bytes
+from engine.models.loader import ModelProfile
+from engine.settings import EngineSettings
+from engine.units import format_bytes
+
+CATALOG_PATH = Path(__file__).with_name("catalog.toml")
+NF4_BLOCK = 64            # weights per absmax in bitsandbytes' 4-bit layers (its default blocksize)
+NF4_CODE_BYTES = 16 * 4   # the NF4 code book each 4-bit layer keeps: 16 float32 values
+# Python, torch and Qt before any model is loaded: the window's gauge showed the process holding
+# 1.3 GiB of "workspace" with no document open; rounded up, it also covers a CUDA context.
+PROCESS_MARGIN_BYTES = 3 * 1024**3 // 2
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    """One instruct model of the catalog: its hub repository and the config.json numbers that
+    decide its size (field names as in config.json)."""
+
+    id: str
+    repo: str
+    name: str
+    model_type: str
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    head_dim: int | None = None         # None: hidden_size // num_attention_heads (as transformers does)
+    attention_bias: bool = False
+    qk_norm: bool = False
+    gated: bool = False
+    published_parameters: int = 0
+
+    @property
+    def head_dimension(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def profile(self) -> ModelProfile:
+        """The KV-relevant shape, as `ModelProfile.from_config` would read it."""
+        return ModelProfile(self.model_type, self.num_hidden_layers, self.num_key_value_heads, self.head_dimension,
+                            self.num_attention_heads, self.max_position_embeddings, self.vocab_size)
+
+    def _linear_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of every linear layer in the decoder layers, all layers together."""
+        h, d = self.hidden_size, self.head_dimension
+        q, kv = self.num_attention_heads * d, self.num_key_value_heads * d
+        per_layer = [(h, q), (h, kv), (h, kv), (q, h),
+                     (h, self.intermediate_size), (h, self.intermediate_size), (self.intermediate_size, h)]
+        return per_layer * self.num_hidden_layers
+
+    def _other_parameters(self) -> int:
+        """Parameters outside the decoder layers' linear weights: embeddings, an untied output
+        matrix, norms, q/k/v biases."""
+        h, d = self.hidden_size, self.head_dimension
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        per_layer = 2 * h  # input and post-attention RMSNorm
+        if self.attention_bias:
+            per_layer += (self.num_attention_heads + 2 * self.num_key_value_heads) * d
+        if self.qk_norm:
+            per_layer += 2 * d
+        return embeddings + per_layer * self.num_hidden_layers + h  # + final norm
+
+    @property
+    def parameters(self) -> int:
+        """Total parameters, a tied embedding counted once."""
+        return sum(i * o for i, o in self._linear_shapes()) + self._other_parameters()
+
+    @property
+    def download_bytes(self) -> int:
+        """Approximate download: the bfloat16 weights (2 bytes per parameter). The tokenizer and
+        config files add a few MiB; the exact size comes from the hub when the download starts."""
+        return 2 * self.parameters
+
+    def weight_4bit_bytes(self, element_bytes: int) -> int:
+        """Bytes the weights hold once loaded with 4-bit linear layers; `element_bytes` is the compute
+        dtype's size (4 on the CPU, 2 on a GPU), which embeddings, norms and biases keep."""
+        nf4 = sum(-(-i * o // 2) + 4 * -(-i * o // NF4_BLOCK) + NF4_CODE_BYTES for i, o in self._linear_shapes())
+        rotary = 2 * (self.head_dimension // 2) * 4  # inv_freq and original_inv_freq buffers, float32
+        return nf4 + element_bytes * self._other_parameters() + rotary
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """2 · L · H_kv · D · 2 bytes: one token in a full 16-bit KV cache."""
+        return full_cache_bytes(self.profile, 1)
+
+
+def load_catalog(path: Path | None = None) -> list[CatalogModel]:
+    """The models listed in `path` (default: the bundled catalog.toml), in file order.
+    Raises ModelError naming the file and entry when it cannot be read."""
+    path = path or CATALOG_PATH
+    try:
+        entries = tomllib.loads(path.read_text(encoding="utf-8")).get("model", [])
+        return [CatalogModel(**entry) for entry in entries]
+    except (OSError, tomllib.TOMLDecodeError, TypeError) as exc:
+        raise ModelError(f"the model list {path} cannot be read ({exc}); reinstall Halaman") from None
+
+
+def find(models: list[CatalogModel], key: str) -> CatalogModel:
+    """The model whose id or hub repository is `key` (case-insensitive). Raises ModelError listing the ids."""
+    for model in models:
+        if key.lower() in (model.id.lower(), model.repo.lower()):
+            return model
+    raise ModelError(f"{key!r} is not in the model list; pick one of: {', '.join(m.id for m in models)}")
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The memory a model would run in. `element_bytes`: the compute dtype's size there."""
+
+    device: str          # "cuda" or "cpu"
+    name: str            # "NVIDIA GeForce RTX 4060 Laptop GPU", "RAM"
+    total_bytes: int
+    element_bytes: int
+
+
+def detect_memory(device: str = "auto") -> DeviceMemory:
+    """The GPU when `device` ("auto", "cuda", "cpu", as in EngineSettings) picks one, else system RAM."""
+    if device != "cpu":
+        import torch  # only here: listing the catalog on the CPU needs no torch
+
+        if torch.cuda.is_available():
+            _free, total = torch.cuda.mem_get_info()
+            return DeviceMemory("cuda", torch.cuda.get_device_name(), int(total), 2)
+    import psutil
+
+    return DeviceMemory("cpu", "RAM", int(psutil.virtual_memory().total), 4)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether a model fits a device with given settings. All sizes in bytes."""
+
+    fits: bool
+    needed_bytes: int
+    weights_bytes: int
+    kv_bytes: int          # compressed cache at its prefill peak + recalled tokens
+    workspace_bytes: int   # one layer's attention probabilities for a prefill chunk + the process margin
+    available_bytes: int
+    reason: str            # one line: "needs 3.1 GiB of 15.5 GiB RAM"
+
+
+def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> Fit:
+    """Does `model` fit `memory` with the cache policy and recall of `settings`? (module docstring)"""
+    policy, profile = settings.cache, model.profile
+    weights = model.weight_4bit_bytes(memory.element_bytes)
+    kv = peak_cache_bytes(profile, policy, policy.budget_tokens + policy.chunk_tokens)
+    kv += recall_cache_bytes(profile, settings.recall, policy.group_size)
+    # [heads, chunk, cached + chunk] float32 scores and probabilities (engine.kvcache.attention)
+    attention = 2 * 4 * model.num_attention_heads * policy.chunk_tokens * (policy.budget_tokens + policy.chunk_tokens)
+    workspace = attention + PROCESS_MARGIN_BYTES
+    needed = weights + kv + workspace
+    fits = needed <= memory.total_bytes
+    where = f"{format_bytes(memory.total_bytes)} {memory.name}"
+    reason = f"needs {format_bytes(needed)} of {where}" if fits else f"needs {format_bytes(needed)}, more than the {where}"
+    return Fit(fits, needed, weights, kv, workspace, memory.total_bytes, reason)

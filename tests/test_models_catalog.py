@@ -1,0 +1,98 @@
+"""The model list: sizes computed from config numbers agree with the model cards and with what the
+loader really holds; "fits" is the estimate's arithmetic against the device's memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+
+from engine.errors import ModelError
+from engine.estimate import KNOWN_SHAPES, peak_cache_bytes
+from engine.models.catalog import PROCESS_MARGIN_BYTES, CatalogModel, DeviceMemory, find, fit, load_catalog
+from engine.models.decoder import SUPPORTED_MODEL_TYPES
+from engine.models.loader import load_model
+from engine.settings import EngineSettings
+
+# Model cards that state the exact count (the Qwen3 cards round: "0.6B", "1.7B", "4.0B").
+EXACT = {"smollm2-360m", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "llama-3.2-1b", "llama-3.2-3b"}
+
+
+def test_catalog_lists_supported_instruct_models_once():
+    models = load_catalog()
+    assert len({m.id for m in models}) == len({m.repo for m in models}) == len(models) >= 10
+    assert {m.model_type for m in models} == set(SUPPORTED_MODEL_TYPES)
+    assert find(models, "QWEN2.5-1.5B").repo == find(models, "Qwen/Qwen2.5-1.5B-Instruct").repo
+    with pytest.raises(ModelError, match="pick one of"):
+        find(models, "gpt-5")
+
+
+@pytest.mark.parametrize("model", load_catalog(), ids=lambda m: m.id)
+def test_parameters_from_the_config_match_the_model_card(model):
+    if model.id in EXACT:
+        assert model.parameters == model.published_parameters
+    else:
+        assert abs(model.parameters / model.published_parameters - 1) < 0.015
+    assert model.download_bytes == 2 * model.parameters  # bfloat16 safetensors
+
+
+def test_kv_bytes_per_token_is_2_L_Hkv_D_2():
+    models = {m.id: m for m in load_catalog()}
+    assert models["llama-3.2-3b"].kv_bytes_per_token == 2 * 28 * 8 * 128 * 2 == 114_688
+    # the estimate's hand-written shapes agree with the list's config numbers
+    for known, listed in (("llama-3.2-1b", "llama-3.2-1b"), ("llama-3.2-3b", "llama-3.2-3b"), ("qwen2.5-3b", "qwen2.5-3b"),
+                          ("qwen3-4b", "qwen3-4b")):
+        assert models[listed].profile == KNOWN_SHAPES[known]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folder():
+    from engine.models.gguf_convert import converted_folder
+    from engine.models.source import default_gguf_path
+
+    return converted_folder(default_gguf_path())
+
+
+TINY = dict(vocab_size=4096, hidden_size=128, intermediate_size=320, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512)
+
+
+@pytest.mark.parametrize("config, extra", [
+    (LlamaConfig(**TINY, tie_word_embeddings=True), {}),
+    (LlamaConfig(**TINY, tie_word_embeddings=False), {}),
+    (Qwen2Config(**TINY, tie_word_embeddings=True), {"attention_bias": True}),
+    (Qwen3Config(**TINY, head_dim=64, tie_word_embeddings=True), {"qk_norm": True, "head_dim": 64}),
+], ids=["llama-tied", "llama-untied", "qwen2", "qwen3"])
+def test_4bit_weight_bytes_are_what_the_loader_holds(tmp_path, config, extra, tokenizer_folder):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tokenizer_folder / name).exists():
+            shutil.copy(tokenizer_folder / name, tmp_path / name)
+    listed = CatalogModel(id="tiny", repo="t/tiny", name="tiny", model_type=config.model_type,
+                          tie_word_embeddings=config.tie_word_embeddings, **TINY, **extra)
+    assert listed.parameters == sum(p.numel() for p in model.parameters())
+    assert load_model(str(tmp_path), device="cpu", weights="4bit").weight_bytes == listed.weight_4bit_bytes(4)
+
+def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
+    model = find(load_catalog(), "qwen2.5-1.5b")
+    settings = EngineSettings()
+    roomy = fit(model, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4))
+    assert roomy.fits and roomy.reason.startswith("needs ") and "of 64.0 GiB RAM" in roomy.reason
+    policy = settings.cache
+    assert roomy.kv_bytes > peak_cache_bytes(model.profile, policy, policy.budget_tokens + policy.chunk_tokens)  # + recall
+    assert roomy.needed_bytes == roomy.weights_bytes + roomy.kv_bytes + roomy.workspace_bytes
+    assert roomy.workspace_bytes > PROCESS_MARGIN_BYTES
+
+    tight = DeviceMemory("cuda", "GPU", roomy.needed_bytes, 4)
+    assert fit(model, settings, tight).fits
+    bigger = settings.replace(cache=dataclasses.replace(policy, budget_tokens=4 * policy.budget_tokens))
+    over = fit(model, bigger, tight)
+    assert not over.fits and "more than the" in over.reason
+    # on a GPU the embeddings are 16-bit: less memory than on the CPU
+    assert fit(model, settings, DeviceMemory("cuda", "GPU", 8 * 1024**3, 2)).weights_bytes < roomy.weights_bytes
+

@@ -1,0 +1,133 @@
+"""Downloading a model: against a local imitation of the hub (tests/hub_server.py), never the network.
+
+A tiny random Llama (2 layers, hidden 64, the embedded model's tokenizer) is served as "tiny/llama";
+the tests pull it with progress, cancel and resume it, catch a damaged and a cut-off file, and then
+load it through the normal loader and ask it a question from the command line.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.cli import main
+from engine.errors import Cancelled, ModelError
+from engine.models.download import COMPLETE_MARKER, PART_SUFFIX, downloaded_folder, model_folder, partial_bytes, pull
+from engine.settings import load_settings
+from hub_server import COMMIT, TINY_REPO, hub, tiny_llama  # noqa: F401 - fixtures
+
+REPO = TINY_REPO
+WEIGHTS = "model.safetensors"
+
+
+def test_pull_reports_progress_and_verifies_every_file(hub, tiny_llama):
+    events = []
+    folder = pull(REPO, progress=events.append)
+    assert folder == model_folder(REPO) == downloaded_folder(REPO)
+    for source in tiny_llama.iterdir():
+        assert (folder / source.name).read_bytes() == source.read_bytes()
+    total = sum(p.stat().st_size for p in tiny_llama.iterdir())
+    assert events[-1].done_bytes == events[-1].total_bytes == total
+    assert all(a.done_bytes <= b.done_bytes for a, b in zip(events, events[1:]))
+    assert {e.file for e in events} >= {WEIGHTS}
+    assert (folder / COMPLETE_MARKER).is_file() and not list(folder.glob("*" + PART_SUFFIX))
+    # every file came from the commit the model info named
+    assert all(COMMIT in path for method, path, _ in hub.log if method == "GET" and "/resolve/" in path)
+
+
+def test_cancel_keeps_the_partial_and_the_next_pull_asks_only_for_the_rest(hub, tiny_llama):
+    hub.chunk_delay_s = 0.002  # 64 KiB chunks over ~12 MiB: time to cancel mid-file
+    cancel = threading.Event()
+    seen = []
+
+    def progress(event):
+        seen.append(event)
+        if event.file == WEIGHTS and event.done_bytes > 2_000_000:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        pull(REPO, progress=progress, cancel=cancel)
+    part = model_folder(REPO) / (WEIGHTS + PART_SUFFIX)
+    have = part.stat().st_size
+    assert 0 < have < (tiny_llama / WEIGHTS).stat().st_size
+    assert downloaded_folder(REPO) is None and partial_bytes(REPO) >= have
+    assert any(e.speed_bytes_per_s > 0 and e.eta_s is not None for e in seen)
+
+    hub.chunk_delay_s = 0.0
+    folder = pull(REPO)
+    assert (folder / WEIGHTS).read_bytes() == (tiny_llama / WEIGHTS).read_bytes()
+    ranges = [rng for method, path, rng in hub.log if method == "GET" and path.endswith(WEIGHTS)]
+    assert ranges == [None, f"bytes={have}-"]
+
+
+def test_a_damaged_file_is_detected_deleted_and_fetched_afresh(hub, tiny_llama):
+    good = (tiny_llama / WEIGHTS).read_bytes()
+    hub.damaged[WEIGHTS] = good[:1000] + bytes([good[1000] ^ 0xFF]) + good[1001:]  # same size, one byte flipped
+    with pytest.raises(ModelError, match="damaged"):
+        pull(REPO)
+    folder = model_folder(REPO)
+    assert not (folder / WEIGHTS).exists() and not (folder / (WEIGHTS + PART_SUFFIX)).exists()
+    assert downloaded_folder(REPO) is None
+    hub.damaged.clear()
+    assert (pull(REPO) / WEIGHTS).read_bytes() == good
+
+
+def test_a_cut_connection_keeps_what_arrived_and_resumes(hub, tiny_llama):
+    hub.cut_after[WEIGHTS] = 1_000_000
+    with pytest.raises(ModelError, match="pull again to resume"):
+        pull(REPO)
+    assert (model_folder(REPO) / (WEIGHTS + PART_SUFFIX)).stat().st_size == 1_000_000
+    hub.cut_after.clear()
+    assert (pull(REPO) / WEIGHTS).read_bytes() == (tiny_llama / WEIGHTS).read_bytes()
+    assert [rng for m, p, rng in hub.log if m == "GET" and p.endswith(WEIGHTS)][-1] == "bytes=1000000-"
+
+
+def test_gated_unknown_and_offline_say_what_to_do(hub, monkeypatch):
+    import huggingface_hub.constants
+
+    with pytest.raises(ModelError, match="accept its licence.*hf auth login"):
+        pull("gated/model")
+    with pytest.raises(ModelError, match="not found on the hub"):
+        pull("nobody/nothing")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelError, match="HF_HUB_OFFLINE"):
+        pull(REPO)
+
+
+def test_the_fake_hub_answers_huggingface_hubs_own_download(hub, tiny_llama):
+    """The imitation is faithful enough for huggingface_hub itself (HEAD metadata, then GET)."""
+    from huggingface_hub import hf_hub_download
+
+    path = hf_hub_download(REPO, WEIGHTS, endpoint=hub.url, cache_dir=str(hub_cache := (tiny_llama.parent / "hfc")))
+    assert open(path, "rb").read() == (tiny_llama / WEIGHTS).read_bytes()
+    assert any(method == "HEAD" for method, _, _ in hub.log) and hub_cache.is_dir()
+
+
+def test_cli_pulls_uses_and_answers_with_the_downloaded_model(hub, tmp_path, capsys, monkeypatch):
+    assert main(["models", "pull", REPO]) == 0
+    out = capsys.readouterr()
+    assert f"{REPO} is in {model_folder(REPO)}" in out.out and "of" in out.err and "100%" in out.err
+
+    assert main(["models", "use", REPO]) == 0
+    assert load_settings().model == REPO
+
+    # the hub is gone: the model loads from the downloaded folder through the normal loader
+    hub.close()
+    document = tmp_path / "note.txt"
+    document.write_text("The meeting is on Tuesday at the harbour office. Bring the signed forms.\n" * 4)
+    code = main(["ask", str(document), "When is the meeting?", "--device", "cpu", "--max-new-tokens", "4",
+                 "--no-prefix-cache", "--budget", "256", "--window", "64", "--residual", "32"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert f"Model: {REPO} on cpu" in out.err and "decode" in out.out
+
+
+def test_cli_lists_the_models_with_what_fits(hub, capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for model_id in ("smollm2-360m", "qwen2.5-1.5b", "llama-3.2-3b", "qwen3-4b"):
+        assert model_id in out
+    assert "needs" in out and (" yes " in out or " no " in out)
+    assert main(["models", "pull", "no-such-model"]) == 1
+    assert "pick one of" in capsys.readouterr().err
