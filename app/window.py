@@ -379,9 +379,10 @@ class MainWindow(QMainWindow):
                         on_progress=self._on_progress, on_done=self._model_ready, on_error=self._model_failed)
 
     def _on_model_loaded(self, info: ModelInfo) -> None:
+        threads = f", {info.threads} thread{'s' if info.threads != 1 else ''}" if info.threads else ""
         self.model_status.setText(
-            f"Model: {info.label} on {info.device.upper()} · weights {format_bytes(info.weight_bytes)} (4-bit) · "
-            f"loaded in {info.load_seconds:.1f} s"
+            f"Model: {info.label} on {info.device.upper()}{threads} · weights {format_bytes(info.weight_bytes)} "
+            f"({info.weights_label}) · loaded in {info.load_seconds:.1f} s"
         )
         self._update_estimate()
 

@@ -115,6 +115,8 @@ def text_doc(tmp_path: Path, name: str = "notes.txt") -> Path:
 # --------------------------------------------------------------------------------------- tests
 def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot, corpus):
     window = make_window()
+    # the status bar says how the weights are held (float32 on a CPU for the embedded model)
+    assert "(float32)" in window.model_status.text() and "4-bit" not in window.model_status.text()
     pdf = corpus / "pdf" / "P01_minimal-document.pdf"
     assert drop(window, pdf).isAccepted()
     assert window.opening == str(pdf.resolve())
