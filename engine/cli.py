@@ -110,6 +110,14 @@ def _cloud_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--yes", action="store_true", help="send without asking even when 'ask before sending' is on")
 
 
+def drafts_note(drafts) -> str:
+    """The decode line's note on prompt-lookup drafts ("; drafts from the document: 5 of 12 accepted
+    (4 checking passes)"), or "" when nothing was drafted."""
+    if drafts is None or not drafts.drafted:
+        return ""
+    return f"; drafts from the document: {drafts.accepted} of {drafts.drafted} accepted ({drafts.passes} checking passes)"
+
+
 def _settings_from(args: argparse.Namespace) -> EngineSettings:
     settings = load_settings()
     policy_changes = {name: getattr(args, name) for name in asdict(CachePolicy()) if getattr(args, name, None) is not None}
@@ -185,7 +193,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"{'' if report.prefix_hit else f' (prefill {report.prefill_seconds:.1f} s, {report.prefill_tokens_per_s:,.0f} tokens/s)'}"
         f"{'' if settings.prefix_cache else ' (disabled)'}\n"
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
-        f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}\n"
+        f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
+        f"{drafts_note(answer.drafts)}\n"
         f"recall          {recall_line(answer.recall, settings.recall)}"
     )
     if answer.sources:
