@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--weights", choices=("auto", "4bit", "full"),
                      help="4-bit NF4 or full-precision weights (auto: 4-bit on a GPU, full on a CPU when RAM allows)")
     ask.add_argument("--threads", type=int, help="CPU threads (0 = the idle cores, measured; the default)")
+    ask.add_argument("--draft-tokens", type=int, dest="draft_tokens",
+                     help="prompt-lookup drafts from the document per decode pass (0 = off, the default)")
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
     ask.add_argument("--include-generated", action="store_true",
@@ -125,7 +127,7 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     if getattr(args, "no_archive", False):
         recall_changes["archive"] = False
     changes = {"cache": settings.cache.replace(**policy_changes), "recall": settings.recall.replace(**recall_changes)}
-    for flag, name in (("model", "model"), ("device", "device"), ("weights", "weights"), ("threads", "threads"),
+    for flag, name in (("model", "model"), ("device", "device"), ("weights", "weights"), ("threads", "threads"), ("draft_tokens", "draft_tokens"),
                        ("max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
             changes[name] = getattr(args, flag)

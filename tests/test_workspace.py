@@ -34,7 +34,7 @@ SMALL = EngineSettings(cache=CachePolicy(budget_tokens=512, window_tokens=128, r
     (dict(recall=RecallSettings(archive_bits=2)), SettingsChange.REOPEN_DOCUMENT),   # the archive is written while reading
     (dict(include_generated_files=True), SettingsChange.REOPEN_DOCUMENT),           # a folder reads other files
     (dict(recall=RecallSettings(recall_tokens=256)), SettingsChange.NOTHING),       # read at each question
-    (dict(max_new_tokens=99, temperature=0.7, draft_tokens=0), SettingsChange.NOTHING),
+    (dict(max_new_tokens=99, temperature=0.7, draft_tokens=8), SettingsChange.NOTHING),
     (dict(threads=1), SettingsChange.NOTHING),                                      # applied at the next read
     (dict(prefix_cache_disk_bytes=10**9), SettingsChange.NOTHING),
 ])
