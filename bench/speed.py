@@ -18,6 +18,9 @@ Parts (each writes docs/bench/speed_<part>.{csv,json}; `lengths` also docs/bench
   levers   in one process, interleaved, 3 rounds: NF4 4-bit vs float32 weights; 1 vs 2 threads.
   drafts   10 questions each about P05 and the first 40 pages of P16 through DocumentSession with the
            default settings (recall on), drafts off vs on: decode tok/s, acceptance, same tokens.
+  before   `--before REV` against this checkout: each in its own process (a git worktree of REV in
+           bench/.work), the app's default weights at that commit, 8,192 tokens through the decoder
+           and 16 decode steps, same threads: model load, prefill, chunk and decode rates.
 
 Threads: `--threads 0` (default) lets the engine measure idle cores, as the app does; the table
 records the count and the load average. Run alone: nothing else on the machine.
@@ -180,6 +183,57 @@ def plot_lengths(rows, threads) -> None:
     fig.savefig(common.OUT / "speed_lengths.png")
 
 
+# ------------------------------------------------------------------------------------- before
+# Runs inside a child process with PYTHONPATH at the checkout being measured: only APIs that every
+# commit since the decoder existed has (load_model, new_cache, forward).
+BEFORE_CHILD = """
+import json, sys, time, statistics, torch
+threads = int(sys.argv[2]); torch.set_num_threads(threads)
+began = time.perf_counter()
+from engine.models.loader import load_model
+lm = load_model("default", device="cpu")
+load_s = time.perf_counter() - began
+torch.set_num_threads(threads)
+from engine.settings import CachePolicy
+ids = torch.tensor(json.load(open(sys.argv[1]))[:8192])
+cache = lm.decoder.new_cache(CachePolicy(), "compact")
+chunks = []
+for first in range(0, len(ids), 512):
+    t = time.perf_counter(); lm.decoder.forward(ids[first:first + 512], cache); chunks.append(time.perf_counter() - t)
+steps, token = [], 42
+for _ in range(16):
+    t = time.perf_counter()
+    logits = lm.decoder.forward(torch.tensor([token]), cache, slack_tokens=32, reuse_workspace=True)
+    steps.append(time.perf_counter() - t); token = int(logits[-1].argmax())
+print(json.dumps({"model_load_s": load_s, "prefill_8k_tok_s": len(ids) / sum(chunks),
+                  "chunk_tok_s": 512 / statistics.median(chunks[-4:]), "decode_tok_s": 1 / statistics.median(steps)}))
+"""
+
+
+def part_before(rev: str, threads: int) -> list[dict]:
+    import subprocess
+    import sys
+
+    tokens = common.WORK / "thinkpython-all.json"
+    child = common.WORK / "speed_before_child.py"
+    child.write_text(BEFORE_CHILD)
+    tree = common.WORK / f"before-{rev}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(common.REPO), "worktree", "add", "--detach", str(tree), rev], check=True)
+    head = subprocess.run(["git", "-C", str(common.REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rows = []
+    for label, checkout in ((f"{rev} (before)", tree), (f"{head} (this checkout)", common.REPO)):
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        done = subprocess.run([sys.executable, str(child), str(tokens), str(threads)], capture_output=True, text=True, env=env, cwd=checkout)
+        if done.returncode:
+            raise RuntimeError(f"{label}: {done.stderr.strip().splitlines()[-1]}")
+        rows.append({"commit": label, **json.loads(done.stdout.strip().splitlines()[-1])})
+        print(json.dumps(rows[-1]), flush=True)
+    for key in ("prefill_8k_tok_s", "chunk_tok_s", "decode_tok_s"):
+        rows[1][key.replace("_tok_s", "_x")] = rows[1][key] / rows[0][key]
+    return rows
+
+
 # ------------------------------------------------------------------------------------- levers
 def part_levers(book, rounds: int) -> list[dict]:
     import torch
@@ -277,7 +331,8 @@ def part_drafts(lm, max_new_tokens: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts"])
+    ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts", "before"])
+    ap.add_argument("--before", default="77a8516", help="commit the 'before' part compares this checkout with")
     ap.add_argument("--lengths", type=int, nargs="*", default=[2048, 4096, 8192, 32768])
     ap.add_argument("--no-whole-book", dest="whole_book", action="store_false", help="stop at the longest --lengths")
     ap.add_argument("--decode-steps", type=int, default=16)
@@ -314,6 +369,11 @@ def main() -> None:
         common.write_results("speed_drafts", rows, ["document", "document_tokens", "drafts", "questions", "answer_tokens",
                                                     "decode_tok_s", "ttft_s", "recall_s_per_answer", "acceptance",
                                                     "passes_saved", "same_tokens"], meta)
+    if "before" in args.parts:
+        rows = part_before(args.before, threads)
+        meta["load_avg_end"] = load_avg()
+        common.write_results("speed_before", rows, ["commit", "model_load_s", "prefill_8k_tok_s", "chunk_tok_s", "decode_tok_s",
+                                                    "prefill_8k_x", "chunk_x", "decode_x"], meta)
     print(f"speed: {time.perf_counter() - began:.0f} s, threads {threads}, load {load_avg()}")
 
 
