@@ -138,10 +138,15 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     return settings.replace(**changes)
 
 
-def recall_line(stats, recall: RecallSettings) -> str:
-    """One line on what recall did for an answer (stats: `RecallStats` or None)."""
+def recall_line(stats, recall: RecallSettings, warnings: list[str] = ()) -> str:
+    """One line on what recall did for an answer (stats: `RecallStats` or None; warnings: the open
+    report's, which say why a document that needed an archive has none)."""
     if stats is None:
-        return "off" if not recall.archive or not recall.recall_tokens else "off (no archive: see the warnings above)"
+        if not recall.archive or not recall.recall_tokens:
+            return "off"
+        if any(w.startswith("recall is off") for w in warnings):
+            return "off (no archive: see the warning above)"
+        return "off (the cache keeps the whole document: nothing to recall)"
     return (f"{stats.tokens_recalled:,} tokens in {stats.blocks_recalled:,} blocks (per layer and KV head, all summed) "
             f"of {stats.blocks_scored:,} scored; {format_bytes(stats.bytes_read)} read; "
             f"{stats.seconds * 1000:.0f} ms (score {stats.score_s * 1000:.0f}, read {stats.read_s * 1000:.0f})")
@@ -155,6 +160,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
+    if not args.question.strip():  # before the model loads, not after
+        raise HalamanError("the question is empty: type a question about the document")
     settings = _cloud_settings(args, settings)
     err = sys.stderr
     # Read the document before loading the model: a bad file is reported in a second, not after
@@ -197,7 +204,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
         f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
         f"{drafts_note(answer.drafts)}\n"
-        f"recall          {recall_line(answer.recall, settings.recall)}"
+        f"recall          {recall_line(answer.recall, settings.recall, report.warnings)}"
     )
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))

@@ -85,3 +85,20 @@ def test_a_bad_document_is_reported_before_the_model_is_loaded(tmp_path):
     lines = [line for line in out.stderr.splitlines() if line.startswith("halaman:")]
     assert len(lines) == 1 and "not a PDF" in lines[0], out.stderr
     assert "Loading" not in out.stderr
+
+
+def test_an_empty_question_is_refused_before_the_model_loads():
+    out = run("ask", "resources/samples/kv-cache-primer.md", "   ", timeout=120)
+    assert out.returncode == 1 and "the question is empty" in out.stderr
+    assert "Loading" not in out.stderr  # said before the model load, not after it
+
+
+def test_recall_line_says_why_recall_is_off():
+    from engine.cli import recall_line
+    from engine.settings import RecallSettings
+
+    on = RecallSettings()
+    assert recall_line(None, on, []) == "off (the cache keeps the whole document: nothing to recall)"
+    failed = ["recall is off for this document: its archive was not kept (disk full)"]
+    assert recall_line(None, on, failed) == "off (no archive: see the warning above)"
+    assert recall_line(None, RecallSettings(recall_tokens=0), []) == "off"
