@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
+from engine.units import format_duration
+
 
 def fmt_duration(seconds: float | None) -> str:
     """'45 s', '3 min 50 s', '1 h 02 min'; '—' when unknown."""
     if seconds is None or seconds != seconds or seconds < 0:
         return "—"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+    return format_duration(seconds)
 
 
 def fmt_count(n: int | None, unit: str) -> str:
