@@ -109,6 +109,27 @@ def load_lm(weights: str = "full"):
     return load_model("default", device="cpu", weights=weights)
 
 
+def llama_cpp(ids: list[int], lengths: list[int], decode_steps: int, threads: int) -> dict:
+    """llama.cpp on the embedded GGUF and the same token ids, through `llamacpp_runner.py` inside
+    bench/.venv-llamacpp: {"version", "rows": [{"tokens", "runs", "prefill_tok_s", "decode_ms"}]},
+    or {"error": "..."} when that venv is missing or the runner fails. `ids` must reach
+    max(lengths) + decode_steps tokens: the decode steps feed the tokens after each length."""
+    import subprocess
+
+    python = BENCH / ".venv-llamacpp" / "bin" / "python"
+    if not python.exists():
+        return {"error": "bench/.venv-llamacpp missing"}
+    from engine.models.source import default_gguf_path
+
+    task = WORK / "llamacpp-task.json"
+    task.write_text(json.dumps({"gguf": str(default_gguf_path()), "ids": ids[: max(lengths) + decode_steps], "lengths": lengths,
+                                "decode_steps": decode_steps, "threads": threads}))
+    done = subprocess.run([str(python), str(BENCH / "llamacpp_runner.py"), str(task)], capture_output=True, text=True)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def hf_folder() -> Path:
     """The converted HF folder of the default model (config.json, model.safetensors, tokenizer)."""
     from engine.models.gguf_convert import converted_folder

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 
 import common
@@ -137,21 +136,6 @@ def cpu_probe(lm, ids, lengths: list[int], repeats: int, decode_steps: int) -> l
             row["prefill_vs_transformers"] = row["cpu_prefill_tok_s"] / hf["cpu_prefill_tok_s"]
             row["decode_vs_transformers"] = row["cpu_decode_ms"] / hf["cpu_decode_ms"]
     return rows
-
-
-def llama_cpp(ids, lengths, decode_steps, threads) -> dict:
-    python = common.BENCH / ".venv-llamacpp" / "bin" / "python"
-    if not python.exists():
-        return {"error": "bench/.venv-llamacpp missing"}
-    from engine.models.source import default_gguf_path
-
-    path = common.WORK / "llamacpp-task.json"
-    path.write_text(json.dumps({"gguf": str(default_gguf_path()), "ids": ids[: max(lengths)], "lengths": lengths,
-                                "decode_steps": decode_steps, "threads": threads}))
-    done = subprocess.run([str(python), str(common.BENCH / "llamacpp_runner.py"), str(path)], capture_output=True, text=True)
-    if done.returncode:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def ttft(model, pages: int, repeats: int) -> list[dict]:
@@ -291,7 +275,7 @@ def main() -> None:
             rows.append({"cache": cache + ", NF4 weights", "tokens": args.nf4_probe, "runs": 1, "prefill_tok_s": got["prefill_tok_s"],
                          "decode_ms": got["decode_ms"], "kv_mib": got["kv_bytes"] / 2**20})
         del nf4
-    llama = {} if "llamacpp" in args.skip else llama_cpp(book, args.lengths, args.decode_steps, args.threads)
+    llama = {} if "llamacpp" in args.skip else common.llama_cpp(book, args.lengths, args.decode_steps, args.threads)
     for r in llama.get("rows", []):
         rows.append({"cache": "llama.cpp (Q4_1 GGUF, full cache)", **r})
     meta["llama_cpp"] = llama.get("version", llama.get("error"))

@@ -119,23 +119,6 @@ def trace_hf(lm, ids, marks, decode_steps, chunk=512) -> dict:
     return out
 
 
-def llama_cpp(book, marks, decode_steps, threads) -> dict:
-    import subprocess
-
-    python = common.BENCH / ".venv-llamacpp" / "bin" / "python"
-    if not python.exists():
-        return {"error": "bench/.venv-llamacpp missing"}
-    from engine.models.source import default_gguf_path
-
-    task = common.WORK / "speed-llamacpp.json"
-    task.write_text(json.dumps({"gguf": str(default_gguf_path()), "ids": book[: max(marks) + decode_steps], "lengths": marks,
-                                "decode_steps": decode_steps, "threads": threads}))
-    done = subprocess.run([str(python), str(common.BENCH / "llamacpp_runner.py"), str(task)], capture_output=True, text=True)
-    if done.returncode:
-        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def part_lengths(lm, book, args, threads) -> list[dict]:
     import torch
 
@@ -146,7 +129,7 @@ def part_lengths(lm, book, args, threads) -> list[dict]:
         ours = trace_ours(lm, ids, marks, args.decode_steps, Path(tmp))
     hf_marks = [n for n in marks if n <= 8192]
     theirs = trace_hf(lm, ids, hf_marks, args.decode_steps) if hf_marks else {}
-    llama = llama_cpp(book, [n for n in marks if n <= 8192], args.decode_steps, threads)
+    llama = common.llama_cpp(book, [n for n in marks if n <= 8192], args.decode_steps, threads)
     rows = []
     for n in marks:
         row = {"tokens": n, "engine": "ours", **ours[n]}
