@@ -28,18 +28,10 @@ class PromptLookup:
 
     def __init__(self, document_ids: Sequence[int]) -> None:
         self.document = list(document_ids)
-        self._doc_index = self._index(self.document, 0)
+        self._doc_index: dict[tuple[int, ...], int] = {}
+        _index_ngrams(self._doc_index, self.document, 0)
         self.context: list[int] = []
         self._context_index: dict[tuple[int, ...], int] = {}
-
-    @staticmethod
-    def _index(ids: list[int], start: int) -> dict[tuple[int, ...], int]:
-        """n-gram -> position just after its latest occurrence, for n-grams ending at ≥ `start`."""
-        index: dict[tuple[int, ...], int] = {}
-        for n in range(MIN_NGRAM, MAX_NGRAM + 1):
-            for end in range(max(n, start), len(ids) + 1):
-                index[tuple(ids[end - n : end])] = end
-        return index
 
     def reset(self, context_ids: Sequence[int]) -> None:
         """Start a new answer whose context so far (the question suffix) is `context_ids`."""
@@ -51,11 +43,7 @@ class PromptLookup:
         """Append tokens to the context (each generated token, as it is accepted)."""
         start = len(self.context)
         self.context.extend(token_ids)
-        # index only the n-grams that end in the new tokens (and not the very last position,
-        # whose continuation is unknown yet; it is indexed once a later token arrives)
-        for n in range(MIN_NGRAM, MAX_NGRAM + 1):
-            for end in range(max(n, start), len(self.context)):
-                self._context_index[tuple(self.context[end - n : end])] = end
+        _index_ngrams(self._context_index, self.context, start)
 
     def propose(self, k: int) -> list[int]:
         """Up to `k` draft tokens that would follow the context (empty when nothing matches)."""
@@ -66,9 +54,18 @@ class PromptLookup:
                 continue
             key = tuple(self.context[-n:])
             end = self._context_index.get(key)
-            if end is not None and end < len(self.context):
+            if end is not None:
                 return self.context[end : end + k]
             end = self._doc_index.get(key)
-            if end is not None and end < len(self.document):
+            if end is not None:
                 return self.document[end : end + k]
         return []
+
+
+def _index_ngrams(index: dict[tuple[int, ...], int], ids: list[int], start: int) -> None:
+    """Add to `index` each n-gram of `ids` ending at a position ≥ `start` -> the position just after
+    it, the latest occurrence winning. An n-gram that ends `ids` is left out: nothing follows it
+    yet (in the context it is indexed once a later token arrives; in the document never)."""
+    for n in range(MIN_NGRAM, MAX_NGRAM + 1):
+        for end in range(max(n, start), len(ids)):
+            index[tuple(ids[end - n : end])] = end

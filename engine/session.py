@@ -66,10 +66,10 @@ DECODE_EVICTION_SLACK_TOKENS = 32
 # missed it, every token found it). Facts come early in short answers; each refresh costs one
 # selection (scoring + reading).
 RECALL_EVERY_TOKEN_UNTIL = 16
+RECALL_REFRESH_TOKENS = 8
 # Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
 # by 1 after a miss, between 1 and settings.draft_tokens.
 DRAFT_START_TOKENS = 4
-RECALL_REFRESH_TOKENS = 8
 
 
 def refresh_recall(answer_tokens: int) -> bool:
