@@ -1,15 +1,20 @@
-"""The live memory gauge: what the weights, the KV cache and the workspace hold on the device.
+"""The live memory gauge: what the weights, the KV cache and the rest of Halaman hold on the device.
 
 Two bars from one `engine.memory.MemoryReport`:
 
-    device   [ weights | KV cache | workspace | other processes |        free        ]
-                                 ^ budget mark: where the KV cache may grow to (budget + one chunk)
+    device   [ weights | KV cache | runtime | other processes |        free        ]
+                                 ^ peak mark: where the KV cache may grow to (budget + one chunk + recall)
     KV cache [ codes | scales+zeros | 16-bit sinks+residual | scores+positions+table | recalled | pool free ]  / budget
 
 "recalled" is what the current question brought back from the document's archive on disk
 (`MemoryBreakdown.recalled_bytes`, engine.kvcache.recall): held beside the snapshot only while a
 question is answered, so it gets its own colour and legend line rather than being folded into the
-codes. The budget mark includes the most a question may recall.
+codes. The peak mark includes the most a question may recall.
+
+"runtime" is `MemoryReport.workspace_bytes`: what the process holds beyond weights and KV cache.
+On the CPU that is Python, PyTorch and their buffers (resident memory, about 1 GiB before any
+document is open); on a GPU, activations and the allocator's cache. It is called what it is, not
+"workspace", which users took for the document's share.
 
 The device bar turns amber at AMBER_AT of the device in use and red at RED_AT (on the GPU that is
 `torch.cuda.mem_get_info`; on the CPU system RAM). The tooltip gives every number in exact bytes.
@@ -88,7 +93,7 @@ def tooltip_for(report: MemoryReport) -> str:
         ("&nbsp;&nbsp;positions", kv.position_bytes), ("&nbsp;&nbsp;block table", kv.block_table_bytes),
         ("&nbsp;&nbsp;recalled for this question", kv.recalled_bytes),
         ("&nbsp;&nbsp;pool, free blocks", kv.pool_free_bytes),
-        ("KV budget (peak)", report.budget_bytes), ("Workspace", report.workspace_bytes),
+        ("KV cache at its peak", report.budget_bytes), ("Runtime (Python, PyTorch, buffers)", report.workspace_bytes),
     ]
     cells = "".join(
         f"<tr><td>{name}</td><td align='right'>{value if isinstance(value, str) else f'{value:,} bytes'}</td></tr>"
@@ -216,12 +221,12 @@ class MemoryGauge(QWidget):
         other = dict(device_segments(report))["other"]
         self.legend.setText(_table([
             (f"{_swatch('weights')} weights {format_bytes(report.weights_bytes)}", f"{_swatch('kv')} KV cache {format_bytes(report.kv_bytes)}"),
-            (f"{_swatch('workspace')} workspace {format_bytes(report.workspace_bytes)}", f"{_swatch('other')} others {format_bytes(other)}"),
+            (f"{_swatch('workspace')} runtime {format_bytes(report.workspace_bytes)}", f"{_swatch('other')} others {format_bytes(other)}"),
             (f"{_swatch('free')} free {format_bytes(report.device_free_bytes)} of {format_bytes(report.device_total_bytes)}", ""),
         ]))
         kv = report.kv
         over = bool(report.budget_bytes) and report.kv_bytes > report.budget_bytes
-        self.kv_title.setText(f"KV cache {format_bytes(report.kv_bytes)} of its {format_bytes(report.budget_bytes)} budget")
+        self.kv_title.setText(f"KV cache {format_bytes(report.kv_bytes)} · peak {format_bytes(report.budget_bytes)}")
         self.kv_bar.set_data(kv_segments(report), max(report.budget_bytes, report.kv_bytes, 1),
                              outline=LEVEL_COLORS["red"] if over else None)
         self.kv_legend.setText(_table([

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "open":
             window.open_path(str(Path(value).resolve()))
         else:
-            window.question.setText(value)
+            window.conversation.question.setText(value)
             window.ask()
         QTimer.singleShot(500, step)
 

@@ -7,6 +7,8 @@ what the engine does and decides is in `engine.workspace`.
     client.submit(Job("open", lambda workspace, ctx: workspace.open(path, progress=ctx.progress, cancel=ctx.cancel),
                       on_done=show_report, on_error=show_error, on_progress=bar.update))
 
+The window builds its jobs with the named operations in `app.operations`, one per user action.
+
 `Job` is the only shape background work takes (Anki's QueryOp, napari's workers):
 
 * `fn(workspace, ctx)` runs on the worker thread. **It must not touch widgets or the `Library`**; it
@@ -254,10 +256,6 @@ class EngineClient(QObject):
         if not was_busy:
             self.busy_changed.emit(True)
         return job
-
-    def run(self, name: str, fn: Callable[[Workspace, JobContext], Any], **callbacks) -> Job:
-        """Shorthand for `submit(Job(name, fn, **callbacks))`."""
-        return self.submit(Job(name, fn, **callbacks))
 
     def cancel(self, names: set[str] | None = None) -> None:
         """Stop the running job and drop the queued ones (each ends with a "cancelled" JobError);

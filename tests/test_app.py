@@ -97,9 +97,9 @@ def ask(qtbot, window: MainWindow, question: str, *, wait: bool = True) -> list[
         original(piece)
 
     window._on_answer_text = spy
-    assert window.question.isEnabled()
-    window.question.setText(question)
-    qtbot.mouseClick(window.ask_button, Qt.MouseButton.LeftButton)
+    assert window.conversation.question.isEnabled()
+    window.conversation.question.setText(question)
+    qtbot.mouseClick(window.conversation.ask_button, Qt.MouseButton.LeftButton)
     assert window.live is not None
     if wait:
         qtbot.waitUntil(lambda: window.live is None, timeout=ANSWER_TIMEOUT_MS)
@@ -120,7 +120,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
     pdf = corpus / "pdf" / "P01_minimal-document.pdf"
     assert drop(window, pdf).isAccepted()
     assert window.opening == str(pdf.resolve())
-    assert not window.question.isEnabled()  # no questions while the document is read
+    assert not window.conversation.question.isEnabled()  # no questions while the document is read
     wait_open(qtbot, window)
 
     record = window.library.find(str(pdf.resolve()))
@@ -129,7 +129,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
     # The key the library recorded (DocumentSession.prefix_key) is the one open() saved under.
     assert [entry.key for entry in window.client.workspace.prefix_store().entries()] == [record.prefix_key]
     assert "page 1" in window.segments
-    item_text = window.library_list.currentItem().text()
+    item_text = window.library_panel.list.currentItem().text()
     assert "P01" in item_text or record.title in item_text
     assert "1 page" in item_text and "cached" in item_text
 
@@ -146,7 +146,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
     footer = shown.strip().splitlines()[-1]
     for expected in ("local", "TTFT", "tokens/s", "prefix cache miss"):
         assert expected in footer, footer
-    assert window.question.isEnabled()
+    assert window.conversation.question.isEnabled()
     # A citation shows the cited page of the document.
     window.chat.citation_clicked.emit("page 1")
     assert window.citation_box.isVisible() and window.citation_box.informativeText()[:30] in window.segments["page 1"]
@@ -169,9 +169,9 @@ def test_a_folder_drop_ingests_a_small_code_tree(make_window, qtbot, tmp_path):
     record = window.library.find(str(repo.resolve()))
     assert record.kind == "repo" and record.files == 4
     assert set(window.segments) == {".gitignore", "README.md", "src/app.py", "src/config.py"}  # build/ is ignored
-    assert "4 files" in window.library_list.currentItem().text()
+    assert "4 files" in window.library_panel.list.currentItem().text()
     assert "ignored by .gitignore: build/" in window.banner.text  # what was left out is said, not hidden
-    assert window.question.isEnabled()
+    assert window.conversation.question.isEnabled()
 
 
 def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot, memory_keyring):
@@ -276,8 +276,11 @@ def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_
     assert window.progress.isVisible() and "tokens/s" in window.progress.label.text()
     assert "ETA" in window.progress.label.text()
     assert window.progress.bar.maximum() > 3000  # tokens done / total
-    assert not window.question.isEnabled() and "Reading the document" in window.question.placeholderText()
-    assert "KV estimate" in window.doc_info.text()  # the estimate before the cache is built
+    assert not window.conversation.question.isEnabled() and "Reading the document" in window.conversation.question.placeholderText()
+    assert "KV estimate" in window.header.info.text()  # the estimate before the cache is built
+    # the library lists it from the moment reading starts, with how far the prefill got
+    reading = window.library_panel.list.item(0).text()
+    assert reading.startswith("long.txt\n") and re.search(r"reading \d+ %", reading), reading
     started, gauge_before = time.monotonic(), window.gauge.updates
     count_before = len(ticks)
     qtbot.wait(2000)
@@ -290,7 +293,7 @@ def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_
     qtbot.mouseClick(window.progress.cancel, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=5_000)
     assert time.monotonic() - cancel_at < 1.0
-    assert "cancelled" in window.doc_info.text().lower()
+    assert "cancelled" in window.header.info.text().lower()
     assert not window.banner.isVisible()  # cancelling is not an error
     timer.stop()
 
@@ -300,7 +303,12 @@ def test_cancel_stops_an_answer_within_a_second(make_window, qtbot, tmp_path):
     window.open_path(str(text_doc(tmp_path)))
     wait_open(qtbot, window)
     pieces = ask(qtbot, window, "Write a long story about the meeting.", wait=False)
-    qtbot.waitUntil(lambda: len(pieces) >= 2, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: len(pieces) >= 3, timeout=ANSWER_TIMEOUT_MS)
+    # the answer's decode speed and the time left until max_new_tokens (400) at that speed
+    shown = re.search(r"Answering… (\d+) tokens so far · ([\d.,]+) tokens/s · at most (.+) left",
+                      window.progress.label.text())
+    assert shown, window.progress.label.text()
+    assert int(shown[1]) >= 3 and float(shown[2].replace(",", "")) > 0
     message_id = window.live.message_id
     cancel_at = time.monotonic()
     qtbot.keyClick(window, Qt.Key.Key_Escape)
@@ -309,7 +317,7 @@ def test_cancel_stops_an_answer_within_a_second(make_window, qtbot, tmp_path):
     saved = window.library.message(message_id)
     assert saved.state == "cancelled" and saved.text.strip() and saved.stop_reason == "cancelled"
     assert "cancelled" in window.chat.toPlainText().splitlines()[-1]
-    assert window.question.isEnabled()
+    assert window.conversation.question.isEnabled()
 
 
 def test_history_survives_closing_and_reopening_the_window(make_window, qtbot, tmp_path):
@@ -329,13 +337,13 @@ def test_history_survives_closing_and_reopening_the_window(make_window, qtbot, t
     second._select(record.id)
     shown = second.chat.toPlainText()
     assert "When is the meeting?" in shown and answer.strip()[:12] in shown
-    assert second.library_status(record.id) == CACHED and "cached" in second.library_list.currentItem().text()
-    assert second.open_button.isVisible() and not second.question.isEnabled()
+    assert second.library_status(record.id) == CACHED and "cached" in second.library_panel.list.currentItem().text()
+    assert second.header.open_button.isVisible() and not second.conversation.question.isEnabled()
     # Opening it again restores the prefix cache instead of prefilling.
-    qtbot.mouseClick(second.open_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(second.header.open_button, Qt.MouseButton.LeftButton)
     wait_open(qtbot, second)
     assert second.last_report.prefix_hit and second.last_report.prefill_seconds == 0
-    assert "prefix cache hit" in second.doc_info.text()
+    assert "prefix cache hit" in second.header.info.text()
 
 
 def test_closing_during_an_answer_stops_cleanly_and_keeps_the_history(make_window, qtbot, tmp_path, home):
@@ -366,12 +374,12 @@ def test_a_broken_pdf_shows_an_error_and_the_app_keeps_working(make_window, qtbo
     message = window.banner.text
     assert "synthetic-truncated.pdf" in message and "incomplete" in message
     assert "Traceback" not in message and window.banner.kind == "error"
-    assert window.open_document_id is None and not window.question.isEnabled()
+    assert window.open_document_id is None and not window.conversation.question.isEnabled()
 
     drop(window, corpus / "pdf" / "P01_minimal-document.pdf")
     assert not window.banner.isVisible()
     wait_open(qtbot, window)
-    assert window.question.isEnabled() and "page 1" in window.segments
+    assert window.conversation.question.isEnabled() and "page 1" in window.segments
 
 
 def test_a_password_protected_pdf_prompts_and_retries(make_window, qtbot, corpus):
@@ -425,11 +433,11 @@ def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_proven
         window = make_window(_cloud_settings(server.base_url, ask_before_sending=True))
         window.open_path(str(text_doc(tmp_path)))
         wait_open(qtbot, window)
-        assert window.cloud_button.isVisible() and window.cloud_button.isEnabled()
+        assert window.conversation.cloud_button.isVisible() and window.conversation.cloud_button.isEnabled()
 
         # Declined: nothing is sent, the question stays in the history as not sent.
-        window.question.setText("When is the meeting?")
-        qtbot.mouseClick(window.cloud_button, Qt.MouseButton.LeftButton)
+        window.conversation.question.setText("When is the meeting?")
+        qtbot.mouseClick(window.conversation.cloud_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: window.confirm_box is not None and window.confirm_box.isVisible(), timeout=30_000)
         assert "When is the meeting?" in window.confirm_box.informativeText()
         assert server.base_url.split("//")[1].split("/")[0] in window.confirm_box.text()
@@ -443,8 +451,8 @@ def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_proven
         pieces = []
         original = window._on_answer_text
         window._on_answer_text = lambda piece: (pieces.append(piece), original(piece))
-        window.question.setText("When is the meeting?")
-        qtbot.mouseClick(window.cloud_button, Qt.MouseButton.LeftButton)
+        window.conversation.question.setText("When is the meeting?")
+        qtbot.mouseClick(window.conversation.cloud_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: window.confirm_box.isVisible(), timeout=30_000)
         send = next(b for b in window.confirm_box.buttons() if b.text() == "Send")
         send.click()
@@ -513,7 +521,7 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     bigger = window.settings.replace(cache=window.settings.cache.replace(budget_tokens=640))
     save_settings(bigger)
     window.apply_settings(bigger)  # what the dialog's Save does
-    assert window.opening == str(doc.resolve()) and not window.question.isEnabled()
+    assert window.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
     wait_open(qtbot, window)
     qtbot.waitUntil(lambda: not window.client.busy, timeout=30_000)
     assert window.client.workspace.settings.cache.budget_tokens == 640  # no restart
@@ -528,10 +536,10 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     fewer = SMALL.replace(recall=SMALL.recall.replace(recall_tokens=256))
     window.apply_settings(fewer)
     qtbot.waitUntil(lambda: window.client.workspace.settings == fewer and not window.client.busy, timeout=30_000)
-    assert window.opening is None and window.open_document_id == record_id and window.question.isEnabled()
+    assert window.opening is None and window.open_document_id == record_id and window.conversation.question.isEnabled()
     # The archive's format is written while reading: the workspace says REOPEN_DOCUMENT, the window reopens.
     window.apply_settings(fewer.replace(recall=fewer.recall.replace(archive_bits=2)))
-    assert window.opening == str(doc.resolve()) and not window.question.isEnabled()
+    assert window.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
     wait_open(qtbot, window)
     assert window.open_document_id == record_id
 
@@ -548,7 +556,7 @@ def test_a_model_that_cannot_be_loaded_is_a_message_not_a_crash(qtbot, home):
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=30_000)
     assert "Could not load the model: model not found" in window.banner.text
     assert window.banner.action.text() == "Settings…" and "Traceback" not in window.banner.text
-    assert window.model_status.text() == "No model loaded" and not window.question.isEnabled()
+    assert window.model_status.text() == "No model loaded" and not window.conversation.question.isEnabled()
     window.close()
     assert not window.client.thread.isRunning()
 
@@ -595,7 +603,7 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
 
     repo = recall_repo(tmp_path)
     window = make_window(RECALL)
-    assert "Recall brings back up to 1,024 tokens per question" in window.estimate_label.text()
+    assert "Recall brings back up to 1,024 tokens per question" in window.memory_panel.budget.text()
     assert drop(window, repo).isAccepted()
     wait_open(qtbot, window)
     record = window.library.find(str(repo.resolve()))
@@ -635,7 +643,7 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     second._select(record.id)
     lines = second.chat.toPlainText().strip().splitlines()
     assert attended in lines and lines[-1] == footer  # from SQLite, after a restart
-    assert "archive on disk:" in second.doc_info.text()  # not open: the estimate, archive included
+    assert "archive on disk:" in second.header.info.text()  # not open: the estimate, archive included
 
 
 def test_a_document_read_without_an_archive_says_recall_is_off(make_window, qtbot, tmp_path):
@@ -657,3 +665,64 @@ def test_a_document_read_without_an_archive_says_recall_is_off(make_window, qtbo
     lines = second.chat.toPlainText().strip().splitlines()
     assert " · recall off (no archive for this document)" in lines[-1]
     assert not any(line.startswith("Attended:") for line in lines)
+
+
+def test_the_file_dialogs_start_in_the_last_folder_and_offer_every_source_type(make_window, qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.window import OPEN_FILTER
+
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    window = make_window()
+    seen = []
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *args: (seen.append(args), ("", ""))[1])
+    window.choose_file()
+    assert seen[-1][2] == str(Path.home())  # nothing opened yet
+    window.open_path(str(text_doc(folder)))
+    wait_open(qtbot, window)
+    window.close()
+    second = make_window()  # a new run remembers it
+    second.choose_file()
+    assert seen[-1][2] == str(folder.resolve())
+    documents = OPEN_FILTER.split(";;")[0]
+    for suffix in ("*.pdf", "*.md", "*.py", "*.js", "*.ts", "*.go", "*.rs", "*.c", "*.java", "*.ipynb"):
+        assert f" {suffix}" in documents or f"({suffix}" in documents, suffix
+
+
+def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtbot, tmp_path, monkeypatch):
+    import engine.read_time
+    from PySide6.QtWidgets import QFileDialog
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "README.md").write_text("# Demo\n\nA small project about rivers.\n" * 30, encoding="utf-8")
+    (repo / "src" / "main.py").write_text("def river():\n    return 'The river flows north.'\n", encoding="utf-8")
+    monkeypatch.setattr(engine.read_time, "LONG_READ_S", 0.0)  # every read counts as long here
+    window = make_window()
+
+    # "Don't read": nothing is prefilled, nothing is open, no error
+    window.open_path(str(repo))
+    qtbot.waitUntil(lambda: window.confirm_box is not None and window.confirm_box.isVisible(), timeout=60_000)
+    box = window.confirm_box
+    assert "tokens" in box.text() and "on this computer" in box.text()
+    assert {b.text() for b in box.buttons()} == {"Read it all", "Choose a subfolder…", "Don't read"}
+    qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Don't read"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=10_000)
+    assert window.open_document_id is None and not window.banner.isVisible()
+    assert window.library.find(str(repo.resolve())) is None
+
+    # "Choose a subfolder…": the folder dialog starts in the folder; the subfolder is read instead
+    starts = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory",
+                        lambda _parent, _title, start: (starts.append(start), str(repo / "src"))[1])
+    window.open_path(str(repo))
+    qtbot.waitUntil(lambda: window.confirm_box is not box and window.confirm_box.isVisible(), timeout=60_000)
+    box = window.confirm_box
+    qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Choose a subfolder…"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.confirm_box is not box and window.confirm_box.isVisible(), timeout=60_000)
+    assert starts == [str(repo.resolve())]
+    qtbot.mouseClick(next(b for b in window.confirm_box.buttons() if b.text() == "Read it all"), Qt.MouseButton.LeftButton)
+    wait_open(qtbot, window)
+    record = window.library.document(window.open_document_id)
+    assert record.path == str((repo / "src").resolve()) and "river" in window.segments["main.py"]

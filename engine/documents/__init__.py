@@ -115,6 +115,16 @@ class Document:
         return "\n\n".join(f"{self.marker(s)}\n{s.text}" for s in self.segments) + "\n"
 
 
+OPEN_DIALOG_SUFFIXES = (
+    ".pdf", ".txt", ".md", ".markdown", ".rst", ".adoc", ".org", ".tex", ".csv", ".html", ".json", ".ipynb",
+    ".toml", ".yaml", ".yml", ".ini", ".cfg", ".xml", ".sql", ".sh",
+    ".py", ".js", ".jsx", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".java", ".kt",
+    ".scala", ".swift", ".rb", ".php", ".lua", ".r", ".jl", ".dart", ".m", ".pl", ".hs", ".ex", ".erl", ".zig",
+)
+"""What a file dialog offers under "Documents": PDFs, notebooks, prose and the source files a folder
+is read for. `load_document` opens any other text file too (the dialog's "All files")."""
+
+
 def load_document(path: str | os.PathLike[str], *, password: str | None = None,
                   progress: ProgressCallback | None = None,
                   cancel: threading.Event | None = None,

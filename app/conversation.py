@@ -1,0 +1,128 @@
+"""The conversation: the chat (or, with no document, a big drop target) and the ask bar below it.
+
+Intents out (signals): `ask_requested(question, follow_up)`, `ask_cloud_requested(question)`,
+`citation_clicked(label)`, `open_file_requested()`, `open_folder_requested()`. State in:
+`set_ready(...)`, `show_empty()`, `show_chat()`; the chat itself is `chat` (`app.chat.ChatView`).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QStackedWidget, QVBoxLayout, QWidget,
+)
+
+from app.chat import ChatView
+
+
+class DropArea(QFrame):
+    """The empty state: a big target for dropping documents, and buttons for the file dialogs.
+    Drops themselves are handled by the window (anywhere in it)."""
+
+    open_file_requested = Signal()
+    open_folder_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("dropArea")
+        self.setAcceptDrops(False)
+        title = QLabel("Drop a PDF, a code folder or a text file here")
+        title.setObjectName("dropTitle")
+        title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        hint = QLabel("Halaman reads the whole document once, keeps a compressed KV cache of it,\n"
+                      "and answers questions with a small model on this computer.")
+        hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        hint.setObjectName("dropHint")
+        open_file = QPushButton("Open file…")
+        open_file.clicked.connect(self.open_file_requested)
+        open_folder = QPushButton("Open folder…")
+        open_folder.clicked.connect(self.open_folder_requested)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(open_file)
+        buttons.addWidget(open_folder)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addStretch(1)
+        layout.addWidget(title)
+        layout.addWidget(hint)
+        layout.addSpacing(12)
+        layout.addLayout(buttons)
+        layout.addStretch(1)
+
+    def set_highlight(self, on: bool) -> None:
+        self.setProperty("dragging", on)
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+
+class Conversation(QWidget):
+    """Chat (or drop area) + ask bar: question, Follow-up, Ask, Ask the cloud."""
+
+    ask_requested = Signal(str, bool)
+    ask_cloud_requested = Signal(str)
+    citation_clicked = Signal(str)
+    open_file_requested = Signal()
+    open_folder_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.drop_area = DropArea()
+        self.drop_area.open_file_requested.connect(self.open_file_requested)
+        self.drop_area.open_folder_requested.connect(self.open_folder_requested)
+        self.chat = ChatView()
+        self.chat.setAcceptDrops(False)
+        self.chat.viewport().setAcceptDrops(False)
+        self.chat.citation_clicked.connect(self.citation_clicked)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.drop_area)
+        self.stack.addWidget(self.chat)
+        self.question = QLineEdit()
+        self.question.setObjectName("question")
+        self.question.setAcceptDrops(False)
+        self.question.setClearButtonEnabled(True)
+        self.ask_button = QPushButton("Ask")
+        self.ask_button.setDefault(True)
+        self.cloud_button = QPushButton("Ask the cloud")
+        self.cloud_button.setToolTip("Send this question (and what fits of the document) to the cloud endpoint in Settings")
+        self.follow_up = QCheckBox("Follow-up")
+        self.follow_up.setToolTip("Continue from the previous answer instead of starting fresh from the document")
+        bar = QHBoxLayout()
+        bar.setContentsMargins(12, 8, 12, 12)
+        bar.addWidget(self.question, 1)
+        bar.addWidget(self.follow_up)
+        bar.addWidget(self.ask_button)
+        bar.addWidget(self.cloud_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.stack, 1)
+        layout.addLayout(bar)
+        self.question.returnPressed.connect(self._ask)
+        self.ask_button.clicked.connect(self._ask)
+        self.cloud_button.clicked.connect(lambda: self.ask_cloud_requested.emit(self.question.text().strip()))
+
+    def set_ready(self, ready: bool, hint: str, *, cloud: bool) -> None:
+        """Enable the ask bar when a question can be asked now; `hint` is the placeholder; `cloud`:
+        the cloud fallback is on in Settings (its button shows)."""
+        self.cloud_button.setVisible(cloud)
+        for widget in (self.question, self.ask_button, self.cloud_button, self.follow_up):
+            widget.setEnabled(ready)
+        self.question.setPlaceholderText(hint)
+
+    def take_question(self) -> str:
+        """The typed question, and clear the box for the next one."""
+        text = self.question.text().strip()
+        self.question.clear()
+        return text
+
+    def show_empty(self) -> None:
+        self.stack.setCurrentWidget(self.drop_area)
+
+    def show_chat(self) -> None:
+        self.stack.setCurrentWidget(self.chat)
+
+    def _ask(self) -> None:
+        question = self.question.text().strip()
+        if question:
+            self.ask_requested.emit(question, self.follow_up.isChecked())

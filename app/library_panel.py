@@ -1,0 +1,169 @@
+"""The library sidebar: every document read so far, with its size, tokens and prefix-cache status,
+and the one being read right now ("reading 40 %") from the moment reading starts.
+
+Intents out (signals): `selected(id)`, `open_requested(id)`, `remove_requested(id)`,
+`open_file_requested()`, `open_folder_requested()`. State in: `show_documents(rows, select)` and
+`set_reading(path, title, text)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
+
+from app.library import CACHED, STALE, Library
+from engine.settings import EngineSettings
+
+STATUS_TEXT = {CACHED: "cached", STALE: "stale", "not cached": "not cached"}
+ID_ROLE = Qt.ItemDataRole.UserRole
+STATUS_ROLE = Qt.ItemDataRole.UserRole + 1
+PATH_ROLE = Qt.ItemDataRole.UserRole + 2
+
+
+@dataclass(frozen=True)
+class LibraryRow:
+    """One document as the sidebar shows it. status: CACHED, STALE or "not cached"."""
+
+    id: int
+    path: str
+    title: str
+    details: str
+    status: str
+    is_open: bool
+
+
+def library_rows(library: Library, cached_keys: set[str] | None, settings: EngineSettings,
+                 open_id: int | None) -> list[LibraryRow]:
+    """The library's documents, newest first, as rows ("12 pages · 5,231 tokens · cached")."""
+    rows = []
+    for record in library.documents():
+        status = library.status(record, cached_keys, settings)
+        details = " · ".join(x for x in (
+            record.size_text, f"{record.tokens:,} tokens" if record.tokens else "", STATUS_TEXT[status]) if x)
+        rows.append(LibraryRow(record.id, record.path, record.title, details, status, record.id == open_id))
+    return rows
+
+
+class LibraryPanel(QWidget):
+    """The sidebar list with its Open… / Folder… buttons and a context menu (Open, Remove)."""
+
+    selected = Signal(int)
+    open_requested = Signal(int)
+    remove_requested = Signal(int)
+    open_file_requested = Signal()
+    open_folder_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.list = QListWidget()
+        self.list.setObjectName("library")
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.setUniformItemSizes(False)
+        self.list.setSpacing(2)
+        self.list.setWordWrap(False)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setAcceptDrops(False)
+        title = QLabel("Library")
+        title.setObjectName("sectionTitle")
+        add_file = QPushButton("Open…")
+        add_file.clicked.connect(self.open_file_requested)
+        add_folder = QPushButton("Folder…")
+        add_folder.clicked.connect(self.open_folder_requested)
+        head = QHBoxLayout()
+        head.addWidget(title, 1)
+        head.addWidget(add_file)
+        head.addWidget(add_folder)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(head)
+        layout.addWidget(self.list, 1)
+        self._reading: tuple[str, str, str] | None = None   # (path, title, text) of the document being read
+        self.list.currentItemChanged.connect(self._current_changed)
+        self.list.itemDoubleClicked.connect(self._double_clicked)
+        self.list.customContextMenuRequested.connect(self._menu)
+
+    def show_documents(self, rows: list[LibraryRow], select: int | None) -> None:
+        """Redraw the list; `select` becomes the current row (no `selected` signal for it)."""
+        self.list.blockSignals(True)
+        self.list.clear()
+        for row in rows:
+            item = QListWidgetItem(f"{row.title}\n{row.details}")
+            item.setData(ID_ROLE, row.id)
+            item.setData(STATUS_ROLE, row.status)
+            item.setData(PATH_ROLE, row.path)
+            item.setToolTip(f"{row.title}\n{row.path}\nprefix cache: {row.status}")
+            if row.is_open:
+                font = item.font()
+                font.setBold(True)
+                item.setFont(font)
+            self.list.addItem(item)
+            if row.id == select:
+                self.list.setCurrentItem(item)
+        self.list.blockSignals(False)
+        self._show_reading()
+
+    def set_reading(self, path: str | None, title: str = "", text: str = "") -> None:
+        """Show that `path` is being read ("reading 40 %"): on its row, or on a row of its own at the
+        top for a document not in the library yet. None: nothing is being read."""
+        self._reading = (path, title, text) if path else None
+        self._show_reading()
+
+    def select(self, document_id: int) -> None:
+        """Make `document_id` the current row (no `selected` signal)."""
+        for row in range(self.list.count()):
+            item = self.list.item(row)
+            if item.data(ID_ROLE) == document_id:
+                self.list.blockSignals(True)
+                self.list.setCurrentItem(item)
+                self.list.blockSignals(False)
+                return
+
+    def status_of(self, document_id: int) -> str | None:
+        """The prefix-cache status shown for a document (None if it is not listed)."""
+        for row in range(self.list.count()):
+            item = self.list.item(row)
+            if item.data(ID_ROLE) == document_id:
+                return item.data(STATUS_ROLE)
+        return None
+
+    def _show_reading(self) -> None:
+        for row in reversed(range(self.list.count())):  # the previous read's own row, if any
+            if self.list.item(row).data(ID_ROLE) is None:
+                self.list.takeItem(row)
+        if self._reading is None:
+            return
+        path, title, text = self._reading
+        for row in range(self.list.count()):
+            item = self.list.item(row)
+            if item.data(PATH_ROLE) == path:
+                item.setText(f"{item.text().split(chr(10))[0]}\n{text}")
+                return
+        item = QListWidgetItem(f"{title}\n{text}")
+        item.setData(ID_ROLE, None)
+        item.setData(PATH_ROLE, path)
+        item.setToolTip(f"{title}\n{path}\n{text}")
+        self.list.blockSignals(True)
+        self.list.insertItem(0, item)
+        self.list.setCurrentItem(item)
+        self.list.blockSignals(False)
+
+    def _current_changed(self, item: QListWidgetItem | None, _previous=None) -> None:
+        if item is not None and item.data(ID_ROLE) is not None:
+            self.selected.emit(item.data(ID_ROLE))
+
+    def _double_clicked(self, item: QListWidgetItem) -> None:
+        if item.data(ID_ROLE) is not None:
+            self.open_requested.emit(item.data(ID_ROLE))
+
+    def _menu(self, pos) -> None:
+        item = self.list.itemAt(pos)
+        if item is None or item.data(ID_ROLE) is None:
+            return
+        doc_id = item.data(ID_ROLE)
+        menu = QMenu(self)
+        menu.addAction("Open", lambda: self.open_requested.emit(doc_id))
+        menu.addAction("Remove from library (and its chat)", lambda: self.remove_requested.emit(doc_id))
+        menu.exec(self.list.viewport().mapToGlobal(pos))

@@ -1,0 +1,84 @@
+"""The sidebar's memory panel: the live gauge (`app.gauge.MemoryGauge`) and, under it, what the KV
+budget in Settings means in bytes. The texts are pure functions of the settings, the model's
+`ModelProfile` and the last `MemoryReport`, so the document header can show the same estimate.
+
+Two numbers, named the same everywhere: the KV cache *at rest* (what one document keeps once read:
+`Estimate.compressed_bytes` at the budget) and its *peak* (budget + one 16-bit prefill chunk, plus
+what a question may recall: the gauge's mark, `engine.session.DocumentSession.memory`).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from app.gauge import MemoryGauge
+from engine.errors import HalamanError
+from engine.estimate import estimate
+from engine.memory import MemoryReport
+from engine.models.profile import ModelProfile
+from engine.settings import EngineSettings
+from engine.units import format_bytes, size_ratio
+
+
+def kv_peak_bytes(settings: EngineSettings, profile: ModelProfile) -> int:
+    """Bytes the KV cache may hold at its peak: budget + one chunk in 16 bits, plus recall."""
+    policy = settings.cache
+    peak = estimate(profile, policy, policy.budget_tokens + policy.chunk_tokens, settings.recall)
+    return peak.peak_bytes + peak.recall_bytes
+
+
+def budget_text(settings: EngineSettings, profile: ModelProfile) -> str:
+    """"Budget 4,096 tokens (sink 4 + window 512 + heavy hitters), INT4: at most 33.0 MiB of KV
+    cache at rest per document, whatever its length; 48.1 MiB at its peak … Recall …".
+    Raises HalamanError for settings the estimate refuses."""
+    policy = settings.cache
+    at_budget = estimate(profile, policy, policy.budget_tokens, settings.recall)
+    recall = (f" Recall brings back up to {settings.recall.recall_tokens:,} tokens per question "
+              f"(+{format_bytes(at_budget.recall_bytes)} while answering)." if at_budget.recall_bytes else " Recall is off.")
+    return (f"Budget {policy.budget_tokens:,} tokens (sink {policy.sink_tokens} + window {policy.window_tokens:,} "
+            f"+ heavy hitters), INT{policy.kv_bits}: at most {format_bytes(at_budget.compressed_bytes)} of KV cache "
+            f"at rest per document, whatever its length; {format_bytes(kv_peak_bytes(settings, profile))} at its peak "
+            f"(reading a chunk, or answering with recall).{recall}")
+
+
+def document_estimate(settings: EngineSettings, profile: ModelProfile, tokens: int, memory: MemoryReport | None) -> str:
+    """The KV estimate for a document of `tokens` tokens, and whether it fits the free memory."""
+    try:
+        est = estimate(profile, settings.cache, tokens, settings.recall)
+    except HalamanError as exc:
+        return str(exc)
+    text = (f"KV estimate: {format_bytes(est.compressed_bytes)} compressed vs {format_bytes(est.full_bytes)} full FP16 "
+            f"({size_ratio(est.full_bytes, est.compressed_bytes)})")
+    if est.archive_bytes:
+        text += f" · archive on disk: {format_bytes(est.archive_bytes)}"
+    if memory is not None:
+        if est.peak_bytes <= memory.device_free_bytes:
+            full = "a full cache would fit too" if est.full_bytes <= memory.device_free_bytes else "a full cache would not"
+            text += f" — fits in the {format_bytes(memory.device_free_bytes)} free ({full})"
+        else:
+            text += f" — does NOT fit in the {format_bytes(memory.device_free_bytes)} free: lower the budget"
+    return text
+
+
+class MemoryPanel(QWidget):
+    """Gauge + budget text. `show_report` redraws the gauge; `show_budget` the text."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.gauge = MemoryGauge()
+        self.budget = QLabel()
+        self.budget.setObjectName("estimate")
+        self.budget.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.gauge)
+        layout.addWidget(self.budget)
+
+    def show_report(self, report: MemoryReport) -> None:
+        self.gauge.set_report(report)
+
+    def show_budget(self, settings: EngineSettings, profile: ModelProfile) -> None:
+        try:
+            self.budget.setText(budget_text(settings, profile))
+        except HalamanError as exc:
+            self.budget.setText(str(exc))

@@ -1,0 +1,170 @@
+"""The two strips above the chat: the banner (an error, a warning or a note, with an optional action)
+and the progress panel (what the running job is doing, with a bar, the ETA and Cancel)."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+from app.units import fmt_duration
+from engine.session import Progress
+
+TICK_MS = 500
+"""How often the ETA counts down between two progress events (a prefill chunk can take a minute)."""
+
+
+class Banner(QFrame):
+    """A one-line message above the chat: errors (red), warnings (amber), info (blue), with an
+    optional action button that runs `callback` (and hides the banner)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.action = QPushButton()
+        self.action.hide()
+        close = QPushButton("Dismiss")
+        close.setFlat(True)
+        close.clicked.connect(self.hide)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 6, 6)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.action)
+        layout.addWidget(close)
+        self.kind = ""
+        self._callback = None
+        self.action.clicked.connect(self._act)
+        self.hide()
+
+    def show_message(self, kind: str, text: str, action: str | None = None, callback=None) -> None:
+        """kind: "error", "warning" or "info" (the colour)."""
+        self.kind = kind
+        self.setProperty("kind", kind)
+        self.style().unpolish(self)
+        self.style().polish(self)
+        self.label.setText(text)
+        self._callback = callback
+        self.action.setVisible(bool(action))
+        if action:
+            self.action.setText(action)
+        self.show()
+
+    @property
+    def text(self) -> str:
+        return self.label.text() if self.isVisible() else ""
+
+    def _act(self) -> None:
+        self.hide()
+        if self._callback:
+            self._callback()
+
+
+class ProgressPanel(QFrame):
+    """Progress of the running job: a bar, what it is doing (tokens done / total, tokens/s, ETA) and
+    Cancel (emits `cancel_clicked`). `show_event` renders the engine's `Progress` events; between two
+    of them a timer counts the ETA down and the model load's elapsed time up."""
+
+    cancel_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("progressPanel")
+        self.label = QLabel()
+        self.label.setObjectName("progressLabel")
+        self.bar = QProgressBar()
+        self.bar.setTextVisible(False)
+        self.bar.setFixedHeight(10)
+        self.cancel = QPushButton("Cancel")
+        self.cancel.setToolTip("Stop reading or answering (Esc)")
+        self.cancel.clicked.connect(self.cancel_clicked)
+        top = QHBoxLayout()
+        top.addWidget(self.label, 1)
+        top.addWidget(self.cancel)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 8)
+        layout.addLayout(top)
+        layout.addWidget(self.bar)
+        self.model_name = "the model"
+        self._last_prefill: tuple[Progress, float] | None = None
+        self._loading_since: float | None = None
+        self.timer = QTimer(self)
+        self.timer.setInterval(TICK_MS)
+        self.timer.timeout.connect(self._tick)
+        self.hide()
+
+    # ------------------------------------------------------------- plain states
+    def set_busy(self, text: str) -> None:
+        """An indeterminate bar with `text`."""
+        self.label.setText(text)
+        self.bar.setRange(0, 0)
+        self.show()
+
+    def set_progress(self, text: str, done: int, total: int) -> None:
+        self.label.setText(text)
+        self.bar.setRange(0, max(total, 1))
+        self.bar.setValue(min(done, total))
+        self.show()
+
+    def job_started(self, title: str | None) -> None:
+        """A job began: show its title, or hide for a quiet background job (title None)."""
+        self._last_prefill = self._loading_since = None
+        if title:
+            self.set_busy(title)
+            self.timer.start()
+        else:
+            self.finish()
+
+    def finish(self) -> None:
+        """Nothing runs any more."""
+        self._last_prefill = self._loading_since = None
+        self.timer.stop()
+        self.hide()
+
+    def cancelling(self) -> None:
+        self.label.setText("Cancelling…")
+
+    # ---------------------------------------------------------- engine events
+    def show_event(self, event: Progress) -> None:
+        """Render a progress event of opening a document or loading the model."""
+        self._last_prefill = self._loading_since = None
+        if event.phase == "loading model":
+            self._loading_since = time.monotonic()
+            self._tick()
+        elif event.phase == "reading":
+            if event.total > 1:
+                self.set_progress(f"Reading {event.unit} {event.done:,} / {event.total:,}", event.done, event.total)
+            else:
+                self.set_busy("Reading the document…")
+        elif event.phase == "tokenizing":
+            self.set_busy("Tokenizing…")
+        elif event.phase == "loading cache":
+            if event.done >= event.total:
+                self.set_progress("Prefix cache hit — restoring the saved KV cache, no prefill needed", 1, 1)
+            else:
+                self.set_busy("Looking for a saved prefix cache…")
+        elif event.phase == "prefill":
+            self._show_prefill(event)
+            if event.done < event.total:
+                self._last_prefill = (event, time.monotonic())
+
+    def show_answering(self, text: str) -> None:
+        self._last_prefill = self._loading_since = None
+        self.set_busy(text)
+
+    def _show_prefill(self, event: Progress, since_s: float = 0.0) -> None:
+        eta = fmt_duration(max(0.0, event.eta_s - since_s)) if event.eta_s is not None else "estimating…"
+        self.set_progress(f"Prefill {event.done:,} / {event.total:,} tokens · {event.tokens_per_s:,.1f} tokens/s · ETA {eta}",
+                          event.done, event.total)
+
+    def _tick(self) -> None:
+        if self._last_prefill is not None:
+            event, at = self._last_prefill
+            self._show_prefill(event, time.monotonic() - at)
+        if self._loading_since is not None:
+            elapsed = time.monotonic() - self._loading_since
+            self.set_busy(f"Loading the model ({self.model_name}) — {fmt_duration(elapsed)} "
+                          "(the first start converts it once, about 20 s)")

@@ -1,0 +1,67 @@
+"""One named operation per thing the user asks the engine to do (as Anki's `aqt/operations/`): each
+returns the `Job` that runs it on the worker thread, with the caller's callbacks (`on_done`,
+`on_error`, `on_progress`, `on_text`) passed through. The window submits them; it never writes
+`lambda workspace, ctx: …` itself, so what each action calls in the engine is read here, in one place.
+
+Questions the engine asks mid-job go to the GUI as a `ConfirmRequest` (`ctx.confirm(kind, payload)`),
+kind "cloud" (a `CloudPlan`: send it?) or "long read" (a `ReadPlan`: read it all?).
+"""
+
+from __future__ import annotations
+
+from app.worker import Job
+from engine.settings import EngineSettings
+
+CONFIRM_CLOUD = "cloud"
+CONFIRM_LONG_READ = "long read"
+
+
+def load_model(**callbacks) -> Job:
+    """Load (or convert, the first time) the model in the settings."""
+    return Job("load model", lambda workspace, ctx: workspace.ensure_model(ctx.progress), title="Loading the model…", **callbacks)
+
+
+def open_document(path: str, *, name: str, password: str | None = None, confirm_long_read: bool = True, **callbacks) -> Job:
+    """Read `path` and prefill it (or restore its prefix cache). With `confirm_long_read`, a prefill
+    longer than `engine.read_time.LONG_READ_S` on this machine first asks the user."""
+    def run(workspace, ctx):
+        ask = (lambda plan: ctx.confirm(CONFIRM_LONG_READ, plan)) if confirm_long_read else None
+        return workspace.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel, before_prefill=ask)
+
+    return Job("open", run, title=f"Opening {name}…", **callbacks)
+
+
+def ask_local(question: str, *, follow_up: bool, **callbacks) -> Job:
+    """Answer with the local model over the open document's KV cache."""
+    return Job("ask", lambda workspace, ctx: workspace.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel),
+               title="Answering…", **callbacks)
+
+
+def ask_cloud(question: str, *, reason: str, **callbacks) -> Job:
+    """Answer with the cloud endpoint in Settings; with "ask before sending" on, the user sees what
+    would be sent first (the job's result is None if they decline)."""
+    def run(workspace, ctx):
+        confirm = (lambda plan: ctx.confirm(CONFIRM_CLOUD, plan)) if workspace.settings.cloud.ask_before_sending else None
+        return workspace.ask_cloud(question, reason=reason, on_text=ctx.text, cancel=ctx.cancel, confirm=confirm)
+
+    return Job("cloud", run, title="Asking the cloud…", **callbacks)
+
+
+def apply_settings(new: EngineSettings, **callbacks) -> Job:
+    """Use `new` settings now; the result is the `SettingsChange` the caller acts on."""
+    return Job("apply settings", lambda workspace, ctx: workspace.apply_settings(new), **callbacks)
+
+
+def cached_prefix_keys(**callbacks) -> Job:
+    """The keys of the prefix caches on disk (for the library's "cached" / "stale")."""
+    return Job("cache status", lambda workspace, ctx: workspace.cached_keys(), **callbacks)
+
+
+def prefix_cache_usage(**callbacks) -> Job:
+    """(entries, bytes) of the prefix caches on disk, for Settings."""
+    return Job("cache usage", lambda workspace, ctx: workspace.prefix_cache_usage(), **callbacks)
+
+
+def clear_prefix_cache(**callbacks) -> Job:
+    """Delete every saved prefix cache; the result is how many were removed."""
+    return Job("clear cache", lambda workspace, ctx: workspace.clear_prefix_cache(), **callbacks)
