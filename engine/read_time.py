@@ -83,7 +83,8 @@ class ReadPlan:
 
     def describe(self) -> str:
         """One line: '520,143 tokens: about 1 h 00 min on this computer (144 tokens/s measured here)'."""
-        source = (f"{self.tokens_per_s:,.0f} tokens/s measured here" if self.measured
+        rate = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s >= 10 else f"{self.tokens_per_s:.1f}"  # never "0"
+        source = (f"{rate} tokens/s measured here" if self.measured
                   else "a guess: no read measured yet on this computer with this model")
         return f"{self.tokens:,} tokens: about {format_duration(self.seconds)} on this computer ({source})"
 

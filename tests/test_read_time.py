@@ -113,6 +113,7 @@ def test_a_plan_says_how_long_and_where_its_rate_comes_from(tmp_path):
     assert guess.describe() == ("520,143 tokens: about 10 h 02 min on this computer "
                                 "(a guess: no read measured yet on this computer with this model)")
     assert ReadPlan(86_400, 144.0, read_time.LONG_READ_S, False).is_long
+    assert "(7.5 tokens/s measured here)" in ReadPlan(4500, 7.5, 600.0, True).describe()  # a slow rate is not "0"
     assert not ReadPlan(86_255, 144.0, read_time.LONG_READ_S - 1, False).is_long
 
 
