@@ -179,8 +179,15 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     print(f"Model: {model.label} on {model.device}{threads}, weights {format_bytes(model.weight_bytes)} ({model.weights_label}), "
           f"loaded in {model.load_seconds:.1f} s", file=err)
     cancel = threading.Event()
+
+    def before_prefill(plan) -> bool:
+        bar.close()
+        hint = "; ask about a subfolder to read less" if document.kind == "repo" else ""
+        print(f"halaman: {plan.describe()} — Ctrl-C stops{hint}.", file=err, flush=True)
+        return True  # a command line warns and goes on: it may run with no one to answer a prompt
+
     try:
-        report = workspace.open(document, progress=bar.update, cancel=cancel).report
+        report = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill).report
     finally:
         bar.close()
     for warning in report.warnings[:10]:

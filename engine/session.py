@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from engine import paths
+from engine import paths, read_time
 from engine.answer import Answer, DraftStats, Source
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
@@ -50,6 +50,7 @@ from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
 from engine.prompt_lookup import PromptLookup
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
+from engine.read_time import RateKey, ReadPlan
 from engine.settings import CachePolicy, EngineSettings
 from engine.threads import apply_threads
 
@@ -149,6 +150,7 @@ class DocumentSession:
         password: str | None = None,
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
+        before_prefill: Callable[[ReadPlan], bool] | None = None,
     ) -> OpenReport:
         """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled, and
         any other failure as a one-line HalamanError (nothing else leaves it).
@@ -156,6 +158,11 @@ class DocumentSession:
         `path` may also be a `Document` already read with `load_document` (the CLI reads first, so
         a bad file is reported before the model is loaded). Any failure leaves the session with
         no document, so a later `ask` says so clearly.
+
+        `before_prefill(plan)` is called when a prefill is about to run (a prefix-cache miss) and
+        the `ReadPlan` says it takes at least `engine.read_time.LONG_READ_S`; when it returns False
+        nothing is prefilled and Cancelled is raised. A finished prefill records its rate for the
+        next plans (`engine.read_time.record_rate`).
         """
         self.close()
         began = time.perf_counter()
@@ -180,6 +187,11 @@ class DocumentSession:
         if cache is None:
             if self.model.device.type == "cpu":  # the load may have changed since the model loaded
                 threads = apply_threads(self.settings.threads)
+            rate_key = RateKey(self.model.label, self.model.device.type, self.model.weights_label, threads)
+            if before_prefill is not None:
+                plan = read_time.plan_read(len(prefix_ids), rate_key, self.model.parameters)
+                if plan.is_long and not before_prefill(plan):
+                    raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
             cache = self.model.decoder.new_cache(policy, policy.position_mode)
             writer = self._archive_writer(key, layout, recall_warnings)
             t0 = time.perf_counter()
@@ -197,6 +209,7 @@ class DocumentSession:
             finally:
                 self._filling = None
             prefill_s = time.perf_counter() - t0
+            read_time.record_rate(rate_key, len(prefix_ids), prefill_s)
             cache.shrink()
             label = f"{document.title} · {self.model.label}"
             saved = self._save(key, cache, len(prefix_ids), label)

@@ -42,6 +42,7 @@ from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, load_model
 from engine.models.profile import ModelProfile
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
+from engine.read_time import ReadPlan
 from engine.session import DocumentSession, OpenReport, Progress
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 
@@ -277,15 +278,18 @@ class Workspace:
 
     # -------------------------------------------------------------- documents
     def open(self, path: str | Document, *, password: str | None = None,
-             progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None) -> OpenResult:
+             progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
+             before_prefill: Callable[[ReadPlan], bool] | None = None) -> OpenResult:
         """Load the model if needed, then read and prefill (or restore) a document: a path, or a
         `Document` already read (the CLI reads first, to report a bad file before the model loads).
-        Raises what `DocumentSession.open` raises (DocumentError, Cancelled, HalamanError ...)."""
+        `before_prefill(plan)` is asked before a long read starts; False cancels it (see
+        `DocumentSession.open`). Raises what `DocumentSession.open` raises (DocumentError,
+        Cancelled, HalamanError ...)."""
         self.ensure_model(progress)
         session = self.session
         session.notices += self.notices
         self.notices = []
-        report = session.open(path, password=password, progress=progress, cancel=cancel)
+        report = session.open(path, password=password, progress=progress, cancel=cancel, before_prefill=before_prefill)
         key = session.prefix_key if session.store is not None else None
         shown = path.source if isinstance(path, Document) else str(path)
         return OpenResult(report, session.document, shown, key, session.memory())

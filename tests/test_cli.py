@@ -63,6 +63,38 @@ def test_ask_about_this_repository(tmp_path):
     assert "recall          " in out.stdout and "recall          off" not in out.stdout
 
 
+@pytest.fixture
+def slow_reads():
+    """This machine's measured rate for the default model on one CPU thread set to 0.5 tokens/s, so
+    a short document is a long read; the rates file of the test home is restored afterwards."""
+    from engine.models.source import resolve
+    from engine.read_time import RateKey, rates_path, record_rate
+
+    path = rates_path()
+    before = path.read_bytes() if path.exists() else None
+    path.unlink(missing_ok=True)
+    assert record_rate(RateKey(resolve("default").label, "cpu", "float32", 1), 2048, 4096.0)
+    yield
+    if before is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(before)
+
+
+def test_a_long_read_is_announced_and_goes_on(tmp_path, slow_reads):
+    folder = tmp_path / "kvcache"
+    folder.mkdir()
+    (folder / "quant.py").write_text((REPO / "engine" / "kvcache" / "quant.py").read_text()[:2000])
+    out = run("ask", str(folder), "What does this file do?", "--device", "cpu", "--weights", "full", "--threads", "1",
+              "--max-new-tokens", "4", "--budget", "1024", "--window", "256", "--no-prefix-cache")
+    assert out.returncode == 0, out.stderr
+    [line] = [line for line in out.stderr.splitlines() if line.startswith("halaman: ")]
+    assert line.endswith(" on this computer (0.5 tokens/s measured here) — Ctrl-C stops; ask about a subfolder to read less."), line
+    tokens = int(line.removeprefix("halaman: ").split(" tokens:")[0].replace(",", ""))
+    assert f"(repo, {tokens:,} tokens" in out.stdout  # the report's exact count
+    assert "prefix cache    miss" in out.stdout  # it went on
+
+
 @pytest.mark.parametrize("args,message", [
     (("ask", "/no/such/file.pdf", "q"), "/no/such/file.pdf"),
     (("ask", "README.md", "q", "--budget", "100"), "sink + window"),

@@ -32,7 +32,9 @@ FULL_WEIGHTS_RAM_SHARE = 0.25
 @dataclass
 class LoadedModel:
     """A ready model. `weight_bytes`: bytes the weights really hold (4-bit codes + absmax + the rest).
-    `weights`: how they are held, "nf4" or the dtype name ("float32", "bfloat16", …)."""
+    `weights`: how they are held, "nf4" or the dtype name ("float32", "bfloat16", …).
+    `parameters`: parameters outside the embeddings, 4-bit ones counted unpacked (0: unknown), what
+    a token's compute scales with (`engine.read_time.guessed_rate`)."""
 
     decoder: CompressedDecoder
     tokenizer: object
@@ -45,6 +47,7 @@ class LoadedModel:
     load_seconds: float
     weights: str = "nf4"
     threads: int = 0            # CPU threads torch was given at load (0 on a GPU)
+    parameters: int = 0
 
     @property
     def weights_label(self) -> str:
@@ -135,6 +138,7 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
         load_seconds=time.perf_counter() - began,
         weights=held,
         threads=used_threads,
+        parameters=model.num_parameters(exclude_embeddings=True),
     )
 
 
