@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {repo:38} {len(files)} files, {size / 1024**2:,.0f} MiB")
         print(f"\nIn another terminal, from the checkout, start Halaman against it:\n\n"
               f"  HF_ENDPOINT={hub.url} .venv/bin/halaman\n\n"
-              "then Settings › Model: select SmolLM2 135M Instruct, Download, then Save. Or from the terminal:\n\n"
+              "then File › Settings: select SmolLM2 135M Instruct in the model list, Download, then Save. Or from the terminal:\n\n"
               f"  HF_ENDPOINT={hub.url} .venv/bin/halaman models pull smollm2-135m --use\n\n"
               "Ctrl-C stops the hub.", flush=True)
         try:
