@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import signal
 import socket
 import sys
 import tempfile
@@ -294,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
                              "to watch the progress and try Cancel and Resume")
     args = parser.parse_args(argv)
     delay = SEND_CHUNK / (args.slow * 1024 * 1024) if args.slow else 0.0
-    try:  # fail before the slow preparation when the port is taken
-        socket.create_server(("127.0.0.1", args.port)).close()
+    try:  # fail before the slow preparation when the port is taken (bound as the server will bind it)
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", args.port))
     except OSError as exc:
         print(f"cannot listen on 127.0.0.1:{args.port} ({exc.strerror}); pick another with --port", file=sys.stderr)
         return 1
@@ -303,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar for the tiny model
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` also removes the tiny model's folder
     with tempfile.TemporaryDirectory(prefix="halaman-demo-hub-") as workdir:
         hub = serve_demo(args.port, workdir=Path(workdir), chunk_delay_s=delay)
         print(f"\nDemo hub on {hub.url}, serving{' slowly (about %g MiB/s)' % args.slow if args.slow else ''}:")
