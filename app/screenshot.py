@@ -1,4 +1,4 @@
-"""Take the README's screenshot of the main window (a developer tool, not part of the app).
+"""Take the README's screenshots, of the main window and of Settings › Model (a developer tool, not part of the app).
 
     QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python -m app.screenshot \\
         docs/screenshot-main-window.png --open resources/samples/kv-cache-primer.md \\
@@ -11,6 +11,20 @@ tokens/s in its footers).
 
 Opens each document in turn (the last one stays open), asks the questions on the last one, waits
 for the streamed answers, then grabs the window from the screen (a real X server under xvfb-run).
+
+`--settings-model` takes the README's screenshot of Settings › Model instead: the settings dialog
+alone (no main window, no model loaded), with the model list's sizes and "fits" for this machine,
+or for a GPU of `--gpu-gib` GiB. With `--download ID` it presses Download on that list entry and
+grabs the dialog once the download passed `--at` of its bytes (progress, speed and time left
+showing), then cancels it. That is how docs/screenshot-models.png was taken: against the demo hub
+sending slowly, with a fresh HALAMAN_HOME (nothing downloaded yet, default settings), the list
+fitted to a 4 GiB GPU, and Qt's offscreen platform because that machine had no xvfb-run (the
+dialog paints itself into the image; under xvfb-run it is grabbed from the screen):
+
+    .venv/bin/python tests/hub_server.py --slow 4 &
+    HF_ENDPOINT=http://127.0.0.1:8765 HALAMAN_HOME=$(mktemp -d) QT_QPA_PLATFORM=offscreen \\
+        .venv/bin/python -m app.screenshot docs/screenshot-models.png --settings-model --gpu-gib 4 \\
+        --size 1000x1040 --download smollm2-135m --at 0.35
 """
 
 from __future__ import annotations
@@ -32,9 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--open", action="append", default=[], help="a document to open (repeatable)")
     parser.add_argument("--ask", action="append", default=[], help="a question about the last document (repeatable)")
     parser.add_argument("--size", default="1240x800")
+    parser.add_argument("--settings-model", action="store_true", help="grab Settings › Model (the dialog alone) instead")
+    parser.add_argument("--download", metavar="ID", help="with --settings-model: download this list entry and grab mid-way")
+    parser.add_argument("--at", type=float, default=0.4, help="with --download: grab once this share of the bytes arrived")
+    parser.add_argument("--gpu-gib", type=float, help="with --settings-model: fit the list to a GPU of this many GiB, "
+                                                       "not this machine")
     args = parser.parse_args(argv)
 
     app = create_app()
+    if args.settings_model:
+        size = None if args.size == parser.get_default("size") else tuple(int(v) for v in args.size.split("x"))
+        return settings_model(app, args.output, args.download, args.at, args.gpu_gib, size)
     window = MainWindow()
     width, height = (int(v) for v in args.size.split("x"))
     window.resize(width, height)
@@ -86,6 +108,62 @@ def main(argv: list[str] | None = None) -> int:
 
     QTimer.singleShot(500, step)
     return app.exec()
+
+
+def settings_model(app: QApplication, output: str, download: str | None, at: float, gpu_gib: float | None,
+                   size: tuple[int, int] | None) -> int:
+    """Show the settings dialog on its own (at `size`, else its preferred size), fitting the model
+    list to this machine or a GPU of `gpu_gib` GiB, optionally start a download from the list, and
+    save a picture of it to `output` (see the module docstring)."""
+    from app.settings_dialog import SettingsDialog
+    from engine.models.catalog import DeviceMemory, find
+    from engine.settings import load_settings
+
+    memory = DeviceMemory("cuda", "GPU", int(gpu_gib * 1024**3), 2) if gpu_gib else None
+    dialog = SettingsDialog(load_settings(), memory=memory)
+    dialog.resize(*(size or (dialog.sizeHint().width(), dialog.sizeHint().height())))  # offscreen: not clipped to its screen
+    dialog.move(0, 0)
+    dialog.show()
+    models = dialog.model_list
+    result = [1]
+
+    def shoot() -> None:
+        QApplication.processEvents()
+        if app.platformName() == "offscreen":
+            image = dialog.grab()  # nothing is on a screen there: the dialog paints itself
+        else:
+            frame = dialog.frameGeometry()
+            image = dialog.screen().grabWindow(0, frame.x(), frame.y(), frame.width(), frame.height())
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        ok = image.save(output)
+        print(f"saved {output} ({image.width()}x{image.height()}, platform {app.platformName()})" if ok else "save failed",
+              file=sys.stderr)
+        result[0] = 0 if ok else 1
+        models.cancel()  # a running download stops; what arrived stays in HALAMAN_HOME
+        QTimer.singleShot(500, app.quit)
+
+    if download is None:
+        QTimer.singleShot(800, shoot)
+    else:
+        models.select(find(models.models, download).repo)
+        shot = []
+
+        def progress(event) -> None:
+            if event.fraction >= at and not shot:
+                shot.append(event)
+                QTimer.singleShot(300, shoot)  # let the status line show it first
+
+        def failed(message: str) -> None:
+            if not shot:  # after the picture, this is the cancel
+                print("download failed:", message, file=sys.stderr)
+                app.exit(2)
+
+        models.relay.progress.connect(progress)
+        models.relay.failed.connect(failed)
+        QTimer.singleShot(500, models.download_button.click)
+    app.exec()
+    dialog.close()
+    return result[0]
 
 
 if __name__ == "__main__":

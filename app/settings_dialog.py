@@ -212,7 +212,7 @@ class SettingsDialog(QDialog):
         columns.addLayout(left, 1)
         columns.addLayout(right, 1)
         layout = QVBoxLayout(self)
-        layout.addWidget(models_box)  # full width: the table has seven columns
+        layout.addWidget(models_box, 1)  # full width: the table has seven columns; it takes any extra height
         layout.addLayout(columns)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)

@@ -3,7 +3,11 @@ resume, then the model is chosen and saved), against the local imitation of the 
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported (as tests/test_app.py): no display needed
 
 pytest.importorskip("pytestqt")
 

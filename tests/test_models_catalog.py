@@ -18,7 +18,7 @@ from engine.models.loader import load_model
 from engine.settings import EngineSettings
 
 # Model cards that state the exact count (the Qwen3 cards round: "0.6B", "1.7B", "4.0B").
-EXACT = {"smollm2-360m", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "llama-3.2-1b", "llama-3.2-3b"}
+EXACT = {"smollm2-135m", "smollm2-360m", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "llama-3.2-1b", "llama-3.2-3b"}
 
 
 def test_catalog_lists_supported_instruct_models_once():
@@ -43,7 +43,7 @@ def test_kv_bytes_per_token_is_2_L_Hkv_D_2():
     models = {m.id: m for m in load_catalog()}
     assert models["llama-3.2-3b"].kv_bytes_per_token == 2 * 28 * 8 * 128 * 2 == 114_688
     # the estimate's hand-written shapes agree with the list's config numbers
-    for known, listed in (("llama-3.2-1b", "llama-3.2-1b"), ("llama-3.2-3b", "llama-3.2-3b"), ("qwen2.5-3b", "qwen2.5-3b"),
+    for known, listed in (("smollm2-135m", "smollm2-135m"), ("llama-3.2-1b", "llama-3.2-1b"), ("llama-3.2-3b", "llama-3.2-3b"), ("qwen2.5-3b", "qwen2.5-3b"),
                           ("qwen3-4b", "qwen3-4b")):
         assert models[listed].profile == KNOWN_SHAPES[known]
 
@@ -54,6 +54,22 @@ def tokenizer_folder():
     from engine.models.source import default_gguf_path
 
     return converted_folder(default_gguf_path())
+
+
+def test_the_embedded_model_has_the_listed_smollm2_135m_shape(tokenizer_folder):
+    """The list's SmolLM2-135M entry is the embedded model: its converted weights hold exactly the
+    parameters computed from the entry (and stated on the model card)."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    listed = find(load_catalog(), "smollm2-135m")
+    config = AutoConfig.from_pretrained(tokenizer_folder)
+    for field in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                  "vocab_size", "max_position_embeddings", "tie_word_embeddings"):
+        assert getattr(config, field) == getattr(listed, field), field
+    with safe_open(str(tokenizer_folder / "model.safetensors"), framework="pt") as weights:
+        held = sum(torch.Size(weights.get_slice(name).get_shape()).numel() for name in weights.keys())
+    assert held == listed.parameters == listed.published_parameters == 134_515_008
 
 
 TINY = dict(vocab_size=4096, hidden_size=128, intermediate_size=320, num_hidden_layers=2, num_attention_heads=4,

@@ -2,7 +2,9 @@
 
 A tiny random Llama (2 layers, hidden 64, the embedded model's tokenizer) is served as "tiny/llama";
 the tests pull it with progress, cancel and resume it, catch a damaged and a cut-off file, and then
-load it through the normal loader and ask it a question from the command line.
+load it through the normal loader and ask it a question from the command line. The demo hub
+(`python tests/hub_server.py`) serves real weights: the list's SmolLM2-135M, downloaded from it,
+answers token for token as the embedded model does.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import pytest
 from engine.cli import main
 from engine.errors import Cancelled, ModelError
 from engine.models.download import COMPLETE_MARKER, PART_SUFFIX, downloaded_folder, model_folder, partial_bytes, pull
-from engine.settings import load_settings
-from hub_server import COMMIT, TINY_REPO, hub, tiny_llama  # noqa: F401 - fixtures
+from engine.settings import CachePolicy, EngineSettings, load_settings
+from hub_server import COMMIT, SMOLLM2_REPO, TINY_REPO, hub, serve_demo, tiny_llama  # noqa: F401 - fixtures
 
 REPO = TINY_REPO
 WEIGHTS = "model.safetensors"
@@ -131,3 +133,47 @@ def test_cli_lists_the_models_with_what_fits(hub, capsys):
     assert "needs" in out and (" yes " in out or " no " in out)
     assert main(["models", "pull", "no-such-model"]) == 1
     assert "pick one of" in capsys.readouterr().err
+
+
+def test_the_demo_hubs_smollm2_downloads_loads_and_answers_as_the_embedded_model(smol, tmp_path, monkeypatch):
+    """The list's smollm2-135m from the demo hub, started as `python tests/hub_server.py` starts it
+    (here on a free port): every file verified, loaded by the loader from the download folder, and
+    the same greedy answer as the embedded model's. The hub serves the embedded GGUF as the
+    loader converts it, so the weights are the same float32 numbers: identical tokens, not close."""
+    import huggingface_hub.constants
+
+    from engine.cli_models import repo_for
+    from engine.models.loader import load_model
+    from engine.session import DocumentSession
+
+    demo = serve_demo(0, workdir=tmp_path / "demo")  # converts with the session's HALAMAN_HOME (done once)
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", demo.url)
+        monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))  # the download goes here
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # 127.0.0.1 only
+        repo = repo_for("smollm2-135m")
+        assert repo == SMOLLM2_REPO
+        events = []
+        folder = pull(repo, progress=events.append)
+    finally:
+        demo.close()
+    served = demo.repos[SMOLLM2_REPO]
+    assert folder == downloaded_folder(repo) and folder.is_relative_to(tmp_path / "home")
+    assert {p.name: p.stat().st_size for p in folder.iterdir() if not p.name.startswith(".")} == \
+        {name: file.size for name, file in served.items()}
+    assert set(served) >= {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    assert events[-1].done_bytes == events[-1].total_bytes == sum(f.size for f in served.values())
+    assert all(method in ("GET", "HEAD") and (path.startswith("/api/") or COMMIT in path) for method, path, _ in demo.log)
+
+    downloaded = load_model(repo, device="cpu")  # the hub is gone: resolves to the download folder
+    assert downloaded.label == repo and downloaded.profile == smol.profile and downloaded.weights == smol.weights
+    document = tmp_path / "note.txt"
+    document.write_text("The meeting is on Tuesday at 10 in room 4 of the harbour office. Bring the signed forms.\n" * 3)
+    settings = EngineSettings(cache=CachePolicy(budget_tokens=256, window_tokens=64, residual_tokens=32, chunk_tokens=128),
+                              max_new_tokens=12)
+    answers = []
+    for model in (smol, downloaded):
+        session = DocumentSession(model, settings)
+        session.open(str(document))
+        answers.append(session.ask("Where is the meeting?").token_ids)
+    assert len(answers[0]) >= 4 and answers[0] == answers[1]
