@@ -112,6 +112,14 @@ def text_doc(tmp_path: Path, name: str = "notes.txt") -> Path:
     return path
 
 
+def pick(window: MainWindow, document_id: int) -> None:
+    """Click a document in the library list (as a user would: the panel emits `selected`)."""
+    from app.library_panel import ID_ROLE
+
+    items = [window.library_panel.list.item(row) for row in range(window.library_panel.list.count())]
+    window.library_panel.list.setCurrentItem(next(item for item in items if item.data(ID_ROLE) == document_id))
+
+
 # --------------------------------------------------------------------------------------- tests
 def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot, corpus):
     window = make_window()
@@ -334,7 +342,7 @@ def test_history_survives_closing_and_reopening_the_window(make_window, qtbot, t
     second = make_window()
     record = second.library.find(str(doc.resolve()))
     assert record is not None
-    second._select(record.id)
+    pick(second, record.id)
     shown = second.chat.toPlainText()
     assert "When is the meeting?" in shown and answer.strip()[:12] in shown
     assert second.library_status(record.id) == CACHED and "cached" in second.library_panel.list.currentItem().text()
@@ -640,7 +648,7 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     window.close()
 
     second = make_window(RECALL)
-    second._select(record.id)
+    pick(second, record.id)
     lines = second.chat.toPlainText().strip().splitlines()
     assert attended in lines and lines[-1] == footer  # from SQLite, after a restart
     assert "archive on disk:" in second.header.info.text()  # not open: the estimate, archive included
