@@ -128,7 +128,7 @@ class ModelList(QWidget):
         if downloaded_folder(model.repo):
             return "downloaded"
         partial = partial_bytes(model.repo)
-        return f"partial {format_bytes(partial)}" if partial else ""
+        return f"partial {format_bytes(partial)}" if partial else "embedded (the default model)" if model.embedded else ""
 
     def _update_buttons(self) -> None:
         model = self.selected()

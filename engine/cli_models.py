@@ -57,7 +57,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         verdict = fit(model, settings, memory)
         partial = partial_bytes(model.repo)
         state = ("downloaded" if downloaded_folder(model.repo) else
-                 f"partial {format_bytes(partial)}" if partial else "gated: log in" if model.gated else "")
+                 f"partial {format_bytes(partial)}" if partial else "gated: log in" if model.gated else
+                 "embedded (default)" if model.embedded else "")
         rows.append((model.id, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
                      format_bytes(verdict.weights_bytes), f"{model.kv_bytes_per_token:,} B",
                      "yes" if verdict.fits else "no", verdict.reason, state))

@@ -39,6 +39,8 @@ def test_model_list_shows_sizes_and_what_fits(qtbot):
     assert dialog.model_list.table.rowCount() == len(models)
     fits = {m.id: _cell(dialog, row, 5) for row, m in enumerate(models)}
     assert fits["smollm2-360m"] == "yes" and fits["qwen3-4b"] == "no"  # 4 GiB: 2.6 GiB of weights + margin is too much
+    states = {m.id: _cell(dialog, row, 6) for row, m in enumerate(models)}
+    assert states["smollm2-135m"] == "embedded (the default model)" and states["smollm2-360m"] == ""
     row = [m.id for m in models].index("qwen2.5-1.5b")
     assert _cell(dialog, row, 1) == "1.54 B" and _cell(dialog, row, 4) == "28 KiB"
     # a bigger budget needs more memory: the dialog's own fields feed the list

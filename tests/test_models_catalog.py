@@ -112,3 +112,7 @@ def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
     # on a GPU the embeddings are 16-bit: less memory than on the CPU
     assert fit(model, settings, DeviceMemory("cuda", "GPU", 8 * 1024**3, 2)).weights_bytes < roomy.weights_bytes
 
+
+
+def test_the_embedded_model_is_marked_so_nobody_downloads_it_again():
+    assert [m.id for m in load_catalog() if m.embedded] == ["smollm2-135m"]

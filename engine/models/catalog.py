@@ -60,6 +60,7 @@ class CatalogModel:
     qk_norm: bool = False
     gated: bool = False
     published_parameters: int = 0
+    embedded: bool = False              # shipped with Halaman as the default model (a Q4_1 GGUF)
 
     @property
     def head_dimension(self) -> int:
