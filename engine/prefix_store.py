@@ -229,7 +229,7 @@ class PrefixStore:
             conn = sqlite3.connect(self._index_path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             self._db = sqlite_utils.Database(conn, execute_plugins=False)
             # WAL lets readers proceed while another process writes.
-            self._db.enable_wal()
+            _enable_wal(self._db)
             self._db.execute("PRAGMA synchronous=NORMAL")
             # A truncated file can open and answer simple queries; the quick check reads every page.
             verdict = self._db.execute("PRAGMA quick_check").fetchall()
@@ -651,6 +651,25 @@ class PrefixStore:
                 break
             self._drop(key)
             total -= size_bytes
+
+
+def _enable_wal(db: sqlite_utils.Database) -> None:
+    """Switch the index to WAL, waiting up to BUSY_TIMEOUT_S for other processes.
+
+    SQLite does not wait on its own here: `PRAGMA journal_mode=wal` reads the header under a shared
+    lock, then needs an exclusive one, and a connection that holds a shared lock is answered "database
+    is locked" at once rather than wait (waiting could deadlock). Two processes opening a new store
+    together (the window and a `halaman ask`; tests/test_prefix_store.py's four workers) hit it.
+    Once switched, WAL is stored in the file, so later opens skip the switch."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.enable_wal()
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def open_store(root: Path, *, disk_budget_bytes: int) -> tuple[PrefixStore | None, str | None]:
