@@ -1,6 +1,7 @@
 """The main window, wired from panels: the library sidebar (`app.library_panel`) and the memory
 panel (`app.memory_panel`) on the left; the document header (`app.document_header`), the banner and
-progress strips (`app.notices`) and the conversation (`app.conversation`) on the right. Panels emit
+progress strips (`app.notices`) and the conversation (`app.conversation`, whose answers stream
+through `app.answer_stream`) on the right. Panels emit
 intents; this window turns them into named operations (`app.operations`) for the worker thread
 (`app.worker`) and shows the results in the panels. Drops (PDF, folder, text file) work anywhere.
 
@@ -12,8 +13,6 @@ here, on the GUI thread.
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, QSettings, Qt, QTimer, QUrl
@@ -22,6 +21,7 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QSplitter, QVBox
 
 from app import dialogs
 from app import operations as ops
+from app.answer_stream import AnswerStream, LiveAnswer
 from app.chat import normalise_label
 from app.conversation import Conversation
 from app.document_header import DocumentHeader, document_info
@@ -49,39 +49,7 @@ log = logging.getLogger(__name__)
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 GAUGE_BUSY_MS = 250      # gauge refresh while work runs (at least twice a second)
 GAUGE_IDLE_MS = 2000
-SAVE_PARTIAL_EVERY_S = 2.0
 OPEN_FILTER = (f"Documents ({' '.join('*' + s for s in OPEN_DIALOG_SUFFIXES)});;PDF files (*.pdf);;All files (*)")
-
-
-@dataclass
-class LiveAnswer:
-    """The answer being streamed: where it goes in the history, and how fast it comes."""
-
-    job: Job
-    document_id: int
-    message_id: int
-    question: str
-    source: str
-    text: str = ""
-    pieces: int = 0
-    saved_at: float = 0.0
-    first_piece_at: float | None = None
-
-    def progress_text(self, max_new_tokens: int) -> str:
-        """"Answering… 37 tokens · 12.3 tokens/s · at most 18 s left" (a local answer stops at
-        `max_new_tokens`, so that bounds the decode time left; a cloud answer has no such bound)."""
-        what = "Cloud answer" if self.source == "cloud" else "Answering"
-        text = f"{what}… {self.pieces} tokens so far"
-        if self.first_piece_at is None or self.pieces < 2:
-            return text
-        elapsed = time.monotonic() - self.first_piece_at
-        if elapsed <= 0:
-            return text
-        rate = (self.pieces - 1) / elapsed
-        text += f" · {rate:,.1f} tokens/s"
-        if self.source != "cloud" and rate > 0:
-            text += f" · at most {fmt_duration(max(0, max_new_tokens - self.pieces) / rate)} left"
-        return text
 
 
 class MainWindow(QMainWindow):
@@ -115,7 +83,6 @@ class MainWindow(QMainWindow):
         self.open_document_id: int | None = None
         self.opening: str | None = None
         self.segments: dict[str, str] = {}              # citation label -> text of the open document
-        self.live: LiveAnswer | None = None
         self.last_report = None
         self._open_job: Job | None = None
         self._estimate_shown_for: int | None = None
@@ -146,6 +113,10 @@ class MainWindow(QMainWindow):
         self.conversation = Conversation()
         self.chat = self.conversation.chat
         self.gauge = self.memory_panel.gauge
+        self.answers = AnswerStream(
+            self.library, self.chat, self.progress, parent=self,
+            record=lambda answer: answer_record(answer, model=self.client.model, recall=self.settings.recall).fields(),
+            max_new_tokens=lambda: self.settings.max_new_tokens)
 
         sidebar = QWidget()
         sidebar.setObjectName("sidebar")
@@ -209,6 +180,7 @@ class MainWindow(QMainWindow):
         conversation.open_file_requested.connect(self.choose_file)
         conversation.open_folder_requested.connect(self.choose_folder)
         self.progress.cancel_clicked.connect(self.cancel_work)
+        self.answers.ended.connect(self._answer_ended)
         self.client.memory.connect(self._on_memory)
         self.client.busy_changed.connect(self._on_busy)
         self.client.confirm.connect(self._on_confirm)
@@ -410,6 +382,11 @@ class MainWindow(QMainWindow):
         question = (question if question is not None else self.conversation.question.text().strip()) or self._last_question()
         self._ask(question, cloud=True, reason="user asked")
 
+    @property
+    def live(self) -> LiveAnswer | None:
+        """The answer being streamed, if any."""
+        return self.answers.live
+
     def _ask(self, question: str, *, cloud: bool, follow_up: bool = False, reason: str = "user asked",
              escalation: bool = False) -> None:
         """Ask locally or in the cloud; `escalation`: the cloud answers the question just answered
@@ -420,70 +397,29 @@ class MainWindow(QMainWindow):
         if not escalation:
             self.conversation.take_question()
             self.library.add_message(doc_id, "user", question)
+            self.chat.add_question(question)
         model_name = self.settings.cloud.model if cloud else (self.client.model.label if self.client.model else None)
         message_id = self.library.add_message(
             doc_id, "assistant", "", state="streaming", source="cloud" if cloud else "local",
             endpoint=self.settings.cloud.base_url if cloud else None, model=model_name, reason=reason if cloud else None,
         )
-        if not escalation:
-            self.chat.add_question(question)
-        self.chat.begin_answer("Halaman · cloud" if cloud else "Halaman")
-        if cloud:
-            job = ops.ask_cloud(question, reason=reason, on_text=self._on_answer_text)
-        else:
-            job = ops.ask_local(question, follow_up=follow_up, on_text=self._on_answer_text)
-        self.live = LiveAnswer(job, doc_id, message_id, question, "cloud" if cloud else "local", saved_at=time.monotonic())
-        job.on_done = lambda answer: self._answered(job, answer)
-        job.on_error = lambda error: self._answer_failed(job, error)
+        job = ops.ask_cloud(question, reason=reason) if cloud else ops.ask_local(question, follow_up=follow_up)
+        self.answers.start(job, document_id=doc_id, message_id=message_id, question=question,
+                           source="cloud" if cloud else "local")
         self._update_input()
         self.client.submit(job)
 
-    def _on_answer_text(self, piece: str) -> None:
-        live = self.live
-        if live is None:
-            return
-        now = time.monotonic()
-        if live.first_piece_at is None:
-            live.first_piece_at = now
-        live.text += piece
-        live.pieces += 1
-        self.chat.append_text(piece)
-        self.progress.show_answering(live.progress_text(self.settings.max_new_tokens))
-        if now - live.saved_at > SAVE_PARTIAL_EVERY_S:
-            self.library.update_message(live.message_id, text=live.text)
-            live.saved_at = now
-
-    def _answered(self, job: Job, answer: Answer | None) -> None:
-        live = self.live
-        if live is None or live.job is not job:
-            return
-        self.live = None
-        if answer is None:  # the user declined to send it to the cloud
-            fields = dict(text=live.text or "_(not sent)_", state="cancelled", stop_reason="cancelled")
-        else:
-            fields = answer_record(answer, model=self.client.model, recall=self.settings.recall).fields()
-        self.library.update_message(live.message_id, **fields)
-        self.chat.finish_answer(self.library.message(live.message_id))
-        self._update_input()
-        # The policy is pure (the answer, its document's report, the settings): None for a cloud or
-        # cancelled answer, or with automatic escalation off.
-        reason = escalation_reason(answer, self.last_report, self.settings) if answer and self.last_report else None
-        if reason and not self._closed:
-            self._ask(live.question, cloud=True, reason=reason, escalation=True)
-
-    def _answer_failed(self, job: Job, error: JobError) -> None:
-        live = self.live
-        if live is None or live.job is not job:
-            return
-        self.live = None
-        state = "cancelled" if error.kind == "cancelled" else "error"
-        text = live.text if state == "cancelled" else (live.text + "\n\n" if live.text else "") + f"_{error.message}_"
-        self.library.update_message(live.message_id, text=text, state=state, stop_reason=state)
-        self.chat.finish_answer(self.library.message(live.message_id))
+    def _answer_ended(self, live: LiveAnswer, answer: Answer | None, error: JobError | None) -> None:
+        """What follows an answer: an escalation to the cloud (`engine.cloud.escalation_reason`, pure:
+        None for a cloud or cancelled answer, or with automatic escalation off), or a banner."""
         self._update_input()
         if self._closed:
             return
-        if error.kind == "oom":
+        if error is None:
+            reason = escalation_reason(answer, self.last_report, self.settings) if answer and self.last_report else None
+            if reason:
+                self._ask(live.question, cloud=True, reason=reason, escalation=True)
+        elif error.kind == "oom":
             self.banner.show_message("error", error.message, "Lower the budget and retry",
                                      lambda: self.lower_budget_and_retry(self._open_path()))
         elif error.kind != "cancelled":
@@ -715,14 +651,11 @@ class MainWindow(QMainWindow):
         self.gauge_timer.stop()
         self.progress.finish()
         self._save_geometry()
-        if self.live is not None:
-            self.library.update_message(self.live.message_id, text=self.live.text)
+        self.answers.save_partial()
         # Cancels, stops the thread, then delivers what the worker sent before it stopped (the
-        # cancelled answer's result), which the callbacks above save as usual.
+        # cancelled answer's result), which the answer stream saves as usual.
         self.client.shutdown()
-        if self.live is not None:
-            self.library.update_message(self.live.message_id, text=self.live.text, state="interrupted")
-            self.live = None
+        self.answers.interrupt()
         self.library.close()
         super().closeEvent(event)
 

@@ -90,13 +90,13 @@ def wait_open(qtbot, window: MainWindow, timeout: int = OPEN_TIMEOUT_MS) -> None
 def ask(qtbot, window: MainWindow, question: str, *, wait: bool = True) -> list[str]:
     """Type a question, press Ask; returns the list the streamed pieces are appended to."""
     pieces: list[str] = []
-    original = window._on_answer_text
+    original = window.answers.on_text
 
     def spy(piece: str) -> None:
         pieces.append(piece)
         original(piece)
 
-    window._on_answer_text = spy
+    window.answers.on_text = spy
     assert window.conversation.question.isEnabled()
     window.conversation.question.setText(question)
     qtbot.mouseClick(window.conversation.ask_button, Qt.MouseButton.LeftButton)
@@ -457,8 +457,8 @@ def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_proven
 
         # Accepted: streamed, with endpoint, model and reason in the footer.
         pieces = []
-        original = window._on_answer_text
-        window._on_answer_text = lambda piece: (pieces.append(piece), original(piece))
+        original = window.answers.on_text
+        window.answers.on_text = lambda piece: (pieces.append(piece), original(piece))
         window.conversation.question.setText("When is the meeting?")
         qtbot.mouseClick(window.conversation.cloud_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: window.confirm_box.isVisible(), timeout=30_000)

@@ -1,0 +1,125 @@
+"""One answer's way from the worker to the chat history: its pieces stream into the chat and the
+progress panel (decode speed, time left), its text is saved every SAVE_PARTIAL_EVERY_S (a crash
+keeps what arrived), and at the end its record (`engine.workspace.answer_record`) replaces the
+streaming row. Closing the window mid-answer saves it as "interrupted".
+
+The window starts an answer (`start`) and hears how it ended (`ended(live, answer, error)`): it
+decides what follows (an escalation to the cloud, a banner). One answer streams at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from app.chat import ChatView
+from app.library import Library
+from app.notices import ProgressPanel
+from app.units import fmt_duration
+from app.worker import Job, JobError
+from engine.answer import Answer
+
+SAVE_PARTIAL_EVERY_S = 2.0
+
+
+@dataclass
+class LiveAnswer:
+    """The answer being streamed: where it goes in the history, and how fast it comes."""
+
+    job: Job
+    document_id: int
+    message_id: int
+    question: str
+    source: str                     # "local" or "cloud"
+    text: str = ""
+    pieces: int = 0
+    saved_at: float = 0.0
+    first_piece_at: float | None = None
+
+    def progress_text(self, max_new_tokens: int) -> str:
+        """"Answering… 37 tokens so far · 12.3 tokens/s · at most 18 s left" (a local answer stops at
+        `max_new_tokens`, so that bounds the decode time left; a cloud answer has no such bound)."""
+        what = "Cloud answer" if self.source == "cloud" else "Answering"
+        text = f"{what}… {self.pieces} tokens so far"
+        if self.first_piece_at is None or self.pieces < 2:
+            return text
+        elapsed = time.monotonic() - self.first_piece_at
+        if elapsed <= 0:
+            return text
+        rate = (self.pieces - 1) / elapsed
+        text += f" · {rate:,.1f} tokens/s"
+        if self.source != "cloud" and rate > 0:
+            text += f" · at most {fmt_duration(max(0, max_new_tokens - self.pieces) / rate)} left"
+        return text
+
+
+class AnswerStream(QObject):
+    """Streams one answer at a time into `chat`, `progress` and `library` (GUI thread only).
+
+    `record(answer)`: the library fields of a finished answer. `max_new_tokens()`: the longest
+    local answer now (the settings can change between two answers).
+    Signal `ended(live, answer, error)`: `answer` is the engine's Answer (None when the user
+    declined to send to the cloud, or on error), `error` the JobError or None."""
+
+    ended = Signal(object, object, object)
+
+    def __init__(self, library: Library, chat: ChatView, progress: ProgressPanel, *,
+                 record: Callable[[Answer], dict], max_new_tokens: Callable[[], int], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.library, self.chat, self.progress = library, chat, progress
+        self._record, self._max_new_tokens = record, max_new_tokens
+        self.live: LiveAnswer | None = None
+
+    def start(self, job: Job, *, document_id: int, message_id: int, question: str, source: str) -> None:
+        """Route `job`'s text and result here; the caller submits it."""
+        self.live = LiveAnswer(job, document_id, message_id, question, source, saved_at=time.monotonic())
+        job.on_text = self.on_text
+        job.on_done = lambda answer: self._finish(job, answer, None)
+        job.on_error = lambda error: self._finish(job, None, error)
+        self.chat.begin_answer("Halaman · cloud" if source == "cloud" else "Halaman")
+
+    def on_text(self, piece: str) -> None:
+        live = self.live
+        if live is None:
+            return
+        now = time.monotonic()
+        if live.first_piece_at is None:
+            live.first_piece_at = now
+        live.text += piece
+        live.pieces += 1
+        self.chat.append_text(piece)
+        self.progress.show_answering(live.progress_text(self._max_new_tokens()))
+        if now - live.saved_at > SAVE_PARTIAL_EVERY_S:
+            self.library.update_message(live.message_id, text=live.text)
+            live.saved_at = now
+
+    def save_partial(self) -> None:
+        """Save what has arrived so far (before the worker is stopped)."""
+        if self.live is not None:
+            self.library.update_message(self.live.message_id, text=self.live.text)
+
+    def interrupt(self) -> None:
+        """The window closed mid-answer (after the worker stopped): keep it as "interrupted"."""
+        if self.live is not None:
+            self.library.update_message(self.live.message_id, text=self.live.text, state="interrupted")
+            self.live = None
+
+    def _finish(self, job: Job, answer: Answer | None, error: JobError | None) -> None:
+        live = self.live
+        if live is None or live.job is not job:
+            return
+        self.live = None
+        if error is not None:
+            state = "cancelled" if error.kind == "cancelled" else "error"
+            text = live.text if state == "cancelled" else (live.text + "\n\n" if live.text else "") + f"_{error.message}_"
+            fields = dict(text=text, state=state, stop_reason=state)
+        elif answer is None:  # the user declined to send it to the cloud
+            fields = dict(text=live.text or "_(not sent)_", state="cancelled", stop_reason="cancelled")
+        else:
+            fields = self._record(answer)
+        self.library.update_message(live.message_id, **fields)
+        self.chat.finish_answer(self.library.message(live.message_id))
+        self.ended.emit(live, answer, error)
