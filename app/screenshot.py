@@ -7,7 +7,8 @@
 
 `$HALAMAN_CORPUS` is the test corpus (docs/CORPUS.md). That is how docs/screenshot-main-window.png
 was taken (settings.toml with max_new_tokens = 64, on two busy CPU cores, hence the slow TTFT and
-tokens/s in its footers).
+tokens/s in its footers; the last one with QT_QPA_PLATFORM=offscreen instead of xvfb-run, which
+that machine lacked: the window then paints itself into the image).
 
 Opens each document in turn (the last one stays open), asks the questions on the last one, waits
 for the streamed answers, then grabs the window from the screen (a real X server under xvfb-run).
