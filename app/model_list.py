@@ -24,7 +24,7 @@ from engine.models.download import DownloadProgress, downloaded_folder, partial_
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
-COLUMNS = ("Model", "Parameters", "Download", "4-bit weights", "KV / token", "Fits", "On disk")
+COLUMNS = ("Model", "Parameters", "Download", "Weights", "KV / token", "Fits", "On disk")
 
 
 class _Relay(QObject):
@@ -102,7 +102,7 @@ class ModelList(QWidget):
         for row, model in enumerate(self.models):
             verdict = fit(model, settings, self.memory)
             cells = (model.name, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
-                     format_bytes(verdict.weights_bytes), f"{model.kv_bytes_per_token / 1024:,.0f} KiB",
+                     f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}", f"{model.kv_bytes_per_token / 1024:,.0f} KiB",
                      "yes" if verdict.fits else "no", self._state(model))
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)

@@ -1,6 +1,6 @@
 """`halaman models`: the curated model list with what fits this machine, downloads, and choosing one.
 
-    halaman models                     the table: size, 4-bit weights, KV bytes per token, fits here?
+    halaman models                     the table: size, weights as loaded here, KV bytes per token, fits here?
     halaman models pull qwen2.5-1.5b   download (progress, speed, time left); Ctrl-C keeps the partial
     halaman models use qwen2.5-1.5b    make it the model in settings.toml
 
@@ -49,10 +49,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     memory = detect_memory(settings.device)
     policy = settings.cache
     print(f"this machine  {memory.name}: {format_bytes(memory.total_bytes)} "
-          f"({'GPU, 16-bit' if memory.device == 'cuda' else 'CPU, float32'} compute; 4-bit weights)\n"
+          f"({'GPU, 16-bit' if memory.device == 'cuda' else 'CPU, float32'} compute; weights {settings.weights}: "
+          f"{'4-bit NF4 on a GPU, on a CPU full precision when it takes at most a quarter of RAM' if settings.weights == 'auto' else settings.weights})\n"
           f"fits         weights + KV cache at its peak (budget {policy.budget_tokens:,} tokens, INT{policy.kv_bits}, "
           f"recall {settings.recall.recall_tokens:,}) + workspace, against the whole {memory.name}\n")
-    rows = [("id", "parameters", "download", "4-bit weights", "KV/token (FP16)", "fits", "why", "on disk")]
+    rows = [("id", "parameters", "download", "weights", "KV/token (FP16)", "fits", "why", "on disk")]
     for model in load_catalog():
         verdict = fit(model, settings, memory)
         partial = partial_bytes(model.repo)
@@ -60,7 +61,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                  f"partial {format_bytes(partial)}" if partial else "gated: log in" if model.gated else
                  "embedded (default)" if model.embedded else "")
         rows.append((model.id, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
-                     format_bytes(verdict.weights_bytes), f"{model.kv_bytes_per_token:,} B",
+                     f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}", f"{model.kv_bytes_per_token:,} B",
                      "yes" if verdict.fits else "no", verdict.reason, state))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:

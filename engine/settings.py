@@ -186,7 +186,7 @@ class EngineSettings:
     weights: "auto", "4bit" (bitsandbytes NF4) or "full" (the compute dtype: float32 on a CPU).
         "auto" is 4-bit on a GPU, where VRAM is the limit, and full on a CPU when the full weights
         take at most a quarter of RAM: NF4 on a CPU dequantizes every weight matrix on every call
-        (decode 1.5x slower for the default model; see `engine.models.loader.choose_weights`).
+        (decode 1.5x slower for the default model; see `engine.models.weight_format.choose_weights`).
     threads: CPU threads for torch; 0 = the idle physical cores, measured when the model loads and
         before each document is read (`engine.threads`).
     max_new_tokens: longest answer, in tokens.

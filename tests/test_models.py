@@ -118,9 +118,9 @@ def test_missing_and_unsupported_models_fail_clearly(tmp_path):
 
 
 def test_weights_choice_auto_is_full_on_a_cpu_only_when_ram_allows():
-    from engine.models.loader import choose_weights
+    from engine.models.weight_format import choose_weights
 
-    cpu, gpu, gib = torch.device("cpu"), torch.device("cuda"), 1024**3
+    cpu, gpu, gib = "cpu", "cuda", 1024**3
     assert choose_weights("auto", cpu, full_bytes=540 * 1024**2, ram_bytes=8 * gib) is False  # 135M in float32: full
     assert choose_weights("auto", cpu, full_bytes=int(6.8 * gib), ram_bytes=16 * gib) is True  # 1.7B: NF4
     assert choose_weights("auto", gpu, full_bytes=1, ram_bytes=64 * gib) is True  # GPU: always 4-bit

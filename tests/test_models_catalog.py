@@ -96,8 +96,9 @@ def test_4bit_weight_bytes_are_what_the_loader_holds(tmp_path, config, extra, to
 
 def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
     model = find(load_catalog(), "qwen2.5-1.5b")
-    settings = EngineSettings()
+    settings = EngineSettings(weights="4bit")
     roomy = fit(model, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4))
+    assert roomy.weights_label == "4-bit NF4" and roomy.weights_bytes == model.weight_4bit_bytes(4)
     assert roomy.fits and roomy.reason.startswith("needs ") and "of 64.0 GiB RAM" in roomy.reason
     policy = settings.cache
     assert roomy.kv_bytes > peak_cache_bytes(model.profile, policy, policy.budget_tokens + policy.chunk_tokens)  # + recall
@@ -112,6 +113,20 @@ def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
     # on a GPU the embeddings are 16-bit: less memory than on the CPU
     assert fit(model, settings, DeviceMemory("cuda", "GPU", 8 * 1024**3, 2)).weights_bytes < roomy.weights_bytes
 
+
+def test_fit_counts_the_weights_the_loader_will_hold():
+    """On a CPU, "auto" loads a model in float32 when that takes at most a quarter of RAM (the
+    loader's own rule), so "fits" must count 4 bytes per parameter there, not the 4-bit size."""
+    model, auto = find(load_catalog(), "qwen2.5-1.5b"), EngineSettings()
+    full = model.parameters * 4
+    big_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full, 4))
+    assert big_ram.weights_label == "float32" and big_ram.weights_bytes == full
+    small_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full - 1, 4))
+    assert small_ram.weights_label == "4-bit NF4" and small_ram.weights_bytes == model.weight_4bit_bytes(4) < full
+    gpu = fit(model, auto, DeviceMemory("cuda", "GPU", 100 * full, 2))
+    assert gpu.weights_label == "4-bit NF4"
+    forced = fit(model, auto.replace(weights="full"), DeviceMemory("cuda", "GPU", 100 * full, 2))
+    assert forced.weights_label == "16-bit" and forced.weights_bytes == 2 * model.parameters
 
 
 def test_the_embedded_model_is_marked_so_nobody_downloads_it_again():

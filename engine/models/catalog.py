@@ -11,6 +11,10 @@ Sizes are computed from each model's config numbers, not typed in:
                     (half a byte per weight + a float32 absmax per 64 weights + a 16-entry float32
                     code book), embeddings, norms and biases in the compute dtype (float32 on the CPU,
                     16-bit on a GPU), and the rotary embedding's float32 frequency buffers
+    weights         what the loader will hold with the `weights` setting: the 4-bit size, or on a
+                    CPU with "auto" every parameter in float32 when that takes at most a quarter
+                    of RAM (`engine.models.weight_format.choose_weights`; small models decode
+                    faster so)
     KV per token    2 (K and V) · L · H_kv · D · 2 bytes: a full 16-bit cache (`engine.estimate`)
 
 "Fits" adds the compressed cache at its prefill peak, the tokens a question may recall and one
@@ -26,7 +30,8 @@ from pathlib import Path
 
 from engine.errors import ModelError
 from engine.estimate import full_cache_bytes, peak_cache_bytes, recall_cache_bytes
-from engine.models.loader import ModelProfile
+from engine.models.profile import ModelProfile
+from engine.models.weight_format import choose_weights
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
@@ -164,7 +169,8 @@ class Fit:
 
     fits: bool
     needed_bytes: int
-    weights_bytes: int
+    weights_bytes: int     # as the loader will hold them (`weights_label`)
+    weights_label: str     # "4-bit NF4" or "float32" / "16-bit"
     kv_bytes: int          # compressed cache at its prefill peak + recalled tokens
     workspace_bytes: int   # one layer's attention probabilities for a prefill chunk + the process margin
     available_bytes: int
@@ -174,7 +180,11 @@ class Fit:
 def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> Fit:
     """Does `model` fit `memory` with the cache policy and recall of `settings`? (module docstring)"""
     policy, profile = settings.cache, model.profile
-    weights = model.weight_4bit_bytes(memory.element_bytes)
+    full = model.parameters * memory.element_bytes
+    if choose_weights(settings.weights, memory.device, full, memory.total_bytes):
+        weights, label = model.weight_4bit_bytes(memory.element_bytes), "4-bit NF4"
+    else:
+        weights, label = full, "float32" if memory.element_bytes == 4 else "16-bit"
     kv = peak_cache_bytes(profile, policy, policy.budget_tokens + policy.chunk_tokens)
     kv += recall_cache_bytes(profile, settings.recall, policy.group_size)
     # [heads, chunk, cached + chunk] float32 scores and probabilities (engine.kvcache.attention)
@@ -184,4 +194,4 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     fits = needed <= memory.total_bytes
     where = f"{format_bytes(memory.total_bytes)} {memory.name}"
     reason = f"needs {format_bytes(needed)} of {where}" if fits else f"needs {format_bytes(needed)}, more than the {where}"
-    return Fit(fits, needed, weights, kv, workspace, memory.total_bytes, reason)
+    return Fit(fits, needed, weights, label, kv, workspace, memory.total_bytes, reason)

@@ -1,5 +1,5 @@
 """Load a model and wrap it in a `CompressedDecoder`: 4-bit weights (bitsandbytes NF4) on a GPU,
-full-precision weights on a CPU where RAM allows (`choose_weights`).
+full-precision weights on a CPU where RAM allows (`engine.models.weight_format.choose_weights`).
 
 Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub id is downloaded
 once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`
@@ -23,10 +23,7 @@ from engine.models.download import ALLOW_PATTERNS
 from engine.models.gguf_convert import converted_folder
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-
-
-# "auto" keeps full-precision weights on a CPU up to this share of the machine's RAM.
-FULL_WEIGHTS_RAM_SHARE = 0.25
+from engine.models.weight_format import choose_weights
 
 
 @dataclass
@@ -71,25 +68,6 @@ def compute_dtype_for(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def choose_weights(weights: str, device: torch.device, full_bytes: int, ram_bytes: int) -> bool:
-    """Whether to load 4-bit (NF4) weights: `weights` is "4bit", "full" or "auto".
-
-    "auto": 4-bit on a GPU (VRAM is the limit there; bitsandbytes' CUDA kernels are fast); on a CPU,
-    full precision when the full weights (`full_bytes`, at the compute dtype) take at most
-    `FULL_WEIGHTS_RAM_SHARE` of `ram_bytes`. bitsandbytes' CPU path dequantizes each weight matrix
-    on every call, so NF4 decoded 1.5x slower than float32 weights for the default 135M model
-    (docs/BENCHMARKS.md, speed section); NF4 stays the choice where full weights would crowd RAM.
-    Raises ValueError for another value of `weights`.
-    """
-    if weights == "4bit":
-        return True
-    if weights == "full":
-        return False
-    if weights != "auto":
-        raise ValueError(f"weights must be auto, 4bit or full, got {weights!r}")
-    return device.type != "cpu" or full_bytes > FULL_WEIGHTS_RAM_SHARE * ram_bytes
-
-
 def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
     """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers)."""
     from safetensors import safe_open
@@ -119,7 +97,7 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     dev = resolve_device(device)
     used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
-    quantize_4bit = choose_weights(weights, dev, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
+    quantize_4bit = choose_weights(weights, dev.type, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
     model, tokenizer = _load_folder(folder, dev, dtype, quantize_4bit)
     tokenizer_fp = hashlib.sha256(
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
