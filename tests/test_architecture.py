@@ -14,7 +14,7 @@ UNSAFE = re.compile(r"^\s*(import|from)\s+pickle\b|(?<!safetensors\.)\btorch\.lo
 
 CONTRACTS = (
     "engine stays headless: no Qt",
-    "engine layers: cli (and cli_models) > workspace > session > cloud | models > kvcache",
+    "engine layers: cli > workspace > session > cloud | models > kvcache",
     "estimate and settings are torch-free",
     "app never imports torch itself",
 )
