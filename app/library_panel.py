@@ -130,25 +130,36 @@ class LibraryPanel(QWidget):
         return None
 
     def _show_reading(self) -> None:
-        for row in reversed(range(self.list.count())):  # the previous read's own row, if any
-            if self.list.item(row).data(ID_ROLE) is None:
+        # Signals stay blocked throughout: taking or inserting the current row moves the selection,
+        # which must not read as the user picking another document (it would show that one's chat
+        # while this one is read).
+        self.list.blockSignals(True)
+        try:
+            self._update_reading_row()
+        finally:
+            self.list.blockSignals(False)
+
+    def _update_reading_row(self) -> None:
+        reading = self._reading
+        for row in reversed(range(self.list.count())):  # a row of its own from an earlier read
+            item = self.list.item(row)
+            if item.data(ID_ROLE) is None and (reading is None or item.data(PATH_ROLE) != reading[0]):
                 self.list.takeItem(row)
-        if self._reading is None:
+        if reading is None:
             return
-        path, title, text = self._reading
+        path, title, text = reading
         for row in range(self.list.count()):
             item = self.list.item(row)
             if item.data(PATH_ROLE) == path:
                 item.setText(f"{item.text().split(chr(10))[0]}\n{text}")
+                item.setToolTip(f"{item.text().split(chr(10))[0]}\n{path}\n{text}")
                 return
         item = QListWidgetItem(f"{title}\n{text}")
         item.setData(ID_ROLE, None)
         item.setData(PATH_ROLE, path)
         item.setToolTip(f"{title}\n{path}\n{text}")
-        self.list.blockSignals(True)
         self.list.insertItem(0, item)
         self.list.setCurrentItem(item)
-        self.list.blockSignals(False)
 
     def _current_changed(self, item: QListWidgetItem | None, _previous=None) -> None:
         if item is not None and item.data(ID_ROLE) is not None:

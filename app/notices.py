@@ -167,4 +167,4 @@ class ProgressPanel(QFrame):
         if self._loading_since is not None:
             elapsed = time.monotonic() - self._loading_since
             self.set_busy(f"Loading the model ({self.model_name}) — {fmt_duration(elapsed)} "
-                          "(the first start converts it once, about 20 s)")
+                          "(the first start converts it once)")

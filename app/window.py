@@ -327,10 +327,13 @@ class MainWindow(QMainWindow):
         self._open_job = None
         self.opening = None
         self.library_panel.set_reading(None)
+        self.refresh_library()  # a library document's row shows its own details again
         self._update_input()
         name = Path(path).name
+        if self.current is None:
+            self.setWindowTitle("Halaman")
         if error.kind == "cancelled":
-            self.header.set_info("Opening was cancelled.")
+            self.header.set_info("Opening was cancelled." if self.current else "Reading was cancelled: nothing was kept.")
             self.statusBar().showMessage(f"Cancelled reading {name}.", 8000)
             return
         if error.kind == "password":

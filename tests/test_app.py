@@ -274,6 +274,9 @@ def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_
     long = tmp_path / "long.txt"
     long.write_text("The quick brown fox jumps over the lazy dog near the river bank. " * 400, encoding="utf-8")
     window = make_window()
+    window.open_path(str(text_doc(tmp_path)))  # a document already in the library, open
+    wait_open(qtbot, window)
+    ask(qtbot, window, "When is the meeting?")
     ticks = []
     timer = QTimer()
     timer.setInterval(20)
@@ -289,6 +292,10 @@ def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_
     # the library lists it from the moment reading starts, with how far the prefill got
     reading = window.library_panel.list.item(0).text()
     assert reading.startswith("long.txt\n") and re.search(r"reading \d+ %", reading), reading
+    qtbot.wait(1500)  # more progress events: the row is updated, and the window stays on long.txt
+    assert re.search(r"reading \d+ %", window.library_panel.list.currentItem().text())
+    assert window.header.title.text() == "long.txt" and window.current is None
+    assert "When is the meeting?" not in window.chat.toPlainText()  # not the other document's chat
     started, gauge_before = time.monotonic(), window.gauge.updates
     count_before = len(ticks)
     qtbot.wait(2000)
@@ -301,8 +308,11 @@ def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_
     qtbot.mouseClick(window.progress.cancel, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=5_000)
     assert time.monotonic() - cancel_at < 1.0
-    assert "cancelled" in window.header.info.text().lower()
+    assert "cancelled" in window.header.info.text().lower() and window.header.title.text() == "long.txt"
     assert not window.banner.isVisible()  # cancelling is not an error
+    # the notes are still listed as they were, and the reading row is gone
+    rows = [window.library_panel.list.item(r).text() for r in range(window.library_panel.list.count())]
+    assert len(rows) == 1 and rows[0].startswith("notes.txt\n") and "reading" not in rows[0]
     timer.stop()
 
 
