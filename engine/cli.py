@@ -168,7 +168,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
     bar = _ProgressBar()
     try:
-        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update),
+        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
                                  include_generated=settings.include_generated_files)
     finally:
         bar.close()

@@ -168,7 +168,7 @@ class DocumentSession:
         began = time.perf_counter()
         notify = progress or (lambda _p: None)
         document = path if isinstance(path, Document) else load_document(
-            path, password=password, cancel=cancel, progress=reading_progress(notify),
+            path, password=password, cancel=cancel, progress=reading_progress(notify, path),
             include_generated=self.settings.include_generated_files)
         notify(Progress("tokenizing", 0, 1, "documents"))
         check_unicode(document.render() + document.title, document.title)  # before any model work
@@ -587,9 +587,11 @@ class DocumentSession:
         return token, float(logprobs[token])
 
 
-def reading_progress(notify: Callable[[Progress], None]) -> Callable[[int, int], None]:
-    """`load_document`'s progress(done, total) as "reading" `Progress` events for `notify`."""
-    return lambda done, total: notify(Progress("reading", done, total, "pages" if total else "files"))
+def reading_progress(notify: Callable[[Progress], None], path: str | os.PathLike[str]) -> Callable[[int, int], None]:
+    """`load_document`'s progress(done, total) for `path` as "reading" `Progress` events for
+    `notify`: a folder counts files, a PDF pages."""
+    unit = "files" if Path(path).is_dir() else "pages"
+    return lambda done, total: notify(Progress("reading", done, total, unit))
 
 
 class PrefillClock:

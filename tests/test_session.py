@@ -202,3 +202,14 @@ def test_prefill_eta_follows_chunks_that_slow_down_as_the_cache_fills():
             assert abs(progress.eta_s - truth) <= 0.2 * truth, (done, progress.eta_s, truth)
             if done <= budget:
                 assert abs(progress.eta_s - truth) < abs(average_eta - truth), (done, progress.eta_s, average_eta, truth)
+
+
+def test_reading_progress_counts_files_in_a_folder_and_pages_in_a_pdf(tmp_path):
+    from engine.session import reading_progress
+
+    events = []
+    pdf = tmp_path / "book.pdf"
+    pdf.write_bytes(b"%PDF-1.4\n")
+    reading_progress(events.append, tmp_path)(3, 197)
+    reading_progress(events.append, pdf)(1, 18)
+    assert [(e.phase, e.done, e.total, e.unit) for e in events] == [("reading", 3, 197, "files"), ("reading", 1, 18, "pages")]
