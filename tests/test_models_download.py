@@ -9,6 +9,8 @@ answers token for token as the embedded model does.
 
 from __future__ import annotations
 
+import re
+
 import threading
 
 import pytest
@@ -90,8 +92,11 @@ def test_gated_unknown_and_offline_say_what_to_do(hub, monkeypatch):
 
     with pytest.raises(ModelError, match="accept its licence.*hf auth login"):
         pull("gated/model")
-    with pytest.raises(ModelError, match="not found on the hub"):
+    # the local hub is named, so an HF_ENDPOINT left set is not taken for a missing model or network
+    with pytest.raises(ModelError, match=rf"not found on the hub at {re.escape(hub.url)} \(HF_ENDPOINT\)"):
         pull("nobody/nothing")
+    with pytest.raises(ModelError, match=r"could not reach the hub at http://127\.0\.0\.1:9 \(HF_ENDPOINT\)"):
+        pull("nobody/nothing", endpoint="http://127.0.0.1:9")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelError, match="HF_HUB_OFFLINE"):
         pull(REPO)

@@ -147,7 +147,7 @@ def remote_files(repo: str, revision: str, endpoint: str) -> tuple[str, list[Rem
     try:
         info = HfApi(endpoint=endpoint).model_info(repo, revision=revision, files_metadata=True, timeout=TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line the user can act on
-        raise _hub_error(repo, exc) from None
+        raise _hub_error(repo, exc, endpoint) from None
     files = [
         RemoteFile(s.rfilename, int(s.size or 0), s.lfs.sha256 if s.lfs else None, s.blob_id)
         for s in info.siblings or []
@@ -225,7 +225,10 @@ def _forget_other_commit(folder: Path, commit: str) -> None:
     stamp.write_text(commit)
 
 
-def _hub_error(repo: str, exc: Exception) -> ModelError:
+def _hub_error(repo: str, exc: Exception, endpoint: str) -> ModelError:
+    """One line for a failed request to `endpoint`; a hub other than huggingface.co is named, so
+    that an HF_ENDPOINT left set (the demo hub in the README) is not taken for a network fault."""
+    from huggingface_hub import constants
     from huggingface_hub.errors import GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
 
     if isinstance(exc, OfflineModeIsEnabled):
@@ -235,9 +238,10 @@ def _hub_error(repo: str, exc: Exception) -> ModelError:
                           "`hf auth login` (or set HF_TOKEN) and pull again")
     if isinstance(exc, RevisionNotFoundError):
         return ModelError(f"{repo} has no such revision; leave the revision at main")
+    hub = "the hub" if endpoint == constants.ENDPOINT.rstrip("/") else f"the hub at {endpoint} (HF_ENDPOINT)"
     if isinstance(exc, RepositoryNotFoundError):
-        return ModelError(f"{repo} was not found on the hub (or is private: log in with `hf auth login`)")
-    return ModelError(f"could not reach the hub for {repo} ({type(exc).__name__}); check your connection")
+        return ModelError(f"{repo} was not found on {hub} (or is private: log in with `hf auth login`)")
+    return ModelError(f"could not reach {hub} for {repo} ({type(exc).__name__}); check your connection")
 
 
 class _Meter:
