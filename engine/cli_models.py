@@ -79,6 +79,11 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     print(f"Downloading {repo} ...", file=sys.stderr, flush=True)
     try:
         folder = pull(repo, revision=args.revision, progress=line.update, cancel=threading.Event())
+    except KeyboardInterrupt:
+        line.close()
+        print(f"halaman: download cancelled; what arrived is kept: run halaman models pull {args.model} to resume",
+              file=sys.stderr)
+        raise
     finally:
         line.close()
     print(f"{repo} is in {folder}")

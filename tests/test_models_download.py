@@ -35,6 +35,10 @@ def test_pull_reports_progress_and_verifies_every_file(hub, tiny_llama):
     assert events[-1].done_bytes == events[-1].total_bytes == total
     assert all(a.done_bytes <= b.done_bytes for a, b in zip(events, events[1:]))
     assert {e.file for e in events} >= {WEIGHTS}
+    # each file is announced as being verified once it has all its bytes, before the next begins
+    checked = [e for e in events if e.verifying]
+    assert {e.file for e in checked} == {p.name for p in tiny_llama.iterdir()}
+    assert events[-1].verifying is False and "verifying" in checked[0].summary()
     assert (folder / COMPLETE_MARKER).is_file() and not list(folder.glob("*" + PART_SUFFIX))
     # every file came from the commit the model info named
     assert all(COMMIT in path for method, path, _ in hub.log if method == "GET" and "/resolve/" in path)

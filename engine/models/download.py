@@ -57,13 +57,17 @@ class DownloadProgress:
     total_bytes: int
     speed_bytes_per_s: float    # over the last SPEED_WINDOW_S seconds; 0 before the first bytes
     eta_s: float | None         # None while the speed is unknown
+    verifying: bool = False     # `file` has arrived and its SHA-256 is being checked (seconds for GiBs)
 
     @property
     def fraction(self) -> float:
         return self.done_bytes / self.total_bytes if self.total_bytes else 0.0
 
     def summary(self) -> str:
-        """'1.2 GiB of 3.1 GiB (38 %, 45.2 MiB/s, 42 s left)'; speed and time left once known."""
+        """'1.2 GiB of 3.1 GiB (38 %, 45.2 MiB/s, 42 s left)'; speed and time left once known; while
+        a file is checked, 'verifying model.safetensors (SHA-256)… 1.2 GiB of 3.1 GiB'."""
+        if self.verifying:
+            return f"verifying {self.file} (SHA-256)… {format_bytes(self.done_bytes)} of {format_bytes(self.total_bytes)}"
         speed = f", {format_bytes(self.speed_bytes_per_s)}/s" if self.speed_bytes_per_s else ""
         left = f", {format_duration(self.eta_s)} left" if self.eta_s is not None and self.done_bytes < self.total_bytes else ""
         return f"{format_bytes(self.done_bytes)} of {format_bytes(self.total_bytes)} ({self.fraction:.0%}{speed}{left})"
@@ -189,6 +193,7 @@ def _fetch(url: str, part: Path, remote: RemoteFile, meter: _Meter, cancel: thre
         except Exception as exc:  # noqa: BLE001 - the partial stays; the next pull resumes it
             raise ModelError(f"the download of {remote.name} stopped ({type(exc).__name__}); "
                              "check your connection and pull again to resume") from None
+    meter.verifying(remote.name)
     _verify(part, remote)
 
 
@@ -272,6 +277,12 @@ class _Meter:
             self.samples.popleft()
         self._maybe_report()
 
+    def verifying(self, file: str) -> None:
+        """`file` is complete and about to be hashed: say so now (not throttled), since hashing a
+        large file takes a while and the last byte count may read "100 %" a few bytes short."""
+        self.file = file
+        self._report(time.monotonic(), verifying=True)
+
     def finish(self) -> None:
         self._report(time.monotonic())
 
@@ -280,7 +291,7 @@ class _Meter:
         if now - self.last_report >= PROGRESS_EVERY_S:
             self._report(now)
 
-    def _report(self, now: float) -> None:
+    def _report(self, now: float, *, verifying: bool = False) -> None:
         self.last_report = now
         if self.callback is None:
             return
@@ -288,4 +299,4 @@ class _Meter:
         speed = (b1 - b0) / (t1 - t0) if t1 > t0 and b1 > b0 else 0.0
         left = max(0, self.total - self.done)
         eta = left / speed if speed else (0.0 if not left else None)
-        self.callback(DownloadProgress(self.repo, self.file, self.done, self.total, speed, eta))
+        self.callback(DownloadProgress(self.repo, self.file, self.done, self.total, speed, eta, verifying))
