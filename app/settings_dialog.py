@@ -14,8 +14,8 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-    QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QApplication, QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+    QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from app.model_list import ModelList
@@ -211,11 +211,24 @@ class SettingsDialog(QDialog):
         columns = QHBoxLayout()
         columns.addLayout(left, 1)
         columns.addLayout(right, 1)
+        # Everything but Save / Cancel scrolls: the dialog wants ~950 px of height, more than a 768 px
+        # laptop screen has, where a plain layout squashed the lower boxes until their fields overlapped.
+        content = QWidget()
+        inner = QVBoxLayout(content)
+        inner.setContentsMargins(0, 0, 0, 0)
+        inner.addWidget(models_box, 1)  # full width: the table has seven columns; it takes any extra height
+        inner.addLayout(columns)
+        inner.addWidget(self.error)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(content)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        # Never smaller than it asks for: squeezed below its size hint, the form rows overlap.
+        content.setMinimumSize(content.sizeHint())
         layout = QVBoxLayout(self)
-        layout.addWidget(models_box, 1)  # full width: the table has seven columns; it takes any extra height
-        layout.addLayout(columns)
-        layout.addWidget(self.error)
+        layout.addWidget(self.scroll, 1)
         layout.addWidget(self.buttons)
+        self._fit_to_screen(content)
 
         self.load(settings)
         if cache_usage is not None:
@@ -236,6 +249,16 @@ class SettingsDialog(QDialog):
         self._changed()
 
     # ------------------------------------------------------------ values
+    def _fit_to_screen(self, content: QWidget) -> None:
+        """Open at the size the content asks for, within the screen's free area (scrolling the rest)."""
+        want = content.sizeHint()
+        width, height = want.width() + 40, want.height() + self.buttons.sizeHint().height() + 40
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is not None:
+            free = screen.availableGeometry()
+            width, height = min(width, free.width() - 40), min(height, free.height() - 60)
+        self.resize(max(width, 600), max(height, 400))
+
     def load(self, settings: EngineSettings) -> None:
         """Show `settings` in the widgets."""
         kind = model_kind(settings.model)

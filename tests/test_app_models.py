@@ -85,3 +85,14 @@ def test_download_through_the_dialog_cancel_resume_then_save(qtbot, hub, tmp_pat
     assert dialog.result() == QDialog.DialogCode.Accepted
     assert dialog.saved.model == TINY_REPO == load_settings(settings_file).model
 
+
+
+def test_on_a_small_screen_the_settings_scroll_instead_of_squeezing_their_fields(qtbot):
+    dialog = SettingsDialog(EngineSettings(), models=load_catalog(), memory=DeviceMemory("cpu", "RAM", 16 * GIB, 4))
+    qtbot.addWidget(dialog)
+    dialog.resize(700, 500)  # a 768 px laptop screen leaves less than the ~950 px the dialog wants
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    content = dialog.scroll.widget()
+    assert content.height() >= content.sizeHint().height()  # every row at its natural height
+    assert dialog.scroll.verticalScrollBar().maximum() > 0 and dialog.buttons.isVisible()
