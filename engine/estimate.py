@@ -95,8 +95,19 @@ def recall_cache_bytes(profile: ModelProfile, recall: RecallSettings, group_size
     return profile.num_layers * profile.kv_heads * recall.recall_tokens * per_token if recall.archive else 0
 
 
+QUESTION_RESERVE_TOKENS = 512
+"""Tokens kept free for the question and the answer: in the budget when deciding whether a document
+needs an archive, and in the position range when deciding whether it fits the model's context."""
+
+
+def archive_needed(n_tokens: int, policy: CachePolicy, recall: RecallSettings) -> bool:
+    """Whether reading `n_tokens` writes an archive: the archive is on and the cache cannot keep the
+    whole document with room for a question (otherwise there is nothing to recall)."""
+    return recall.archive and n_tokens + QUESTION_RESERVE_TOKENS > policy.budget_tokens
+
+
 def archive_disk_bytes(profile: ModelProfile, recall: RecallSettings, group_size: int, n_tokens: int) -> int:
-    """Disk bytes of a document's archive (`engine.kvcache.archive`), 0 with the archive off."""
+    """Disk bytes of an archive of `n_tokens` tokens (`engine.kvcache.archive`), 0 with the archive off."""
     if not recall.archive or n_tokens < 1:
         return 0
     return archive_bytes(profile.num_layers, profile.kv_heads, profile.head_dim, n_tokens, bits=recall.archive_bits,
@@ -113,5 +124,6 @@ def estimate(profile: ModelProfile, policy: CachePolicy, n_tokens: int, recall: 
         kept_tokens=min(n_tokens, policy.budget_tokens),
         peak_bytes=peak_cache_bytes(profile, policy, n_tokens),
         recall_bytes=recall_cache_bytes(profile, recall, policy.group_size) if recall else 0,
-        archive_bytes=archive_disk_bytes(profile, recall, policy.group_size, n_tokens) if recall else 0,
+        archive_bytes=(archive_disk_bytes(profile, recall, policy.group_size, n_tokens)
+                       if recall and archive_needed(n_tokens, policy, recall) else 0),
     )

@@ -41,7 +41,7 @@ from engine.answer import Answer, DraftStats, Source
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
-from engine.estimate import estimate, full_cache_bytes
+from engine.estimate import QUESTION_RESERVE_TOKENS, archive_needed, estimate, full_cache_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import Recaller
@@ -56,9 +56,6 @@ from engine.threads import apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
-# Tokens kept free in the position range for the question and the answer when deciding whether
-# the document fits the model's context in "original" position mode.
-QUESTION_RESERVE_TOKENS = 512
 # While decoding, evict in batches: the cache may exceed its budget by this many tokens.
 DECODE_EVICTION_SLACK_TOKENS = 32
 # Recall selects again with the answer's own query at each of the first RECALL_EVERY_TOKEN_UNTIL
@@ -398,7 +395,7 @@ class DocumentSession:
     # ------------------------------------------------------------- archive
     def _archive_layout(self, n_tokens: int, policy: CachePolicy) -> ArchiveLayout | None:
         recall = self.settings.recall
-        if not recall.archive or n_tokens + QUESTION_RESERVE_TOKENS <= policy.budget_tokens:
+        if not archive_needed(n_tokens, policy, recall):
             return None  # off, or the cache keeps the whole document: nothing to recall
         shape = self.model.decoder.shape
         return ArchiveLayout(shape.num_layers, shape.kv_heads, shape.head_dim, n_tokens, recall.block_tokens,

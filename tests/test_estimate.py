@@ -72,3 +72,18 @@ def test_ratio_text_says_larger_when_a_short_document_costs_more_than_fp16():
 def test_torch_free_token_bytes_match_the_tensors_a_format_allocates(bits, head_dim, group_size):
     """engine.kvcache.sizes (what the estimator counts) against KVFormat.field_specs (what is stored)."""
     assert token_bytes(head_dim, bits=bits, group_size=group_size) == KVFormat(bits, group_size).bytes_per_token(head_dim)
+
+
+def test_no_archive_is_estimated_for_a_document_the_cache_keeps_whole():
+    """The session writes no archive when the budget keeps the whole document and a question; the
+    estimate (the window's header, `halaman estimate`) must not promise one on disk."""
+    from engine.estimate import QUESTION_RESERVE_TOKENS, archive_needed, estimate
+    from engine.settings import RecallSettings
+
+    policy, recall = CachePolicy(), RecallSettings()
+    profile = KNOWN_SHAPES["smollm2-135m"]
+    whole = policy.budget_tokens - QUESTION_RESERVE_TOKENS
+    assert not archive_needed(whole, policy, recall) and archive_needed(whole + 1, policy, recall)
+    assert estimate(profile, policy, whole, recall).archive_bytes == 0
+    assert estimate(profile, policy, whole + 1, recall).archive_bytes > 0
+    assert estimate(profile, policy, 10 * whole, RecallSettings(archive=False)).archive_bytes == 0
