@@ -75,6 +75,7 @@ class ReadPlan:
     tokens_per_s: float
     seconds: float
     measured: bool
+    threads: int = 0   # CPU threads the rate is for (0: a GPU); rates are kept per thread count
 
     @property
     def is_long(self) -> bool:
@@ -85,7 +86,8 @@ class ReadPlan:
         """One line: '520,143 tokens: about 1 h 00 min on this computer (144 tokens/s measured here)'."""
         rate = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s >= 10 else f"{self.tokens_per_s:.1f}"  # never "0"
         source = (f"{rate} tokens/s measured here" if self.measured
-                  else "a guess: no read measured yet on this computer with this model")
+                  else "a guess: no read of this model measured yet on this computer"
+                  + (f" with {self.threads} thread{'s' if self.threads != 1 else ''}" if self.threads else ""))
         return f"{self.tokens:,} tokens: about {format_duration(self.seconds)} on this computer ({source})"
 
 
@@ -120,7 +122,7 @@ def plan_read(tokens: int, key: RateKey, parameters: int, path: Path | None = No
     measured = rate is not None
     if rate is None:
         rate = guessed_rate(key.device, parameters)
-    return ReadPlan(tokens=tokens, tokens_per_s=rate, seconds=tokens / rate, measured=measured)
+    return ReadPlan(tokens=tokens, tokens_per_s=rate, seconds=tokens / rate, measured=measured, threads=key.threads)
 
 
 def record_rate(key: RateKey, tokens: int, seconds: float, path: Path | None = None) -> bool:

@@ -23,7 +23,7 @@ def test_a_recorded_rate_comes_back_and_plans_the_next_read(tmp_path):
     assert record_rate(KEY, 4096, 20.0, path)
     assert measured_rate(KEY, path) == pytest.approx(204.8)
     plan = plan_read(102_400, KEY, REFERENCE_PARAMETERS, path)
-    assert plan == ReadPlan(tokens=102_400, tokens_per_s=pytest.approx(204.8), seconds=pytest.approx(500.0), measured=True)
+    assert plan == ReadPlan(tokens=102_400, tokens_per_s=pytest.approx(204.8), seconds=pytest.approx(500.0), measured=True, threads=2)
     assert [p.name for p in tmp_path.iterdir()] == ["read_speed.json"]  # the temp file was renamed
     assert json.loads(path.read_text())["rates"][0]["threads"] == 2
 
@@ -111,7 +111,7 @@ def test_a_plan_says_how_long_and_where_its_rate_comes_from(tmp_path):
     guess = plan_read(520_143, KEY, 10 * REFERENCE_PARAMETERS, tmp_path / "none.json")
     assert guess.seconds == pytest.approx(520_143 / 14.4)
     assert guess.describe() == ("520,143 tokens: about 10 h 02 min on this computer "
-                                "(a guess: no read measured yet on this computer with this model)")
+                                "(a guess: no read of this model measured yet on this computer with 2 threads)")
     assert ReadPlan(86_400, 144.0, read_time.LONG_READ_S, False).is_long
     assert "(7.5 tokens/s measured here)" in ReadPlan(4500, 7.5, 600.0, True).describe()  # a slow rate is not "0"
     assert not ReadPlan(86_255, 144.0, read_time.LONG_READ_S - 1, False).is_long
