@@ -196,6 +196,8 @@ class MemoryGauge(QWidget):
         layout.addWidget(self.kv_title)
         layout.addWidget(self.kv_bar)
         layout.addWidget(self.kv_legend)
+        self.device_bar.hide()
+        self.kv_bar.hide()
 
     def set_report(self, report: MemoryReport | None) -> None:
         self.report = report
@@ -208,6 +210,8 @@ class MemoryGauge(QWidget):
             self.kv_legend.setText("")
             self.device_bar.set_data([], 0)
             self.kv_bar.set_data([], 0)
+            self.device_bar.hide()  # two empty bars before the model loads read as a broken gauge
+            self.kv_bar.hide()
             self.setToolTip("")
             return
         self.level = level_for(report)
@@ -215,6 +219,8 @@ class MemoryGauge(QWidget):
         self.title.setText(f"Memory · {report.device}")
         warning = {"ok": "", "amber": " · nearly full", "red": " · almost out of memory"}[self.level]
         self.used.setText(f"<span style='color:{color.name()}; font-weight:600'>{report.used_fraction:.0%} used{warning}</span>")
+        self.device_bar.show()
+        self.kv_bar.show()
         self.device_bar.set_data(device_segments(report), report.device_total_bytes,
                                  mark=report.weights_bytes + report.budget_bytes if report.budget_bytes else None,
                                  outline=color, min_px=2)

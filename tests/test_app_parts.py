@@ -238,7 +238,10 @@ def test_the_gauge_shows_the_tokens_recalled_for_the_question(qtbot):
     assert ("recalled", 2_534_400) in kv_segments(report)
     gauge = MemoryGauge()
     qtbot.addWidget(gauge)
+    gauge.show()
+    assert not gauge.device_bar.isVisible() and not gauge.kv_bar.isVisible()  # no report yet: no empty bars
     gauge.set_report(report)
+    assert gauge.device_bar.isVisible() and gauge.kv_bar.isVisible()
     assert ("recalled", 2_534_400) in gauge.kv_bar.segments
     assert COLORS["recalled"] not in (COLORS["codes"], COLORS["meta"], COLORS["residual"], COLORS["index"])
     assert "recalled for this question 2.4 MiB" in gauge.kv_legend.text()
