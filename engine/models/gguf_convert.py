@@ -8,9 +8,11 @@ starts load it directly, and then quantize to 4-bit like any other folder.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from engine import paths
@@ -77,8 +79,9 @@ def _convert(gguf_path: Path, out: Path) -> None:
     hf_logging.set_verbosity_error()
     logging.getLogger("gguf").setLevel(logging.ERROR)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        with no_transformers_bars():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     finally:
         hf_logging.set_verbosity(verbosity)
     state = model.state_dict()
@@ -90,3 +93,19 @@ def _convert(gguf_path: Path, out: Path) -> None:
         del config.quantization_config  # the GGUF "quantization" is gone once dequantized
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+@contextlib.contextmanager
+def no_transformers_bars() -> Iterator[None]:
+    """Without transformers' own tqdm bars ("Converting and de-quantizing GGUF tensors", "Loading
+    weights"): on stderr they cut through the CLI's progress line and the window's terminal, and our
+    progress events already say the model is loading."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()

@@ -20,7 +20,7 @@ import torch
 from engine.errors import ModelError
 from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
 from engine.models.download import ALLOW_PATTERNS
-from engine.models.gguf_convert import converted_folder
+from engine.models.gguf_convert import converted_folder, no_transformers_bars
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
 from engine.models.weight_format import choose_weights
@@ -200,10 +200,11 @@ def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, quantiz
         logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
         quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, quantization_config=quant, device_map={"": str(device)}
-        )
+        with no_transformers_bars():
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(
+                folder, dtype=dtype, quantization_config=quant, device_map={"": str(device)}
+            )
     except torch.cuda.OutOfMemoryError:
         raise ModelError(f"not enough GPU memory to load {folder.name}; choose a smaller model or the CPU") from None
     except Exception as exc:  # noqa: BLE001
