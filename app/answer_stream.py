@@ -1,7 +1,8 @@
 """One answer's way from the worker to the chat history: its pieces stream into the chat and the
 progress panel (decode speed, time left), its text is saved every SAVE_PARTIAL_EVERY_S (a crash
 keeps what arrived), and at the end its record (`engine.workspace.answer_record`) replaces the
-streaming row. Closing the window mid-answer saves it as "interrupted".
+streaming row. Closing the window mid-answer saves what arrived (the cancelled result normally still arrives and
+is saved as "cancelled"; if the worker does not stop in time, the row is marked "interrupted").
 
 The window starts an answer (`start`) and hears how it ended (`ended(live, answer, error)`): it
 decides what follows (an escalation to the cloud, a banner). One answer streams at a time.
@@ -72,6 +73,7 @@ class AnswerStream(QObject):
         self.library, self.chat, self.progress = library, chat, progress
         self._record, self._max_new_tokens = record, max_new_tokens
         self.live: LiveAnswer | None = None
+        self._shown = False     # the chat shows the live answer's document
 
     def start(self, job: Job, *, document_id: int, message_id: int, question: str, source: str) -> None:
         """Route `job`'s text and result here; the caller submits it."""
@@ -80,6 +82,14 @@ class AnswerStream(QObject):
         job.on_done = lambda answer: self._finish(job, answer, None)
         job.on_error = lambda error: self._finish(job, None, error)
         self.chat.begin_answer("Halaman · cloud" if source == "cloud" else "Halaman")
+        self._shown = True
+
+    def detach(self) -> None:
+        """The chat moves to another document (or this one is removed) while the answer streams: it
+        is still saved, but no longer drawn."""
+        if self.live is not None and self._shown:
+            self.chat.drop_answer()
+        self._shown = False
 
     def on_text(self, piece: str) -> None:
         live = self.live
@@ -90,7 +100,8 @@ class AnswerStream(QObject):
             live.first_piece_at = now
         live.text += piece
         live.pieces += 1
-        self.chat.append_text(piece)
+        if self._shown:
+            self.chat.append_text(piece)
         self.progress.show_answering(live.progress_text(self._max_new_tokens()))
         if now - live.saved_at > SAVE_PARTIAL_EVERY_S:
             self.library.update_message(live.message_id, text=live.text)
@@ -98,12 +109,13 @@ class AnswerStream(QObject):
 
     def save_partial(self) -> None:
         """Save what has arrived so far (before the worker is stopped)."""
-        if self.live is not None:
+        if self.live is not None and self.library.message(self.live.message_id) is not None:
             self.library.update_message(self.live.message_id, text=self.live.text)
 
     def interrupt(self) -> None:
-        """The window closed mid-answer (after the worker stopped): keep it as "interrupted"."""
-        if self.live is not None:
+        """The worker did not deliver the answer's end before the window closed: keep what arrived as
+        "interrupted"."""
+        if self.live is not None and self.library.message(self.live.message_id) is not None:
             self.library.update_message(self.live.message_id, text=self.live.text, state="interrupted")
             self.live = None
 
@@ -120,6 +132,9 @@ class AnswerStream(QObject):
             fields = dict(text=live.text or "_(not sent)_", state="cancelled", stop_reason="cancelled")
         else:
             fields = self._record(answer)
-        self.library.update_message(live.message_id, **fields)
-        self.chat.finish_answer(self.library.message(live.message_id))
+        if self.library.message(live.message_id) is not None:  # None: its document was removed meanwhile
+            self.library.update_message(live.message_id, **fields)
+            if self._shown:
+                self.chat.finish_answer(self.library.message(live.message_id))
+        self._shown = False
         self.ended.emit(live, answer, error)

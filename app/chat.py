@@ -203,6 +203,13 @@ class ChatView(QTextBrowser):
         self._footer(message)
         self._scroll_to_end()
 
+    def drop_answer(self) -> None:
+        """Stop showing the answer being streamed (the view moves to another document); its record
+        is still saved by whoever streams it."""
+        self._render_timer.stop()
+        self._live_from = None
+        self.live_text = ""
+
     @property
     def streaming(self) -> bool:
         return self._live_from is not None

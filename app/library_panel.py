@@ -20,6 +20,7 @@ STATUS_TEXT = {CACHED: "cached", STALE: "stale", "not cached": "not cached"}
 ID_ROLE = Qt.ItemDataRole.UserRole
 STATUS_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
+TEXT_ROLE = Qt.ItemDataRole.UserRole + 3      # the row's own two lines, put back when its read ends
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,13 @@ class LibraryPanel(QWidget):
         self.list.customContextMenuRequested.connect(self._menu)
 
     def show_documents(self, rows: list[LibraryRow], select: int | None) -> None:
-        """Redraw the list; `select` becomes the current row (no `selected` signal for it)."""
+        """Redraw the list; `select` becomes the current row (no `selected` signal for it). The row
+        of a document being read (`set_reading`) is kept."""
         self.list.blockSignals(True)
         self.list.clear()
         for row in rows:
             item = QListWidgetItem(f"{row.title}\n{row.details}")
+            item.setData(TEXT_ROLE, item.text())
             item.setData(ID_ROLE, row.id)
             item.setData(STATUS_ROLE, row.status)
             item.setData(PATH_ROLE, row.path)
@@ -111,8 +114,13 @@ class LibraryPanel(QWidget):
         self._reading = (path, title, text) if path else None
         self._show_reading()
 
-    def select(self, document_id: int) -> None:
-        """Make `document_id` the current row (no `selected` signal)."""
+    def select(self, document_id: int | None) -> None:
+        """Make `document_id` the current row, or none for None (no `selected` signal)."""
+        if document_id is None:
+            self.list.blockSignals(True)
+            self.list.setCurrentRow(-1)
+            self.list.blockSignals(False)
+            return
         for row in range(self.list.count()):
             item = self.list.item(row)
             if item.data(ID_ROLE) == document_id:
@@ -120,14 +128,6 @@ class LibraryPanel(QWidget):
                 self.list.setCurrentItem(item)
                 self.list.blockSignals(False)
                 return
-
-    def status_of(self, document_id: int) -> str | None:
-        """The prefix-cache status shown for a document (None if it is not listed)."""
-        for row in range(self.list.count()):
-            item = self.list.item(row)
-            if item.data(ID_ROLE) == document_id:
-                return item.data(STATUS_ROLE)
-        return None
 
     def _show_reading(self) -> None:
         # Signals stay blocked throughout: taking or inserting the current row moves the selection,
@@ -141,25 +141,31 @@ class LibraryPanel(QWidget):
 
     def _update_reading_row(self) -> None:
         reading = self._reading
-        for row in reversed(range(self.list.count())):  # a row of its own from an earlier read
+        for row in reversed(range(self.list.count())):  # earlier reads: their rows as they were
             item = self.list.item(row)
-            if item.data(ID_ROLE) is None and (reading is None or item.data(PATH_ROLE) != reading[0]):
+            if reading is not None and item.data(PATH_ROLE) == reading[0]:
+                continue
+            if item.data(ID_ROLE) is None:
                 self.list.takeItem(row)
+            elif item.text() != item.data(TEXT_ROLE):
+                item.setText(item.data(TEXT_ROLE))
         if reading is None:
             return
         path, title, text = reading
         for row in range(self.list.count()):
             item = self.list.item(row)
             if item.data(PATH_ROLE) == path:
-                item.setText(f"{item.text().split(chr(10))[0]}\n{text}")
-                item.setToolTip(f"{item.text().split(chr(10))[0]}\n{path}\n{text}")
+                name = item.text().split("\n")[0]
+                item.setText(f"{name}\n{text}")
+                item.setToolTip(f"{name}\n{path}\n{text}")
                 return
         item = QListWidgetItem(f"{title}\n{text}")
         item.setData(ID_ROLE, None)
         item.setData(PATH_ROLE, path)
         item.setToolTip(f"{title}\n{path}\n{text}")
         self.list.insertItem(0, item)
-        self.list.setCurrentItem(item)
+        if self.list.currentItem() is None:  # never take the highlight from a document the user picked
+            self.list.setCurrentItem(item)
 
     def _current_changed(self, item: QListWidgetItem | None, _previous=None) -> None:
         if item is not None and item.data(ID_ROLE) is not None:

@@ -125,6 +125,7 @@ class ProgressPanel(QFrame):
         self.hide()
 
     def cancelling(self) -> None:
+        self._last_prefill = self._loading_since = None  # the ETA tick would overwrite it
         self.label.setText("Cancelling…")
 
     # ---------------------------------------------------------- engine events

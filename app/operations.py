@@ -21,12 +21,12 @@ def load_model(**callbacks) -> Job:
     return Job("load model", lambda workspace, ctx: workspace.ensure_model(ctx.progress), title="Loading the model…", **callbacks)
 
 
-def open_document(path: str, *, name: str, password: str | None = None, confirm_long_read: bool = True, **callbacks) -> Job:
-    """Read `path` and prefill it (or restore its prefix cache). With `confirm_long_read`, a prefill
-    longer than `engine.read_time.LONG_READ_S` on this machine first asks the user."""
+def open_document(path: str, *, name: str, password: str | None = None, **callbacks) -> Job:
+    """Read `path` and prefill it (or restore its prefix cache). A prefill of at least
+    `engine.read_time.LONG_READ_S` on this machine first asks the user (CONFIRM_LONG_READ)."""
     def run(workspace, ctx):
-        ask = (lambda plan: ctx.confirm(CONFIRM_LONG_READ, plan)) if confirm_long_read else None
-        return workspace.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel, before_prefill=ask)
+        return workspace.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel,
+                              before_prefill=lambda plan: ctx.confirm(CONFIRM_LONG_READ, plan))
 
     return Job("open", run, title=f"Opening {name}…", **callbacks)
 

@@ -6,8 +6,8 @@ intents; this window turns them into named operations (`app.operations`) for the
 (`app.worker`) and shows the results in the panels. Drops (PDF, folder, text file) work anywhere.
 
 What a result implies (a settings change, an answer's library record, a lower budget) the engine
-decides (`engine.workspace`). The library and the chat history (`app.library`) are touched only
-here, on the GUI thread.
+decides (`engine.workspace`). The library and the chat history (`app.library`) are touched only on
+the GUI thread (here, in `app.answer_stream` and `app.library_panel.library_rows`).
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ class MainWindow(QMainWindow):
         self._estimate_shown_for: int | None = None
         self.settings_dialog: SettingsDialog | None = None
         self.confirm_box = None
+        self._long_read_box = None
         self.citation_box = None
 
         self._build()
@@ -153,7 +154,7 @@ class MainWindow(QMainWindow):
     def _build_menu(self) -> None:
         menu = self.menuBar().addMenu("&File")
         self.action_open = QAction("&Open…", self, shortcut=QKeySequence.StandardKey.Open, triggered=self.choose_file)
-        self.action_open_folder = QAction("Open &Folder…", self, shortcut=QKeySequence("Ctrl+Shift+O"), triggered=self.choose_folder)
+        self.action_open_folder = QAction("Open &Folder…", self, shortcut=QKeySequence("Ctrl+Shift+O"), triggered=lambda: self.choose_folder())
         self.action_settings = QAction("&Settings…", self, shortcut=QKeySequence("Ctrl+,"), triggered=self.show_settings)
         self.action_settings.setMenuRole(QAction.MenuRole.PreferencesRole)
         self.action_cancel = QAction("&Cancel", self, shortcut=QKeySequence(Qt.Key.Key_Escape), triggered=self.cancel_work)
@@ -221,7 +222,7 @@ class MainWindow(QMainWindow):
         if path:
             self.open_path(path)
 
-    def choose_folder(self, start: str | None = None) -> None:
+    def choose_folder(self, *, start: str | None = None) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open a code folder", start or self._last_folder())
         if path:
             self.open_path(path)
@@ -271,18 +272,22 @@ class MainWindow(QMainWindow):
         self.segments = {}
         self._estimate_shown_for = None
         self._window_store().setValue("last_folder", str(Path(path).parent))
-        self.library_panel.set_reading(path, name, "reading…")
+        self._close_long_read_box()
         record = self.library.find(path)
         self.current = record
+        self.library_panel.select(record.id if record else None)
+        self.library_panel.set_reading(path, name, "reading…")
+        if self.live is not None and (record is None or record.id != self.live.document_id):
+            self.answers.detach()  # the answer is cancelled with the open; it is saved, not drawn here
         if record is not None:
-            self.library_panel.select(record.id)
             self._show_current()
         else:
             self.header.show_document(name, "Reading…", can_open=False)
             self.chat.clear()
             self.conversation.show_chat()
         self.setWindowTitle(f"Halaman — {name}")
-        job = ops.open_document(path, name=name, password=password, on_progress=self._on_progress)
+        job = ops.open_document(path, name=name, password=password)
+        job.on_progress = lambda event: self._on_open_progress(job, event)
         job.on_done = lambda result: self._opened(job, result)
         job.on_error = lambda error: self._open_failed(job, path, password, error)
         self._open_job = job
@@ -293,6 +298,7 @@ class MainWindow(QMainWindow):
         if job is not self._open_job or self._closed:
             return  # superseded by a newer open
         self._open_job = None
+        self._close_long_read_box()
         report, document = result.report, result.document
         files = len(document.segments) if document.kind == "repo" else None
         doc_id = self.library.upsert_document(
@@ -325,6 +331,7 @@ class MainWindow(QMainWindow):
         if job is not self._open_job or self._closed:
             return  # superseded by a newer open (which cancelled this one)
         self._open_job = None
+        self._close_long_read_box()
         self.opening = None
         self.library_panel.set_reading(None)
         self.refresh_library()  # a library document's row shows its own details again
@@ -441,15 +448,24 @@ class MainWindow(QMainWindow):
         if request.kind == ops.CONFIRM_CLOUD:
             self.confirm_box = dialogs.confirm_cloud(self, request.payload, request.answer)
             return
-        path = self.opening or ""
+        if job is not self._open_job or job.cancel.is_set() or self.opening is None:
+            request.answer(False)  # a read that was replaced or cancelled meanwhile: do not ask
+            return
+        path = self.opening
 
         def answer(choice: str) -> None:
             request.answer(choice == dialogs.READ)
             if choice == dialogs.SUBFOLDER:
                 QTimer.singleShot(0, lambda: self.choose_folder(start=path))
 
-        self.confirm_box = dialogs.confirm_long_read(self, Path(path).name, request.payload.describe(),
-                                                     folder=Path(path).is_dir(), answer=answer)
+        self.confirm_box = self._long_read_box = dialogs.confirm_long_read(
+            self, Path(path).name, request.payload.describe(), folder=Path(path).is_dir(), answer=answer)
+
+    def _close_long_read_box(self) -> None:
+        """A long-read question whose read ended or was replaced is no longer asked."""
+        box, self._long_read_box = self._long_read_box, None
+        if box is not None and box.isVisible():
+            box.done(0)
 
     def cancel_work(self) -> None:
         """Cancel whatever the worker is doing (prefill, answer); it stops within a second."""
@@ -508,7 +524,7 @@ class MainWindow(QMainWindow):
         self._update_input()
 
     def _open_current(self) -> None:
-        if self.current is not None and self.current.id != self.open_document_id:
+        if self.current is not None and self.current.id != self.open_document_id and self.opening != self.current.path:
             if not Path(self.current.path).exists():
                 self.banner.show_message("error", f"{self.current.path} is no longer there: it was moved or deleted.")
                 return
@@ -519,6 +535,8 @@ class MainWindow(QMainWindow):
         return record.path if record else self.opening
 
     def remove_document(self, document_id: int) -> None:
+        if self.live is not None and self.live.document_id == document_id:
+            self.answers.detach()
         if document_id == self.open_document_id:
             if self.client.busy:
                 self.client.cancel()
@@ -573,11 +591,19 @@ class MainWindow(QMainWindow):
         document = self._open_path()
         if expected.reopens_document:
             self.client.cancel({"open", "ask", "cloud"})
+        before = (self.opening, self.open_document_id)
         if retry_path or (expected.reopens_document and document):
             self.opening = retry_path or document
             self.open_document_id = None
         self.settings = new
         self.client.settings = new
+
+        def failed(error: JobError) -> None:
+            # Nothing will reopen the document: the ask bar must not wait for it forever.
+            if (self.opening, self.open_document_id) == (retry_path or document, None) and self._open_job is None:
+                self.opening, self.open_document_id = before
+                self._update_input()
+            self.banner.show_message("error", f"Could not apply the settings: {error.message}")
 
         def done(change: SettingsChange) -> None:
             if self._closed:
@@ -593,11 +619,14 @@ class MainWindow(QMainWindow):
             self._update_input()
             self.memory_panel.show_budget(self.settings, self._profile())
 
-        self.client.submit(ops.apply_settings(
-            new, on_done=done, on_error=lambda error: self.banner.show_message("error", f"Could not apply the settings: {error.message}")))
+        self.client.submit(ops.apply_settings(new, on_done=done, on_error=failed))
         self._update_input()
 
     # ======================================================= progress, memory
+    def _on_open_progress(self, job: Job, event: Progress) -> None:
+        if job is self._open_job:  # a replaced read's last events belong to nobody
+            self._on_progress(event)
+
     def _on_progress(self, event: Progress) -> None:
         self.progress.show_event(event)
         if self.opening is None or event.phase == "loading model":

@@ -150,6 +150,8 @@ class JobContext:
 
     def confirm(self, kind: str, payload: Any) -> bool:
         """Ask the user (on the GUI thread) and wait for the answer; False if cancelled or closing."""
+        if self.cancel.is_set() or self._worker.closing.is_set():
+            return False  # replaced or cancelled already: nobody should be asked
         request = ConfirmRequest(kind, payload)
         self._worker.confirm.emit(self.job, request)
         while not request.answered.wait(0.1):

@@ -730,6 +730,17 @@ def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtb
     assert window.open_document_id is None and not window.banner.isVisible()
     assert window.library.find(str(repo.resolve())) is None
 
+    # a question about a read that was replaced is withdrawn; the new read asks under its own name
+    window.open_path(str(repo))
+    qtbot.waitUntil(lambda: window.confirm_box is not box and window.confirm_box.isVisible(), timeout=60_000)
+    stale = window.confirm_box
+    window.open_path(str(text_doc(tmp_path)))
+    qtbot.waitUntil(lambda: window.confirm_box is not stale and window.confirm_box.isVisible(), timeout=60_000)
+    assert not stale.isVisible() and "notes.txt" in window.confirm_box.text()
+    box = window.confirm_box
+    qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Don't read"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=10_000)
+
     # "Choose a subfolder…": the folder dialog starts in the folder; the subfolder is read instead
     starts = []
     monkeypatch.setattr(QFileDialog, "getExistingDirectory",
@@ -744,3 +755,19 @@ def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtb
     wait_open(qtbot, window)
     record = window.library.document(window.open_document_id)
     assert record.path == str((repo / "src").resolve()) and "river" in window.segments["main.py"]
+
+
+def test_removing_the_document_while_it_answers_stops_cleanly(make_window, qtbot, tmp_path):
+    window = make_window(SMALL.replace(max_new_tokens=400))
+    window.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, window)
+    doc_id = window.open_document_id
+    pieces = ask(qtbot, window, "Write a long story about the meeting.", wait=False)
+    qtbot.waitUntil(lambda: len(pieces) >= 2, timeout=ANSWER_TIMEOUT_MS)
+    window.remove_document(doc_id)
+    qtbot.waitUntil(lambda: window.live is None and not window.client.busy, timeout=10_000)
+    assert window.library.document(doc_id) is None and window.library.messages(doc_id) == []
+    assert not window.banner.isVisible() and window.library_panel.list.count() == 0
+    window.open_path(str(text_doc(tmp_path, "again.txt")))  # and the app goes on
+    wait_open(qtbot, window)
+    assert ask(qtbot, window, "When is the meeting?")

@@ -315,3 +315,23 @@ def test_library_keeps_a_path_that_is_not_utf8(tmp_path):
     assert library.document(doc_id).path == folder and library.find(folder).id == doc_id
     assert [r.path for r in library.documents()] == [folder]
     library.close()
+
+
+def test_the_reading_row_gives_rows_back_and_never_takes_the_users_pick(qtbot):
+    from app.library_panel import LibraryPanel, LibraryRow
+
+    panel = LibraryPanel()
+    qtbot.addWidget(panel)
+    rows = [LibraryRow(1, "/a.pdf", "A", "12 pages · cached", "cached", False),
+            LibraryRow(2, "/b.pdf", "B", "3 pages · cached", "cached", False)]
+    panel.show_documents(rows, select=2)
+    texts = lambda: [panel.list.item(r).text() for r in range(panel.list.count())]  # noqa: E731
+    panel.set_reading("/a.pdf", "A", "reading 40 %")
+    assert texts() == ["A\nreading 40 %", "B\n3 pages · cached"]
+    panel.set_reading("/new.txt", "new.txt", "reading…")  # A's read was replaced by a new document's
+    assert texts() == ["new.txt\nreading…", "A\n12 pages · cached", "B\n3 pages · cached"]
+    assert panel.list.currentItem().text().startswith("B")  # the user's pick keeps the highlight
+    panel.show_documents(rows, select=2)  # a redraw (cache status) keeps the reading row and the pick
+    assert texts()[0] == "new.txt\nreading…" and panel.list.currentItem().text().startswith("B")
+    panel.set_reading(None)
+    assert texts() == ["A\n12 pages · cached", "B\n3 pages · cached"]
