@@ -4,7 +4,7 @@ budget in Settings means in bytes. The texts are pure functions of the settings,
 
 Two numbers, named the same everywhere: the KV cache *at rest* (what one document keeps once read:
 `Estimate.compressed_bytes` at the budget) and its *peak* (budget + one 16-bit prefill chunk, plus
-what a question may recall: the gauge's mark, `engine.session.DocumentSession.memory`).
+what a question may recall: `engine.estimate.kv_peak_bytes`, the gauge's mark).
 """
 
 from __future__ import annotations
@@ -13,18 +13,11 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.gauge import MemoryGauge
 from engine.errors import HalamanError
-from engine.estimate import estimate
+from engine.estimate import estimate, kv_peak_bytes
 from engine.memory import MemoryReport
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings
 from engine.units import format_bytes, size_ratio
-
-
-def kv_peak_bytes(settings: EngineSettings, profile: ModelProfile) -> int:
-    """Bytes the KV cache may hold at its peak: budget + one chunk in 16 bits, plus recall."""
-    policy = settings.cache
-    peak = estimate(profile, policy, policy.budget_tokens + policy.chunk_tokens, settings.recall)
-    return peak.peak_bytes + peak.recall_bytes
 
 
 def budget_text(settings: EngineSettings, profile: ModelProfile) -> str:
@@ -37,7 +30,7 @@ def budget_text(settings: EngineSettings, profile: ModelProfile) -> str:
               f"(+{format_bytes(at_budget.recall_bytes)} while answering)." if at_budget.recall_bytes else " Recall is off.")
     return (f"Budget {policy.budget_tokens:,} tokens (sink {policy.sink_tokens} + window {policy.window_tokens:,} "
             f"+ heavy hitters), INT{policy.kv_bits}: at most {format_bytes(at_budget.compressed_bytes)} of KV cache "
-            f"at rest per document, whatever its length; {format_bytes(kv_peak_bytes(settings, profile))} at its peak "
+            f"at rest per document, whatever its length; {format_bytes(kv_peak_bytes(profile, policy, settings.recall))} at its peak "
             f"(reading a chunk, or answering with recall).{recall}")
 
 

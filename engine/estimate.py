@@ -95,6 +95,14 @@ def recall_cache_bytes(profile: ModelProfile, recall: RecallSettings, group_size
     return profile.num_layers * profile.kv_heads * recall.recall_tokens * per_token if recall.archive else 0
 
 
+def kv_peak_bytes(profile: ModelProfile, policy: CachePolicy, recall: RecallSettings | None = None) -> int:
+    """The most the KV cache holds, in bytes: at its prefill peak (the budget plus one chunk just
+    arrived in 16 bits) plus, with `recall`, what a question may recall beside it. The memory
+    gauge's mark, the window's "peak", and what "fits" counts for the cache."""
+    peak = peak_cache_bytes(profile, policy, policy.budget_tokens + policy.chunk_tokens)
+    return peak + (recall_cache_bytes(profile, recall, policy.group_size) if recall else 0)
+
+
 QUESTION_RESERVE_TOKENS = 512
 """Tokens kept free for the question and the answer: in the budget when deciding whether a document
 needs an archive, and in the position range when deciding whether it fits the model's context."""

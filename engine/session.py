@@ -41,7 +41,7 @@ from engine.answer import Answer, DraftStats, Source
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
-from engine.estimate import QUESTION_RESERVE_TOKENS, archive_needed, estimate, full_cache_bytes
+from engine.estimate import QUESTION_RESERVE_TOKENS, archive_needed, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import Recaller
@@ -360,8 +360,7 @@ class DocumentSession:
         policy = cache.policy if cache else self.settings.cache
         # The mark on the gauge: what the cache may hold at its peak (budget + one chunk), plus what
         # a question may recall beside it.
-        peak = estimate(self.model.profile, policy, policy.budget_tokens + policy.chunk_tokens, self.settings.recall)
-        peak = peak.peak_bytes + peak.recall_bytes
+        peak = kv_peak_bytes(self.model.profile, policy, self.settings.recall)
         return measure(self.model.device, weights_bytes=self.model.weight_bytes, kv=cache.memory() if cache else None, budget_bytes=peak)
 
     # -------------------------------------------------------------- helpers

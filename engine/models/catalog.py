@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ModelError
-from engine.estimate import full_cache_bytes, peak_cache_bytes, recall_cache_bytes
+from engine.estimate import full_cache_bytes, kv_peak_bytes
 from engine.models.profile import ModelProfile
 from engine.models.weight_format import choose_weights
 from engine.settings import EngineSettings
@@ -185,8 +185,7 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
         weights, label = model.weight_4bit_bytes(memory.element_bytes), "4-bit NF4"
     else:
         weights, label = full, "float32" if memory.element_bytes == 4 else "16-bit"
-    kv = peak_cache_bytes(profile, policy, policy.budget_tokens + policy.chunk_tokens)
-    kv += recall_cache_bytes(profile, settings.recall, policy.group_size)
+    kv = kv_peak_bytes(profile, policy, settings.recall)
     # [heads, chunk, cached + chunk] float32 scores and probabilities (engine.kvcache.attention)
     attention = 2 * 4 * model.num_attention_heads * policy.chunk_tokens * (policy.budget_tokens + policy.chunk_tokens)
     workspace = attention + PROCESS_MARGIN_BYTES
