@@ -7,6 +7,7 @@ user's platform directories.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import platformdirs
@@ -41,3 +42,15 @@ def data_dir() -> Path:
     path = home / "data" if home else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a temp file beside it (unique to this process, so two
+    Halaman processes never share one), then `os.replace`. Raises OSError, with the temp file gone."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        temp.write_text(text, encoding="utf-8")
+        os.replace(temp, path)
+    except OSError:
+        temp.unlink(missing_ok=True)
+        raise

@@ -16,11 +16,8 @@ Torch-free: plain numbers in, plain numbers out.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import secrets
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,16 +163,12 @@ def _load(path: Path) -> dict[RateKey, list[float]]:
 
 
 def _save(path: Path, rates: dict[RateKey, list[float]]) -> bool:
-    """Write atomically (a temp file beside it, then os.replace); False when it cannot be written."""
+    """Write atomically (`paths.write_text_atomic`); False when it cannot be written."""
     data = {"format": _FORMAT, "rates": [
         {"model": k.model, "device": k.device, "weights": k.weights, "threads": k.threads, "tokens_per_s": v}
         for k, v in rates.items()]}
-    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
-        temp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(temp, path)
+        paths.write_text_atomic(path, json.dumps(data, indent=1))
     except OSError:
-        with contextlib.suppress(OSError):
-            temp.unlink(missing_ok=True)
         return False
     return True

@@ -295,9 +295,7 @@ def save_settings(settings: EngineSettings, path: Path | None = None) -> Path:
     """Validate and write settings atomically (temp file + rename). Returns the path."""
     settings.validate()
     path = path or settings_path()
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(tomli_w.dumps(settings.to_dict()), encoding="utf-8")
-    tmp.replace(path)
+    paths.write_text_atomic(path, tomli_w.dumps(settings.to_dict()))
     return path
 
 

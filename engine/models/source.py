@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,9 +81,7 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     memo[str(path)] = {"stamp": stamp, "sha256": digest.hexdigest()}
-    tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(memo))
-    tmp.replace(memo_path)
+    paths.write_text_atomic(memo_path, json.dumps(memo))
     return digest.hexdigest()
 
 
