@@ -204,6 +204,34 @@ def logit_metrics(ref_logits, logits, targets) -> dict:
     }
 
 
+def hf_trace(lm, ids, marks: list[int], decode_steps: int, chunk: int = 512):
+    """The transformers reference: prefill `ids` (a 1-D LongTensor) into a DynamicCache `chunk` tokens at a time (the
+    model of `lm`, Halaman's decoder bypassed), and at each length in `marks` (multiples of `chunk`)
+    time `decode_steps` greedy decode steps, then crop them off again (transformers 5: a negative
+    crop removes). Yields (n, prefill seconds so far, seconds of the last chunk, decode step seconds,
+    cache) at each mark."""
+    import torch
+    from transformers import DynamicCache
+
+    model, cache, elapsed = lm.decoder.model, DynamicCache(), 0.0
+    with torch.inference_mode():
+        for first in range(0, max(marks), chunk):
+            t0 = time.perf_counter()
+            model(ids[None, first : first + chunk], past_key_values=cache, logits_to_keep=1)
+            last = time.perf_counter() - t0
+            elapsed += last
+            n = first + chunk
+            if n in marks:
+                times, token = [], 42
+                for _ in range(decode_steps):
+                    t0 = time.perf_counter()
+                    logits = model(torch.tensor([[token]]), past_key_values=cache).logits
+                    times.append(time.perf_counter() - t0)
+                    token = int(logits[0, -1].argmax())
+                cache.crop(-decode_steps)
+                yield n, elapsed, last, times, cache
+
+
 def median(values: list[float]) -> float:
     s = sorted(values)
     m = len(s) // 2

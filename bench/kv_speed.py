@@ -59,29 +59,11 @@ def trace_ours(lm, ids, checkpoints, decode_steps):
 
 
 def trace_hf(lm, ids, checkpoints, decode_steps, chunk=512):
-    import torch
-    from transformers import DynamicCache
-
-    model = lm.decoder.model
-    cache = DynamicCache()
-    out, elapsed = {}, 0.0
-    with torch.inference_mode():
-        for first in range(0, max(checkpoints), chunk):
-            t0 = time.perf_counter()
-            model(ids[None, first : first + chunk], past_key_values=cache, logits_to_keep=1)
-            elapsed += time.perf_counter() - t0
-            n = first + chunk
-            if n in checkpoints:
-                times, token = [], 42
-                for _ in range(decode_steps):
-                    t0 = time.perf_counter()
-                    logits = model(torch.tensor([[token]]), past_key_values=cache).logits
-                    times.append(time.perf_counter() - t0)
-                    token = int(logits[0, -1].argmax())
-                cache.crop(-decode_steps)  # drop the decoded tokens (transformers 5: negative = remove)
-                assert cache.get_seq_length() == n
-                kv = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
-                out[n] = {"prefill_tok_s": n / elapsed, "decode_ms": 1000 * common.median(times), "kv_bytes": kv}
+    out = {}
+    for n, elapsed, _last, times, cache in common.hf_trace(lm, ids, checkpoints, decode_steps, chunk):
+        assert cache.get_seq_length() == n
+        kv = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+        out[n] = {"prefill_tok_s": n / elapsed, "decode_ms": 1000 * common.median(times), "kv_bytes": kv}
     return out
 
 

@@ -94,28 +94,10 @@ def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
 
 
 def trace_hf(lm, ids, marks, decode_steps, chunk=512) -> dict:
-    import torch
-    from transformers import DynamicCache
-
-    model, cache = lm.decoder.model, DynamicCache()
-    out, elapsed = {}, 0.0
-    with torch.inference_mode():
-        for first in range(0, max(marks), chunk):
-            t0 = time.perf_counter()
-            model(ids[None, first : first + chunk], past_key_values=cache, logits_to_keep=1)
-            last = time.perf_counter() - t0
-            elapsed += last
-            n = first + chunk
-            if n in marks:
-                times, token = [], 42
-                for _ in range(decode_steps):
-                    t0 = time.perf_counter()
-                    logits = model(torch.tensor([[token]]), past_key_values=cache).logits
-                    times.append(time.perf_counter() - t0)
-                    token = int(logits[0, -1].argmax())
-                cache.crop(-decode_steps)
-                out[n] = {"prefill_tok_s": n / elapsed, "chunk_tok_s": chunk / last, "decode_tok_s": 1 / common.median(times)}
-                print(json.dumps({"transformers": n, **out[n]}), flush=True)
+    out = {}
+    for n, elapsed, last, times, _cache in common.hf_trace(lm, ids, marks, decode_steps, chunk):
+        out[n] = {"prefill_tok_s": n / elapsed, "chunk_tok_s": chunk / last, "decode_tok_s": 1 / common.median(times)}
+        print(json.dumps({"transformers": n, **out[n]}), flush=True)
     return out
 
 
