@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from app.library import CACHED, STALE, Library
@@ -18,9 +18,8 @@ from engine.settings import EngineSettings
 
 STATUS_TEXT = {CACHED: "cached", STALE: "stale", "not cached": "not cached"}
 ID_ROLE = Qt.ItemDataRole.UserRole
-STATUS_ROLE = Qt.ItemDataRole.UserRole + 1
-PATH_ROLE = Qt.ItemDataRole.UserRole + 2
-TEXT_ROLE = Qt.ItemDataRole.UserRole + 3      # the row's own two lines, put back when its read ends
+PATH_ROLE = Qt.ItemDataRole.UserRole + 1
+TEXT_ROLE = Qt.ItemDataRole.UserRole + 2      # the row's own two lines, put back when its read ends
 
 
 @dataclass(frozen=True)
@@ -89,57 +88,42 @@ class LibraryPanel(QWidget):
     def show_documents(self, rows: list[LibraryRow], select: int | None) -> None:
         """Redraw the list; `select` becomes the current row (no `selected` signal for it). The row
         of a document being read (`set_reading`) is kept."""
-        self.list.blockSignals(True)
-        self.list.clear()
-        for row in rows:
-            item = QListWidgetItem(f"{row.title}\n{row.details}")
-            item.setData(TEXT_ROLE, item.text())
-            item.setData(ID_ROLE, row.id)
-            item.setData(STATUS_ROLE, row.status)
-            item.setData(PATH_ROLE, row.path)
-            item.setToolTip(f"{row.title}\n{row.path}\nprefix cache: {row.status}")
-            if row.is_open:
-                font = item.font()
-                font.setBold(True)
-                item.setFont(font)
-            self.list.addItem(item)
-            if row.id == select:
-                self.list.setCurrentItem(item)
-        self.list.blockSignals(False)
-        self._show_reading()
+        with QSignalBlocker(self.list):
+            self.list.clear()
+            for row in rows:
+                item = QListWidgetItem(f"{row.title}\n{row.details}")
+                item.setData(TEXT_ROLE, item.text())
+                item.setData(ID_ROLE, row.id)
+                item.setData(PATH_ROLE, row.path)
+                item.setToolTip(f"{row.title}\n{row.path}\nprefix cache: {row.status}")
+                if row.is_open:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                self.list.addItem(item)
+                if row.id == select:
+                    self.list.setCurrentItem(item)
+            self._update_reading_row()
 
     def set_reading(self, path: str | None, title: str = "", text: str = "") -> None:
         """Show that `path` is being read ("reading 40 %"): on its row, or on a row of its own at the
         top for a document not in the library yet. None: nothing is being read."""
         self._reading = (path, title, text) if path else None
-        self._show_reading()
+        with QSignalBlocker(self.list):
+            self._update_reading_row()
 
     def select(self, document_id: int | None) -> None:
         """Make `document_id` the current row, or none for None (no `selected` signal)."""
-        if document_id is None:
-            self.list.blockSignals(True)
-            self.list.setCurrentRow(-1)
-            self.list.blockSignals(False)
-            return
-        for row in range(self.list.count()):
-            item = self.list.item(row)
-            if item.data(ID_ROLE) == document_id:
-                self.list.blockSignals(True)
-                self.list.setCurrentItem(item)
-                self.list.blockSignals(False)
-                return
-
-    def _show_reading(self) -> None:
-        # Signals stay blocked throughout: taking or inserting the current row moves the selection,
-        # which must not read as the user picking another document (it would show that one's chat
-        # while this one is read).
-        self.list.blockSignals(True)
-        try:
-            self._update_reading_row()
-        finally:
-            self.list.blockSignals(False)
+        items = (self.list.item(row) for row in range(self.list.count()))
+        found = next((item for item in items if document_id is not None and item.data(ID_ROLE) == document_id), None)
+        if found is not None or document_id is None:
+            with QSignalBlocker(self.list):
+                self.list.setCurrentItem(found)
 
     def _update_reading_row(self) -> None:
+        """Call with the list's signals blocked: taking or inserting the current row moves the
+        selection, which must not read as the user picking another document (it would show that
+        one's chat while this one is read)."""
         reading = self._reading
         for row in reversed(range(self.list.count())):  # earlier reads: their rows as they were
             item = self.list.item(row)
