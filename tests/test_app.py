@@ -112,6 +112,17 @@ def text_doc(tmp_path: Path, name: str = "notes.txt") -> Path:
     return path
 
 
+def streaming_answer(make_window, qtbot, tmp_path, question: str, *, pieces: int) -> tuple[MainWindow, list[str]]:
+    """A window with the notes open, answering `question` (up to 400 tokens), once `pieces` pieces
+    have streamed; returns it and the list the pieces keep arriving in."""
+    window = make_window(SMALL.replace(max_new_tokens=400))
+    window.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, window)
+    streamed = ask(qtbot, window, question, wait=False)
+    qtbot.waitUntil(lambda: len(streamed) >= pieces, timeout=ANSWER_TIMEOUT_MS)
+    return window, streamed
+
+
 def pick(window: MainWindow, document_id: int) -> None:
     """Click a document in the library list (as a user would: the panel emits `selected`)."""
     from app.library_panel import ID_ROLE
@@ -317,11 +328,7 @@ def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_
 
 
 def test_cancel_stops_an_answer_within_a_second(make_window, qtbot, tmp_path):
-    window = make_window(SMALL.replace(max_new_tokens=400))
-    window.open_path(str(text_doc(tmp_path)))
-    wait_open(qtbot, window)
-    pieces = ask(qtbot, window, "Write a long story about the meeting.", wait=False)
-    qtbot.waitUntil(lambda: len(pieces) >= 3, timeout=ANSWER_TIMEOUT_MS)
+    window, _pieces = streaming_answer(make_window, qtbot, tmp_path, "Write a long story about the meeting.", pieces=3)
     # the answer's decode speed and the time left until max_new_tokens (400) at that speed
     shown = re.search(r"Answering… (\d+) tokens so far · ([\d.,]+) tokens/s · at most (.+) left",
                       window.progress.label.text())
@@ -365,12 +372,8 @@ def test_history_survives_closing_and_reopening_the_window(make_window, qtbot, t
 
 
 def test_closing_during_an_answer_stops_cleanly_and_keeps_the_history(make_window, qtbot, tmp_path, home):
-    window = make_window(SMALL.replace(max_new_tokens=400))
-    window.open_path(str(text_doc(tmp_path)))
-    wait_open(qtbot, window)
+    window, pieces = streaming_answer(make_window, qtbot, tmp_path, "Tell me everything about the meeting, in detail.", pieces=3)
     doc_id = window.open_document_id
-    pieces = ask(qtbot, window, "Tell me everything about the meeting, in detail.", wait=False)
-    qtbot.waitUntil(lambda: len(pieces) >= 3, timeout=ANSWER_TIMEOUT_MS)
     began = time.monotonic()
     window.close()
     assert time.monotonic() - began < 5
@@ -758,12 +761,8 @@ def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtb
 
 
 def test_removing_the_document_while_it_answers_stops_cleanly(make_window, qtbot, tmp_path):
-    window = make_window(SMALL.replace(max_new_tokens=400))
-    window.open_path(str(text_doc(tmp_path)))
-    wait_open(qtbot, window)
+    window, _pieces = streaming_answer(make_window, qtbot, tmp_path, "Write a long story about the meeting.", pieces=2)
     doc_id = window.open_document_id
-    pieces = ask(qtbot, window, "Write a long story about the meeting.", wait=False)
-    qtbot.waitUntil(lambda: len(pieces) >= 2, timeout=ANSWER_TIMEOUT_MS)
     window.remove_document(doc_id)
     qtbot.waitUntil(lambda: window.live is None and not window.client.busy, timeout=10_000)
     assert window.library.document(doc_id) is None and window.library.messages(doc_id) == []
