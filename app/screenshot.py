@@ -94,16 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def shoot() -> None:
         window.banner.hide()
-        QApplication.processEvents()
-        screen = window.screen()
-        frame = window.frameGeometry()
-        image = screen.grabWindow(0, frame.x(), frame.y(), frame.width(), frame.height())
-        if image.isNull():
-            image = window.grab()
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        ok = image.save(args.output)
-        print(f"saved {args.output} ({image.width()}x{image.height()}, platform {app.platformName()})" if ok else "save failed",
-              file=sys.stderr)
+        ok = save_picture(app, window, args.output)
         window.close()
         app.exit(0 if ok else 1)
 
@@ -111,9 +102,26 @@ def main(argv: list[str] | None = None) -> int:
     return app.exec()
 
 
+def save_picture(app: QApplication, widget, output: str) -> bool:
+    """Save `widget` as it is on the screen (frame included) to `output`; where nothing is on a
+    screen (the offscreen platform), the widget paints itself instead."""
+    QApplication.processEvents()
+    image = None
+    if app.platformName() != "offscreen":
+        frame = widget.frameGeometry()
+        image = widget.screen().grabWindow(0, frame.x(), frame.y(), frame.width(), frame.height())
+    if image is None or image.isNull():
+        image = widget.grab()
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    ok = image.save(output)
+    print(f"saved {output} ({image.width()}x{image.height()}, platform {app.platformName()})" if ok else "save failed",
+          file=sys.stderr)
+    return ok
+
+
 def settings_model(app: QApplication, output: str, download: str | None, at: float, gpu_gib: float | None,
                    size: tuple[int, int] | None) -> int:
-    """Show the settings dialog on its own (at `size`, else its preferred size), fitting the model
+    """Show the settings dialog on its own (at `size`, else the size it opens at), fitting the model
     list to this machine or a GPU of `gpu_gib` GiB, optionally start a download from the list, and
     save a picture of it to `output` (see the module docstring)."""
     from app.settings_dialog import SettingsDialog
@@ -122,24 +130,15 @@ def settings_model(app: QApplication, output: str, download: str | None, at: flo
 
     memory = DeviceMemory("cuda", "GPU", int(gpu_gib * 1024**3), 2) if gpu_gib else None
     dialog = SettingsDialog(load_settings(), memory=memory)
-    dialog.resize(*(size or (dialog.sizeHint().width(), dialog.sizeHint().height())))  # offscreen: not clipped to its screen
+    if size:
+        dialog.resize(*size)  # else the size it opens at: its content's, within the screen
     dialog.move(0, 0)
     dialog.show()
     models = dialog.model_list
     result = [1]
 
     def shoot() -> None:
-        QApplication.processEvents()
-        if app.platformName() == "offscreen":
-            image = dialog.grab()  # nothing is on a screen there: the dialog paints itself
-        else:
-            frame = dialog.frameGeometry()
-            image = dialog.screen().grabWindow(0, frame.x(), frame.y(), frame.width(), frame.height())
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        ok = image.save(output)
-        print(f"saved {output} ({image.width()}x{image.height()}, platform {app.platformName()})" if ok else "save failed",
-              file=sys.stderr)
-        result[0] = 0 if ok else 1
+        result[0] = 0 if save_picture(app, dialog, output) else 1
         models.cancel()  # a running download stops; what arrived stays in HALAMAN_HOME
         QTimer.singleShot(500, app.quit)
 
