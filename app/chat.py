@@ -104,7 +104,9 @@ def recall_text(message: MessageRecord) -> str:
     # The selection at the question is what recall adds to the time to first token; the refreshes
     # during the answer are part of its tokens/s.
     cost = f"{float(recall.get('question_s') or recall.get('seconds') or 0.0) * 1000:,.0f} ms"
-    return f"recall {tokens:,} tokens in {cost}" if tokens is not None else f"recall {cost}"
+    spans = ", ".join(recall.get("spans") or ())
+    what = f"recall {spans} · " if spans else "recall "
+    return f"{what}{tokens:,} tokens in {cost}" if tokens is not None else f"{what}{cost}"
 
 
 def footer_text(message: MessageRecord) -> str:

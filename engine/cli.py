@@ -147,6 +147,10 @@ def recall_line(stats, recall: RecallSettings, warnings: list[str] = ()) -> str:
         if any(w.startswith("recall is off") for w in warnings):
             return "off (no archive: see the warning above)"
         return "off (the cache keeps the whole document: nothing to recall)"
+    if stats.spans:
+        return (f"{', '.join(stats.spans)} recalled whole from the full-text index's proposal: "
+                f"{stats.tokens_recalled:,} tokens (per layer and KV head, all summed); "
+                f"{format_bytes(stats.bytes_read)} read; {stats.seconds * 1000:.0f} ms")
     return (f"{stats.tokens_recalled:,} tokens in {stats.blocks_recalled:,} blocks (per layer and KV head, all summed) "
             f"of {stats.blocks_scored:,} scored; {format_bytes(stats.bytes_read)} read; "
             f"{stats.seconds * 1000:.0f} ms (score {stats.score_s * 1000:.0f}, read {stats.read_s * 1000:.0f})")

@@ -78,7 +78,8 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 _ENTRY_RE = re.compile(r"([0-9a-f]{64})\.safetensors")
 _ARCHIVE_RE = re.compile(r"([0-9a-f]{64})\.archive\.safetensors")
 _ARCHIVES = "archives"
-_TEMP_RE = re.compile(r"\.([0-9a-f]{64})\.\d+\.[0-9a-f]+\.tmp")
+_SPANS_RE = re.compile(r"([0-9a-f]{64})\.spans\.sqlite")
+_TEMP_RE = re.compile(r"\.([0-9a-f]{64})(?:\.spans\.sqlite)?\.\d+\.[0-9a-f]+\.tmp")
 
 
 # SQLite's verdicts on the file itself, as opposed to locks, I/O errors or a full disk.
@@ -546,6 +547,12 @@ class PrefixStore:
     def _archive_path(self, key: str) -> Path:
         return self.root / f"{key}.archive.safetensors"
 
+    def text_index_path(self, key: str) -> Path:
+        """Where `key`'s full-text index of spans lives (`engine.text_index`): derived data that
+        carries its own digest, rebuilt by its reader when missing or damaged, deleted with the entry."""
+        _check_key(key)
+        return self.root / f"{key}.spans.sqlite"
+
     def _row(self, key: str) -> dict | None:
         with self._index_errors("read"):
             rows = self._db.execute_returning_dicts(f"SELECT * FROM {_TABLE} WHERE key = ?", [key])
@@ -564,6 +571,7 @@ class PrefixStore:
         self._db.execute(f"DELETE FROM {_ARCHIVES} WHERE key = ?", [key])
         _remove(self._entry_path(key))
         _remove(self._archive_path(key))
+        _remove(self.text_index_path(key))
 
     def _load_verified(self, key: str, row: Mapping) -> tuple[dict[str, torch.Tensor], dict[str, str]] | str:
         """The entry's contents, or a reason string why it is unusable."""
@@ -602,7 +610,7 @@ class PrefixStore:
         except OSError:
             return []
         return [p for p in children
-                if _ENTRY_RE.fullmatch(p.name) or _ARCHIVE_RE.fullmatch(p.name) or _TEMP_RE.fullmatch(p.name)]
+                if any(pattern.fullmatch(p.name) for pattern in (_ENTRY_RE, _ARCHIVE_RE, _SPANS_RE, _TEMP_RE))]
 
     def _clean(self, *, stale_temp_s: float) -> None:
         """Drop rows without a usable file, delete entry files without a row and stale temp files.
@@ -623,7 +631,7 @@ class PrefixStore:
             self._db.execute(f"DELETE FROM {_ARCHIVES} WHERE key = ?", [key])
         now = time.time()
         for path in self._files():
-            entry = _ENTRY_RE.fullmatch(path.name)
+            entry = _ENTRY_RE.fullmatch(path.name) or _SPANS_RE.fullmatch(path.name)
             archive = _ARCHIVE_RE.fullmatch(path.name)
             if entry or archive:
                 if (entry or archive).group(1) not in (indexed if entry else indexed & archived):
@@ -699,7 +707,7 @@ def clear_files(root: Path) -> int:
     for path in children:
         if _ENTRY_RE.fullmatch(path.name):
             removed += 1
-        elif not (_ARCHIVE_RE.fullmatch(path.name) or _TEMP_RE.fullmatch(path.name) or path.name in index_names):
+        elif not (any(p.fullmatch(path.name) for p in (_ARCHIVE_RE, _SPANS_RE, _TEMP_RE)) or path.name in index_names):
             continue  # never touch anything we did not write
         _remove(path)
     return removed

@@ -27,6 +27,7 @@ import bisect
 import json
 import os
 import secrets
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,8 @@ from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsErro
 from engine.estimate import QUESTION_RESERVE_TOKENS, archive_needed, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
-from engine.kvcache.recall import Recaller
+from engine.kvcache.recall import RecallHook, Recaller
+from engine.kvcache.span_recall import SpanRecaller
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
@@ -52,6 +54,8 @@ from engine.prompt_lookup import PromptLookup
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
 from engine.settings import CachePolicy, EngineSettings
+from engine.spans import DocumentSpans
+from engine.text_index import IndexDamaged
 from engine.threads import apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
@@ -73,6 +77,19 @@ DRAFT_START_TOKENS = 4
 def refresh_recall(answer_tokens: int) -> bool:
     """Whether recall selects again before feeding answer token number `answer_tokens` (1-based)."""
     return answer_tokens <= RECALL_EVERY_TOKEN_UNTIL or answer_tokens % RECALL_REFRESH_TOKENS == 0
+
+
+@dataclass(frozen=True)
+class PrefixEncoding:
+    """The prompt prefix of a document: `ids`; `segment_starts`, the first token of each segment;
+    `token_chars`, the character offset in `Document.render()` of each document-text token (empty
+    when the tokenizer gives no offsets); `head_tokens` before the text; `text_tokens` of it."""
+
+    ids: list[int]
+    segment_starts: list[int]
+    token_chars: list[int]
+    head_tokens: int
+    text_tokens: int
 
 
 @dataclass(frozen=True)
@@ -132,6 +149,8 @@ class DocumentSession:
         self._archive: Archive | None = None
         self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
         self._segment_starts: list[int] = []   # first token of each segment of the open document
+        self._text_range = (0, 0)              # prefix tokens of the document text: [first, end)
+        self._spans: DocumentSpans | None = None  # its spans and full-text index (recall proposes from them)
         self._document_ids: list[int] | None = None      # the open document's prefix tokens
         self._prompt_lookup: PromptLookup | None = None  # draft index over them (speculative decoding)
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
@@ -169,7 +188,8 @@ class DocumentSession:
             include_generated=self.settings.include_generated_files)
         notify(Progress("tokenizing", 0, 1, "documents"))
         check_unicode(document.render() + document.title, document.title)  # before any model work
-        prefix_ids, segment_starts = self._encode_document(document)
+        encoding = self._encode_document(document)
+        prefix_ids, segment_starts = encoding.ids, encoding.segment_starts
         policy = self._resolve_policy(len(prefix_ids))
         key = self._key(prefix_ids, policy)
         layout = self._archive_layout(len(prefix_ids), policy)
@@ -216,6 +236,8 @@ class DocumentSession:
             archive = self._open_archive(key, layout, recall_warnings)
         self.document, self._snapshot, self.prefix_key = document, cache, key
         self._archive, self._segment_starts = archive, segment_starts
+        self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
+        self._spans = self._document_spans(document, encoding, key, recall_warnings) if archive is not None else None
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit
         self.report = OpenReport(
@@ -234,6 +256,9 @@ class DocumentSession:
         if self._archive is not None:
             self._archive.close()
         self._archive, self._segment_starts = None, []
+        if self._spans is not None:
+            self._spans.close()
+        self._spans, self._text_range = None, (0, 0)
         self._document_ids, self._prompt_lookup = None, None
         if self._own_archive is not None:
             self._own_archive.unlink(missing_ok=True)
@@ -268,7 +293,8 @@ class DocumentSession:
         prefilled_for_this, self._prefilled_for_next = self._prefilled_for_next, False
         suffix_ids = self._encode(suffix)
         decoder = self.model.decoder
-        recaller = self._recaller()
+        recaller = self._recaller(question)
+        reselecting = recaller is not None and recaller.reselects
         limit = max_new_tokens or self.settings.max_new_tokens
         generated: list[int] = []
         logprobs: list[float] = []
@@ -303,11 +329,11 @@ class DocumentSession:
                     stop = "end"
                     break
                 emit(token, logprob)
-                refresh = recaller is not None and refresh_recall(len(generated))
+                refresh = reselecting and refresh_recall(len(generated))
                 if refresh:
                     recaller.stats.refreshes += 1
                 proposal = [] if refresh or lookup is None else lookup.propose(
-                    min(draft_length, self._draft_room(cache, len(generated), limit, recaller is not None)))
+                    min(draft_length, self._draft_room(cache, len(generated), limit, reselecting)))
                 if not proposal:
                     logits = decoder.forward(
                         torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
@@ -373,23 +399,40 @@ class DocumentSession:
         ids += tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         return ids + tokenizer(tail, add_special_tokens=False)["input_ids"]
 
-    def _encode_document(self, document: Document) -> tuple[list[int], list[int]]:
-        """Token ids of the document prefix, and the index of each segment's first token in them
-        (for the answer's sources; empty when the tokenizer cannot report character offsets)."""
+    def _encode_document(self, document: Document) -> PrefixEncoding:
+        """Token ids of the document prefix, with where each segment and the text start in them."""
         head, text, tail = document_prefix(self.layout, document.render())
         tokenizer = self.model.tokenizer
         ids = tokenizer(head, add_special_tokens=False)["input_ids"] if head else []
         encoded = tokenizer(text, add_special_tokens=False, split_special_tokens=True,
                             return_offsets_mapping=bool(getattr(tokenizer, "is_fast", False)))
         starts: list[int] = []
+        token_chars: list[int] = []
         if "offset_mapping" in encoded:
             token_chars = [begin for begin, _ in encoded["offset_mapping"]]
             char = 0
             for segment in document.segments:
                 starts.append(len(ids) + bisect.bisect_left(token_chars, char))
                 char += len(document.marker(segment)) + 1 + len(segment.text) + 2
+        head_tokens, text_tokens = len(ids), len(encoded["input_ids"])
         ids += encoded["input_ids"]
-        return ids + tokenizer(tail, add_special_tokens=False)["input_ids"], starts
+        ids += tokenizer(tail, add_special_tokens=False)["input_ids"]
+        return PrefixEncoding(ids, starts, token_chars, head_tokens, text_tokens)
+
+    def _document_spans(self, document: Document, encoding: PrefixEncoding, key: str,
+                        warnings: list[str]) -> DocumentSpans | None:
+        """The spans of the open document and their full-text index, kept in the prefix store
+        beside the snapshot (rebuilt there when missing or damaged; in memory without a store).
+        None when the tokenizer gives no character offsets (recall then selects blocks)."""
+        if not encoding.token_chars:
+            return None
+        path = self.store.text_index_path(key) if self.store is not None else None
+        try:
+            return DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
+                                       len(encoding.ids), path)
+        except (OSError, IndexDamaged, sqlite3.Error) as error:
+            warnings.append(f"the full-text index could not be built ({error}); recall selects by attention only")
+            return None
 
     # ------------------------------------------------------------- archive
     def _archive_layout(self, n_tokens: int, policy: CachePolicy) -> ArchiveLayout | None:
@@ -448,19 +491,39 @@ class DocumentSession:
             warnings.append(f"recall is off for this document: {error}; clear its cache to read it again")
             return None
 
-    def _recaller(self) -> Recaller | None:
-        tokens = self.settings.recall.recall_tokens
-        if self._archive is None or tokens < 1:
+    def _recaller(self, question: str) -> RecallHook | None:
+        """How this question recalls: the spans the full-text index proposes (`SpanRecaller`), or,
+        when the question shares no word with the document (or selection is "blocks"), archive
+        blocks chosen layer by layer by the question's attention (`Recaller`). None: recall is off."""
+        recall = self.settings.recall
+        if self._archive is None or recall.recall_tokens < 1:
             return None
+        if recall.selection == "spans" and self._spans is not None:
+            began = time.perf_counter()
+            hits = self._spans.candidates(question)
+            chosen = self._spans.choose(hits, recall.recall_tokens, recall.max_spans) if hits else []
+            if chosen:
+                hook = SpanRecaller(self._archive, torch.tensor(self._spans.recall_positions(chosen)), focus=recall.focus)
+                hook.stats.spans = tuple(self._span_label(span) for span in chosen)
+                hook.stats.score_s = time.perf_counter() - began
+                return hook
         decoder = self.model.decoder
-        return Recaller(self._archive, tokens, decoder.rope, decoder.scaling)
+        return Recaller(self._archive, recall.recall_tokens, decoder.rope, decoder.scaling)
 
-    def _sources(self, cache: CompressedCache, recaller: Recaller) -> list[Source]:
+    def _span_label(self, span) -> str:
+        segment = self.document.segments[span.segment]
+        whole = span.char_start == 0 and span.char_end == len(segment.text)
+        return segment.label if whole else f"{segment.label} (characters {span.char_start:,}–{span.char_end:,})"
+
+    def _sources(self, cache: CompressedCache, recaller: RecallHook) -> list[Source]:
         """Pages / files whose recalled tokens received the most attention, with their share."""
         if self.document is None or not self._segment_starts:
             return []
         n_doc = self.report.document_tokens
         mass = recaller.token_attention([layer.recalled for layer in cache.layers])
+        first, end = self._text_range
+        mass[:first] = 0  # the template and the instructions are nobody's page
+        mass[end:] = 0
         total = float(mass.sum())
         if total <= 0:
             return []

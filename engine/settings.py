@@ -92,6 +92,9 @@ class CachePolicy:
         return policy
 
 
+SELECTIONS = ("spans", "blocks")
+
+
 @dataclass(frozen=True)
 class RecallSettings:
     """The archive of every token on disk, and recall from it at question time (engine.kvcache.recall).
@@ -104,12 +107,22 @@ class RecallSettings:
     recall_tokens: tokens per layer and KV head that a question may bring back (whole blocks),
         default 1024; 0 = no recall. They are held beside the snapshot while the question is
         answered, so the KV memory mark grows by them (`halaman estimate`).
+    selection: "spans" (default): the document's full-text index (BM25) proposes the spans (pages,
+        parts of files) that share the question's words and they are recalled whole
+        (`engine.kvcache.span_recall`); a question that shares no word with the document falls back
+        to "blocks": each layer's attention picks archive blocks (`engine.kvcache.recall`).
+    max_spans: at most this many spans per question (default 2; within recall_tokens).
+    focus: with span recall, answer from the recalled spans only: the snapshot's other document
+        tokens are hidden while the question is answered (default on).
     """
 
     archive: bool = True
     archive_bits: int = 4
     block_tokens: int = 32
     recall_tokens: int = 1024
+    selection: str = "spans"
+    max_spans: int = 2
+    focus: bool = True
 
     def validate(self, chunk_tokens: int | None = None) -> None:
         """Raise SettingsError for the first invalid value."""
@@ -121,6 +134,12 @@ class RecallSettings:
                 raise SettingsError(f"recall {name} must be a whole number ≥ 0, got {value!r}")
         if self.block_tokens < 1:
             raise SettingsError("recall block_tokens must be at least 1")
+        if self.selection not in SELECTIONS:
+            raise SettingsError(f"recall selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
+        if not isinstance(self.max_spans, int) or isinstance(self.max_spans, bool) or self.max_spans < 1:
+            raise SettingsError(f"recall max_spans must be a whole number ≥ 1, got {self.max_spans!r}")
+        if not isinstance(self.focus, bool):
+            raise SettingsError(f"recall focus must be true or false, got {self.focus!r}")
         if chunk_tokens is not None and chunk_tokens % self.block_tokens:
             raise SettingsError(
                 f"recall block_tokens ({self.block_tokens}) must divide the prefill chunk ({chunk_tokens} tokens)")

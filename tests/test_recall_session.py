@@ -54,9 +54,12 @@ def pages() -> Document:
                     segments=[Segment(text=t, label=f"page {i + 1}", page=i + 1, path=None) for i, t in enumerate(texts)])
 
 
-def settings(recall_tokens: int = 512, **policy) -> EngineSettings:
+def settings(recall_tokens: int = 512, selection: str = "blocks", **policy) -> EngineSettings:
+    """Block recall unless `selection` says otherwise: most tests here are about the archive and the
+    per-layer selection, which span recall falls back to (tests/test_span_recall.py has the rest)."""
     cache = CachePolicy(budget_tokens=256, window_tokens=64, residual_tokens=64, chunk_tokens=256, **policy)
-    return EngineSettings(max_new_tokens=16, cache=cache, recall=RecallSettings(recall_tokens=recall_tokens))
+    return EngineSettings(max_new_tokens=16, cache=cache,
+                          recall=RecallSettings(recall_tokens=recall_tokens, selection=selection))
 
 
 @pytest.fixture
@@ -85,7 +88,7 @@ def test_a_needle_the_snapshot_evicted_is_answered_with_recall_only(smol, store)
     without = session.ask(QUESTION)
     assert CODE not in without.text and without.recall is None and without.kv.recalled_bytes == 0
     # A follow-up recalls again, with its own queries.
-    session.settings = session.settings.replace(recall=RecallSettings(recall_tokens=512))
+    session.settings = session.settings.replace(recall=RecallSettings(recall_tokens=512, selection="blocks"))
     session.ask(QUESTION)
     follow = session.ask("Repeat the code.", follow_up=True)
     assert follow.recall is not None and follow.recall.tokens_recalled > 0
@@ -115,8 +118,9 @@ def test_the_archive_is_reused_on_a_prefix_hit_and_a_damaged_one_is_dropped_with
     assert store.archive(entry.key) is None and not path.exists()
 
 
-def test_sources_name_the_page_whose_recalled_tokens_were_attended(smol):
-    session = DocumentSession(smol, settings(), None)
+@pytest.mark.parametrize("selection", ["blocks", "spans"])
+def test_sources_name_the_page_whose_recalled_tokens_were_attended(smol, selection):
+    session = DocumentSession(smol, settings(selection=selection), None)
     session.open(pages())
     answer = session.ask(QUESTION)
     assert CODE in answer.text
@@ -125,8 +129,9 @@ def test_sources_name_the_page_whose_recalled_tokens_were_attended(smol):
     session.close()
 
 
-def test_compact_positions_with_recall_answer_the_needle(smol):
-    session = DocumentSession(smol, settings(position_mode="compact"), None)
+@pytest.mark.parametrize("selection", ["blocks", "spans"])
+def test_compact_positions_with_recall_answer_the_needle(smol, selection):
+    session = DocumentSession(smol, settings(selection=selection, position_mode="compact"), None)
     assert session.open(haystack()).position_mode == "compact"
     assert CODE in session.ask(QUESTION).text
 

@@ -100,9 +100,13 @@ class LayerKV:
 
     def set_recalled(self, recalled: RecalledTokens | None, *, compact_positions: bool) -> None:
         """Attend `recalled` (or nothing) from the next `attend` on; replaces an earlier recall."""
+        focused = recalled is not None and recalled.focus_from is not None
+        if compact_positions or focused or self._focus_from() is not None:
+            self._workspace = None  # the held tokens' positions change with the recalled set
         self.recalled = recalled
-        if compact_positions:  # the held tokens' positions change with the recalled set
-            self._workspace = None
+
+    def _focus_from(self) -> int | None:
+        return self.recalled.focus_from if self.recalled is not None else None
 
     @property
     def n_tokens(self) -> int:
@@ -192,7 +196,18 @@ class LayerKV:
         new_index = torch.arange(start, start + chunk, device=device, dtype=torch.int32)
         recalled = self.recalled
         ws = self._valid_workspace(compute, reuse_workspace)
-        if compact_positions:  # slot order (held and recalled tokens together in document order)
+        focus_from = self._focus_from()
+        stable_mask = tail_mask = None
+        if focus_from is not None:  # only the recalled tokens of the document, numbered from 0
+            first = recalled.index.shape[1] - focus_from
+            stable_idx = self.index[:, :stable_n].long()
+            tail_idx = torch.cat((self.index[:, stable_n:].long(), new_index.long().expand(heads, -1)), dim=1)
+            stable_pos = (stable_idx + first).clamp_min(0)
+            tail_pos = (tail_idx + first).clamp_min(0)
+            query_pos = tail_pos[:, -chunk:]
+            recalled_pos = torch.arange(recalled.index.shape[1], device=device).expand(heads, -1)
+            stable_mask, tail_mask = stable_idx >= focus_from, tail_idx >= focus_from
+        elif compact_positions:  # slot order (held and recalled tokens together in document order)
             if recalled is None:
                 stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
                 offset = torch.full((heads,), stable_n, device=device)
@@ -213,17 +228,17 @@ class LayerKV:
         tail_v = torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
         qcos, qsin = rope.lookup(query_pos.long())  # [kv_heads, chunk, head_dim]
         q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
-        keys, values, masks = [stable_k], [stable_v], [None]
+        keys, values, masks = [stable_k], [stable_v], [stable_mask]
         if recalled is not None:
             recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace)
-            if compact_positions and self._workspace is not None:
+            if compact_positions and focus_from is None and self._workspace is not None:
                 self._workspace["positions"] = (stable_pos, recalled_pos, offset)
             keys.append(recalled_k)
             values.append(recalled_v)
             masks.append(recalled.valid)
         keys.append(tail_k)
         values.append(tail_v)
-        masks.append(None)
+        masks.append(tail_mask)
         out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks),
                                       scratch=scratch, per_query=pending)
         recalled_mass = None

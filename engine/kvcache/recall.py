@@ -38,6 +38,7 @@ class RecallStats:
     read_s: float = 0.0          # seconds spent reading and dequantizing recalled blocks
     refreshes: int = 0           # selections made again with the answer's own queries
     question_s: float = 0.0      # seconds of the selection at the question (what it adds to the TTFT)
+    spans: tuple[str, ...] = ()  # span recall: the spans recalled whole ("page 55"), in document order
 
     @property
     def seconds(self) -> float:
@@ -58,6 +59,10 @@ class RecalledTokens:
     fields: dict[str, torch.Tensor]
     mass: torch.Tensor = field(default=None)  # attention received, float32 (sources)
     owner: object = None  # the Recaller that chose them
+    # Focus (`SpanRecaller`): held tokens before this stream position (the document) are not
+    # attended; the recalled tokens, the same for every head and in document order, take positions
+    # 0..R-1 and every later token R + (its position − focus_from). None: held tokens are attended.
+    focus_from: int | None = None
 
     def __post_init__(self) -> None:
         if self.mass is None:
@@ -136,31 +141,25 @@ CANDIDATE_FACTOR = 4
 MIN_CANDIDATES = 64
 
 
-class Recaller:
-    """Recall for one question (and its answer) over one document's `archive`.
+class RecallHook:
+    """What the decoder calls while a question (and its answer) is fed: `recall(layer, held_index,
+    query, start, dtype, compact)` returns the tokens `layer` attends beside its cache (or None);
+    `absorb` keeps the attention a replaced selection received. `reselects`: whether calling
+    `recall` again with the answer's own queries may change the selection (the session then
+    refreshes it every few answer tokens). The attention recalled tokens receive, summed over
+    layers and heads, gives the answer's sources (`token_attention`)."""
 
-    recall_tokens: tokens per layer and KV head that may be recalled (whole blocks; the budget).
-    Call `recall(layer, held_index, query, start, dtype)` once per layer while the question is
-    prefilled, and again every few answer tokens (`DocumentSession` refreshes it). Per layer and KV
-    head: Quest bounds rank every block; the best `CANDIDATE_FACTOR`× the budget are scored
-    exactly with their dequantized keys; each block keeps the best exact score any call gave it, and
-    the blocks with the best scores so far are read whole. Refreshing with the answer's own queries
-    matters: on the embedded model the query of "is" in "... the archive room is" found the code's
-    block in layers where the question's queries had not.
-    """
+    reselects = True
 
-    def __init__(self, archive: Archive, recall_tokens: int, rope: RotaryTable, scaling: float) -> None:
-        self.archive = archive
-        self.recall_tokens = recall_tokens
-        self.rope = rope
-        self.scaling = scaling
+    def __init__(self, n_tokens: int) -> None:
         self.stats = RecallStats()
-        self._best: dict[int, torch.Tensor] = {}    # layer -> [kv_heads, n_blocks] best exact score so far
-        self._chosen: dict[int, tuple[int, int]] = {}  # layer -> (blocks, tokens) recalled now
-        self._current: dict[int, RecalledTokens] = {}  # layer -> the selection last returned
         # Attention each document token received while recalled, summed over layers and heads,
         # from selections that a refresh has replaced (`absorb`).
-        self.attention_mass = torch.zeros(archive.layout.n_tokens, dtype=torch.float32)
+        self.attention_mass = torch.zeros(n_tokens, dtype=torch.float32)
+
+    def recall(self, layer: int, held_index: torch.Tensor, query: torch.Tensor, start: int, dtype: torch.dtype,
+               compact: bool = False) -> RecalledTokens | None:
+        raise NotImplementedError
 
     def absorb(self, recalled: RecalledTokens | None) -> None:
         """Keep the attention that `recalled` (being replaced) received, if this recaller chose it."""
@@ -179,6 +178,30 @@ class Recaller:
         finally:
             self.attention_mass = saved
         return total
+
+
+class Recaller(RecallHook):
+    """Recall for one question (and its answer) over one document's `archive`.
+
+    recall_tokens: tokens per layer and KV head that may be recalled (whole blocks; the budget).
+    Call `recall(layer, held_index, query, start, dtype)` once per layer while the question is
+    prefilled, and again every few answer tokens (`DocumentSession` refreshes it). Per layer and KV
+    head: Quest bounds rank every block; the best `CANDIDATE_FACTOR`× the budget are scored
+    exactly with their dequantized keys; each block keeps the best exact score any call gave it, and
+    the blocks with the best scores so far are read whole. Refreshing with the answer's own queries
+    matters: on the embedded model the query of "is" in "... the archive room is" found the code's
+    block in layers where the question's queries had not.
+    """
+
+    def __init__(self, archive: Archive, recall_tokens: int, rope: RotaryTable, scaling: float) -> None:
+        super().__init__(archive.layout.n_tokens)
+        self.archive = archive
+        self.recall_tokens = recall_tokens
+        self.rope = rope
+        self.scaling = scaling
+        self._best: dict[int, torch.Tensor] = {}    # layer -> [kv_heads, n_blocks] best exact score so far
+        self._chosen: dict[int, tuple[int, int]] = {}  # layer -> (blocks, tokens) recalled now
+        self._current: dict[int, RecalledTokens] = {}  # layer -> the selection last returned
 
     def recall(self, layer: int, held_index: torch.Tensor, query: torch.Tensor, start: int, dtype: torch.dtype,
                compact: bool = False) -> RecalledTokens | None:

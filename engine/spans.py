@@ -1,0 +1,115 @@
+"""A document's spans (its pages, or parts of long pages and files) in token space, and which of
+them a question recalls.
+
+`DocumentSpans.build` cuts every segment into spans (`engine.text_index.split_spans`), maps each to
+the token range it occupies in the prompt prefix, and opens (or rebuilds) the full-text index of
+their texts. `choose` answers "which spans should this question read?": the BM25 best span, plus
+the next best while they score close to it and fit the recall budget, in document order.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.documents import Document
+from engine.text_index import Hit, TextIndex, load_or_build, split_spans
+
+# A further span is recalled only when its BM25 score is at least this share of the best one.
+RELATIVE_SCORE = 0.8
+# Candidates read from the index per question.
+CANDIDATES = 8
+
+
+@dataclass(frozen=True)
+class Span:
+    """One span: `segment` (index into `Document.segments`), `token_start` / `token_end` (its range
+    in the prompt prefix's token ids, end exclusive; the first span of a segment starts at its
+    marker line), `char_start` / `char_end` (the same range in the segment's text)."""
+
+    segment: int
+    token_start: int
+    token_end: int
+    char_start: int
+    char_end: int
+
+    @property
+    def tokens(self) -> int:
+        return self.token_end - self.token_start
+
+
+@dataclass
+class DocumentSpans:
+    """The spans of the open document and their full-text index.
+
+    head_tokens: prompt tokens before the document text (template head + instructions);
+    text_end: the first token after the document text (the template tail starts there);
+    n_tokens: tokens of the whole prefix. rebuilt: the index was (re)built at this open.
+    """
+
+    spans: list[Span]
+    index: TextIndex
+    head_tokens: int
+    text_end: int
+    n_tokens: int
+    rebuilt: bool
+
+    @classmethod
+    def build(cls, document: Document, token_chars: Sequence[int], head_tokens: int, text_tokens: int,
+              n_tokens: int, index_path: Path | None) -> DocumentSpans:
+        """Spans of `document` given `token_chars` (the character offset in `document.render()` at
+        which each document-text token starts, ascending), the number of prompt tokens before the
+        text (`head_tokens`) and of the text itself, and the prefix length. The index lives at
+        `index_path` (in memory when None); a missing or damaged one is rebuilt there."""
+        spans: list[Span] = []
+        texts: list[str] = []
+        char = 0
+
+        def token_at(offset: int) -> int:
+            return head_tokens + bisect.bisect_left(token_chars, offset)
+
+        for i, segment in enumerate(document.segments):
+            marker = len(document.marker(segment)) + 1
+            body = char + marker
+            for start, end in split_spans(segment.text):
+                first = char if start == 0 else body + start
+                spans.append(Span(i, token_at(first), token_at(body + end), start, end))
+                texts.append(f"{segment.label}\n{segment.text[start:end]}")
+            char = body + len(segment.text) + 2
+        index, rebuilt = load_or_build(texts, index_path)
+        return cls(spans, index, head_tokens, head_tokens + text_tokens, n_tokens, rebuilt)
+
+    def candidates(self, question: str, limit: int = CANDIDATES) -> list[Hit]:
+        """The best `limit` spans for the question's words (BM25), best first; empty when the
+        question shares no word with the document."""
+        return self.index.search(question, limit)
+
+    def choose(self, hits: Sequence[Hit], budget_tokens: int, max_spans: int) -> list[Span]:
+        """Spans to recall for the ranked `hits`: the best one (cut to the budget if it is longer),
+        then each next hit scoring at least RELATIVE_SCORE of the best while at most `max_spans`
+        spans and `budget_tokens` tokens (the template's head and tail included) are used. In
+        document order."""
+        room = budget_tokens - self.head_tokens - (self.n_tokens - self.text_end)
+        chosen: list[Span] = []
+        for hit in hits[:max_spans]:
+            span = self.spans[hit.span]
+            if chosen and (hit.score < RELATIVE_SCORE * hits[0].score or span.tokens > room):
+                break
+            if not chosen and span.tokens > room:
+                span = Span(span.segment, span.token_start, span.token_start + max(room, 0), span.char_start, span.char_end)
+            chosen.append(span)
+            room -= span.tokens
+        return sorted(chosen, key=lambda s: s.token_start)
+
+    def recall_positions(self, chosen: Sequence[Span]) -> list[int]:
+        """Prefix token positions to recall for `chosen`: the template head (instructions), the
+        spans, the template tail, ascending and unique."""
+        positions = set(range(self.head_tokens)) | set(range(self.text_end, self.n_tokens))
+        for span in chosen:
+            positions.update(range(span.token_start, span.token_end))
+        return sorted(positions)
+
+    def close(self) -> None:
+        self.index.close()

@@ -1,0 +1,215 @@
+"""A full-text index of a document's spans: SQLite FTS5, ranked by BM25.
+
+Recall at book length starts here (`engine.session`): the question's words find the spans (pages,
+or parts of long pages and files) that may answer it, and the session recalls those spans whole
+from the archive. The same ranking cuts a document for the cloud (`engine.cloud.plan`). At 131k
+tokens the question's attention put the page that answers it at a median rank of ~81 of 288, BM25
+over the pages put it first for 10 of 11 questions (docs/BENCHMARKS.md §6).
+
+Terms (`terms`): words in any script, lower-cased, after NFKC; identifiers are also split
+(`parse_header_links` → parse, header, links; `HTTPDigestAuth` → http, digest, auth); CJK, Thai and
+other scripts written without spaces are indexed as overlapping character bigrams (the usual
+substitute for a word segmenter, as Lucene's CJK analyzer does), so a Chinese question finds a
+Chinese section. FTS5's `porter` stemmer then folds English inflections (parses / parse).
+
+An index is a cache of data derived from the document: stored beside the snapshot in the prefix
+store, it carries a digest of its spans, and `TextIndex.open` refuses one whose digest differs or
+that fails FTS5's own integrity check, so the caller rebuilds it (`load_or_build`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import sqlite3
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+INDEX_FORMAT = "halaman-spans-1"
+SPAN_MAX_CHARS = 2400
+"""Longest span in characters (about 600 tokens of English): most book pages are one span; a longer
+page or file is split at blank lines, then at line ends."""
+
+# Words that carry no topic: English function words and the words questions are phrased with.
+STOPWORDS = frozenset(
+    "a an the and or but not no nor of to in on at by for with from into onto about as is are was were be been "
+    "being am do does did done has have had having it its this that these those there their them they then than "
+    "he she his her him we our you your i me my what which who whom whose when where why how whether "
+    "can could may might must shall should will would also some such only other each more most very just "
+    "over under any all one two new see get let say use used using if so up out".split()
+)
+
+_WORD = re.compile(r"\w+")
+# Scripts written without spaces between words: CJK ideographs, kana, Hangul, Thai, Lao, Khmer, Myanmar.
+_UNSPACED = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+                       r"\uac00-\ud7af\uf900-\ufaff]+")
+_CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of `text` in order (see the module docstring); stopwords and one-letter
+    Latin words are left out, digits kept ("30", "10")."""
+    text = unicodedata.normalize("NFKC", text)
+    out: list[str] = []
+    for match in _WORD.finditer(text):
+        word = match.group()
+        pos = 0
+        for run in _UNSPACED.finditer(word):
+            out.extend(_word_terms(word[pos:run.start()]))
+            chars = run.group()
+            out.extend([chars] if len(chars) == 1 else [chars[i:i + 2] for i in range(len(chars) - 1)])
+            pos = run.end()
+        out.extend(_word_terms(word[pos:]))
+    return out
+
+
+def _word_terms(word: str) -> list[str]:
+    if not word:
+        return []
+    parts = [p for piece in word.split("_") for p in (_CAMEL.findall(piece) or [piece])]
+    found = [word.lower()] if len(parts) != 1 else []
+    found += [p.lower() for p in parts]
+    return [w for w in dict.fromkeys(found) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
+
+
+def split_spans(text: str, max_chars: int = SPAN_MAX_CHARS) -> list[tuple[int, int]]:
+    """Character ranges `[(start, end)]` covering `text` in order, each at most `max_chars` long,
+    cut at blank lines where possible, else at line ends, else hard."""
+    if len(text) <= max_chars:
+        return [(0, len(text))]
+    spans, start = [], 0
+    while len(text) - start > max_chars:
+        window = text[start:start + max_chars]
+        cut = window.rfind("\n\n")
+        if cut < max_chars // 3:
+            cut = window.rfind("\n")
+        cut = start + (cut + 1 if cut >= max_chars // 3 else max_chars)
+        spans.append((start, cut))
+        start = cut
+    spans.append((start, len(text)))
+    return spans
+
+
+def spans_digest(texts: Sequence[str]) -> str:
+    """SHA-256 over the format and the spans' texts: what an index built from them must carry."""
+    digest = hashlib.sha256(INDEX_FORMAT.encode())
+    for text in texts:
+        digest.update(b"\0" + text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+class IndexDamaged(Exception):
+    """A stored index is missing, damaged or built from other spans (rebuild it)."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One ranked span: its position in the list it was built from and its BM25 score (> 0)."""
+
+    span: int
+    score: float
+
+
+class TextIndex:
+    """An FTS5 index over a list of span texts. Build with `build`, reopen with `open`."""
+
+    def __init__(self, db: sqlite3.Connection, n_spans: int) -> None:
+        self._db = db
+        self.n_spans = n_spans
+
+    @classmethod
+    def build(cls, texts: Sequence[str], path: Path | None = None) -> TextIndex:
+        """Index `texts` in memory (`path` None) or in the SQLite file `path`, written to a temp
+        file in its folder and renamed into place (a crash never leaves half an index there).
+        Raises sqlite3.Error / OSError when the file cannot be written."""
+        target = ":memory:" if path is None else str(path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"))
+        db = sqlite3.connect(target, check_same_thread=False)
+        try:
+            db.executescript(
+                "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                "CREATE VIRTUAL TABLE spans USING fts5(terms, tokenize = 'porter unicode61 remove_diacritics 2');"
+            )
+            db.executemany("INSERT INTO spans (rowid, terms) VALUES (?, ?)",
+                           ((i, " ".join(terms(t))) for i, t in enumerate(texts)))
+            db.executemany("INSERT INTO meta VALUES (?, ?)", [("digest", spans_digest(texts)), ("n_spans", str(len(texts)))])
+            db.commit()
+            if path is None:
+                return cls(db, len(texts))
+            db.close()
+            os.replace(target, path)
+        except BaseException:
+            db.close()
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(target)
+            raise
+        return cls.open(path, spans_digest(texts))
+
+    @classmethod
+    def open(cls, path: Path, digest: str) -> TextIndex:
+        """Open the index file `path`, which must carry `digest` (`spans_digest` of the spans it is
+        expected to hold) and pass FTS5's integrity check. Raises IndexDamaged otherwise."""
+        if not path.is_file():
+            raise IndexDamaged(f"no text index at {path.name}")
+        try:
+            db = sqlite3.connect(path, check_same_thread=False)  # FTS5's integrity check is an INSERT: not read-only
+        except sqlite3.Error as error:
+            raise IndexDamaged(f"text index unreadable ({error})") from None
+        try:
+            meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+            if meta.get("digest") != digest:
+                raise IndexDamaged("text index was built from other spans")
+            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise IndexDamaged("text index damaged (SQLite quick check failed)")
+            db.execute("INSERT INTO spans (spans, rank) VALUES ('integrity-check', 1)")  # index vs. content
+            return cls(db, int(meta["n_spans"]))
+        except (sqlite3.Error, KeyError, ValueError) as error:
+            db.close()
+            raise IndexDamaged(f"text index damaged ({error})") from None
+        except IndexDamaged:
+            db.close()
+            raise
+
+    def search(self, query: str, limit: int = 8) -> list[Hit]:
+        """The best `limit` spans for the words of `query`, best first (BM25, k1 = 1.2, b = 0.75;
+        Robertson & Zaragoza 2009). Empty when no term of the query occurs in any span."""
+        words = list(dict.fromkeys(terms(query)))
+        if not words:
+            return []
+        match = " OR ".join(f'"{w}"' for w in words)  # quoted: a question is never FTS5 syntax
+        rows = self._db.execute("SELECT rowid, -bm25(spans) FROM spans WHERE spans MATCH ? ORDER BY rank LIMIT ?",
+                                (match, limit)).fetchall()
+        return [Hit(int(rowid), float(score)) for rowid, score in rows]
+
+    def close(self) -> None:
+        """Close the connection (the file stays)."""
+        self._db.close()
+
+
+def load_or_build(texts: Sequence[str], path: Path | None) -> tuple[TextIndex, bool]:
+    """The index of `texts`: opened from `path` when it is there and intact, else (re)built there
+    (in memory when `path` is None, or when the file cannot be written). Returns (index, rebuilt)."""
+    if path is not None:
+        with contextlib.suppress(IndexDamaged):
+            return TextIndex.open(path, spans_digest(texts)), False
+        with contextlib.suppress(OSError, sqlite3.Error):
+            path.unlink(missing_ok=True)
+            return TextIndex.build(texts, path), True
+    return TextIndex.build(texts, None), True
+
+
+def rank(texts: Sequence[str], query: str) -> list[float]:
+    """BM25 score of every text for `query` (0 where no term matches), through an in-memory index."""
+    index = TextIndex.build(texts)
+    try:
+        scores = [0.0] * len(texts)
+        for hit in index.search(query, limit=len(texts)):
+            scores[hit.span] = hit.score
+        return scores
+    finally:
+        index.close()

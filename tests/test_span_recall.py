@@ -1,0 +1,191 @@
+"""Span recall: the full-text index proposes whole spans, recalled in every layer from the archive.
+
+A needle on page k of a many-page document is answered with span recall and not without; the
+sources name page k first; the index ranks as a brute-force BM25 does; the recalled keys and values
+are exactly the archive's; a damaged or missing index is rebuilt."""
+
+import math
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from engine.documents import Document, Segment
+from engine.kvcache.archive import Archive
+from engine.kvcache.span_recall import SpanRecaller
+from engine.prefix_store import PrefixStore
+from engine.session import DocumentSession
+from engine.settings import CachePolicy, EngineSettings, RecallSettings
+from engine.text_index import IndexDamaged, TextIndex, load_or_build, rank, spans_digest, split_spans, terms
+
+TOPICS = [
+    "The harbour master counted {n} fishing boats returning before the storm reached the bay.",
+    "Engineers measured the old bridge and found {n} rusted bolts under the eastern railing.",
+    "The orchard behind the school gave {n} baskets of apples to the autumn market.",
+    "A survey of the valley listed {n} species of birds nesting near the river bank.",
+    "The printing office delivered {n} crates of pamphlets to the town hall on Friday.",
+    "Volunteers repaired {n} benches in the park after the spring festival ended.",
+]
+PAGES, NEEDLE_PAGE = 24, 17
+QUESTION = "What is the combination of the observatory safe?"
+COMBINATION = "48213"
+
+
+def book() -> Document:
+    """24 'pages' of varied prose (~90 tokens each); the observatory safe's combination on page 17."""
+    rng = random.Random(7)
+    texts = []
+    for page in range(1, PAGES + 1):
+        lines = [rng.choice(TOPICS).format(n=rng.randint(2, 90)) for _ in range(5)]
+        if page == NEEDLE_PAGE:
+            lines.insert(2, f"Note: the combination of the observatory safe is {COMBINATION}.")
+        texts.append(" ".join(lines))
+    return Document(title="book", source="", kind="pdf", pages=PAGES,
+                    segments=[Segment(text=t, label=f"page {i + 1}", page=i + 1, path=None) for i, t in enumerate(texts)])
+
+
+def settings(**recall) -> EngineSettings:
+    cache = CachePolicy(budget_tokens=256, window_tokens=64, residual_tokens=64, chunk_tokens=256)
+    return EngineSettings(max_new_tokens=16, cache=cache, recall=RecallSettings(recall_tokens=512, **recall))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return PrefixStore(tmp_path / "prefix", disk_budget_bytes=512 * 1024**2)
+
+
+def test_a_needle_on_page_k_is_answered_with_span_recall_and_not_without(smol, store):
+    session = DocumentSession(smol, settings(), store)
+    report = session.open(book())
+    assert report.document_tokens > 4 * 256, "most of the book is evicted from the snapshot"
+    answer = session.ask(QUESTION)
+    assert COMBINATION in answer.text
+    assert answer.recall.spans == (f"page {NEEDLE_PAGE}",)
+    assert answer.sources[0].label == f"page {NEEDLE_PAGE}" and answer.sources[0].page == NEEDLE_PAGE
+    assert answer.recall.refreshes == 0, "spans are chosen once per question"
+    session.settings = session.settings.replace(recall=session.settings.recall.replace(recall_tokens=0))
+    without = session.ask(QUESTION)
+    assert COMBINATION not in without.text and without.recall is None
+
+
+def test_without_focus_the_snapshot_stays_visible_beside_the_recalled_page(smol):
+    # The embedded model then answers this question from the snapshot's distractors instead (focus
+    # is the default for that reason); what must hold is that the page is recalled and attended.
+    session = DocumentSession(smol, settings(focus=False), None)
+    session.open(book())
+    answer = session.ask(QUESTION)
+    assert answer.recall.spans == (f"page {NEEDLE_PAGE}",) and answer.sources[0].page == NEEDLE_PAGE
+    held = session._snapshot.layers[0].index  # what the layer held when the question recalled
+    recalled = session._conversation.layers[0].recalled
+    assert recalled.focus_from is None
+    for head in range(held.shape[0]):  # held tokens are not attended twice
+        assert torch.equal(recalled.valid[head], ~torch.isin(recalled.index[head], held[head]))
+
+
+def test_a_question_sharing_no_word_with_the_document_falls_back_to_block_recall(smol):
+    session = DocumentSession(smol, settings(), None)
+    session.open(book())
+    answer = session.ask("Qzxv wkpt?")
+    assert answer.recall is not None and answer.recall.spans == () and answer.recall.blocks_scored > 0
+
+
+def test_span_recall_reads_exactly_the_archived_tokens_in_every_layer(smol, store):
+    session = DocumentSession(smol, settings(), store)
+    session.open(book())
+    archive: Archive = session._archive
+    lay = archive.layout
+    tokens = torch.tensor([3, 4, 5, 100, 101, 400])
+    hook = SpanRecaller(archive, tokens, focus=True)
+    query = torch.zeros(lay.kv_heads * 3, 1, lay.head_dim)
+    for layer in range(lay.num_layers):
+        recalled = hook.recall(layer, torch.arange(8)[None].expand(lay.kv_heads, -1), query, 0, torch.float32)
+        whole = torch.arange(lay.n_tokens).expand(lay.kv_heads, -1)
+        keys, values = archive.decode(archive.read(layer, whole), torch.float32)  # the reference: every token
+        assert torch.equal(recalled.keys, keys[:, tokens]) and torch.equal(recalled.values, values[:, tokens])
+        assert recalled.valid.all() and recalled.focus_from == lay.n_tokens
+        assert hook.recall(layer, None, query, 0, torch.float32) is recalled, "read once per question"
+    with pytest.raises(ValueError):
+        SpanRecaller(archive, torch.tensor([5, 3]), focus=True)
+
+
+def brute_force_bm25(texts: list[str], query: str, k1: float = 1.2, b: float = 0.75) -> list[float]:
+    """Okapi BM25 as FTS5 defines it (idf = ln((N − n + 0.5) / (n + 0.5)), floored at 1e-6)."""
+    docs = [Counter(terms(t)) for t in texts]
+    lengths = [sum(d.values()) for d in docs]
+    average = sum(lengths) / len(docs)
+    scores = [0.0] * len(docs)
+    for word in set(terms(query)):
+        n = sum(1 for d in docs if word in d)
+        if not n:
+            continue
+        idf = max(math.log((len(docs) - n + 0.5) / (n + 0.5)), 1e-6)
+        for i, d in enumerate(docs):
+            if d[word]:
+                scores[i] += idf * d[word] * (k1 + 1) / (d[word] + k1 * (1 - b + b * lengths[i] / average))
+    return scores
+
+
+def test_the_index_ranks_as_brute_force_bm25_does():
+    texts = [" ".join(book().segments[i].text for i in range(j, j + 2)) for j in range(0, PAGES, 2)]
+    for query in ("observatory safe combination", "rusted bolts bridge", "apples market orchard baskets"):
+        ours, reference = rank(texts, query), brute_force_bm25(texts, query)
+        assert [round(x, 6) for x in ours] == pytest.approx([round(x, 6) for x in reference], rel=1e-6)
+        assert max(range(len(texts)), key=ours.__getitem__) == max(range(len(texts)), key=reference.__getitem__)
+
+
+def test_terms_split_identifiers_and_scripts_without_spaces():
+    assert {"parse", "header", "links", "parse_header_links"} <= set(terms("def parse_header_links(value):"))
+    assert {"http", "digest", "auth"} <= set(terms("class HTTPDigestAuth"))
+    assert "备份" in terms("数据库备份每天凌晨运行") and "the" not in terms("the answer")
+    chinese = ["第一节 介绍 本系统用于管理文件", "第二节 数据库备份每天凌晨两点运行", "第三节 联系方式"]
+    assert max(range(3), key=rank(chinese, "数据库什么时候备份？").__getitem__) == 1
+
+
+def test_split_spans_cover_the_text_at_line_ends():
+    text = "\n".join(f"line {i} " + "x" * 50 for i in range(200))
+    spans = split_spans(text, max_chars=1000)
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert all(end - start <= 1000 for start, end in spans) and all(text[end - 1] == "\n" for _, end in spans[:-1])
+
+
+def test_a_damaged_or_missing_index_is_rebuilt(smol, store):
+    first = DocumentSession(smol, settings(), store)
+    first.open(book())
+    assert first._spans.rebuilt
+    key = first.prefix_key
+    path = store.text_index_path(key)
+    assert path.is_file()
+    first.close()
+
+    again = DocumentSession(smol, settings(), store)
+    assert again.open(book()).prefix_hit and not again._spans.rebuilt, "an intact index is reused"
+    again.close()
+
+    intact = path.read_bytes()
+    for damage in (intact[: len(intact) // 2], b"\0" * 4096 + intact[4096:]):  # a cut copy, a zeroed header
+        path.write_bytes(damage)
+        damaged = DocumentSession(smol, settings(), store)
+        damaged.open(book())
+        assert damaged._spans.rebuilt
+        assert damaged.ask(QUESTION).recall.spans == (f"page {NEEDLE_PAGE}",)
+        damaged.close()
+
+    path.unlink()
+    missing = DocumentSession(smol, settings(), store)
+    missing.open(book())
+    assert missing._spans.rebuilt and path.is_file()
+    missing.close()
+    store.delete(key)
+    assert not path.exists(), "the index goes with its entry"
+
+
+def test_an_index_built_from_other_spans_is_refused(tmp_path):
+    path = tmp_path / "spans.sqlite"
+    TextIndex.build(["alpha beta", "gamma"], path).close()
+    with pytest.raises(IndexDamaged):
+        TextIndex.open(path, spans_digest(["alpha beta", "delta"]))
+    index, rebuilt = load_or_build(["alpha beta", "delta"], path)
+    assert rebuilt and index.search("delta")[0].span == 1
+    index.close()
