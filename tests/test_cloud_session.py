@@ -170,6 +170,26 @@ def test_a_long_document_is_cut_to_the_context_keeping_the_relevant_part(repo_se
     assert not whole.was_cut and len(whole.segments_sent) == 6 and whole.document_tokens_sent == whole.document_tokens_total
 
 
+def test_a_question_in_any_script_finds_its_section_when_the_document_is_cut(smol, tmp_path):
+    # Twin sections in English and Chinese among filler: each question must keep its own twin.
+    folder = tmp_path / "handbook"
+    folder.mkdir()
+    filler = "# This module formats dates and times for the report generator and keeps a small cache.\n" * 2
+    for i in range(5):
+        (folder / f"notes_{i}.md").write_text(f"Notes {i}.\n{filler}")
+    (folder / "backup_en.md").write_text("The database backup runs every night at 02:00 and is kept for 30 days.\n")
+    (folder / "backup_zh.md").write_text("数据库备份每天凌晨两点运行，保留三十天。\n")
+    session = DocumentSession(smol, SMALL)
+    session.open(str(folder))
+    cloud = CloudSettings(enabled=True, base_url="https://api.example.com/v1", model="m", context_tokens=300, max_tokens=64)
+    english = plan_request(session, "When does the database backup run?", cloud)
+    chinese = plan_request(session, "数据库备份什么时候运行？", cloud)
+    assert english.was_cut and chinese.was_cut
+    assert "backup_en.md" in english.segments_sent
+    assert "backup_zh.md" in chinese.segments_sent, chinese.segments_sent
+    assert "两点" in chinese.messages[0]["content"]
+
+
 def test_no_room_for_the_document_is_a_clear_error(repo_session):
     cloud = CloudSettings(enabled=True, base_url="https://api.example.com/v1", model="m", context_tokens=256, max_tokens=200)
     with pytest.raises(CloudError) as info:

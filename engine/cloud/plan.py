@@ -3,7 +3,8 @@
 The request mirrors the local prompt (`engine.prompt`): the instructions and the document in the
 system message, the question in the user message. When the whole document does not fit the
 endpoint's context, it is cut: pages (or files) are split into pieces of at most
-`PIECE_TOKENS`, ranked by BM25 relevance to the question's words, and the best pieces that fit are
+`PIECE_TOKENS`, ranked by BM25 relevance to the question's words (`engine.text_index`, the same
+ranking that proposes recall's spans: words in any script, identifiers split), and the best pieces that fit are
 sent in reading order, with a line such as "[… 12 pages left out …]" at each gap. The plan says so
 (`was_cut`, a warning) and the instructions tell the cloud model that parts are missing.
 
@@ -15,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import urllib.parse
-from collections import Counter
 from dataclasses import dataclass
 
 from engine.cloud.client import display_url
@@ -25,6 +24,7 @@ from engine.cloud.errors import CloudError
 from engine.documents import Document, Segment
 from engine.prompt import INSTRUCTIONS
 from engine.settings import CloudSettings
+from engine.text_index import rank
 
 SAFETY_MARGIN = 0.10               # of the room for the document: tokenizers differ
 MESSAGE_OVERHEAD_TOKENS = 8        # role markers and separators per message in the endpoint's template
@@ -36,13 +36,6 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 INSECURE_WARNING = "http:// endpoint that is not localhost: traffic is not encrypted"
 CUT_NOTE = ("Only parts of the document fit and are shown below, chosen for the question; lines like "
             "'[… 3 pages left out …]' mark what is missing. If the answer may be in a missing part, say so.")
-_BM25_K1, _BM25_B = 1.2, 0.75
-_STOPWORDS = frozenset(
-    "the and for are but not you all any can had her was one our out has his how its may new now "
-    "old see two who did get let say she too use what when where which while with this that these "
-    "those from into about does there their them they then than have been were will would should "
-    "could also some such only other each more most very just your over under why".split()
-)
 
 
 @dataclass(frozen=True)
@@ -168,7 +161,7 @@ def _cut(document: Document, block_ids: list[list[int]], tokenizer, question: st
             label = f"{segment.label} (part {part + 1} of {n})"
             text = tokenizer.decode(chunk)
             pieces.append(_Piece((index, part), dataclasses.replace(segment, label=label, text=text), len(chunk) + MARKER_TOKENS + GAP_TOKENS))
-    scores = _bm25([p.segment.text for p in pieces], question)
+    scores = rank([f"{p.segment.label}\n{p.segment.text}" for p in pieces], question)
     ranked = sorted(range(len(pieces)), key=lambda i: (-scores[i], pieces[i].order))
     chosen, used = [], 0
     for i in ranked:
@@ -193,27 +186,3 @@ def _cut(document: Document, block_ids: list[list[int]], tokenizer, question: st
 def _gap(count: int, unit: str) -> str:
     return f"[… {count} {unit if count > 1 else unit[:-1]} left out …]"
 
-
-def _terms(text: str) -> list[str]:
-    return [w for w in re.findall(r"\w+", text.lower()) if len(w) >= 3 and w not in _STOPWORDS]
-
-
-def _bm25(texts: list[str], query: str) -> list[float]:
-    """Okapi BM25 score of each text for the query's words (k1 = 1.2, b = 0.75)."""
-    docs = [Counter(_terms(t)) for t in texts]
-    words = set(_terms(query))
-    if not docs or not words:
-        return [0.0] * len(texts)
-    lengths = [sum(d.values()) for d in docs]
-    average = sum(lengths) / len(docs) or 1.0
-    scores = [0.0] * len(docs)
-    for word in words:
-        df = sum(1 for d in docs if word in d)
-        if not df:
-            continue
-        idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
-        for i, d in enumerate(docs):
-            tf = d.get(word, 0)
-            if tf:
-                scores[i] += idf * tf * (_BM25_K1 + 1) / (tf + _BM25_K1 * (1 - _BM25_B + _BM25_B * lengths[i] / average))
-    return scores

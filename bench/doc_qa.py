@@ -1,0 +1,189 @@
+"""Whole-document answers: the engine over the whole document against the same model given only
+the part that answers (its ceiling) and against chunk retrieval (what desktop peers do).
+
+    python bench/doc_qa.py --set P16-dev --set requests-dev [--arms whole oracle lexical union]
+
+Question sets (docs/bench/questions/*.json, copied from the test corpus): each question names the
+page or file that states its answer and the strings accepted as a hit; a hit is an accepted string
+in the answer as a whole word, case-insensitive ("10" does not match "1024").
+
+arms, on the same questions in one run, all with the app's default settings and model:
+  whole    the engine over the whole document (a prefix-cache hit after the first read; the read is
+           not timed here: bench/speed.py times reads)
+  union    as whole, but the recalled spans are attended beside the whole snapshot (focus off)
+  blocks   as whole, with block recall (the per-layer attention selection; slow at book length)
+  oracle   only the segment that states the answer: the page, or 3,000 characters around the
+           question's `anchor` in the file
+  lexical  only the top BM25 chunk of ~3,000 characters (chunks cut within pages / files), as
+           GPT4All LocalDocs, AnythingLLM and Open WebUI feed their model
+Per question: hit, the answer, the spans recalled and whether the answer's segment is among them,
+the answer segment's rank in the sources, TTFT, decode tokens/s, recall seconds.
+Results: docs/bench/doc_qa.json|csv (rows), docs/bench/doc_qa_summary.csv; tables printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+
+import common
+
+QUESTIONS = common.DOCS / "bench" / "questions"
+ORACLE_CHARS = 3000
+LEXICAL_CHARS = 3000
+
+
+def hit(answer: str, accept: list[str]) -> bool:
+    """Whether any accepted string occurs in `answer` as a whole word (case-insensitive)."""
+    return any(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", answer, flags=re.IGNORECASE) for a in accept)
+
+
+def answer_segment(document, question: dict) -> int:
+    """Index of the segment that states the answer (the question's page or file)."""
+    for i, segment in enumerate(document.segments):
+        if ("page" in question and segment.page == question["page"]) or ("file" in question and segment.path == question["file"]):
+            return i
+    raise ValueError(f"no segment for {question}")
+
+
+def part_document(document, segment, text: str, label: str | None = None):
+    from engine.documents import Document, Segment
+
+    return Document(title=document.title, source=document.source, kind=document.kind, pages=document.pages,
+                    segments=[Segment(text=text, label=label or segment.label, page=segment.page, path=segment.path)])
+
+
+def oracle_document(document, question: dict):
+    segment = document.segments[answer_segment(document, question)]
+    text = segment.text
+    anchor = question.get("anchor")
+    if anchor and anchor in text and len(text) > ORACLE_CHARS:
+        middle = text.index(anchor)
+        start = max(0, middle - ORACLE_CHARS // 2)
+        text = text[start:start + ORACLE_CHARS]
+    return part_document(document, segment, text)
+
+
+def lexical_document(document, question: dict):
+    """The best BM25 chunk of about LEXICAL_CHARS characters (chunks never cross a segment)."""
+    from engine.text_index import rank, split_spans
+
+    chunks = [(segment, segment.text[a:b]) for segment in document.segments
+              for a, b in split_spans(segment.text, LEXICAL_CHARS)]
+    scores = rank([f"{s.label}\n{text}" for s, text in chunks], question["q"])
+    best = max(range(len(chunks)), key=scores.__getitem__)
+    segment, text = chunks[best]
+    return part_document(document, segment, text), segment
+
+
+def arm_settings(base, arm: str):
+    if arm == "union":
+        return base.replace(recall=base.recall.replace(focus=False))
+    if arm == "blocks":
+        return base.replace(recall=base.recall.replace(selection="blocks"))
+    return base
+
+
+def ask_row(session, question: dict, arm: str, answer_label: str, max_new_tokens: int | None) -> dict:
+    began = time.perf_counter()
+    answer = session.ask(question["q"], max_new_tokens=max_new_tokens)
+    stats = answer.recall
+    sources = [s.label for s in answer.sources]
+    spans = list(stats.spans) if stats else []
+    return {
+        "arm": arm, "q": question["q"], "hit": hit(answer.text, question["accept"]), "answer": answer.text.strip(),
+        "answer_segment": answer_label,
+        "recalled": any(s.split(" (characters")[0] == answer_label for s in spans) if spans else None,
+        "spans": "; ".join(spans), "source_rank": sources.index(answer_label) + 1 if answer_label in sources else None,
+        "sources": "; ".join(sources), "ttft_s": answer.time_to_first_token_s,
+        "decode_tokens_per_s": answer.decode_tokens_per_s, "recall_s": stats.question_s if stats else 0.0,
+        "answer_tokens": len(answer.token_ids), "seconds": time.perf_counter() - began,
+    }
+
+
+def run_set(name: str, arms: list[str], workspace_settings, store, model, limit: int | None, max_new_tokens) -> list[dict]:
+    from engine.documents import load_document
+    from engine.session import DocumentSession
+
+    spec = json.loads((QUESTIONS / f"{name}.json").read_text())
+    document = load_document(common.corpus_dir() / spec["document"])
+    questions = spec["questions"][:limit]
+    rows = []
+    for arm in arms:
+        if arm in ("whole", "union", "blocks"):
+            session = DocumentSession(model, arm_settings(workspace_settings, arm), store)
+            report = session.open(document)
+            print(f"[{name}/{arm}] {report.document_tokens:,} tokens, prefix hit {report.prefix_hit}, "
+                  f"open {report.seconds:.1f} s", flush=True)
+        for question in questions:
+            label = document.segments[answer_segment(document, question)].label
+            if arm in ("oracle", "lexical"):
+                part, chosen = (oracle_document(document, question), None) if arm == "oracle" else lexical_document(document, question)
+                session = DocumentSession(model, workspace_settings, None)
+                session.open(part)
+            row = ask_row(session, question, arm, label, max_new_tokens)
+            if arm == "lexical":
+                row["spans"], row["recalled"] = chosen.label, chosen.label == label
+            row["set"] = name
+            rows.append(row)
+            print(f"[{name}/{arm}] {'HIT ' if row['hit'] else 'miss'} {question['q'][:60]!r} -> {row['answer'][:70]!r} "
+                  f"spans={row['spans'][:40]!r} rank={row['source_rank']} ttft={row['ttft_s']:.2f}s "
+                  f"{row['decode_tokens_per_s']:.1f} tok/s", flush=True)
+            if arm in ("oracle", "lexical"):
+                session.close()
+        if arm in ("whole", "union", "blocks"):
+            session.close()
+    return rows
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    out = []
+    for (name, arm) in dict.fromkeys((r["set"], r["arm"]) for r in rows):
+        cell = [r for r in rows if r["set"] == name and r["arm"] == arm]
+        recalled = [r["recalled"] for r in cell if r["recalled"] is not None]
+        out.append({
+            "set": name, "arm": arm, "questions": len(cell), "hits": sum(r["hit"] for r in cell),
+            "answer_segment_chosen": sum(recalled) if recalled else None,
+            "first_in_sources": sum(r["source_rank"] == 1 for r in cell),
+            "median_ttft_s": common.median([r["ttft_s"] for r in cell]),
+            "median_decode_tokens_per_s": common.median([r["decode_tokens_per_s"] for r in cell]),
+            "median_recall_s": common.median([r["recall_s"] for r in cell]),
+        })
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--set", action="append", dest="sets", help="question set name (docs/bench/questions)")
+    parser.add_argument("--arms", nargs="+", default=["whole", "oracle", "lexical"])
+    parser.add_argument("--limit", type=int, default=None, help="first N questions of each set")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the app's setting")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--name", default="doc_qa")
+    args = parser.parse_args()
+    common.setup(args.threads)
+
+    from engine.models.loader import load_model
+    from engine.prefix_store import PrefixStore
+    from engine.settings import EngineSettings
+    from engine.workspace import prefix_store_dir
+
+    settings = EngineSettings(threads=args.threads)
+    model = load_model(settings.model, device=settings.device, weights=settings.weights)
+    store = PrefixStore(prefix_store_dir(), disk_budget_bytes=settings.prefix_cache_disk_bytes)
+    rows = []
+    for name in args.sets or ["P16-dev", "requests-dev"]:
+        rows += run_set(name, args.arms, settings, store, model, args.limit, args.max_new_tokens)
+    meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+            "model": model.label, "weights": model.weights_label, "settings": "app defaults"}
+    columns = ["set", "arm", "q", "hit", "answer", "answer_segment", "spans", "recalled", "source_rank", "sources",
+               "ttft_s", "decode_tokens_per_s", "recall_s", "answer_tokens"]
+    common.write_results(args.name, rows, columns, meta)
+    common.write_results(f"{args.name}_summary", summary(rows), list(summary(rows)[0]), meta)
+
+
+if __name__ == "__main__":
+    main()
