@@ -9,7 +9,8 @@ docs/CORPUS.md) is the ground truth.
 
 What is skipped, each listed in `Document.warnings`: vendored folders, symlinks (never followed:
 R04), non-regular files, files over `plain.MAX_FILE_BYTES`, binary files, minified
-files, empty files. Files in legacy encodings are read with a fallback codec and flagged.
+files, empty files, files whose encoding cannot be told. Files in legacy encodings are decoded
+with the code page charset-normalizer detects and flagged (`engine.documents.encoding`).
 """
 
 from __future__ import annotations
@@ -311,8 +312,7 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, str | None]:
         return "", result.skipped, None
     if not notebook and path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
         return "", "minified", None
-    note = f"decoded with fallback ({result.fallback})" if result.fallback else None
-    return result.text, None, note
+    return result.text, None, result.note
 
 
 def _minified(text: str) -> bool:
