@@ -1,4 +1,4 @@
-"""Plain-text files (.txt, .md, source code): safe reading and decoding, shared with repo.py.
+"""Text files (.txt, .md, source code, notebooks, web pages): safe reading, shared with repo.py.
 Case ids (R02, R03, R06) are the repository cases of docs/CORPUS.md.
 
 `read_text` never blocks on a device or FIFO, never reads more than `MAX_FILE_BYTES`, and never
@@ -22,6 +22,7 @@ from engine.documents import (
 from engine.documents.encoding import (
     UnclearEncodingError, bom_encoding, decode_bytes, utf16_without_bom,
 )
+from engine.documents.html import HTML_SUFFIXES, html_text
 from engine.documents.notebook import MAX_NOTEBOOK_BYTES, NOTEBOOK_SUFFIX, NotebookError, notebook_text
 from engine.documents.text import normalize_text
 from engine.errors import Cancelled
@@ -29,6 +30,13 @@ from engine.errors import Cancelled
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """Files larger than this are not read (checked with stat first; R06: a 480 MB file
 committed by accident crashed repomix). 2 MiB of text is ~500k tokens, beyond any budget."""
+
+MAX_HTML_BYTES = 20 * 1024 * 1024
+"""Web pages may be this large: a saved page carries its images as base64 (B17: 146 kB of 154 kB),
+and they are dropped. A 17 MiB page (a 16 MiB image, 20,000 paragraphs) took 2.8 s to read."""
+
+CONVERTED_SUFFIXES = HTML_SUFFIXES | {NOTEBOOK_SUFFIX}
+"""Files whose text is made from markup (`read_file`): what the model sees is not their source."""
 
 SNIFF_BYTES = 8 * 1024
 """Binary sniffing window: NULs anywhere in it mean binary (git also looks at 8000 bytes)."""
@@ -149,6 +157,26 @@ def read_notebook(path: Path) -> TextFile:
             else _skip("empty", "empty"))
 
 
+def read_html(path: Path) -> TextFile:
+    """A web page's text as a browser shows it (`html.html_text`), read like `read_text` but up to
+    MAX_HTML_BYTES."""
+    result = read_text(path, max_bytes=MAX_HTML_BYTES)
+    if result.skipped is not None:
+        return result
+    text = normalize_text(html_text(result.text))
+    return (TextFile(text, fallback=result.fallback, replaced=result.replaced) if text
+            else _skip("empty", "empty"))
+
+
+def read_file(path: Path) -> TextFile:
+    """The text of one file by its kind: a notebook's cells, a web page's shown text, else the
+    file as text (`read_text`)."""
+    suffix = path.suffix.lower()
+    if suffix == NOTEBOOK_SUFFIX:
+        return read_notebook(path)
+    return read_html(path) if suffix in HTML_SUFFIXES else read_text(path)
+
+
 def _read_at_most(fd: int, limit: int) -> bytes:
     chunks: list[bytes] = []
     remaining = limit
@@ -181,7 +209,7 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
         raise Cancelled("Reading the file was cancelled.")
     if progress:
         progress(0, 1)
-    result = read_notebook(path) if path.suffix.lower() == NOTEBOOK_SUFFIX else read_text(path)
+    result = read_file(path)
     from engine.documents.names import display_name  # names imports this module
 
     name = display_name(path.name)

@@ -30,8 +30,7 @@ import pathspec
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
 from engine.documents.generated import generated_files
 from engine.documents.names import display_name
-from engine.documents.notebook import NOTEBOOK_SUFFIX
-from engine.documents.plain import read_notebook, read_text
+from engine.documents.plain import CONVERTED_SUFFIXES, read_file
 from engine.errors import Cancelled
 
 VENDORED_DIRS = frozenset({
@@ -306,11 +305,12 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, str | None]:
         return "", "not a regular file", None
     if not _inside(os.path.realpath(path), root):
         return "", "outside the folder", None  # defensive: a listing never goes through links
-    notebook = path.suffix.lower() == NOTEBOOK_SUFFIX  # its JSON is not its text: never "minified"
-    result = read_notebook(path) if notebook else read_text(path)
+    result = read_file(path)
     if result.skipped is not None:
         return "", result.skipped, None
-    if not notebook and path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
+    # A notebook's JSON or a page's HTML is not its text: never "minified" (B07, B17).
+    suffix = path.suffix.lower()
+    if suffix not in CONVERTED_SUFFIXES and suffix not in PROSE_SUFFIXES and _minified(result.text):
         return "", "minified", None
     return result.text, None, result.note
 
