@@ -103,6 +103,7 @@ class _PypdfPages:
         self._path, self._password = path, password
         self._reader: Any = None
         self._failed = False
+        self._last: tuple[int, str | None] | None = None
 
     def _open(self) -> Any:
         if self._reader is None and not self._failed:
@@ -119,13 +120,19 @@ class _PypdfPages:
         return self._reader
 
     def text(self, index: int) -> str | None:
+        """pypdf's text of page `index` (0-based), or None; the last page's is kept, since a
+        right-to-left page asks twice (glyph order, then the second opinion)."""
+        if self._last is not None and self._last[0] == index:
+            return self._last[1]
         reader = self._open()
         if reader is None:
             return None
         try:
-            return reader.pages[index].extract_text()
+            text = reader.pages[index].extract_text()
         except Exception:  # noqa: BLE001 - includes pypdf's LimitReachedError on bombs
-            return None
+            text = None
+        self._last = (index, text)
+        return text
 
 
 class _PdfminerPages:
