@@ -191,12 +191,22 @@ def _count_objects(page: Any, kind: int) -> int:
     return sum(1 for _ in page.get_objects(filter=[kind], max_depth=3))
 
 
+class _PageTooLarge(Exception):
+    def __init__(self, chars: int) -> None:
+        super().__init__(f"{chars} characters")
+        self.chars = chars
+
+
 def _pdfium_page_text(page: Any, pdfium: Any, index: int, second: _PypdfPages) -> tuple[str, dict[str, int]]:
     """PDFium's text of what a viewer shows on the page (`pdf_visible`), and the characters left
     out by reason. Where PDFium may have reversed the letters of right-to-left ligature glyphs,
-    the order whose words pypdf also finds is kept: pypdf does not reorder inside a glyph (B19)."""
+    the order whose words pypdf also finds is kept: pypdf does not reorder inside a glyph (B19).
+    Raises _PageTooLarge over MAX_PAGE_CHARS characters, hidden ones included."""
     textpage = page.get_textpage()
     try:
+        # Counted before anything is left out: text drawn off the page is still the page's bulk.
+        if textpage.count_chars() > MAX_PAGE_CHARS:
+            raise _PageTooLarge(textpage.count_chars())
         shown = visible_text(page, textpage, pdfium)
     finally:
         textpage.close()
@@ -254,10 +264,11 @@ def extract(path: str, password: str | None, start_page: int,
                   "detail": str(exc)})
             return
         page = _with_form_fields(document, index, page, pdfium)
-        (text, hidden), extractor = _pdfium_page_text(page, pdfium, index, second), "pdfium"
-        if len(text) > MAX_PAGE_CHARS:
+        try:
+            (text, hidden), extractor = _pdfium_page_text(page, pdfium, index, second), "pdfium"
+        except _PageTooLarge as large:
             emit({"event": "error", "code": "page_too_large", "page": index + 1,
-                  "detail": f"{len(text)} characters"})
+                  "detail": f"{large.chars} characters"})
             return
         # A page without text objects (P16's 12 blank pages) has nothing pypdf could find either.
         # Nor is it asked where text was hidden: it would give the hidden text back (B14).
