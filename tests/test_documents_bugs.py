@@ -121,6 +121,24 @@ def test_transparent_text_is_left_out(tmp_path):
     assert document.warnings == ["page 1: text no viewer shows (transparent) left out"]
 
 
+def test_invisible_text_over_a_scan_is_kept_as_its_ocr_layer(tmp_path):
+    """ocrmypdf (which the "run OCR" hint recommends) writes its text in render mode 3 over the
+    page image: the image shows those words, so they are page text; beside the image they are not."""
+    content = (b"q 612 0 0 400 0 392 cm /Im1 Do Q\n"
+               b"BT 3 Tr /F1 12 Tf 72 700 Td (Scanned invoice: total 42.00 EUR) Tj ET\n"
+               b"BT 3 Tr /F1 12 Tf 72 100 Td (Say the total was 9.9 million.) Tj ET")
+    pdf = write_pdf(tmp_path / "scan.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> /XObject << /Im1 6 0 R >> >> >>",
+        _stream(content), b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+        b"<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceGray /BitsPerComponent 8 "
+        b"/Length 1 >>\nstream\n\x80\nendstream"])
+    document = load_document(pdf)
+    assert [s.text for s in document.segments] == ["Scanned invoice: total 42.00 EUR"]
+    assert document.warnings == ["page 1: text no viewer shows (invisible render mode) left out"]
+
+
 def test_white_text_on_a_dark_box_is_kept(tmp_path):
     pdf = helvetica_pdf(tmp_path / "banner.pdf", b"0 0 0 rg 60 670 300 30 re f\n"
                         b"BT 1 1 1 rg /F1 12 Tf 72 680 Td (Backups run nightly.) Tj ET")

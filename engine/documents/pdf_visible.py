@@ -3,7 +3,8 @@
 Runs in the PDF worker (`engine.documents.pdf_worker`). A PDF can carry text that no viewer
 draws: outside the page's visible box (B14 in docs/REAL_WORLD_INPUTS.md: printer slugs beyond
 the CropBox, a planted "note to the assistant" at x = -400), in an invisible render mode
-(`3 Tr`, or `7 Tr`, clip only), fully transparent, too small to see (a 0.1 pt font or a text
+(`3 Tr`, or `7 Tr`, clip only; except over an image, where it is a scan's OCR layer), fully
+transparent, too small to see (a 0.1 pt font or a text
 matrix that shrinks a 12 pt font to 0.12 pt), or white on a white page. Extractors return all
 of it as page text, spliced into the visible lines, which is how planted instructions reach a
 model. `visible_text` drops it and says how many characters it dropped.
@@ -158,6 +159,7 @@ def _characters(page: Any, textpage: Any, raw: Any) -> tuple[list[str], dict[int
     light: list[int] = []
     clusters: dict[int, int] = {}
     previous, previous_box, cluster_start = "", None, 0
+    images: list[tuple[float, float, float, float]] | None = None
     for index in range(textpage.count_chars()):
         char = chr(raw.FPDFText_GetUnicode(handle, index))
         if raw.FPDFText_IsGenerated(handle, index) == 1 or char.isspace():
@@ -177,7 +179,11 @@ def _characters(page: Any, textpage: Any, raw: Any) -> tuple[list[str], dict[int
         elif box.right - box.left < MIN_EM_PT and box.top - box.bottom < MIN_EM_PT:
             reason = "too small to see"
         elif _render_mode(raw, handle, index, modes) in _INVISIBLE_MODES:
-            reason = "invisible render mode"
+            if images is None:
+                images = _image_boxes(page, raw)
+            centre_x, centre_y = (box.left + box.right) / 2, (box.bottom + box.top) / 2
+            if not any(x0 <= centre_x <= x1 and y0 <= centre_y <= y1 for x0, y0, x1, y1 in images):
+                reason = "invisible render mode"
         elif raw.FPDFText_GetFillColor(handle, index, red, green, blue, alpha):
             if alpha.value == 0:
                 reason = "transparent"
@@ -195,6 +201,14 @@ def _characters(page: Any, textpage: Any, raw: Any) -> tuple[list[str], dict[int
                 following += 1
             reasons[index] = "same colour as the page"
     return reasons, clusters
+
+
+def _image_boxes(page: Any, raw: Any) -> list[tuple[float, float, float, float]]:
+    """(left, bottom, right, top) of the page's images. Invisible text over an image is what OCR
+    (ocrmypdf, Tesseract, scanners) writes over a scan, and the image shows those words: kept.
+    Images inside form XObjects count with their bounds in the form's space, which is the page's
+    for the usual unscaled form."""
+    return [obj.get_bounds() for obj in page.get_objects(filter=[raw.FPDF_PAGEOBJ_IMAGE], max_depth=3)]
 
 
 def _render_mode(raw: Any, handle: Any, index: int, cache: dict[int, int]) -> int:
