@@ -76,6 +76,11 @@ def truetype_pdf(path: Path, lines: list[str]) -> Path:
         _stream(font),
         _stream(cmap),
     ]
+    return write_pdf(path, objects)
+
+
+def write_pdf(path: Path, objects: list[bytes]) -> Path:
+    """Write `objects` (object 1 the catalog) as a PDF with a correct cross-reference table."""
     out = bytearray(b"%PDF-1.7\n")
     offsets = []
     for number, body in enumerate(objects, 1):
@@ -87,6 +92,21 @@ def truetype_pdf(path: Path, lines: list[str]) -> Path:
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     path.write_bytes(bytes(out))
     return path
+
+
+def helvetica_pdf(path: Path, content: bytes, page_box: bytes = b"/MediaBox [0 0 612 792]") -> Path:
+    """Write a one-page PDF whose content stream is `content`, with Helvetica as /F1.
+
+    `page_box` is written into the page dictionary as is (a /MediaBox, optionally a /CropBox).
+    """
+    return write_pdf(path, [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R " + page_box + b" /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        _stream(content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+    ])
 
 
 def _stream(data: bytes) -> bytes:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.documents.plain import decode_bytes, looks_binary
+from engine.documents.encoding import Decoded, UnclearEncodingError, decode_bytes
+from engine.documents.plain import looks_binary
 from engine.documents.text import (
     is_unreliable, long_letter_runs, measure, normalize_text, same_content, scripts_of,
 )
@@ -152,19 +153,27 @@ def test_shared_characters_belong_to_the_scripts_that_use_them():
 
 def test_format_characters_between_letters_are_removed_elsewhere_kept():
     assert normalize_text("Ge\u00adschwin\u200bdig\u2060keit") == "Geschwindigkeit"
-    assert normalize_text("\u200bstart end\u00ad") == "\u200bstart end\u00ad"
+    # these four show nothing anywhere; a bidi mark outside a word is kept
+    assert normalize_text("\u200bstart \ufeffend\u00ad \u2060x") == "start end x"
+    assert normalize_text("\u200f(1)") == "\u200f(1)"
     assert normalize_text("می\u200cخواهم") == "می\u200cخواهم"  # ZWNJ is Persian spelling
     assert normalize_text("👩\u200d💻") == "👩\u200d💻"  # an emoji sequence, not letters
 
 
 # --- decoding and binary sniffing -----------------------------------------------------------
 
-def test_decode_prefers_bom_then_utf8_then_cp1252_then_latin1():
-    assert decode_bytes("über".encode("utf-16")) == ("über", None)
-    assert decode_bytes(codecs.BOM_UTF8 + "ß".encode()) == ("ß", None)
-    assert decode_bytes("Café".encode()) == ("Café", None)
-    assert decode_bytes("Café “q”".encode("cp1252")) == ("Café “q”", "cp1252")
-    assert decode_bytes(b"caf\xe9 \x81") == ("café \x81", "latin-1")
+def test_decode_prefers_bom_then_utf8_then_a_detected_code_page():
+    assert decode_bytes("über".encode("utf-16")) == Decoded("über")
+    assert decode_bytes(codecs.BOM_UTF8 + "ß".encode()) == Decoded("ß")
+    assert decode_bytes("Café".encode()) == Decoded("Café")
+    # too short for the detector's language model: cp1252, which gives the same text as its guess
+    assert decode_bytes("Café “q”".encode("cp1252")) == Decoded("Café “q”", fallback="cp1252")
+    assert decode_bytes("Café crème brûlée".encode("latin-1")) == Decoded("Café crème brûlée", fallback="cp1252")
+    # short, undefined in cp1252 (0x81), and eight code pages fit: no guess is given to the model
+    with pytest.raises(UnclearEncodingError, match="best guess"):
+        decode_bytes(b"caf\xe9 \x81")
+    with pytest.raises(UnclearEncodingError, match="cp1251"):
+        decode_bytes("Привет, мир".encode("cp1251"))
 
 
 def test_multibyte_char_cut_by_the_window_is_not_binary():

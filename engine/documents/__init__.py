@@ -1,4 +1,4 @@
-"""Documents: turn a PDF, a code repository or a text file into page- or file-sized segments.
+"""Documents: turn a PDF, a code repository, a text file or a web page into page- or file-sized segments.
 
 `load_document(path)` is the one entry point. Every segment's text is normalised by
 `engine.documents.text.normalize_text`, so the same file always renders to the same string (and
@@ -129,7 +129,8 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
                   progress: ProgressCallback | None = None,
                   cancel: threading.Event | None = None,
                   include_generated: bool = False) -> Document:
-    """Load a folder (as a repository), a PDF, or a single text file.
+    """Load a folder (as a repository), a PDF, or a single text file (a notebook's cells, a web
+    page's shown text: `plain.read_file`).
 
     A PDF is recognised by its `.pdf` suffix or a `%PDF-` header anywhere in the first 1,024 bytes
     (junk or a byte-order mark before it is allowed, as readers allow). `password` is used for

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 
-from engine.documents.plain import decode_bytes
 from engine.errors import DocumentError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -20,8 +19,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def display_name(name: str | os.PathLike[str]) -> str:
     """`name` (a file name, a relative or absolute path) as valid Unicode: unchanged when it
-    already is; else its bytes decoded as UTF-8, cp1252 or Latin-1 (`plain.decode_bytes`), so
-    b"caf\\xe9-menu.txt" reads "café-menu.txt". Never raises."""
+    already is; else its bytes decoded as UTF-8, cp1252 or Latin-1, so b"caf\\xe9-menu.txt"
+    reads "café-menu.txt". Never raises. (Not charset-normalizer, as file contents are: a name is
+    too short for a detector, and the same bytes must always give the same name.)"""
     text = os.fspath(name)
     if not _SURROGATE.search(text):
         return text
@@ -29,7 +29,12 @@ def display_name(name: str | os.PathLike[str]) -> str:
         raw = os.fsencode(text)  # surrogateescape gives back the bytes the OS had
     except UnicodeEncodeError:  # surrogates that did not come from the file system
         return _SURROGATE.sub("\ufffd", text)
-    return _SURROGATE.sub("\ufffd", decode_bytes(raw)[0])
+    for codec in ("utf-8", "cp1252"):
+        try:
+            return raw.decode(codec)
+        except UnicodeDecodeError:
+            continue
+    return raw.decode("latin-1")
 
 
 def check_unicode(text: str, what: str) -> None:

@@ -56,6 +56,8 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
 
     Pages without text are not segments: blank pages are silent, pages with images only get a
     "no text layer (scanned?)" warning, pages whose text is noise are left out with a warning.
+    Text that no viewer shows (outside the page box, invisible, white on white: B14) is never
+    page text; "pages 1-3: text no viewer shows (outside the page) left out" says where.
     Raises EmptyFileError, NotPdfError, PasswordRequiredError, WrongPasswordError,
     UnsupportedEncryptionError, DamagedPdfError, SuspiciousPdfError, NoTextLayerError,
     UnreadableTextError, FileNotReadableError, or Cancelled.
@@ -97,6 +99,7 @@ class _Collected:
         self.unreadable: list[int] = []
         self.failed: list[tuple[int, str]] = []
         self.notes: list[str] = []
+        self.hidden: dict[str, list[int]] = {}  # reason -> pages where text no viewer shows was left out
 
     def apply(self, event: dict[str, Any], progress: ProgressCallback | None) -> None:
         kind = event.get("event")
@@ -110,6 +113,8 @@ class _Collected:
                     progress(0, self.total)
         elif kind == "page":
             self._add_page(int(event["page"]), event["text"], int(event.get("images", 0)))
+            for reason in event.get("hidden") or {}:
+                self.hidden.setdefault(str(reason), []).append(int(event["page"]))
             self.next_page = int(event["page"]) + 1
             if progress and self.total:
                 progress(self.next_page - 1, self.total)
@@ -152,6 +157,8 @@ class _Collected:
         if self.unreadable:
             warnings.append(f"{_pages(self.unreadable)}: text unreadable (font without a Unicode "
                             "map?), left out")
+        warnings += [f"{_pages(pages)}: text no viewer shows ({reason}) left out"
+                     for reason, pages in sorted(self.hidden.items())]
         return Document(title=self.title.split("\n", 1)[0] or display_name(self.path.stem),
                         source=str(self.path), kind="pdf", segments=self.segments,
                         warnings=warnings, pages=self.total)

@@ -9,7 +9,8 @@ cap set below PDFium aborts within 2 s instead, and the parent reports the page 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
 Events:   {"event": "open", "pages": int, "title": str, "repaired": bool}
           {"event": "page", "page": int (1-based), "text": str,
-           "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int}
+           "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int,
+           "hidden": {reason: characters left out because no viewer shows them}}
           {"event": "error", "code": str, "page": int | null, "detail": str}
           {"event": "done"}
 Error codes: "password_required", "wrong_password", "unsupported_security", "unreadable" (PDFium
@@ -23,6 +24,10 @@ text is still unreliable (`is_unreliable`: typically a TrueType font without /To
 ids PDFium and pypdf print as shifted characters), pdfminer.six gives a third opinion: it maps
 glyphs through the embedded font's own cmap. The best of the three is kept; the page is flagged
 only when all of them fail.
+
+Only what a viewer shows is page text (`engine.documents.pdf_visible`): text outside the visible
+page box, invisible, transparent, too small or white on white is left out, and a page where any
+was left out gets no second or third opinion, since those extractors cannot leave it out.
 """
 
 from __future__ import annotations
@@ -31,9 +36,12 @@ import ctypes
 import json
 import logging
 import sys
+import unicodedata
 import warnings
+from collections import Counter
 from typing import Any, Callable
 
+from engine.documents.pdf_visible import visible_text
 from engine.documents.text import TextQuality, is_unreliable, measure, same_content
 
 MAX_PAGE_CHARS = 2_000_000
@@ -95,6 +103,7 @@ class _PypdfPages:
         self._path, self._password = path, password
         self._reader: Any = None
         self._failed = False
+        self._last: tuple[int, str | None] | None = None
 
     def _open(self) -> Any:
         if self._reader is None and not self._failed:
@@ -111,13 +120,19 @@ class _PypdfPages:
         return self._reader
 
     def text(self, index: int) -> str | None:
+        """pypdf's text of page `index` (0-based), or None; the last page's is kept, since a
+        right-to-left page asks twice (glyph order, then the second opinion)."""
+        if self._last is not None and self._last[0] == index:
+            return self._last[1]
         reader = self._open()
         if reader is None:
             return None
         try:
-            return reader.pages[index].extract_text()
+            text = reader.pages[index].extract_text()
         except Exception:  # noqa: BLE001 - includes pypdf's LimitReachedError on bombs
-            return None
+            text = None
+        self._last = (index, text)
+        return text
 
 
 class _PdfminerPages:
@@ -176,14 +191,37 @@ def _count_objects(page: Any, kind: int) -> int:
     return sum(1 for _ in page.get_objects(filter=[kind], max_depth=3))
 
 
-def _pdfium_page_text(page: Any) -> str:
+class _PageTooLarge(Exception):
+    def __init__(self, chars: int) -> None:
+        super().__init__(f"{chars} characters")
+        self.chars = chars
+
+
+def _pdfium_page_text(page: Any, pdfium: Any, index: int, second: _PypdfPages) -> tuple[str, dict[str, int]]:
+    """PDFium's text of what a viewer shows on the page (`pdf_visible`), and the characters left
+    out by reason. Where PDFium may have reversed the letters of right-to-left ligature glyphs,
+    the order whose words pypdf also finds is kept: pypdf does not reorder inside a glyph (B19).
+    Raises _PageTooLarge over MAX_PAGE_CHARS characters, hidden ones included."""
     textpage = page.get_textpage()
     try:
-        # PDFium writes U+FFFE where it joined a word hyphenated across a line end
-        # ("adip\ufffeiscing", P11); print it as the page shows it, like pypdf does.
-        return textpage.get_text_range().replace("\ufffe", "-\n")
+        # Counted before anything is left out: text drawn off the page is still the page's bulk.
+        if textpage.count_chars() > MAX_PAGE_CHARS:
+            raise _PageTooLarge(textpage.count_chars())
+        shown = visible_text(page, textpage, pdfium)
     finally:
         textpage.close()
+    if shown.glyphs_reversed is not None:
+        reference = second.text(index)
+        if reference and _shared_words(shown.glyphs_reversed, reference) > _shared_words(shown.text, reference):
+            return shown.glyphs_reversed, shown.hidden
+    return shown.text, shown.hidden
+
+
+def _shared_words(text: str, reference: str) -> int:
+    """How many of the words of `text` also occur in `reference`, compared in NFKC: pypdf keeps
+    Arabic presentation forms ("ﻻ") where PDFium gives the letters ("لا")."""
+    words = Counter(unicodedata.normalize("NFKC", text).split())
+    return sum((words & Counter(unicodedata.normalize("NFKC", reference).split())).values())
 
 
 def _open_document(pdfium: Any, path: str, password: str | None) -> tuple[Any, dict | None]:
@@ -226,14 +264,16 @@ def extract(path: str, password: str | None, start_page: int,
                   "detail": str(exc)})
             return
         page = _with_form_fields(document, index, page, pdfium)
-        text, extractor = _pdfium_page_text(page), "pdfium"
-        if len(text) > MAX_PAGE_CHARS:
+        try:
+            (text, hidden), extractor = _pdfium_page_text(page, pdfium, index, second), "pdfium"
+        except _PageTooLarge as large:
             emit({"event": "error", "code": "page_too_large", "page": index + 1,
-                  "detail": f"{len(text)} characters"})
+                  "detail": f"{large.chars} characters"})
             return
         # A page without text objects (P16's 12 blank pages) has nothing pypdf could find either.
+        # Nor is it asked where text was hidden: it would give the hidden text back (B14).
         has_text = bool(text.strip()) or _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_TEXT) > 0
-        if has_text and _needs_second_opinion(measure(text), lambda: _uses_type3(page, pdfium)):
+        if has_text and not hidden and _needs_second_opinion(measure(text), lambda: _uses_type3(page, pdfium)):
             alternative = second.text(index)
             if (alternative and len(alternative) <= MAX_PAGE_CHARS
                     and _prefer_second(text, alternative)):
@@ -246,7 +286,7 @@ def extract(path: str, password: str | None, start_page: int,
         images = 0 if text.strip() else _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_IMAGE)
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,
-              "images": images})
+              "images": images, "hidden": hidden})
     emit({"event": "done"})
 
 

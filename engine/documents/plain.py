@@ -1,4 +1,4 @@
-"""Plain-text files (.txt, .md, source code): safe reading and decoding, shared with repo.py.
+"""Text files (.txt, .md, source code, notebooks, web pages): safe reading, shared with repo.py.
 Case ids (R02, R03, R06) are the repository cases of docs/CORPUS.md.
 
 `read_text` never blocks on a device or FIFO, never reads more than `MAX_FILE_BYTES`, and never
@@ -19,6 +19,10 @@ from engine.documents import (
     Document, EmptyFileError, FileNotReadableError, NotTextError, ProgressCallback, Segment,
     _reason,
 )
+from engine.documents.encoding import (
+    UnclearEncodingError, bom_encoding, decode_bytes, utf16_without_bom,
+)
+from engine.documents.html import HTML_SUFFIXES, html_text
 from engine.documents.notebook import MAX_NOTEBOOK_BYTES, NOTEBOOK_SUFFIX, NotebookError, notebook_text
 from engine.documents.text import normalize_text
 from engine.errors import Cancelled
@@ -27,19 +31,17 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 """Files larger than this are not read (checked with stat first; R06: a 480 MB file
 committed by accident crashed repomix). 2 MiB of text is ~500k tokens, beyond any budget."""
 
+MAX_HTML_BYTES = 20 * 1024 * 1024
+"""Web pages may be this large: a saved page carries its images as base64 (B17: 146 kB of 154 kB),
+and they are dropped. A 17 MiB page (a 16 MiB image, 20,000 paragraphs) took 2.8 s to read."""
+
+CONVERTED_SUFFIXES = HTML_SUFFIXES | {NOTEBOOK_SUFFIX}
+"""Files whose text is made from markup (`read_file`): what the model sees is not their source."""
+
 SNIFF_BYTES = 8 * 1024
 """Binary sniffing window: NULs anywhere in it mean binary (git also looks at 8000 bytes)."""
 
-# Longest first: the UTF-32-LE BOM starts with the UTF-16-LE one.
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-         (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
-         (codecs.BOM_UTF16_BE, "utf-16"))
 _BINARY_CONTROL_SHARE = 0.3
-
-
-def bom_encoding(data: bytes) -> str | None:
-    """The codec named by a byte-order mark at the start of `data`, or None."""
-    return next((codec for bom, codec in _BOMS if data.startswith(bom)), None)
 
 
 def looks_binary(window: bytes) -> bool:
@@ -49,7 +51,8 @@ def looks_binary(window: bytes) -> bool:
     (R02: the fixture's data/late-binary.dat has its first NUL after 2.8 KB, so 512 B or 1 KB windows
     miss it), or over 30% control characters. The window is decoded with an incremental decoder,
     so a multi-byte character cut by the end of the window is not mistaken for binary
-    (gitingest #578, docs/boundary.md in the fixture).
+    (gitingest #578, docs/boundary.md in the fixture). UTF-16 without a BOM is recognised
+    before this is asked (`encoding.utf16_without_bom`).
     """
     if bom_encoding(window) in ("utf-16", "utf-32"):
         return False
@@ -63,29 +66,6 @@ def looks_binary(window: bytes) -> bool:
     return bool(sample) and controls / len(sample) > _BINARY_CONTROL_SHARE
 
 
-def decode_bytes(data: bytes) -> tuple[str, str | None]:
-    """Decode a text file: byte-order mark, else strict UTF-8, else cp1252, else latin-1.
-
-    Returns (text, fallback), where fallback names the legacy codec used ("cp1252" or "latin-1")
-    and is None for UTF-8 or a BOM-declared encoding. Never raises (R03: ThalesGroup/fred #1898,
-    reuse-tool #598). The text is not normalised yet.
-    """
-    codec = bom_encoding(data)
-    if codec is not None:
-        try:
-            return data.decode(codec), None
-        except UnicodeDecodeError:
-            pass  # a stray BOM-like prefix: fall through to the guesses
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError:
-        pass
-    try:
-        return data.decode("cp1252"), "cp1252"
-    except UnicodeDecodeError:  # cp1252 leaves 0x81, 0x8d, 0x8f, 0x90, 0x9d undefined
-        return data.decode("latin-1"), "latin-1"
-
-
 # O_NOFOLLOW: never read through a link; O_NONBLOCK: opening a FIFO must not wait for a writer.
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
                | getattr(os, "O_BINARY", 0))
@@ -97,14 +77,26 @@ class TextFile:
 
     text: normalised text (empty when skipped). skipped: reason phrase for warnings, e.g.
     "binary" or "too large: 60 MiB > 2 MiB", or None. code: the reason as one word ("special",
-    "too_large", "binary", "unreadable", "empty"). fallback: legacy codec used when the file was
-    not UTF-8 ("cp1252", "latin-1"), else None.
+    "too_large", "binary", "unreadable", "empty", "encoding"). fallback: legacy codec used when
+    the file was not Unicode ("cp1252", "gb18030"), else None. replaced: bytes of a UTF-8 file
+    that were not UTF-8 (`encoding.decode_bytes`).
     """
 
     text: str
     skipped: str | None = None
     code: str | None = None
     fallback: str | None = None
+    replaced: int = 0
+
+    @property
+    def note(self) -> str | None:
+        """The warning phrase about how the file was decoded, or None: "decoded with fallback
+        (gb18030)", "3 bytes not UTF-8 replaced"."""
+        if self.fallback:
+            return f"decoded with fallback ({self.fallback})"
+        if self.replaced:
+            return f"{self.replaced} byte{'s' if self.replaced > 1 else ''} not UTF-8 replaced"
+        return None
 
 
 def _skip(code: str, phrase: str) -> TextFile:
@@ -115,7 +107,8 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
     """Read one regular file as text without following symlinks or blocking on special files.
 
     Skip phrases: "not a regular file", "too large: 60 MiB > 2 MiB", "binary",
-    "unreadable: permission denied", "empty". Does not raise for any of them.
+    "unreadable: permission denied", "empty", "encoding not clear, best guess cp1125 or cp1251".
+    Does not raise for any of them.
     `max_bytes` defaults to MAX_FILE_BYTES (read at call time, so tests can lower it).
     """
     max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
@@ -138,13 +131,16 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
         os.close(fd)
     if len(data) > max_bytes:  # grew after fstat
         return _skip("too_large", f"too large: over {_size(max_bytes)}")
-    if looks_binary(data[:SNIFF_BYTES]):
+    if not utf16_without_bom(data) and looks_binary(data[:SNIFF_BYTES]):
         return _skip("binary", "binary")
-    raw, fallback = decode_bytes(data)
-    text = normalize_text(raw)
+    try:
+        decoded = decode_bytes(data)
+    except UnclearEncodingError as error:
+        return _skip("encoding", str(error))
+    text = normalize_text(decoded.text)
     if not text:
         return _skip("empty", "empty")
-    return TextFile(text, fallback=fallback)
+    return TextFile(text, fallback=decoded.fallback, replaced=decoded.replaced)
 
 
 def read_notebook(path: Path) -> TextFile:
@@ -157,7 +153,28 @@ def read_notebook(path: Path) -> TextFile:
         text = normalize_text(notebook_text(result.text))
     except NotebookError as error:
         return _skip("unreadable", f"unreadable notebook: {error}")
-    return TextFile(text, fallback=result.fallback) if text else _skip("empty", "empty")
+    return (TextFile(text, fallback=result.fallback, replaced=result.replaced) if text
+            else _skip("empty", "empty"))
+
+
+def read_html(path: Path) -> TextFile:
+    """A web page's text as a browser shows it (`html.html_text`), read like `read_text` but up to
+    MAX_HTML_BYTES."""
+    result = read_text(path, max_bytes=MAX_HTML_BYTES)
+    if result.skipped is not None:
+        return result
+    text = normalize_text(html_text(result.text))
+    return (TextFile(text, fallback=result.fallback, replaced=result.replaced) if text
+            else _skip("empty", "empty"))
+
+
+def read_file(path: Path) -> TextFile:
+    """The text of one file by its kind: a notebook's cells, a web page's shown text, else the
+    file as text (`read_text`)."""
+    suffix = path.suffix.lower()
+    if suffix == NOTEBOOK_SUFFIX:
+        return read_notebook(path)
+    return read_html(path) if suffix in HTML_SUFFIXES else read_text(path)
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:
@@ -183,14 +200,16 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
                    cancel: threading.Event | None = None) -> Document:
     """Load one text file (absolute `path`) as a one-segment document labelled with its name.
 
-    Raises EmptyFileError (0 bytes or only whitespace/control characters), NotTextError (binary
-    or too large), FileNotReadableError, or Cancelled.
+    Raises EmptyFileError (0 bytes or only whitespace/control characters), NotTextError (binary,
+    too large, or an encoding that cannot be told: "minutes.txt: the text encoding is not clear
+    (best guess cp1125 or cp1251): save it as UTF-8 and open it again"), FileNotReadableError, or
+    Cancelled.
     """
     if cancel is not None and cancel.is_set():
         raise Cancelled("Reading the file was cancelled.")
     if progress:
         progress(0, 1)
-    result = read_notebook(path) if path.suffix.lower() == NOTEBOOK_SUFFIX else read_text(path)
+    result = read_file(path)
     from engine.documents.names import display_name  # names imports this module
 
     name = display_name(path.name)
@@ -202,13 +221,17 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
     if result.code == "too_large":
         size = (result.skipped or "").removeprefix("too large: ")
         raise NotTextError(f"{name} is too large ({size}): split it or open a smaller file")
+    if result.code == "encoding":
+        guess = (result.skipped or "").removeprefix("encoding not clear").removeprefix(", ") or "no guess"
+        raise NotTextError(f"{name}: the text encoding is not clear ({guess}): "
+                           "save it as UTF-8 and open it again")
     if (result.skipped or "").startswith("unreadable notebook: "):
         reason = result.skipped.removeprefix("unreadable notebook: ")
         raise NotTextError(f"{name} is not a readable notebook ({reason}): open and save it again in Jupyter")
     if result.code is not None:
         reason = (result.skipped or "").removeprefix("unreadable: ")
         raise FileNotReadableError(f"{name} cannot be read ({reason}): check the file's permissions")
-    warnings = [f"decoded with fallback ({result.fallback}): {name}"] if result.fallback else []
+    warnings = [f"{result.note}: {name}"] if result.note else []
     if progress:
         progress(1, 1)
     return Document(title=name, source=str(path), kind="text",

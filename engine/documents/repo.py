@@ -9,7 +9,8 @@ docs/CORPUS.md) is the ground truth.
 
 What is skipped, each listed in `Document.warnings`: vendored folders, symlinks (never followed:
 R04), non-regular files, files over `plain.MAX_FILE_BYTES`, binary files, minified
-files, empty files. Files in legacy encodings are read with a fallback codec and flagged.
+files, empty files, files whose encoding cannot be told. Files in legacy encodings are decoded
+with the code page charset-normalizer detects and flagged (`engine.documents.encoding`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ import pathspec
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
 from engine.documents.generated import generated_files
 from engine.documents.names import display_name
-from engine.documents.notebook import NOTEBOOK_SUFFIX
-from engine.documents.plain import read_notebook, read_text
+from engine.documents.plain import CONVERTED_SUFFIXES, read_file
 from engine.errors import Cancelled
 
 VENDORED_DIRS = frozenset({
@@ -305,14 +305,14 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, str | None]:
         return "", "not a regular file", None
     if not _inside(os.path.realpath(path), root):
         return "", "outside the folder", None  # defensive: a listing never goes through links
-    notebook = path.suffix.lower() == NOTEBOOK_SUFFIX  # its JSON is not its text: never "minified"
-    result = read_notebook(path) if notebook else read_text(path)
+    result = read_file(path)
     if result.skipped is not None:
         return "", result.skipped, None
-    if not notebook and path.suffix.lower() not in PROSE_SUFFIXES and _minified(result.text):
+    # A notebook's JSON or a page's HTML is not its text: never "minified" (B07, B17).
+    suffix = path.suffix.lower()
+    if suffix not in CONVERTED_SUFFIXES and suffix not in PROSE_SUFFIXES and _minified(result.text):
         return "", "minified", None
-    note = f"decoded with fallback ({result.fallback})" if result.fallback else None
-    return result.text, None, note
+    return result.text, None, result.note
 
 
 def _minified(text: str) -> bool:

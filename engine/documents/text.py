@@ -50,6 +50,10 @@ _MARK = regex.compile(r"\p{M}")
 # between two letters: PDFs and web copies leave them inside words, where they split tokens.
 # ZWNJ/ZWJ are spelling in Persian and Indic scripts and stay.
 _FORMAT_IN_WORD = regex.compile(r"(?<=[\p{L}\p{M}])[\p{Cf}--[\u200c\u200d]]+(?=[\p{L}\p{M}])", regex.V1)
+# These four show nothing wherever they are (a soft hyphen only at a line break the text no longer
+# has; a BOM inside text is left from joined files) and no sequence needs them, unlike ZWJ in
+# emoji or bidi marks around numbers: removed everywhere, in PDFs and text files alike.
+_INVISIBLE = re.compile("[\u00ad\u200b\u2060\ufeff]")
 # Glyph ids printed as characters (a TrueType font without a Unicode map, "7KH" for "The"): ASCII
 # symbols that prose never puts between two letters, or a digit before two capitals.
 _MANGLED = regex.compile(r"\p{L}[\\\[\]{}|<=>;@$%*+#^~`]+\p{L}|\d\p{Lu}{2}")
@@ -71,8 +75,9 @@ def normalize_text(text: str) -> str:
 
     - CRLF and lone CR → LF; NUL and other C0/C1 controls removed (\\n and \\t kept).
     - Noncharacters (U+FFFE, U+FFFF, U+FDD0..U+FDEF) and lone surrogates removed.
-    - Invisible format characters (category Cf: soft hyphen, zero-width space, ...) between two
-      letters removed, except ZWNJ/ZWJ; elsewhere (e.g. in emoji sequences) kept.
+    - Invisible format characters (category Cf) between two letters removed, except ZWNJ/ZWJ;
+      soft hyphen, zero-width space, word joiner and BOM removed anywhere; other Cf characters
+      outside words (ZWJ in emoji sequences, bidi marks) kept.
     - Latin ligatures U+FB00..U+FB06 spelled out ("ﬁ" → "fi"), then NFC, so that search and
       prefix-cache keys do not depend on how a PDF encoded a letter. Not NFKC: it would also
       rewrite superscripts, fractions and math letters.
@@ -82,7 +87,7 @@ def normalize_text(text: str) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", text)
     text = _INVALID.sub("", text)
-    text = _FORMAT_IN_WORD.sub("", text)
+    text = _INVISIBLE.sub("", _FORMAT_IN_WORD.sub("", text))
     text = unicodedata.normalize("NFC", text.translate(_LIGATURES))
     text = _TRAILING_SPACE.sub("\n", text)
     text = _MANY_BLANK_LINES.sub("\n\n", text)
