@@ -12,6 +12,7 @@ arms, on the same questions in one run, all with the app's default settings and 
            not timed here: bench/speed.py times reads)
   union    as whole, but the recalled spans are attended beside the whole snapshot (focus off)
   blocks   as whole, with block recall (the per-layer attention selection; slow at book length)
+  off      as whole, recall off (the snapshot alone): the decode speed recall is compared with
   oracle   only the segment that states the answer: the page, or 3,000 characters around the
            question's `anchor` in the file
   lexical  only the top BM25 chunk of ~3,000 characters (chunks cut within pages / files), as
@@ -32,6 +33,7 @@ import time
 import common
 
 QUESTIONS = common.DOCS / "bench" / "questions"
+WHOLE_ARMS = ("whole", "union", "blocks", "off")
 ORACLE_CHARS = 3000
 LEXICAL_CHARS = 3000
 
@@ -84,6 +86,8 @@ def arm_settings(base, arm: str):
         return base.replace(recall=base.recall.replace(focus=False))
     if arm == "blocks":
         return base.replace(recall=base.recall.replace(selection="blocks"))
+    if arm == "off":
+        return base.replace(recall=base.recall.replace(recall_tokens=0))
     return base
 
 
@@ -113,7 +117,7 @@ def run_set(name: str, arms: list[str], workspace_settings, store, model, limit:
     questions = spec["questions"][:limit]
     rows = []
     for arm in arms:
-        if arm in ("whole", "union", "blocks"):
+        if arm in WHOLE_ARMS:
             session = DocumentSession(model, arm_settings(workspace_settings, arm), store)
             report = session.open(document)
             print(f"[{name}/{arm}] {report.document_tokens:,} tokens, prefix hit {report.prefix_hit}, "
@@ -134,7 +138,7 @@ def run_set(name: str, arms: list[str], workspace_settings, store, model, limit:
                   f"{row['decode_tokens_per_s']:.1f} tok/s", flush=True)
             if arm in ("oracle", "lexical"):
                 session.close()
-        if arm in ("whole", "union", "blocks"):
+        if arm in WHOLE_ARMS:
             session.close()
     return rows
 

@@ -276,7 +276,7 @@ def _ask_cloud_after(args: argparse.Namespace, workspace, answer, cancel) -> int
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from engine.estimate import KNOWN_SHAPES, estimate
+    from engine.estimate import KNOWN_SHAPES, archive_needed, estimate, recall_source
     from engine.models.loader import profile_for
 
     settings = _settings_from(args)
@@ -298,11 +298,23 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         f"prefill peak    {result.peak_bytes:,} bytes ({format_bytes(result.peak_bytes)}) with {policy.chunk_tokens}-token chunks"
     )
     if recall.archive:
+        budget = settings.prefix_cache_disk_bytes
+        source = recall_source(args.tokens, policy, recall, result.archive_bytes, budget)
+        how = {
+            "archive": "kept: questions read their spans from it",
+            "re-read": (f"over the {format_bytes(budget)} prefix-cache disk budget, not written: each question "
+                        f"re-reads the spans it chooses (up to {recall.recall_tokens:,} tokens, one prefill) from the text"),
+            "none": "recall off" if archive_needed(args.tokens, policy, recall) else "not needed",
+        }[source]
+        needed = archive_needed(args.tokens, policy, recall)
+        status = {"archive": "on (spans read from the archive)", "re-read": "on (spans re-read from the text)",
+                  "none": "off" if needed else "not needed (the cache keeps the whole document)"}[source]
         print(
             f"archive (disk)  every token, INT{recall.archive_bits} + block bounds: {result.archive_bytes:,} bytes "
-            f"({format_bytes(result.archive_bytes)}, {result.archive_bytes // args.tokens:,} bytes/token)\n"
+            f"({format_bytes(result.archive_bytes)}, {result.archive_bytes // args.tokens:,} bytes/token); {how}\n"
             f"recall (memory) {recall.recall_tokens:,} tokens per layer and KV head while a question is answered: "
-            f"{result.recall_bytes:,} bytes ({format_bytes(result.recall_bytes)})"
+            f"{result.recall_bytes:,} bytes ({format_bytes(result.recall_bytes)})\n"
+            f"recall          {status}"
         )
     if profile.max_positions < args.tokens:
         print(f"note            {args.tokens:,} tokens exceed the model's {profile.max_positions:,} positions: "

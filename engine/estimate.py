@@ -114,6 +114,25 @@ def archive_needed(n_tokens: int, policy: CachePolicy, recall: RecallSettings) -
     return recall.archive and n_tokens + QUESTION_RESERVE_TOKENS > policy.budget_tokens
 
 
+def archive_fits(archive_bytes: int, disk_budget_bytes: int) -> bool:
+    """Whether an archive of `archive_bytes` is written: it must fit the prefix-cache disk budget on
+    its own. When it does not (a 3B model at 128k tokens: 4.8 GiB against the default 2 GiB), the
+    document is read without one and span recall re-reads the spans it chooses from their token ids
+    at each question (`engine.kvcache.span_recall`); block recall is then off."""
+    return archive_bytes <= disk_budget_bytes
+
+
+def recall_source(n_tokens: int, policy: CachePolicy, recall: RecallSettings, archive_bytes: int,
+                  disk_budget_bytes: int) -> str:
+    """Where a question's recalled tokens come from for a document of `n_tokens`: "none" (the cache
+    keeps it whole, or recall or the archive is off), "archive", or "re-read" (`archive_fits`)."""
+    if not archive_needed(n_tokens, policy, recall) or recall.recall_tokens < 1:
+        return "none"
+    if archive_fits(archive_bytes, disk_budget_bytes):
+        return "archive"
+    return "re-read" if recall.selection == "spans" else "none"
+
+
 def archive_disk_bytes(profile: ModelProfile, recall: RecallSettings, group_size: int, n_tokens: int) -> int:
     """Disk bytes of an archive of `n_tokens` tokens (`engine.kvcache.archive`), 0 with the archive off."""
     if not recall.archive or n_tokens < 1:

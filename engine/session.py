@@ -42,11 +42,11 @@ from engine.answer import Answer, DraftStats, Source
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
-from engine.estimate import QUESTION_RESERVE_TOKENS, archive_needed, full_cache_bytes, kv_peak_bytes
+from engine.estimate import QUESTION_RESERVE_TOKENS, archive_fits, archive_needed, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
-from engine.kvcache.span_recall import SpanRecaller
+from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
@@ -57,6 +57,7 @@ from engine.settings import CachePolicy, EngineSettings
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
 from engine.threads import apply_threads
+from engine.units import format_bytes
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
@@ -237,7 +238,7 @@ class DocumentSession:
         self.document, self._snapshot, self.prefix_key = document, cache, key
         self._archive, self._segment_starts = archive, segment_starts
         self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
-        self._spans = self._document_spans(document, encoding, key, recall_warnings) if archive is not None else None
+        self._spans = self._document_spans(document, encoding, key, recall_warnings) if layout is not None else None
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit
         self.report = OpenReport(
@@ -448,6 +449,12 @@ class DocumentSession:
         the archive is off or cannot be created (then a warning says recall is off)."""
         if layout is None:
             return None
+        size = layout.bytes_per_token() * layout.n_tokens
+        if self.store is not None and not archive_fits(size, self.store.disk_budget_bytes):
+            warnings.append(self._without_archive(
+                f"its archive ({format_bytes(size)}) would not fit the prefix-cache disk budget "
+                f"({format_bytes(self.store.disk_budget_bytes)}) and is not written"))
+            return None
         try:
             if self.store is not None:
                 path = self.store.archive_temp_path(key)
@@ -457,7 +464,7 @@ class DocumentSession:
                 path = folder / f"session-{os.getpid()}-{secrets.token_hex(4)}.safetensors"
             return ArchiveWriter(path, layout, self.model.decoder.rope)
         except (OSError, HalamanError) as error:
-            warnings.append(f"recall is off for this document: its archive cannot be written ({error})")
+            warnings.append(self._without_archive(f"its archive cannot be written ({error})"))
             return None
 
     def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, warnings: list[str]) -> Archive | None:
@@ -472,7 +479,7 @@ class DocumentSession:
             return Archive.open(path, expect=writer.layout)
         except (OSError, ArchiveError, HalamanError) as error:
             writer.abort()
-            warnings.append(f"recall is off for this document: its archive was not kept ({error})")
+            warnings.append(self._without_archive(f"its archive was not kept ({error})"))
             return None
 
     def _open_archive(self, key: str, layout: ArchiveLayout, warnings: list[str]) -> Archive | None:
@@ -480,35 +487,59 @@ class DocumentSession:
         is missing or damaged. The snapshot is used either way."""
         found = self.store.archive(key) if self.store is not None else None
         if found is None:
-            warnings.append("recall is off for this document: it has no archive (read before recall existed, or "
-                            "the archive was off); clear its cache to read it again with recall")
+            warnings.append(self._without_archive("it has no archive (read before recall existed, or the archive "
+                                                  "was off); clear its cache to read it again with one"))
             return None
         path, sha256 = found
         try:
             return Archive.open(path, sha256=sha256, expect=layout)
         except ArchiveError as error:
             self.store.drop_archive(key)
-            warnings.append(f"recall is off for this document: {error}; clear its cache to read it again")
+            warnings.append(self._without_archive(f"{error}; clear its cache to read it again"))
             return None
+
+    def _without_archive(self, why: str) -> str:
+        """The warning for a document that needed an archive and has none: span recall then re-reads
+        its spans from the text for each question; block recall is off."""
+        if self.settings.recall.selection == "spans":
+            return f"recall re-reads the pages it chooses for each question (slower answers): {why}"
+        return f"recall is off for this document: {why}"
 
     def _recaller(self, question: str) -> RecallHook | None:
         """How this question recalls: the spans the full-text index proposes (`SpanRecaller`), or,
         when the question shares no word with the document (or selection is "blocks"), archive
         blocks chosen layer by layer by the question's attention (`Recaller`). None: recall is off."""
         recall = self.settings.recall
-        if self._archive is None or recall.recall_tokens < 1:
+        if recall.recall_tokens < 1 or (self._archive is None and self._spans is None):
             return None
         if recall.selection == "spans" and self._spans is not None:
             began = time.perf_counter()
             hits = self._spans.candidates(question)
             chosen = self._spans.choose(hits, recall.recall_tokens, recall.max_spans) if hits else []
             if chosen:
-                hook = SpanRecaller(self._archive, torch.tensor(self._spans.recall_positions(chosen)), focus=recall.focus)
+                positions = torch.tensor(self._spans.recall_positions(chosen))
+                if self._archive is not None:
+                    hook = SpanRecaller(self._archive, positions, focus=recall.focus)
+                else:
+                    hook = SpanRecaller.reread(self._reread(positions), positions, self._spans.n_tokens)
                 hook.stats.spans = tuple(self._span_label(span) for span in chosen)
                 hook.stats.score_s = time.perf_counter() - began
                 return hook
+        if self._archive is None:
+            return None
         decoder = self.model.decoder
         return Recaller(self._archive, recall.recall_tokens, decoder.rope, decoder.scaling)
+
+    def _reread(self, positions: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's keys and values of the prefix tokens at `positions`, prefilled on their own
+        at positions 0..R-1 (span recall without an archive)."""
+        ids = torch.tensor(self._document_ids)[positions]
+        policy = self._snapshot.policy
+        policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens),
+                                position_mode="original")
+        capture = SpanCapture()
+        self.model.decoder.prefill(ids, self.model.decoder.new_cache(policy, "original"), archive=capture)
+        return capture.keys_values()
 
     def _span_label(self, span) -> str:
         segment = self.document.segments[span.segment]

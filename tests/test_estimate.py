@@ -87,3 +87,28 @@ def test_no_archive_is_estimated_for_a_document_the_cache_keeps_whole():
     assert estimate(profile, policy, whole, recall).archive_bytes == 0
     assert estimate(profile, policy, whole + 1, recall).archive_bytes > 0
     assert estimate(profile, policy, 10 * whole, RecallSettings(archive=False)).archive_bytes == 0
+
+
+def test_a_3b_model_at_128k_keeps_recall_on_under_the_default_disk_budget():
+    from engine.estimate import estimate, recall_source
+    from engine.settings import EngineSettings
+
+    settings = EngineSettings()
+    llama = KNOWN_SHAPES["llama-3.2-3b"]
+    result = estimate(llama, settings.cache, 131_072, settings.recall)
+    assert result.archive_bytes == 131_072 * 39_424  # 2·L·H_kv·D·½ + scales, zero points, block bounds
+    assert result.archive_bytes > settings.prefix_cache_disk_bytes
+    assert recall_source(131_072, settings.cache, settings.recall, result.archive_bytes, settings.prefix_cache_disk_bytes) == "re-read"
+    smol = estimate(KNOWN_SHAPES["smollm2-135m"], settings.cache, 131_072, settings.recall)
+    assert recall_source(131_072, settings.cache, settings.recall, smol.archive_bytes, settings.prefix_cache_disk_bytes) == "archive"
+    blocks = settings.recall.replace(selection="blocks")
+    assert recall_source(131_072, settings.cache, blocks, result.archive_bytes, settings.prefix_cache_disk_bytes) == "none"
+
+
+def test_halaman_estimate_says_where_recall_reads_from():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "estimate", "--model", "llama-3.2-3b", "--tokens", "131072"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "4.8 GiB" in out and "not written" in out and "recall          on (spans re-read from the text)" in out

@@ -13,7 +13,7 @@ import torch
 
 from engine.documents import Document, Segment
 from engine.kvcache.archive import Archive
-from engine.kvcache.span_recall import SpanRecaller
+from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
@@ -189,3 +189,26 @@ def test_an_index_built_from_other_spans_is_refused(tmp_path):
     index, rebuilt = load_or_build(["alpha beta", "delta"], path)
     assert rebuilt and index.search("delta")[0].span == 1
     index.close()
+
+
+def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tokens(smol, tmp_path):
+    # A disk budget that holds the snapshot but not the archive (as for a 3B model at 128k tokens).
+    probe = DocumentSession(smol, settings(), PrefixStore(tmp_path / "probe", disk_budget_bytes=512 * 1024**2))
+    probe.open(book())
+    entry = probe.store.entries()[0]
+    budget = entry.size_bytes + entry.archive_bytes // 2
+    store = PrefixStore(tmp_path / "small", disk_budget_bytes=budget)
+    session = DocumentSession(smol, settings(), store)
+    report = session.open(book())
+    assert session._archive is None and store.archive(session.prefix_key) is None
+    assert any("re-reads the pages" in w and "would not fit" in w for w in report.warnings)
+    answer = session.ask(QUESTION)
+    assert COMBINATION in answer.text and answer.recall.spans == (f"page {NEEDLE_PAGE}",)
+    assert answer.sources[0].page == NEEDLE_PAGE and answer.recall.bytes_read == 0
+    # The re-read keys and values are those of a prefill of just the recalled tokens.
+    recalled = session._conversation.layers[5].recalled
+    capture = SpanCapture()
+    ids = torch.tensor(session._document_ids)[recalled.index[0]]
+    smol.decoder.prefill(ids, smol.decoder.new_cache(settings().cache.replace(budget_tokens=2048), "original"), archive=capture)
+    keys, values = capture.keys_values()[5]
+    assert torch.equal(recalled.keys, keys) and torch.equal(recalled.values, values)
