@@ -18,7 +18,7 @@ import pytest
 
 from engine.documents import load_document
 from engine.documents.git import git_environment
-from engine.documents.repo import list_files
+from engine.documents.repo import list_files, load_repository
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 
@@ -192,3 +192,62 @@ def test_callers_git_variables_do_not_redirect_git(tmp_path, monkeypatch):
     assert listing.source == "git" and "only-in-other.txt" not in listing.files and "README.md" in listing.files
     allowed = {"GIT_CONFIG_NOSYSTEM", "GIT_TERMINAL_PROMPT", "GIT_NO_LAZY_FETCH", "GIT_OPTIONAL_LOCKS", "GIT_ASKPASS"}
     assert {name for name in git_environment() if name.startswith("GIT_")} == allowed
+
+
+# --- names that act instead of showing --------------------------------------------------------
+
+ACTING_NAMES = {
+    "line\nbreak.md": "line\\nbreak.md",
+    "title\x1b]0;pwned\x07.py": "title\\x1b]0;pwned\\x07.py",
+    "invoice\u202egnp.py": "invoice\\u202egnp.py",
+}
+
+
+@pytest.mark.parametrize("use_git", [True, False], ids=["git", "no-git"])
+def test_control_characters_in_names_are_shown_as_escapes(tmp_path, use_git):
+    root = tmp_path / "names"
+    root.mkdir()
+    for name in ACTING_NAMES:
+        (root / name).write_text("The backup runs at 02:00.\n")
+    (root / "clear\x1b[2J.dat").write_bytes(b"\x00\x01binary")
+    if use_git:
+        plain_git(root, "init", "-q")
+        plain_git(root, "add", "-A")
+    document = load_document(root)
+    assert sorted(s.label for s in document.segments) == sorted(ACTING_NAMES.values())
+    assert "skipped (binary): clear\\x1b[2J.dat" in document.warnings
+    shown = "".join([document.render(), document.title, *document.warnings])
+    assert not any(ch in shown for ch in "\x1b\x07\u202e"), "a raw control character reached a label"
+
+
+# --- symlinks never lead out of the folder ------------------------------------------------------
+
+def test_a_tracked_folder_replaced_by_a_link_outside_is_not_followed(tmp_path):
+    """The index lists notes/plan.txt; in the copy, notes/ is a symlink to a folder outside (a zip
+    can carry both). git lists the path; Halaman must not read through the link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "plan.txt").write_text("SECRET-OUTSIDE\n")
+    root = make_repo(tmp_path / "project")
+    (root / "notes").mkdir()
+    (root / "notes" / "plan.txt").write_text("inside\n")
+    plain_git(root, "add", "-A")
+    shutil.rmtree(root / "notes")
+    (root / "notes").symlink_to(outside, target_is_directory=True)
+    for use_git in (True, False):
+        document = load_repository(root, use_git=use_git)
+        assert "SECRET-OUTSIDE" not in document.render()
+    assert "skipped (outside the folder): notes/plan.txt" in load_document(root).warnings
+
+
+def test_a_symlinked_gitattributes_is_not_read_without_git(tmp_path):
+    """git refuses a symlinked .gitattributes (2.32); the pathspec fallback must not follow one
+    either: its target could mark every file as generated, or be any file outside the folder."""
+    outside = tmp_path / "outside.attributes"
+    outside.write_text("* linguist-generated\n")
+    root = tmp_path / "plain"
+    root.mkdir()
+    (root / "app.py").write_text("print('hello')\n")
+    (root / ".gitattributes").symlink_to(outside)
+    document = load_document(root)
+    assert [s.label for s in document.segments] == ["app.py"]

@@ -14,6 +14,7 @@ The setting `include_generated_files` reads them all.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pathspec
@@ -82,6 +83,8 @@ def _file_attributes(root: Path, files: list[str]) -> dict[str, dict[str, bool |
     for rel in sorted((f for f in files if f.rsplit("/", 1)[-1] == ".gitattributes"), key=lambda f: f.count("/")):
         prefix = rel[: -len(".gitattributes")]
         try:
+            if not stat.S_ISREG(os.lstat(root / rel).st_mode):
+                continue  # a symlinked .gitattributes is not read, as git refuses one (2.32)
             lines = (root / rel).read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             continue
