@@ -45,7 +45,9 @@ def ask_cloud(
 
     A stream cut in the middle (connection closed, no data for `read_timeout_s`) is not an error
     when some text arrived: the partial answer is returned with stop_reason "cut" and
-    `cloud.cut_reason` set (`incomplete` is True), nothing lost.
+    `cloud.cut_reason` set (`incomplete` is True), nothing lost. How the answer ended, its
+    reasoning (kept out of `text` and of `on_text`) and its notices: see `outcome`,
+    `Answer.reasoning`, `CloudReply.finish` / `.notices`.
     Raises CloudError: kind "disabled" when `settings.cloud.enabled` is False (checked before
     anything else: no socket is opened); "config"; every HTTP and network failure before the first
     piece of text (see `CloudError.kind`); malformed data or an error event mid-stream, with the
@@ -108,7 +110,7 @@ def ask_cloud(
 
 TRUNCATION_SHARE = 0.5
 """An endpoint that counts fewer prompt tokens than this share of the planned ones cut the prompt
-(Ollama keeps only its `num_ctx` last tokens without an error; tokenizers differ by far less)."""
+(Ollama keeps only what fits its `num_ctx`, without an error: ollama/ollama #3839; tokenizers differ by far less)."""
 MIN_PLANNED_FOR_TRUNCATION = 256
 """Below this many planned tokens, tokenizer and template differences dominate the ratio."""
 
