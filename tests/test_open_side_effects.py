@@ -138,3 +138,17 @@ def test_links_in_a_text_file_are_never_fetched(tmp_path, server):
     events = recorded(path)
     assert_no_network(events, server)
     assert started(events) == []
+
+
+def test_a_module_in_the_current_folder_does_not_run_in_the_pdf_worker(tmp_path, monkeypatch):
+    """Halaman started from inside a downloaded folder (`halaman ask report.pdf` there, or a file
+    manager that starts it in the file's folder): `python -m` would put that folder first on the
+    worker's sys.path, and its `json.py` would run in place of the standard library's."""
+    folder = tmp_path / "downloaded"
+    folder.mkdir()
+    marker = tmp_path / "RAN.txt"
+    (folder / "json.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    pdf = truetype_pdf(folder / "report.pdf", ["The backup runs at 02:00."])
+    monkeypatch.chdir(folder)
+    assert "02:00" in load_document(pdf).render()
+    assert not marker.exists()
