@@ -251,3 +251,16 @@ def test_a_symlinked_gitattributes_is_not_read_without_git(tmp_path):
     (root / ".gitattributes").symlink_to(outside)
     document = load_document(root)
     assert [s.label for s in document.segments] == ["app.py"]
+
+
+def test_a_git_in_the_current_folder_is_not_run(tmp_path, monkeypatch):
+    """PATH with "." in it (or Windows, where Python 3.11 looks in the current folder first), and
+    Halaman started inside the folder it opens: that folder's `git` must not be the git run."""
+    root = make_repo(tmp_path / "project")
+    marker = tmp_path / "RAN.txt"
+    fake = root / "git"
+    fake.write_text(f"#!/bin/sh\necho ran >> '{marker}'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", os.pathsep.join([".", os.environ["PATH"]]))
+    monkeypatch.chdir(root)
+    assert list_files(root).source == "git" and not marker.exists()

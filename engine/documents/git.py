@@ -25,7 +25,6 @@ tests/test_repo_safety.py plants every kind and checks that none runs and the li
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -60,8 +59,22 @@ _ENV = {
 
 
 def git_executable() -> str | None:
-    """The git program on PATH, or None when git is not installed."""
-    return shutil.which("git")
+    """The git program in an absolute folder of PATH, or None when git is not installed.
+
+    Relative PATH entries (".", "bin") are skipped, and so is the current folder that Python 3.11's
+    `shutil.which` searches first on Windows: Halaman may be started inside the folder it opens,
+    and a `git` or `git.exe` there is the folder's program, not git."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if not os.path.isabs(folder):
+            continue
+        for name in _GIT_NAMES:
+            candidate = os.path.join(folder, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+    return None
+
+
+_GIT_NAMES = ("git.exe", "git") if os.name == "nt" else ("git",)
 
 
 def git_command(root: Path, *args: str) -> list[str] | None:
