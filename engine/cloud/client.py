@@ -390,7 +390,7 @@ class _Exchange:
         if event.event == "error" or "error" in chunk:
             raw = json.dumps(chunk).encode()
             message = server_message(raw)
-            if is_context_length(400, message, server_code(raw)):
+            if is_context_length(400, message, server_code(raw)):  # an event has no status: its words decide
                 raise CloudError(f"the request is longer than the endpoint accepts — the server says: {message[:200]}: "
                                  "lower 'context tokens' in cloud settings", kind="context_length", partial_text=self._text())
             raise CloudError(f"the endpoint reported an error during the answer: {message}",
