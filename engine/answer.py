@@ -15,6 +15,7 @@ from engine.kvcache.cache import MemoryBreakdown
 
 if TYPE_CHECKING:  # types only: the cloud package builds these, and imports this module
     from engine.cloud.client import CloudUsage
+    from engine.cloud.finish import Finish
     from engine.cloud.plan import CloudPlan
     from engine.kvcache.recall import RecallStats
 
@@ -64,8 +65,11 @@ class CloudReply:
     endpoint reported (else the one requested). reason: why it went to the cloud ("user asked", or
     `engine.cloud.escalation_reason`'s line). usage: token counts the endpoint reported, or None.
     plan: what was sent (`plan.was_cut` says whether the document was cut). finish_reason: as the
-    endpoint sent it. cut_reason: why the stream broke off, None when it did not. attempts: HTTP
-    requests made, retries included.
+    endpoint sent it; finish: what it means (`engine.cloud.finish.Finish`, None when none came).
+    cut_reason: why the answer is incomplete (the stream broke off, or a finish other than a normal
+    end or the length limit), None when it is not. notices: one line each for the user, about this
+    answer (the length limit, reasoning that used the whole budget, a document the endpoint
+    probably cut). attempts: HTTP requests made, retries included.
     """
 
     endpoint: str
@@ -76,6 +80,8 @@ class CloudReply:
     finish_reason: str | None = None
     cut_reason: str | None = None
     attempts: int = 0
+    finish: Finish | None = None
+    notices: tuple[str, ...] = ()
 
     @property
     def completion_tokens(self) -> int | None:
@@ -92,7 +98,9 @@ class Answer:
     memory from an earlier question) rather than prefilled just before it. stop_reason: "end",
     "max_tokens", "cancelled", or "cut" (a cloud stream broke off; `cloud.cut_reason` says why and
     `text` holds what arrived). mean_logprob: mean natural-log probability of the chosen tokens,
-    the confidence signal for escalation.
+    the confidence signal for escalation. reasoning: what the model reasoned before answering
+    (`<think>` blocks, a cloud endpoint's reasoning fields), kept out of `text`; "" when none
+    (the GUI shows it folded).
 
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
@@ -114,6 +122,7 @@ class Answer:
     sources: list[Source] = field(default_factory=list)   # attention-grounded pages / files
     drafts: DraftStats | None = None                      # prompt-lookup speculative decoding (None: cloud answer)
     cloud: CloudReply | None = None                       # set when the answer came from the cloud
+    reasoning: str = ""                                   # the model's monologue, apart from `text`
 
     @property
     def incomplete(self) -> bool:
@@ -122,8 +131,10 @@ class Answer:
 
     @classmethod
     def from_cloud(cls, question: str, text: str, *, prompt_tokens: int, time_to_first_token_s: float,
-                   decode_tokens_per_s: float, stop_reason: StopReason, reply: CloudReply) -> Answer:
+                   decode_tokens_per_s: float, stop_reason: StopReason, reply: CloudReply,
+                   reasoning: str = "") -> Answer:
         """A cloud answer: the local-only fields get the values the class docstring gives."""
         return cls(question=question, text=text, token_ids=[], prompt_tokens=prompt_tokens,
                    time_to_first_token_s=time_to_first_token_s, decode_tokens_per_s=decode_tokens_per_s,
-                   prefix_hit=False, stop_reason=stop_reason, mean_logprob=math.nan, cloud=reply)
+                   prefix_hit=False, stop_reason=stop_reason, mean_logprob=math.nan, cloud=reply,
+                   reasoning=reasoning)

@@ -31,11 +31,15 @@ class CloudServer:
     """The server, its recorded requests and what it observed. Use as a context manager."""
 
     def __init__(self, *, expected_key: str | None = None, tls: ssl.SSLContext | None = None,
-                 replay: dict[str, bytes] | None = None) -> None:
+                 replay: dict[str, bytes | tuple[bytes, float]] | None = None,
+                 canned: dict[str, tuple[int, bytes]] | None = None) -> None:
         self.expected_key = expected_key
         # model name -> a recorded event-stream body, served by the "replay" scenario (keep-alive
-        # comments paced 0.5 s apart; the connection stays open after a body without [DONE])
-        self.replay = dict(replay or {})
+        # comments paced 0.5 s apart; the connection stays open after a body without [DONE]), or
+        # (body, seconds between its events) as a recording's response.json gives them
+        self.replay = {model: body if isinstance(body, tuple) else (body, 0.0) for model, body in (replay or {}).items()}
+        # model name -> (status, JSON body): an error response exactly as some server words it
+        self.canned = dict(canned or {})
         self.first_request_at: dict[str, float] = {}
         self.requests: list[dict] = []
         self.counts: Counter[str] = Counter()
@@ -106,6 +110,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self.json_error(404, f"Invalid URL (POST {self.path})", "not_found")
         if cloud.expected_key is not None and self.headers.get("Authorization") != f"Bearer {cloud.expected_key}":
             return self.json_error(401, "Incorrect API key provided: " + (self.headers.get("Authorization") or "none"), "invalid_api_key")
+        if model in cloud.canned:
+            status, data = cloud.canned[model]
+            return self.send_body(status, "application/json", data)
         scenario = _replay if model in cloud.replay else SCENARIOS.get(model, _ok)
         scenario(self, body, cloud.counts[model])
 
@@ -337,7 +344,7 @@ HOLD_OPEN_S = 20.0
 def _replay(h: _Handler, body: dict, n: int) -> None:
     """Serve a recorded body event by event; a body without [DONE] keeps the connection open,
     sending keep-alives, until the client leaves (or HOLD_OPEN_S)."""
-    data = h.server.cloud.replay[body["model"]]
+    data, delay_s = h.server.cloud.replay[body["model"]]
     h.start_stream()
     for event in data.split(b"\n\n"):
         if not event.strip():
@@ -345,6 +352,8 @@ def _replay(h: _Handler, body: dict, n: int) -> None:
         if event.startswith(b":") and h.wait_watching(KEEP_ALIVE_S):
             return
         if not h.write(event + b"\n\n"):
+            return
+        if delay_s and not event.startswith(b":") and h.wait_watching(delay_s):
             return
     if b"data: [DONE]" in data:
         h.wfile.write(b"0\r\n\r\n")

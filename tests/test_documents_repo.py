@@ -14,7 +14,6 @@ import pytest
 
 from engine.documents import (
     EmptyFileError, FileNotReadableError, NoTextFilesError, NotTextError, load_document, plain,
-    repo,
 )
 from engine.documents.repo import list_files, load_repository
 from engine.errors import Cancelled
@@ -48,7 +47,7 @@ def loaded(request, fixture_repo, monkeypatch, tmp_path):
     if mode == "git" and not HAS_GIT:
         pytest.skip("git is not installed")
     if mode == "no-git-installed":
-        monkeypatch.setattr(repo.shutil, "which", lambda name: None)
+        monkeypatch.setenv("PATH", str(tmp_path / "no-programs-here"))  # git is not found
     if mode == "not-a-repository":
         copy = tmp_path / "fixture-repo"
         shutil.copytree(root, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))

@@ -7,10 +7,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from engine.answer import Answer, CloudReply
+from engine.answer import Answer, CloudReply, StopReason
 from engine.cloud import client
 from engine.cloud.client import stream_chat_completion
 from engine.cloud.errors import CloudError
+from engine.cloud.finish import Finish
 from engine.cloud.plan import CloudPlan, plan_request
 from engine.secrets import load_api_key
 from engine.settings import EngineSettings
@@ -44,7 +45,9 @@ def ask_cloud(
 
     A stream cut in the middle (connection closed, no data for `read_timeout_s`) is not an error
     when some text arrived: the partial answer is returned with stop_reason "cut" and
-    `cloud.cut_reason` set (`incomplete` is True), nothing lost.
+    `cloud.cut_reason` set (`incomplete` is True), nothing lost. How the answer ended, its
+    reasoning (kept out of `text` and of `on_text`) and its notices: see `outcome`,
+    `Answer.reasoning`, `CloudReply.finish` / `.notices`.
     Raises CloudError: kind "disabled" when `settings.cloud.enabled` is False (checked before
     anything else: no socket is opened); "config"; every HTTP and network failure before the first
     piece of text (see `CloudError.kind`); malformed data or an error event mid-stream, with the
@@ -84,19 +87,65 @@ def ask_cloud(
     )
     if result.cut_reason and not result.text:
         raise CloudError(f"{result.cut_reason} and no text had arrived: try again", kind="cut")
-    if result.cut_reason:
-        log.warning("cloud answer incomplete after %d characters: %s", len(result.text), result.cut_reason)
-    stop = ("cancelled" if result.cancelled else "cut" if result.cut_reason
-            else "max_tokens" if result.finish_reason == "length" else "end")
+    stop, cut_reason, notices = outcome(result, plan.prompt_tokens_estimate, cloud.max_tokens)
+    if cut_reason:
+        log.warning("cloud answer incomplete after %d characters: %s", len(result.text), cut_reason)
+    for notice in notices:
+        log.warning("cloud answer: %s", notice)
     usage = result.usage
     first, last = result.time_to_first_token_s, result.last_token_s
     completion = usage.completion_tokens if usage else None
     rate = (completion - 1) / (last - first) if completion and completion > 1 and first is not None and last and last > first else 0.0
     log.debug("cloud answer: %d characters in %.2f s, stop %s", len(result.text), time.perf_counter() - began, stop)
     reply = CloudReply(endpoint=plan.endpoint, model=result.model or cloud.model, reason=reason, usage=usage, plan=plan,
-                       finish_reason=result.finish_reason, cut_reason=result.cut_reason, attempts=result.attempts)
+                       finish_reason=result.finish_reason, cut_reason=cut_reason, attempts=result.attempts,
+                       finish=result.finish, notices=tuple(notices))
     return Answer.from_cloud(
         question, result.text,
         prompt_tokens=usage.prompt_tokens if usage and usage.prompt_tokens is not None else plan.prompt_tokens_estimate,
         time_to_first_token_s=first or 0.0, decode_tokens_per_s=rate, stop_reason=stop, reply=reply,
+        reasoning=result.reasoning,
     )
+
+
+TRUNCATION_SHARE = 0.5
+"""An endpoint that counts fewer prompt tokens than this share of the planned ones cut the prompt
+(Ollama keeps only what fits its `num_ctx`, without an error: ollama/ollama #3839; tokenizers differ by far less)."""
+MIN_PLANNED_FOR_TRUNCATION = 256
+"""Below this many planned tokens, tokenizer and template differences dominate the ratio."""
+
+
+def outcome(result: client.StreamResult, planned_tokens: int, max_tokens: int | None) -> tuple[StopReason, str | None, list[str]]:
+    """How a streamed completion ended: (stop_reason, cut_reason, notices for the user).
+
+    stop_reason: "cancelled"; "cut" when the stream broke off or the finish was neither a normal
+    end nor a length limit (content filter, tool call, server abort or error, a value no provider
+    list has: B13), with `cut_reason` saying which; "max_tokens" for the answer-length limit and
+    a full context window; "end" for a normal end (or `[DONE]` with no finish_reason at all).
+    notices: the length limit and what to raise; reasoning that used the whole budget with no
+    answer (B18a); a prompt the endpoint counted at under TRUNCATION_SHARE of `planned_tokens`.
+    """
+    notices: list[str] = []
+    finish = result.finish
+    if result.cancelled:
+        stop, cut_reason = "cancelled", None
+    elif result.cut_reason:
+        stop, cut_reason = "cut", result.cut_reason
+    elif finish is None or finish is Finish.STOP:
+        stop, cut_reason = "end", None
+    elif finish in (Finish.LENGTH, Finish.CONTEXT):
+        stop, cut_reason = "max_tokens", None
+        if result.reasoning and not result.text.strip():
+            budget = f" ({max_tokens} tokens)" if max_tokens else ""
+            notices.append(f"the model spent the whole answer budget{budget} reasoning and wrote no answer: "
+                           "raise 'max tokens' in cloud settings (its reasoning is kept apart)")
+        else:
+            notices.append(finish.notice(result.finish_reason or ""))
+    else:
+        stop, cut_reason = "cut", finish.notice(result.finish_reason or "")
+    counted = result.usage.prompt_tokens if result.usage else None
+    if counted is not None and planned_tokens >= MIN_PLANNED_FOR_TRUNCATION and counted < TRUNCATION_SHARE * planned_tokens:
+        notices.append(f"the endpoint counted only {counted:,} prompt tokens of about {planned_tokens:,} sent: it probably "
+                       "cut the document to fit a smaller context (Ollama does so silently: raise its num_ctx), "
+                       "so the answer may not have seen all of it")
+    return stop, cut_reason, notices

@@ -15,7 +15,13 @@ Behaviour:
   and `total_timeout_s` for the whole answer, because keep-alive comments reset the read timeout
   and a server may send them forever. Once `finish_reason` and `usage` (if asked for) arrived,
   the answer is complete and the call returns without waiting for `[DONE]` or the server's close.
-- Tolerated quirks: `"choices": null` (a usage-only chunk) and `data: null` events are skipped.
+- Tolerated quirks: `"choices": null` (a usage-only chunk) and `data: null` events are skipped;
+  `"finish_reason": ""` means "not finished" (Ollama, SGLang: B13); every provider's finish value
+  has its meaning (`engine.cloud.finish`).
+- Reasoning is kept apart from the answer (B16, B18): `delta.reasoning_content` (DeepSeek, vLLM,
+  SGLang, llama.cpp), `delta.reasoning` (OpenRouter, Ollama, newer vLLM), `thinking` parts of a
+  `content` list (Mistral Magistral) and leading `<think>…</think>` in the text
+  (`engine.reasoning`) go to `reasoning`, never to `on_text`.
 - Retries: on 429 and 5xx, up to `max_retries` more attempts, waiting what `retry-after-ms`,
   `x-ms-retry-after-ms` (milliseconds; OpenAI, Azure) or `Retry-After` (seconds or an HTTP date)
   asks, or else `backoff_s · 2^attempt`; no jitter, since a desktop app sends one request at a
@@ -48,9 +54,13 @@ from datetime import UTC, datetime
 import requests
 import urllib3.exceptions
 
-from engine.cloud.errors import CloudError, network_error, register_secret, server_message, status_error
+from engine.cloud.errors import (
+    CloudError, is_context_length, network_error, register_secret, server_code, server_message, status_error,
+)
+from engine.cloud.finish import Finish, parse_finish
 from engine.cloud.sse import SseEvent, SseFormatError, SseParser
 from engine.cloud.transport import BearerAuth, SocketTracker, TrackingAdapter, watch_cancel
+from engine.reasoning import ReasoningSplitter, split_reasoning
 
 log = logging.getLogger("engine.cloud")
 
@@ -78,14 +88,19 @@ class CloudUsage:
 class StreamResult:
     """What one streamed completion produced.
 
+    text: the answer. reasoning: what the model reasoned before it ("" when nothing was sent).
+    finish_reason: the endpoint's own word (None: none arrived); finish: its meaning.
     complete: `[DONE]` or a finish_reason arrived. cancelled: the cancel event stopped it.
     cut_reason: why it ended early (one line), when neither complete nor cancelled.
-    time_to_first_token_s / last_token_s: seconds from the call to the first / last text piece.
+    time_to_first_token_s / last_token_s: seconds from the call to the first / last piece of the
+    answer or its reasoning (the endpoint's completion tokens count both).
     attempts: HTTP requests made (retries included).
     """
 
     text: str = ""
+    reasoning: str = ""
     finish_reason: str | None = None
+    finish: Finish | None = None
     model: str | None = None
     usage: CloudUsage | None = None
     complete: bool = False
@@ -95,6 +110,8 @@ class StreamResult:
     last_token_s: float | None = None
     attempts: int = 0
     _pieces: list[str] = field(default_factory=list, repr=False)
+    _thoughts: list[str] = field(default_factory=list, repr=False)
+    _splitter: ReasoningSplitter = field(default_factory=ReasoningSplitter, repr=False)
 
 
 def completions_url(base_url: str) -> str:
@@ -206,8 +223,11 @@ def stream_chat_completion(
         session.close()
         if watcher is not None:
             watcher.join(timeout=1.0)
-    result.text = "".join(result._pieces)
-    result.complete = result.complete or result.finish_reason is not None
+    answer, thought = result._splitter.close()
+    split = split_reasoning("".join(result._pieces) + answer)  # a </think> the template opened
+    result.text = split.answer
+    result.reasoning = "\n\n".join(p for p in ("".join(result._thoughts + [thought]).strip(), split.reasoning) if p)
+    result.complete = result.complete or result.finish is not None
     if result.cancelled or result.complete:
         result.cut_reason = None
     return result
@@ -250,7 +270,8 @@ class _Exchange:
             status = response.status_code
             if 200 <= status < 300:
                 return response
-            message = server_message(_read_limited(response, MAX_ERROR_BODY_BYTES, quiet=True))
+            error_body = _read_limited(response, MAX_ERROR_BODY_BYTES, quiet=True)
+            message, code = server_message(error_body), server_code(error_body)
             retry_after = wait_asked_s(response.headers)
             location = response.headers.get("Location", "")
             response.close()
@@ -258,6 +279,8 @@ class _Exchange:
             if changed is not None:
                 log.info("endpoint rejected %s; retrying without it", changed)
                 continue
+            if is_context_length(status, message, code):  # the same request fails the same way: no retry
+                raise self._status_error(status, message, code=code)
             if (status == 429 or 500 <= status < 600) and retries < max_retries:
                 wait = retry_after if retry_after is not None else backoff_s * 2**retries
                 if wait > max_wait_s:
@@ -276,9 +299,9 @@ class _Exchange:
                     kind="protocol", status=status)
             raise self._status_error(status, message)
 
-    def _status_error(self, status: int, message: str, extra: str = "") -> CloudError:
+    def _status_error(self, status: int, message: str, extra: str = "", code: str = "") -> CloudError:
         return status_error(status, message, where=self.where, model=str(self.body.get("model", "")),
-                            has_key=self.auth.has_key, attempts=self.result.attempts, extra=extra)
+                            has_key=self.auth.has_key, attempts=self.result.attempts, extra=extra, code=code)
 
     # --------------------------------------------------------------- body
     def read(self, response: requests.Response) -> None:
@@ -320,7 +343,7 @@ class _Exchange:
                                      else "the connection was closed in the middle of the answer")
                 return
             if not chunk:
-                if not result.complete and result.finish_reason is None:
+                if not result.complete and result.finish is None:
                     result.cut_reason = "the endpoint closed the stream before the answer was finished"
                 return
             try:
@@ -337,7 +360,7 @@ class _Exchange:
         """Whether to stop reading although the server has not closed the stream: the answer is
         finished (and its usage arrived, or did not within FINISH_GRACE_S), or the total time is up."""
         result, now = self.result, time.perf_counter()
-        if result.finish_reason is not None:
+        if result.finish is not None:
             if self.finished_at is None:
                 self.finished_at = now
             if result.usage is not None or not self.wants_usage or now - self.finished_at > FINISH_GRACE_S:
@@ -365,7 +388,12 @@ class _Exchange:
             raise CloudError(f"the endpoint sent a malformed stream event (not a JSON object: {data[:60]!r}): "
                              "is this an OpenAI-compatible endpoint?", kind="protocol", partial_text=self._text())
         if event.event == "error" or "error" in chunk:
-            raise CloudError(f"the endpoint reported an error during the answer: {server_message(json.dumps(chunk).encode())}",
+            raw = json.dumps(chunk).encode()
+            message = server_message(raw)
+            if is_context_length(400, message, server_code(raw)):  # an event has no status: its words decide
+                raise CloudError(f"the request is longer than the endpoint accepts — the server says: {message[:200]}: "
+                                 "lower 'context tokens' in cloud settings", kind="context_length", partial_text=self._text())
+            raise CloudError(f"the endpoint reported an error during the answer: {message}",
                              kind="server", partial_text=self._text())
         self._apply(chunk, "delta")
         return False
@@ -385,19 +413,25 @@ class _Exchange:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # n = 1: only choice 0 is ours
             part = choice.get(key) or {}
-            content = part.get("content") if isinstance(part, dict) else None
-            if content is not None and not isinstance(content, str):
-                raise CloudError("the endpoint sent a malformed chunk (content is not text)", kind="protocol", partial_text=self._text())
-            if content:
+            if not isinstance(part, dict):
+                raise CloudError(f"the endpoint sent a malformed chunk ('{key}' is not an object)", kind="protocol",
+                                 partial_text=self._text())
+            answer, thought = _content(part.get("content"), self._text)
+            thought += "".join(part[name] for name in _REASONING_FIELDS if isinstance(part.get(name), str))
+            shown, hidden = result._splitter.feed(answer) if answer else ("", "")
+            if shown or hidden or thought:
                 now = time.perf_counter() - self.began
                 if result.time_to_first_token_s is None:
                     result.time_to_first_token_s = now
                 result.last_token_s = now
-                result._pieces.append(content)
+            result._thoughts += [t for t in (hidden, thought) if t]
+            if shown:
+                result._pieces.append(shown)
                 if self.on_text is not None:
-                    self.on_text(content)
-            if isinstance(choice.get("finish_reason"), str):
-                result.finish_reason = choice["finish_reason"]
+                    self.on_text(shown)
+            finish = parse_finish(choice.get("finish_reason"))
+            if finish is not None:
+                result.finish, result.finish_reason = finish, str(choice["finish_reason"])
 
     def _read_json(self, response: requests.Response) -> None:
         body = _read_limited(response, MAX_JSON_BODY_BYTES)
@@ -472,6 +506,37 @@ def _adjust_for_endpoint(body: dict, status: int, message: str, adjusted: set[st
         body["max_completion_tokens"] = body.pop("max_tokens")
         return "max_tokens"
     return None
+
+
+_REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+"""Where servers put reasoning beside `content`: DeepSeek, vLLM, SGLang and llama.cpp use
+`reasoning_content`; OpenRouter, Ollama and vLLM >= 0.10 `reasoning`; some proxies `thinking`."""
+
+
+def _content(content: object, partial: Callable[[], str]) -> tuple[str, str]:
+    """(answer text, reasoning text) of a `content` value: a string, or a list of typed parts
+    (Mistral: `{"type": "text", "text"}` and `{"type": "thinking", "thinking": [parts] | str}`;
+    B16). Other part types (images, references) carry no answer text and are skipped.
+    Raises CloudError for content that is neither."""
+    if content is None:
+        return "", ""
+    if isinstance(content, str):
+        return content, ""
+    if not isinstance(content, list):
+        raise CloudError("the endpoint sent a malformed chunk (content is neither text nor a list of parts)",
+                         kind="protocol", partial_text=partial())
+    answer, thought = [], []
+    for item in content:
+        if isinstance(item, str):
+            answer.append(item)
+        elif isinstance(item, dict):
+            kind = item.get("type")
+            if kind == "text" and isinstance(item.get("text"), str):
+                answer.append(item["text"])
+            elif kind in ("thinking", "reasoning"):
+                inner = item.get(kind, item.get("text"))
+                thought.append(inner if isinstance(inner, str) else _content(inner, partial)[0])
+    return "".join(answer), "".join(thought)
 
 
 def _usage(data: dict) -> CloudUsage:

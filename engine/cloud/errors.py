@@ -31,11 +31,23 @@ MIN_SECRET_CHARS = 4
 _LOGGERS = ("urllib3", "urllib3.connectionpool", "urllib3.connection", "urllib3.response",
             "urllib3.util.retry", "requests", "engine.cloud")
 
+# Each server's words for "the request is longer than the model's context" (B-kind of issue 22):
+# OpenAI / Azure / DeepSeek / vLLM "This model's maximum context length is 8192 tokens"; vLLM "The
+# decoder prompt (length 5000) is longer than the maximum model length of 4096"; SGLang "is longer
+# than the model's context length"; llama.cpp "the request exceeds the available context size";
+# Ollama "input length exceeds the context length" / "exceeds maximum context length"; Anthropic
+# "prompt is too long: 215000 tokens > 200000 maximum" and "input length and `max_tokens` exceed
+# context limit"; Mistral "too large for model with 32768 maximum context length"; Gemini "The
+# input token count (1200000) exceeds the maximum number of tokens allowed"; TGI "`inputs` tokens
+# + `max_new_tokens` must be <= 4096"; Groq "Please reduce the length of the messages".
 _CONTEXT_LENGTH = re.compile(
-    r"context[ _-]?length|context[ _-]?window|maximum context|max_model_len|n_ctx|too many tokens|"
-    r"prompt is too long|input is too long|reduce the length|exceeds? the (?:model'?s? )?(?:maximum )?context",
+    r"context[ _-]?(?:length|window|size|limit)|maximum context|max(?:imum)?[ _]model[ _]len|n_ctx|too many tokens|"
+    r"prompt is too long|input is too long|reduce the length|exceeds? (?:the )?(?:\w+ )?(?:maximum )?context|"
+    r"exceeds? the maximum number of tokens|max_new_tokens.{0,3} must be <=",
     re.I,
 )
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error", "string_above_max_length"})
+"""`error.code` / `error.type` values that say the same: OpenAI, Azure; llama.cpp's server."""
 
 _secrets: set[str] = set()
 _lock = threading.Lock()
@@ -119,11 +131,12 @@ def _install_filter() -> None:
 
 # ------------------------------------------------------ HTTP failures as CloudError
 def status_error(status: int, message: str, *, where: str, model: str, has_key: bool, attempts: int,
-                 extra: str = "") -> CloudError:
+                 extra: str = "", code: str = "") -> CloudError:
     """The CloudError for an HTTP error `status` whose body said `message` (see `server_message`).
 
     where: the endpoint as shown; model: the model requested; has_key: a key was sent;
-    attempts: requests made (retries included); extra: appended to the problem (e.g. a long wait).
+    attempts: requests made (retries included); extra: appended to the problem (e.g. a long wait);
+    code: the body's `error.code` (`server_code`).
     """
     try:
         phrase = http.HTTPStatus(status).phrase
@@ -146,7 +159,7 @@ def status_error(status: int, message: str, *, where: str, model: str, has_key: 
     if status == 404:
         return error("not_found", f"not found ({code})",
                      f"check the endpoint URL {where} (it usually ends in /v1) and the model name {model!r}")
-    if status == 413 or (status in (400, 422) and _CONTEXT_LENGTH.search(message)):
+    if is_context_length(status, message, code):
         return error("context_length", f"the request is longer than the endpoint accepts ({code})",
                      "lower 'context tokens' in cloud settings")
     if status == 429:
@@ -156,6 +169,32 @@ def status_error(status: int, message: str, *, where: str, model: str, has_key: 
         return error("server", f"the endpoint has a server error ({code}, {attempts} attempts){extra}", "try again later")
     return error("bad_request", f"the endpoint rejected the request ({code})",
                  f"check the model name {model!r} and cloud settings")
+
+
+def is_context_length(status: int, message: str, code: str = "") -> bool:
+    """Whether an error response says the request exceeds the model's context: 413, or any other
+    client or server error (llama.cpp once answered 500) whose code or words say so. Such a request
+    fails the same way every time, so it is never retried. 401/403/404/429 keep their meaning."""
+    if status == 413:
+        return True
+    if status in (401, 403, 404, 429) or status < 400:
+        return False
+    return code.lower() in _CONTEXT_CODES or _CONTEXT_LENGTH.search(message) is not None
+
+
+def server_code(body: bytes | None) -> str:
+    """`error.code` (else `error.type`) of an OpenAI-style error body, "" when there is none."""
+    try:
+        data = json.loads((body or b"").decode("utf-8", errors="replace"))
+    except ValueError:
+        return ""
+    if isinstance(data, list) and data:
+        data = data[0]
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    value = error.get("code") or error.get("type") or ""
+    return value if isinstance(value, str) else ""
 
 
 def network_error(exc: BaseException, *, url: str, where: str, connect_timeout_s: float, read_timeout_s: float) -> CloudError:
@@ -187,8 +226,9 @@ def network_error(exc: BaseException, *, url: str, where: str, connect_timeout_s
 
 
 def server_message(body: bytes | None) -> str:
-    """The server's own words from an error body: OpenAI's `{"error": {"message"}}`, FastAPI's
-    `{"detail"}`, or the text with HTML tags removed; one line, at most 300 characters, redacted."""
+    """The server's own words from an error body: OpenAI's `{"error": {"message"}}` (Gemini's in a
+    list), FastAPI's `{"detail"}`, or the text with HTML tags removed; one line, at most 300
+    characters, redacted."""
     if not body:
         return ""
     text = body.decode("utf-8", errors="replace")
@@ -197,6 +237,8 @@ def server_message(body: bytes | None) -> str:
     except ValueError:
         data = None
     message = ""
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        data = data[0]  # Gemini's OpenAI-compatible layer wraps the error object in a list
     if isinstance(data, dict):
         error = data.get("error", data)
         if isinstance(error, dict):

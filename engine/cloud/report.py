@@ -20,7 +20,9 @@ def plan_lines(plan: CloudPlan) -> list[str]:
 
 
 def provenance_lines(answer: Answer) -> list[str]:
-    """Where an answer came from and what it cost: source, endpoint, model, reason, usage, stop."""
+    """Where an answer came from and what it cost: source, endpoint, model, reason, usage, stop
+    (with the endpoint's finish_reason and its meaning), the reasoning kept apart, and the
+    answer's notices last (prefixed "warning: ")."""
     reply = answer.cloud
     if reply is None:
         return ["source          local"]
@@ -40,6 +42,9 @@ def provenance_lines(answer: Answer) -> list[str]:
                      f"{usage.total_tokens} tokens (reported by the endpoint)")
     else:
         lines.append("usage           not reported by the endpoint")
-    stop = answer.stop_reason + (f" — INCOMPLETE: {reply.cut_reason}" if reply.cut_reason else "")
+    finish = f" (finish_reason {reply.finish_reason!r}: {reply.finish.value})" if reply.finish is not None else ""
+    stop = answer.stop_reason + finish + (f" — INCOMPLETE: {reply.cut_reason}" if reply.cut_reason else "")
     lines.append(f"TTFT            {answer.time_to_first_token_s:.2f} s; stop: {stop}")
-    return lines
+    if answer.reasoning:
+        lines.append(f"reasoning       {len(answer.reasoning):,} characters, kept apart from the answer")
+    return lines + [f"warning: {notice}" for notice in reply.notices]

@@ -14,11 +14,12 @@ The setting `include_generated_files` reads them all.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
+import stat
 from pathlib import Path
 
 import pathspec
+
+from engine.documents.git import run_git
 
 LOCK_FILES = frozenset({
     "uv.lock", "poetry.lock", "Pipfile.lock", "pdm.lock", "pylock.toml", "conda-lock.yml",
@@ -30,7 +31,6 @@ LOCK_FILES = frozenset({
 """Dependency lock files: written by package managers, never by hand."""
 
 ATTRIBUTES = ("linguist-generated", "linguist-vendored")
-GIT_TIMEOUT_S = 60.0
 
 
 def generated_files(root: Path, files: list[str], *, use_git: bool) -> dict[str, str]:
@@ -62,19 +62,13 @@ def _truth(value: str) -> bool | None:
 
 def _git_attributes(root: Path, files: list[str]) -> dict[str, dict[str, bool | None]] | None:
     """`git check-attr` for every file; None when git is missing, fails or `root` is no work tree."""
-    git = shutil.which("git")
-    if git is None or not files:
-        return None if git is None else {}
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
-    try:
-        done = subprocess.run([git, "-C", str(root), "check-attr", "-z", "--stdin", *ATTRIBUTES],
-                              input=b"".join(os.fsencode(rel) + b"\0" for rel in files),
-                              capture_output=True, env=env, timeout=GIT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError):
+    if not files:
+        return {}
+    out = run_git(root, "check-attr", "-z", "--stdin", *ATTRIBUTES,
+                  input=b"".join(os.fsencode(rel) + b"\0" for rel in files))
+    if out is None:
         return None
-    if done.returncode != 0:
-        return None
-    fields = done.stdout.split(b"\0")
+    fields = out.split(b"\0")
     result: dict[str, dict[str, bool | None]] = {}
     for index in range(0, len(fields) - 2, 3):  # path, attribute, state
         path, name, state = (os.fsdecode(field) for field in fields[index:index + 3])
@@ -89,6 +83,8 @@ def _file_attributes(root: Path, files: list[str]) -> dict[str, dict[str, bool |
     for rel in sorted((f for f in files if f.rsplit("/", 1)[-1] == ".gitattributes"), key=lambda f: f.count("/")):
         prefix = rel[: -len(".gitattributes")]
         try:
+            if not stat.S_ISREG(os.lstat(root / rel).st_mode):
+                continue  # a symlinked .gitattributes is not read, as git refuses one (2.32)
             lines = (root / rel).read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             continue

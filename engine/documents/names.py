@@ -5,6 +5,12 @@ Windows share: b"caf\\xe9-menu.txt") over as a str with lone surrogates ("caf\\u
 PEP 383), which every encoder refuses: the tokenizer, SQLite, a terminal. Such a str stays the
 right thing to open the file with; what is shown, cited or stored goes through `display_name`,
 which decodes the original bytes the way file contents are decoded.
+
+A name may also hold characters that act instead of showing: a line break (a label then looks
+like two files and splits the CLI's report), an ANSI escape (`\x1b]0;…\x07` retitles the
+terminal, `\x1b[2J` clears it), a right-to-left override (U+202E makes "evil\u202etxt.exe" read
+"evilexe.txt", the Trojan Source trick, CVE-2021-42574). `display_name` writes those as visible
+escapes ("a\\nb.txt"), as git does for such paths (core.quotePath) and ls does with -b.
 """
 
 from __future__ import annotations
@@ -15,14 +21,26 @@ import re
 from engine.errors import DocumentError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# C0 and C1 controls, DEL, and the bidirectional embeddings, overrides, isolates and marks.
+_ACTING = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
 
 
 def display_name(name: str | os.PathLike[str]) -> str:
     """`name` (a file name, a relative or absolute path) as valid Unicode: unchanged when it
     already is; else its bytes decoded as UTF-8, cp1252 or Latin-1, so b"caf\\xe9-menu.txt"
-    reads "café-menu.txt". Never raises. (Not charset-normalizer, as file contents are: a name is
-    too short for a detector, and the same bytes must always give the same name.)"""
-    text = os.fspath(name)
+    reads "café-menu.txt"; control and bidirectional-control characters written as escapes
+    ("\\n", "\\x1b", "\\u202e"). Never raises. (Not charset-normalizer, as file contents are: a name
+    is too short for a detector, and the same bytes must always give the same name.)"""
+    return _ACTING.sub(_visible, _decoded(os.fspath(name)))
+
+
+def _decoded(text: str) -> str:
     if not _SURROGATE.search(text):
         return text
     try:

@@ -263,7 +263,9 @@ def _run_worker(path: Path, password: str | None, start_page: int,
     request = {"path": str(path), "password": password, "start_page": start_page,
                "memory_bytes": WORKER_MEMORY_BYTES}
     package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    # PYTHONSAFEPATH: `-m` (and `-c`) would put the current directory first on sys.path, and a
+    # `json.py` in the folder Halaman was started from would then run in the worker.
+    env = dict(os.environ, PYTHONSAFEPATH="1", PYTHONPATH=os.pathsep.join(
         p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
     with tempfile.TemporaryFile() as stderr:
         try:

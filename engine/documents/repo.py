@@ -18,9 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import stat
-import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +27,7 @@ import pathspec
 
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
 from engine.documents.generated import generated_files
+from engine.documents.git import run_git
 from engine.documents.names import display_name
 from engine.documents.plain import CONVERTED_SUFFIXES, read_file
 from engine.errors import Cancelled
@@ -52,8 +51,6 @@ character line took most of a scan's memory)."""
 
 PROSE_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".adoc", ".tex", ".org"})
 """Not checked for minification: unwrapped paragraphs make long lines normal in prose."""
-
-GIT_TIMEOUT_S = 60.0
 
 IGNORED_LISTED = 20
 """How many paths a one-line summary (.gitignore, generated files) names before "and N more"."""
@@ -133,21 +130,12 @@ def list_files(root: Path, *, use_git: bool = True) -> Listing:
 
 
 def _git_listing(root: Path) -> Listing | None:
-    """Ask git; None when git is missing, fails, or `root` is not in a work tree."""
-    git = shutil.which("git")
-    if git is None:
-        return None
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    """Ask git (`engine.documents.git.run_git`: nothing the folder's config names is run); None
+    when git is missing, fails, or `root` is not in a work tree."""
 
     def run(*args: str) -> list[str] | None:
-        try:
-            done = subprocess.run([git, "-C", str(root), *args], capture_output=True, env=env,
-                                  timeout=GIT_TIMEOUT_S, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        if done.returncode != 0:
-            return None
-        return [os.fsdecode(p) for p in done.stdout.split(b"\0") if p]
+        out = run_git(root, *args)
+        return None if out is None else [os.fsdecode(p) for p in out.split(b"\0") if p]
 
     inside = run("rev-parse", "--is-inside-work-tree")
     if not inside or inside[0].strip() != "true":

@@ -17,10 +17,14 @@ Cancel leaves a partial that the next pull continues.
 A file is verified before it takes its final name: its size against the hub's, and its SHA-256
 against the hub's LFS hash (weights) or its git blob id (small files: SHA-1 of "blob <size>\\0" +
 content). A folder is complete when `COMPLETE_MARKER` is written after the last file.
+
+One pull of a model runs at a time across processes (a file lock beside its folder): a second
+`halaman` pulling the same model waits, then finds every file in place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -28,9 +32,11 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import filelock
 
 from engine import paths
 from engine.errors import Cancelled, ModelError
@@ -45,6 +51,7 @@ CHUNK_BYTES = 1 << 20
 SPEED_WINDOW_S = 5.0      # speed is measured over the last few seconds: a stalled link shows at once
 PROGRESS_EVERY_S = 0.2    # at most this often, plus once per finished file
 TIMEOUT_S = 30.0          # connect and per-read timeout
+LOCK_POLL_S = 0.5         # a pull waiting for another process's checks cancel this often
 
 
 @dataclass(frozen=True)
@@ -127,20 +134,40 @@ def pull(repo: str, *, revision: str = "main", progress: Callable[[DownloadProgr
     commit, files = remote_files(repo, revision, endpoint)
     folder = model_folder(repo)
     folder.mkdir(parents=True, exist_ok=True)
-    _forget_other_commit(folder, commit)
-    meter = _Meter(repo, sum(f.size for f in files), progress)
-    for remote in files:
-        target = folder / remote.name
-        if target.is_file() and target.stat().st_size == remote.size:
-            meter.found(remote.name, remote.size)  # verified when it was renamed into place
-            continue
-        _fetch(f"{endpoint}/{repo}/resolve/{commit}/{remote.name}", folder / (remote.name + PART_SUFFIX), remote,
-               meter, cancel)
-        (folder / (remote.name + PART_SUFFIX)).replace(target)
-    meter.finish()
-    (folder / COMPLETE_MARKER).write_text(json.dumps(
-        {"repo": repo, "commit": commit, "files": {f.name: f.size for f in files}}, indent=1))
+    with _download_lock(folder, cancel):
+        _forget_other_commit(folder, commit)
+        meter = _Meter(repo, sum(f.size for f in files), progress)
+        for remote in files:
+            target = folder / remote.name
+            if target.is_file() and target.stat().st_size == remote.size:
+                meter.found(remote.name, remote.size)  # verified when it was renamed into place
+                continue
+            _fetch(f"{endpoint}/{repo}/resolve/{commit}/{remote.name}", folder / (remote.name + PART_SUFFIX), remote,
+                   meter, cancel)
+            (folder / (remote.name + PART_SUFFIX)).replace(target)
+        meter.finish()
+        paths.write_text_atomic(folder / COMPLETE_MARKER, json.dumps(
+            {"repo": repo, "commit": commit, "files": {f.name: f.size for f in files}}, indent=1))
     return folder
+
+
+@contextlib.contextmanager
+def _download_lock(folder: Path, cancel: threading.Event) -> Iterator[None]:
+    """One pull of a model at a time across processes (`<folder>.lock`, filelock): two would append
+    to the same `.part` file and rename it from under each other. A second pull waits, then finds
+    the files already there; `cancel` stops the wait (Cancelled)."""
+    lock = filelock.FileLock(folder.with_name(folder.name + ".lock"))
+    while True:
+        try:
+            lock.acquire(timeout=LOCK_POLL_S)
+            break
+        except filelock.Timeout:
+            if cancel.is_set():
+                raise Cancelled(f"download of {folder.name} cancelled while another Halaman process was downloading it") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def remote_files(repo: str, revision: str, endpoint: str) -> tuple[str, list[RemoteFile]]:

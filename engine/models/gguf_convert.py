@@ -15,12 +15,15 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import filelock
+
 from engine import paths
 from engine.errors import ModelError
 from engine.models.source import file_sha256
 
 SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 _DONE_MARKER = "halaman-converted.txt"
+log = logging.getLogger("engine.models")
 
 
 def gguf_architecture(path: Path) -> str:
@@ -35,12 +38,21 @@ def gguf_architecture(path: Path) -> str:
         raise ModelError(f"{path.name} is not a readable GGUF file ({type(exc).__name__}); check the download") from None
 
 
+LOCK_POLL_S = 0.5
+"""How often a process waiting for another one's conversion checks the lock (and logs once)."""
+
+
 def converted_folder(gguf_path: Path) -> Path:
     """The HF folder for `gguf_path`, converting it first if this file was never converted.
 
     Raises ModelError for an unsupported architecture (checked before the slow conversion,
     transformers #32577 / Qwen3 #1454) or a conversion failure. The conversion writes into a
     temporary folder that is renamed into place, so a crash never leaves a half-converted model.
+
+    Safe with several Halaman processes (the window and a `halaman ask`, a double double-click):
+    the conversion runs under a file lock (`filelock`, `<target>.lock` beside it), a second
+    process waits for it and then uses the finished folder, and a folder with its marker (one that
+    a process may be loading from) is never deleted or replaced.
     """
     sha = file_sha256(gguf_path)
     target = paths.cache_dir() / "models" / sha[:32]
@@ -51,12 +63,41 @@ def converted_folder(gguf_path: Path) -> Path:
         raise ModelError(
             f"{gguf_path.name} is a {arch!r} model; Halaman runs {', '.join(SUPPORTED_GGUF_ARCHITECTURES)} models"
         )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _conversion_lock(target):
+        if (target / _DONE_MARKER).is_file():
+            return target  # another process converted it while this one waited
+        _convert_into(gguf_path, target, sha)
+    return target
+
+
+@contextlib.contextmanager
+def _conversion_lock(target: Path) -> Iterator[None]:
+    lock = filelock.FileLock(target.with_name(f"{target.name}.lock"))
+    waited = False
+    while True:
+        try:
+            lock.acquire(timeout=LOCK_POLL_S)
+            break
+        except filelock.Timeout:
+            if not waited:
+                log.info("another Halaman process is converting %s; waiting for it", target.name)
+                waited = True
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _convert_into(gguf_path: Path, target: Path, sha: str) -> None:
+    """Convert into a temporary folder and rename it to `target`; called under the lock, with no
+    finished folder at `target` (a folder there is a leftover without its marker)."""
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         _convert(gguf_path, tmp)
         (tmp / _DONE_MARKER).write_text(f"converted from {gguf_path.name}\nsha256 {sha}\n")
-        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)  # unfinished, so no process is loading from it
         os.replace(tmp, target)
     except ModelError:
         raise
@@ -64,7 +105,6 @@ def converted_folder(gguf_path: Path) -> Path:
         raise ModelError(f"could not convert {gguf_path.name}: {type(exc).__name__}: {exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def _convert(gguf_path: Path, out: Path) -> None:
