@@ -53,6 +53,7 @@ from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
 from engine.prompt_lookup import PromptLookup
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
+from engine.reasoning import ReasoningSplitter, Split, split_reasoning
 from engine.settings import CachePolicy, EngineSettings
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
@@ -297,88 +298,76 @@ class DocumentSession:
         recaller = self._recaller(question)
         reselecting = recaller is not None and recaller.reselects
         limit = max_new_tokens or self.settings.max_new_tokens
-        generated: list[int] = []
-        logprobs: list[float] = []
-        text, ttft, stop = "", 0.0, "max_tokens"
-        decode_began = None
         lookup = self._lookup(suffix_ids)
+        built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
         drafts = DraftStats()
-        draft_length = min(DRAFT_START_TOKENS, self.settings.draft_tokens)
-
-        def emit(token: int, logprob: float) -> None:
-            nonlocal text, ttft, decode_began
-            generated.append(token)
-            logprobs.append(logprob)
-            if lookup is not None:
-                lookup.extend([token])
-            piece = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
-            if decode_began is None:
-                ttft = time.perf_counter() - began
-                decode_began = time.perf_counter()
-            if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
-                text += piece
-                if on_text:
-                    on_text(piece)
-
+        stop = "max_tokens"
         try:
             logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
             if recaller is not None:
                 recaller.stats.question_s = recaller.stats.seconds
-            while len(generated) < limit:
-                token, logprob = self._pick(logits, generated)
+            draft_length = min(DRAFT_START_TOKENS, self.settings.draft_tokens)
+            while len(built.generated) < limit:
+                token, logprob = self._pick(logits, built.generated)
                 if token in self._stop_ids:
                     stop = "end"
                     break
-                emit(token, logprob)
-                refresh = reselecting and refresh_recall(len(generated))
+                built.emit(token, logprob)
+                refresh = reselecting and refresh_recall(len(built.generated))
                 if refresh:
                     recaller.stats.refreshes += 1
                 proposal = [] if refresh or lookup is None else lookup.propose(
-                    min(draft_length, self._draft_room(cache, len(generated), limit, reselecting)))
+                    min(draft_length, self._draft_room(cache, len(built.generated), limit, reselecting)))
                 if not proposal:
-                    logits = decoder.forward(
-                        torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
-                        reuse_workspace=self._reuse_workspace, recaller=recaller if refresh else None,
-                    )
+                    logits = self._decode_one(token, cache, cancel, recaller if refresh else None)
                     continue
-                # Check the drafts in one pass; keep the longest prefix greedy decoding agrees with.
-                checked = decoder.forward(
-                    torch.tensor([token, *proposal]), cache, all_logits=True, cancel=cancel,
-                    reuse_workspace=self._reuse_workspace, pending=True,
-                )
-                accepted = 0
-                for i, draft in enumerate(proposal):
-                    picked, picked_logprob = self._pick(checked[i : i + 1], generated)
-                    if picked != draft or picked in self._stop_ids:
-                        break
-                    emit(draft, picked_logprob)
-                    accepted += 1
-                cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
+                logits, accepted = self._speculative_step(token, proposal, cache, built, cancel)
                 drafts.add(len(proposal), accepted)
                 # transformers' heuristic for assisted decoding: longer drafts while they are all
                 # accepted, shorter after a miss (a rejected token costs a little compute)
                 draft_length = min(draft_length + 2, self.settings.draft_tokens) if accepted == len(proposal) else max(1, draft_length - 1)
-                logits = checked[accepted : accepted + 1]
         except Cancelled:
             stop = "cancelled"
         finally:
             cache.release_workspace()
-        tail = self.model.tokenizer.decode(generated, skip_special_tokens=True)[len(text):]
-        if tail:
-            text += tail
-            if on_text:
-                on_text(tail)
+        split = built.finish()
         if stop != "cancelled":
             self._conversation = cache  # a follow-up continues from here
-        decode_s = time.perf_counter() - decode_began if decode_began else 0.0
         return Answer(
-            question=question, text=text, token_ids=generated, prompt_tokens=self.report.document_tokens + len(suffix_ids),
-            time_to_first_token_s=ttft, decode_tokens_per_s=(len(generated) - 1) / decode_s if decode_s and len(generated) > 1 else 0.0,
-            prefix_hit=not prefilled_for_this, stop_reason=stop,
-            mean_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0, kv=cache.memory(),
+            question=question, text=split.answer, token_ids=built.generated,
+            prompt_tokens=self.report.document_tokens + len(suffix_ids),
+            time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
+            prefix_hit=not prefilled_for_this, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
             recall=recaller.stats if recaller else None, sources=self._sources(cache, recaller) if recaller else [],
-            drafts=drafts,
+            drafts=drafts, reasoning=split.reasoning,
         )
+
+    def _decode_one(self, token: int, cache: CompressedCache, cancel: threading.Event | None,
+                    recaller: RecallHook | None) -> torch.Tensor:
+        """One decode step: feed `token`, return the next logits `[1, vocab]` (recalling again with
+        the answer's own query when `recaller` is given)."""
+        return self.model.decoder.forward(
+            torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
+            reuse_workspace=self._reuse_workspace, recaller=recaller,
+        )
+
+    def _speculative_step(self, token: int, proposal: list[int], cache: CompressedCache, built: AnswerBuilder,
+                          cancel: threading.Event | None) -> tuple[torch.Tensor, int]:
+        """Check `token` and the draft `proposal` in one pass and keep the longest prefix greedy
+        decoding agrees with (prompt-lookup decoding). Returns (next logits, drafts accepted)."""
+        checked = self.model.decoder.forward(
+            torch.tensor([token, *proposal]), cache, all_logits=True, cancel=cancel,
+            reuse_workspace=self._reuse_workspace, pending=True,
+        )
+        accepted = 0
+        for i, draft in enumerate(proposal):
+            picked, picked_logprob = self._pick(checked[i : i + 1], built.generated)
+            if picked != draft or picked in self._stop_ids:
+                break
+            built.emit(draft, picked_logprob)
+            accepted += 1
+        cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
+        return checked[accepted : accepted + 1], accepted
 
     def memory(self) -> MemoryReport:
         """Weights / KV / workspace / free now, on the model's device. During `open`, call it only
@@ -675,6 +664,60 @@ class DocumentSession:
         else:
             token = int(scores.argmax())
         return token, float(logprobs[token])
+
+
+class AnswerBuilder:
+    """The answer being decoded: its tokens and log-probabilities, the text streamed so far (to
+    `on_text`, with `<think>` blocks held back: `engine.reasoning`), time to first token and decode
+    rate. `lookup`, when drafting, learns every emitted token."""
+
+    def __init__(self, tokenizer, began: float, on_text: Callable[[str], None] | None, lookup: PromptLookup | None) -> None:
+        self.tokenizer = tokenizer
+        self.began = began
+        self.on_text = on_text
+        self.lookup = lookup
+        self.generated: list[int] = []
+        self.logprobs: list[float] = []
+        self.text = ""
+        self.ttft_s = 0.0
+        self.decode_began: float | None = None
+        self._splitter = ReasoningSplitter()
+
+    def emit(self, token: int, logprob: float) -> None:
+        """Add one answer token and stream the text it completes."""
+        self.generated.append(token)
+        self.logprobs.append(logprob)
+        if self.lookup is not None:
+            self.lookup.extend([token])
+        if self.decode_began is None:
+            self.ttft_s = time.perf_counter() - self.began
+            self.decode_began = time.perf_counter()
+        piece = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
+        if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
+            self._stream(piece)
+
+    def _stream(self, piece: str) -> None:
+        self.text += piece
+        shown, _ = self._splitter.feed(piece)
+        if shown and self.on_text:
+            self.on_text(shown)
+
+    def finish(self) -> Split:
+        """Stream what is left; the whole text split into answer and reasoning."""
+        tail = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
+        if tail:
+            self._stream(tail)
+        shown, _ = self._splitter.close()
+        if shown and self.on_text:
+            self.on_text(shown)
+        return split_reasoning(self.text)
+
+    def decode_tokens_per_s(self) -> float:
+        seconds = time.perf_counter() - self.decode_began if self.decode_began else 0.0
+        return (len(self.generated) - 1) / seconds if seconds and len(self.generated) > 1 else 0.0
+
+    def mean_logprob(self) -> float:
+        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else 0.0
 
 
 def reading_progress(notify: Callable[[Progress], None], path: str | os.PathLike[str]) -> Callable[[int, int], None]:
