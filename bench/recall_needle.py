@@ -151,9 +151,14 @@ class Runner:
         return rows
 
 
+LENGTHS = (4096, 8192)
+DROPPED = (0.90, 0.97)
+FULL_CACHE = True
+
+
 def ratio_configs(n: int, recall_default: int = 1024) -> dict:
-    configs = {"full cache": (None, 4, "auto", {"-": 0})}
-    for dropped in (0.90, 0.97):
+    configs = {"full cache": (None, 4, "auto", {"-": 0})} if FULL_CACHE else {}
+    for dropped in DROPPED:
         budget = int(n * (1 - dropped))
         budget -= budget % 32
         recalls = {"snapshot only": 0, f"recall {recall_default}": recall_default, "recall = budget": budget}
@@ -163,7 +168,7 @@ def ratio_configs(n: int, recall_default: int = 1024) -> dict:
 
 def part_needle(run: Runner, prompts: int) -> list[dict]:
     rows = []
-    for n in (4096, 8192):
+    for n in LENGTHS:
         target = n - 400  # room for the question and the answer inside the model's 8,192 positions
         for p in range(prompts):
             rng = random.Random(1000 * n + p)
@@ -293,7 +298,13 @@ def main() -> None:
     parser.add_argument("--long-prompts", type=int, default=10)
     parser.add_argument("--multi-prompts", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="needle: document lengths")
+    parser.add_argument("--dropped", type=float, nargs="+", default=list(DROPPED), help="needle: shares dropped")
+    parser.add_argument("--no-full-cache", action="store_true", help="needle: skip the full-cache reference")
+    parser.add_argument("--tag", default="", help="appended to the result files' names (recall_needle_TAG.csv)")
     args = parser.parse_args()
+    global LENGTHS, DROPPED, FULL_CACHE
+    LENGTHS, DROPPED, FULL_CACHE = tuple(args.lengths), tuple(args.dropped), not args.no_full_cache
     common.setup(args.threads)
     meta = common.machine_info()
     run = Runner(args)
@@ -302,17 +313,17 @@ def main() -> None:
             rows = part_needle(run, args.prompts)
             for row in rows:
                 row["length"] = "4k" if row["doc_tokens"] < 6000 else "8k"
-            common.write_results("recall_needle", summarise(rows, ["length", "config", "recall"]),
+            common.write_results(f"recall_needle{args.tag}", summarise(rows, ["length", "config", "recall"]),
                                  ["length", "config", "recall", "hits", "median recalled tokens", "median recall ms at question", "median recall ms per answer"], meta)
         elif part == "long":
             rows = part_long(run, args.long_prompts)
-            common.write_results("recall_long", summarise(rows, ["config", "recall", "position_mode"]),
+            common.write_results(f"recall_long{args.tag}", summarise(rows, ["config", "recall", "position_mode"]),
                                  ["config", "position_mode", "recall", "hits", "median recalled tokens", "median recall ms at question", "median recall ms per answer"], meta)
         elif part == "multi":
             rows = part_multi(run, args.multi_prompts)
             for row in rows:
                 row["prompt"] = row["case"]
-            common.write_results("recall_multi", summarise(rows, ["prompt", "recall"]),
+            common.write_results(f"recall_multi{args.tag}", summarise(rows, ["prompt", "recall"]),
                                  ["prompt", "recall", "hits", "median recalled tokens", "median recall ms at question", "median recall ms per answer"], meta)
         elif part == "bits":
             rows = part_bits(run, args.prompts)
