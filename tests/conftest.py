@@ -35,7 +35,7 @@ def corpus() -> Path:
 
 @pytest.fixture(scope="session")
 def smol():
-    """The embedded default model (SmolLM2-135M-Instruct), 4-bit weights, on the CPU."""
+    """The embedded default model (SmolLM2-135M-Instruct) with the CPU's default weights (int4), on the CPU."""
     from engine.models.loader import load_model
 
     return load_model("default", device="cpu")
