@@ -1,5 +1,5 @@
 """CPU low-bit weights (`engine.models.int4_cpu`): exact on GGUF's Q4_1 / Q8_0 grids, and the embedded
-model's int4 logits close to float32's on real text (docs/BENCHMARKS.md, section 5d)."""
+model's int4 logits close to float32's on real text (docs/BENCHMARKS.md, section 5e)."""
 
 import pytest
 import torch
@@ -66,16 +66,16 @@ def test_the_embedded_model_in_int4_agrees_with_float32_on_real_text(smol, corpu
     from engine.models.catalog import load_catalog
     from engine.models.loader import load_model
 
-    assert smol.weights == "int4" and smol.weights_label == "4-bit int4"
-    decoder = smol.decoder
+    int4, full = load_model("default", device="cpu"), smol
+    assert int4.weights == "int4" and int4.weights_label == "4-bit int4" and full.weights == "float32"
+    decoder = int4.decoder
     assert isinstance(decoder.lm_head, Int8Linear) and isinstance(decoder.layers[0].mlp.down_proj, Int4Linear)
     assert decoder.embed.weight.dtype == torch.float32  # the lookup stays float32
-    assert smol.weight_bytes == next(m for m in load_catalog() if m.embedded).weight_int4_bytes()
-    full = load_model("default", device="cpu", weights="full")
-    assert smol.weight_bytes < 0.45 * full.weight_bytes
+    assert int4.weight_bytes == next(m for m in load_catalog() if m.embedded).weight_int4_bytes()
+    assert int4.weight_bytes < 0.45 * full.weight_bytes
 
     text = load_document(corpus / "pdf" / "P05_dmca.pdf").render()
-    ids = torch.tensor(smol.tokenizer(text, add_special_tokens=False)["input_ids"][:512])
+    ids = torch.tensor(int4.tokenizer(text, add_special_tokens=False)["input_ids"][:512])
     with torch.inference_mode():
         ref = full.decoder.model(ids[None]).logits[0].float().log_softmax(-1)
         ours = decoder.model(ids[None]).logits[0].float().log_softmax(-1)
