@@ -14,6 +14,7 @@ from engine.errors import ModelError
 from engine.estimate import KNOWN_SHAPES, peak_cache_bytes
 from engine.models.catalog import PROCESS_MARGIN_BYTES, CatalogModel, DeviceMemory, find, fit, load_catalog
 from engine.models.decoder import SUPPORTED_MODEL_TYPES
+from engine.models.int4_cpu import dense_chunks
 from engine.models.loader import load_model
 from engine.settings import EngineSettings
 
@@ -93,7 +94,8 @@ def test_4bit_weight_bytes_are_what_the_loader_holds(tmp_path, config, extra, to
                           tie_word_embeddings=config.tie_word_embeddings, **TINY, **extra)
     assert listed.parameters == sum(p.numel() for p in model.parameters())
     assert load_model(str(tmp_path), device="cpu", weights="4bit").weight_bytes == listed.weight_4bit_bytes(4)
-    assert load_model(str(tmp_path), device="cpu", weights="int4").weight_bytes == listed.weight_int4_bytes()
+    int4 = load_model(str(tmp_path), device="cpu", weights="int4")
+    assert int4.weight_bytes == listed.weight_int4_bytes(dense=dense_chunks())
 
 def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
     model = find(load_catalog(), "qwen2.5-1.5b")

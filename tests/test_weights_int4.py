@@ -4,7 +4,7 @@ model's int4 logits close to float32's on real text (docs/BENCHMARKS.md, section
 import pytest
 import torch
 
-from engine.models.int4_cpu import GROUP_SIZE, Int4Linear, Int8Linear
+from engine.models.int4_cpu import GROUP_SIZE, KERNEL_ROWS, Int4Linear, Int8Linear, dense_chunks
 
 
 def linear_with(weight: torch.Tensor) -> torch.nn.Linear:
@@ -43,6 +43,22 @@ def test_int8_gets_the_codes_of_a_q8_0_grid_back_exactly():
     assert torch.equal(as_matrix(Int8Linear(linear_with(weight)), groups * GROUP_SIZE), weight)
 
 
+def test_chunks_through_the_bfloat16_copy_apply_the_same_weights_as_the_kernel():
+    """Prefill chunks (more than KERNEL_ROWS rows) take the dense copy, decode steps the kernel:
+    both must apply one weight, or a document read and its answer would see different models."""
+    g = torch.Generator().manual_seed(3)
+    linear = linear_with(torch.randn(64, 96, generator=g))
+    layer = Int4Linear(linear, dense=True)
+    x = torch.randn(1, 4 * KERNEL_ROWS, 96, generator=g)
+    with torch.inference_mode():
+        chunk = layer(x)
+        rows = torch.cat([layer(x[:, i : i + 1]) for i in range(x.shape[1])], 1)
+    assert layer.dense is not None
+    # both round their output to bfloat16 after summing in their own order: a few units in its last place
+    assert float((chunk - rows).abs().max()) < 0.01 * float(rows.abs().max())
+    assert torch.equal(as_matrix(layer, 96), as_matrix(Int4Linear(linear), 96))  # the identity reads the weights back
+
+
 def test_off_grid_weights_are_rounded_to_the_nearest_step_and_biases_kept():
     weight = torch.randn(48, 64, generator=torch.Generator().manual_seed(2))
     linear = linear_with(weight)
@@ -59,9 +75,10 @@ def test_off_grid_weights_are_rounded_to_the_nearest_step_and_biases_kept():
 
 
 def test_the_embedded_model_in_int4_agrees_with_float32_on_real_text(smol, corpus):
-    """The CPU's default weights: measured on 4,092 tokens of P05, top-1 agreement 98.1 %, KL 0.0008
-    nats, perplexity +0.02 %; NF4 (a GPU's weights) agreed on 74 %. A broken code, scale or zero
-    point, or the head quantized per tensor, falls far below these bounds."""
+    """The CPU's default weights: measured on 4,092 tokens of P05 (bench/weights_quality.py), top-1
+    agreement 97.9 % (98.1 % through the kernel alone), KL 0.0008 nats, perplexity +0.01 %; NF4 (a
+    GPU's weights) agreed on 74 %. A broken code, scale or zero point, or the head quantized per
+    tensor (torch's dynamic int8 linear), falls far below these bounds."""
     from engine.documents import load_document
     from engine.models.catalog import load_catalog
     from engine.models.loader import load_model
@@ -71,8 +88,8 @@ def test_the_embedded_model_in_int4_agrees_with_float32_on_real_text(smol, corpu
     decoder = int4.decoder
     assert isinstance(decoder.lm_head, Int8Linear) and isinstance(decoder.layers[0].mlp.down_proj, Int4Linear)
     assert decoder.embed.weight.dtype == torch.float32  # the lookup stays float32
-    assert int4.weight_bytes == next(m for m in load_catalog() if m.embedded).weight_int4_bytes()
-    assert int4.weight_bytes < 0.45 * full.weight_bytes
+    assert int4.weight_bytes == next(m for m in load_catalog() if m.embedded).weight_int4_bytes(dense=dense_chunks())
+    assert int4.weight_bytes < 0.85 * full.weight_bytes
 
     text = load_document(corpus / "pdf" / "P05_dmca.pdf").render()
     ids = torch.tensor(int4.tokenizer(text, add_special_tokens=False)["input_ids"][:512])

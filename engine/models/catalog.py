@@ -12,9 +12,11 @@ Sizes are computed from each model's config numbers, not typed in:
                     code book), embeddings, norms and biases in the compute dtype (float32 on the CPU,
                     16-bit on a GPU), and the rotary embedding's float32 frequency buffers
     int4 weights    on a CPU (`engine.models.int4_cpu`): every decoder linear layer in 4-bit codes
-                    (half a byte per weight + a bfloat16 scale and zero per 32 weights), the LM head
-                    (its own copy when tied) in 8-bit codes held as two 4-bit planes (twice that),
-                    embeddings, norms and biases in float32, and the rotary buffers
+                    (half a byte per weight + a bfloat16 scale and zero per 32 weights) and, on a
+                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks (counted always: the
+                    list cannot ask the CPU without torch), the LM head (its own copy when tied) in
+                    8-bit codes held as two 4-bit planes, embeddings, norms and biases in float32,
+                    and the rotary buffers
     weights         what the loader will hold with the `weights` setting: the 4-bit NF4 size, or
                     on a CPU with "auto" the int4 size when the float32 weights take at most a
                     quarter of RAM (`engine.models.weight_format.choose_weights`)
@@ -119,15 +121,16 @@ class CatalogModel:
         rotary = 2 * (self.head_dimension // 2) * 4  # inv_freq and original_inv_freq buffers, float32
         return nf4 + element_bytes * self._other_parameters() + rotary
 
-    def weight_int4_bytes(self) -> int:
-        """Bytes the weights hold once loaded in int4 on a CPU (module docstring)."""
+    def weight_int4_bytes(self, dense: bool = True) -> int:
+        """Bytes the weights hold once loaded in int4 on a CPU (module docstring); `dense`: with the
+        bfloat16 copy of the decoder layers for chunks."""
         def int4(shape: tuple[int, int]) -> int:  # codes, then a bfloat16 scale and zero per group
             return shape[0] * shape[1] // 2 + 4 * (shape[0] * shape[1] // INT4_GROUP)
 
         h, vocab = self.hidden_size, self.vocab_size
         untied_head = 0 if self.tie_word_embeddings else vocab * h  # replaced, not kept in float32
         rotary = 2 * (self.head_dimension // 2) * 4
-        layers = sum(int4(shape) for shape in self._linear_shapes())
+        layers = sum(int4(shape) + (2 * shape[0] * shape[1] if dense else 0) for shape in self._linear_shapes())
         return layers + 2 * int4((h, vocab)) + 4 * (self._other_parameters() - untied_head) + rotary
 
     @property

@@ -15,6 +15,12 @@ and its dynamic int8 linear quantizes activations, which cost +2 % to +9 % perpl
 Only scales and zeros are rounded to bfloat16, which the kernel takes. Its fast path takes bfloat16
 activations (the float32 one was 25x slower, measured here), so a layer's input is rounded to
 bfloat16 and its output is returned in the input's dtype.
+
+The kernel is built for a few rows (a decode step): at a prefill chunk's 512 rows it ran the
+projections no faster than float32, and a read 8 % slower. On a CPU with AVX-512 BF16 an
+`Int4Linear` therefore also keeps its weight dequantized to bfloat16 and runs chunks of more than
+`KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there; without AVX-512 BF16
+bfloat16 matmuls were slower than float32 (docs/BENCHMARKS.md, section 5d), so chunks take the kernel.
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ GROUP_SIZE = 32
 """Input weights per scale: the block of Q4_1 and Q8_0."""
 OUT_MULTIPLE = 16
 """The kernel packs output features in tiles of this many."""
+KERNEL_ROWS = 16
+"""Inputs of at most this many rows (tokens) take the int4 kernel; longer ones the bfloat16 copy, if kept."""
+
+
+def dense_chunks() -> bool:
+    """Whether this CPU runs bfloat16 matmuls natively (AVX-512 BF16), so chunks should use them."""
+    return torch.cpu._is_avx512_bf16_supported()
 
 
 class Int4Linear(torch.nn.Module):
@@ -32,13 +45,17 @@ class Int4Linear(torch.nn.Module):
     byte, with a bfloat16 scale and zero per `GROUP_SIZE` input weights (module docstring).
     Raises ValueError unless `fits(linear)`."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, *, dense: bool = False) -> None:
         super().__init__()
         weight = _groups(linear)
         low, high = weight.amin(-1), weight.amax(-1)
         scale = ((high - low) / 15).clamp(min=torch.finfo(torch.bfloat16).tiny)
         codes = torch.round((weight - low[..., None]) / scale[..., None]).clamp(0, 15)
-        self._pack(linear, codes.flatten(1), scale, low + 8 * scale)
+        zero = low + 8 * scale
+        self._pack(linear, codes.flatten(1), scale, zero)
+        # dense: the same weights dequantized, for chunks (module docstring)
+        bf = lambda t: t.to(torch.bfloat16).float()[..., None]  # noqa: E731 - as the kernel holds them
+        self.register_buffer("dense", ((codes - 8) * bf(scale) + bf(zero)).flatten(1).to(torch.bfloat16) if dense else None)
 
     def _pack(self, linear: torch.nn.Linear, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
         """Hold `codes` [out, in'] (0..15) with `scale` and `zero` [out, in' / GROUP_SIZE] in the kernel's layout."""
@@ -51,7 +68,11 @@ class Int4Linear(torch.nn.Module):
         return x.reshape(-1, self.in_features).to(torch.bfloat16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(x), self.packed, GROUP_SIZE, self.scales_and_zeros)
+        flat = self._kernel_input(x)
+        if self.dense is not None and flat.shape[0] > KERNEL_ROWS:
+            y = torch.nn.functional.linear(flat, self.dense)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP_SIZE, self.scales_and_zeros)
         y = y.to(x.dtype).view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
@@ -63,6 +84,7 @@ class Int8Linear(Int4Linear):
 
     def __init__(self, linear: torch.nn.Linear) -> None:  # noqa: D107 - the class says it
         torch.nn.Module.__init__(self)
+        self.register_buffer("dense", None)  # the LM head runs on one row in a prefill
         weight = _groups(linear)
         d = (weight.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny)
         q = torch.round(weight / d[..., None]).clamp(-127, 127)
@@ -91,12 +113,14 @@ def _groups(linear: torch.nn.Linear) -> torch.Tensor:
     return linear.weight.detach().float().view(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
 
 
-def quantize_for_cpu(model: torch.nn.Module) -> None:
+def quantize_for_cpu(model: torch.nn.Module, *, dense: bool | None = None) -> None:
     """Replace, in place, every `nn.Linear` of the decoder layers by an `Int4Linear` and the LM head
     by an `Int8Linear` (its own copy even when it is tied to the embedding, which stays float32 for
-    the lookup). A layer whose shape the kernel does not take (`fits`) stays as it is."""
+    the lookup). A layer whose shape the kernel does not take (`fits`) stays as it is. `dense`: keep
+    a bfloat16 copy of each `Int4Linear` for chunks (None: where `dense_chunks()`)."""
+    dense = dense_chunks() if dense is None else dense
     head = getattr(model, "lm_head", None)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, torch.nn.Linear) and fits(child):
-                setattr(parent, name, (Int8Linear if child is head else Int4Linear)(child))
+                setattr(parent, name, Int8Linear(child) if child is head else Int4Linear(child, dense=dense))
