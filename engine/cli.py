@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engine.cli_models import add_models_command
 from engine.errors import HalamanError
-from engine.settings import CachePolicy, EngineSettings, RecallSettings, load_settings
+from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, size_ratio
 
 EXIT_ERROR = 1
@@ -57,8 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--password", help="password of an encrypted PDF")
     ask.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
-    ask.add_argument("--weights", choices=("auto", "4bit", "full"),
-                     help="4-bit NF4 or full-precision weights (auto: 4-bit on a GPU, full on a CPU when RAM allows)")
+    ask.add_argument("--weights", choices=WEIGHTS,
+                     help="4-bit NF4, 4-bit int4 (CPU only) or full-precision weights (auto: NF4 on a GPU, int4 on a CPU when RAM allows)")
     ask.add_argument("--threads", type=int, help="CPU threads (0 = the idle cores, measured; the default)")
     ask.add_argument("--draft-tokens", type=int, dest="draft_tokens",
                      help="prompt-lookup drafts from the document per decode pass (0 = off, the default)")

@@ -19,7 +19,7 @@ from engine.errors import SettingsError
 
 POSITION_MODES = ("auto", "original", "compact")
 DEVICES = ("auto", "cpu", "cuda")
-WEIGHTS = ("auto", "4bit", "full")
+WEIGHTS = ("auto", "4bit", "int4", "full")
 
 
 @dataclass(frozen=True)
@@ -202,10 +202,11 @@ class EngineSettings:
     model: "default" (the embedded SmolLM2-135M-Instruct), a .gguf file, a Hugging Face model
         folder, or a hub id.
     device: "auto" (CUDA when available), "cpu" or "cuda".
-    weights: "auto", "4bit" (bitsandbytes NF4) or "full" (the compute dtype: float32 on a CPU).
-        "auto" is 4-bit on a GPU, where VRAM is the limit, and full on a CPU when the full weights
-        take at most a quarter of RAM: NF4 on a CPU dequantizes every weight matrix on every call
-        (decode 1.5x slower for the default model; see `engine.models.weight_format.choose_weights`).
+    weights: "auto", "4bit" (bitsandbytes NF4), "int4" (torch's int4 CPU kernel with an 8-bit LM
+        head; CPU only) or "full" (the compute dtype: float32 on a CPU). "auto" is NF4 on a GPU,
+        where VRAM is the limit, and int4 on a CPU when the full weights take at most a quarter of
+        RAM (faster than float32 there); NF4 on a CPU dequantizes every weight matrix on every call
+        (decode 1.5x slower than float32; see `engine.models.weight_format.choose_weights`).
     threads: CPU threads for torch; 0 = the idle physical cores, measured when the model loads and
         before each document is read (`engine.threads`).
     max_new_tokens: longest answer, in tokens.

@@ -35,10 +35,15 @@ def corpus() -> Path:
 
 @pytest.fixture(scope="session")
 def smol():
-    """The embedded default model (SmolLM2-135M-Instruct), 4-bit weights, on the CPU."""
+    """The embedded default model (SmolLM2-135M-Instruct) with float32 weights, on the CPU.
+
+    Not the CPU's default (int4, `engine.models.int4_cpu`): its kernel rounds activations and
+    outputs to bfloat16, so two runs whose inputs differ in the last bits (a float16 KV cache
+    against transformers' float32 one) drift apart by up to 1.2 in a logit, which would hide what
+    the cache tests measure. tests/test_weights_int4.py checks int4 against this model."""
     from engine.models.loader import load_model
 
-    return load_model("default", device="cpu")
+    return load_model("default", device="cpu", weights="full")
 
 
 class MemoryKeyring(keyring.backend.KeyringBackend):

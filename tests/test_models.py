@@ -40,13 +40,14 @@ def tiny_model_folder(tmp_path, family, tokenizer_folder):
     return tmp_path
 
 
+@pytest.mark.parametrize("weights, layer", [("4bit", "Linear4bit"), ("int4", "Int4Linear")])
 @pytest.mark.parametrize("family", sorted(CONFIGS))
-def test_family_matches_dynamic_cache_with_4bit_weights(tmp_path, family, tokenizer_folder):
-    loaded = load_model(str(tiny_model_folder(tmp_path, family, tokenizer_folder)), device="cpu", weights="4bit")
+def test_family_matches_dynamic_cache_with_4bit_weights(tmp_path, family, tokenizer_folder, weights, layer):
+    loaded = load_model(str(tiny_model_folder(tmp_path, family, tokenizer_folder)), device="cpu", weights=weights)
     assert loaded.profile.model_type == CONFIGS[family].model_type
     linear = loaded.decoder.layers[0].self_attn.q_proj
-    assert type(linear).__name__ == "Linear4bit"  # weights really are 4-bit
-    assert linear.weight.dtype == torch.uint8
+    assert type(linear).__name__ == layer  # weights really are 4-bit
+    assert (linear.weight if weights == "4bit" else linear.packed).dtype == torch.uint8
     ids = torch.randint(0, 49152, (90,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         reference = loaded.decoder.model(ids[None], past_key_values=DynamicCache(), use_cache=True).logits[0].float()
@@ -117,25 +118,31 @@ def test_missing_and_unsupported_models_fail_clearly(tmp_path):
         load_model(str(folder), device="cpu")
 
 
-def test_weights_choice_auto_is_full_on_a_cpu_only_when_ram_allows():
+def test_weights_choice_auto_is_int4_on_a_cpu_only_when_ram_allows():
     from engine.models.weight_format import choose_weights
 
     cpu, gpu, gib = "cpu", "cuda", 1024**3
-    assert choose_weights("auto", cpu, full_bytes=540 * 1024**2, ram_bytes=8 * gib) is False  # 135M in float32: full
-    assert choose_weights("auto", cpu, full_bytes=int(6.8 * gib), ram_bytes=16 * gib) is True  # 1.7B: NF4
-    assert choose_weights("auto", gpu, full_bytes=1, ram_bytes=64 * gib) is True  # GPU: always 4-bit
-    assert choose_weights("full", gpu, full_bytes=1, ram_bytes=1) is False
-    assert choose_weights("4bit", cpu, full_bytes=1, ram_bytes=64 * gib) is True
+    assert choose_weights("auto", cpu, full_bytes=540 * 1024**2, ram_bytes=8 * gib) == "int4"  # 135M: int4
+    assert choose_weights("auto", cpu, full_bytes=int(6.8 * gib), ram_bytes=16 * gib) == "nf4"  # 1.7B: NF4
+    assert choose_weights("auto", gpu, full_bytes=1, ram_bytes=64 * gib) == "nf4"  # GPU: always NF4
+    assert choose_weights("full", gpu, full_bytes=1, ram_bytes=1) == "full"
+    assert choose_weights("4bit", cpu, full_bytes=1, ram_bytes=64 * gib) == "nf4"
+    assert choose_weights("int4", cpu, full_bytes=1, ram_bytes=1) == "int4"
+    with pytest.raises(ValueError, match="CPU only"):
+        choose_weights("int4", gpu, full_bytes=1, ram_bytes=64 * gib)
     with pytest.raises(ValueError):
         choose_weights("int3", cpu, full_bytes=1, ram_bytes=1)
 
 
-def test_auto_weights_on_a_cpu_load_float32_and_match_the_full_model(tmp_path, tokenizer_folder):
+def test_auto_weights_on_a_cpu_load_int4_and_each_format_has_its_own_fingerprint(tmp_path, tokenizer_folder):
+    """The prefix-cache key includes the model fingerprint: a cache read with one format must never
+    be restored into another."""
     folder = tiny_model_folder(tmp_path, "llama", tokenizer_folder)
     auto = load_model(str(folder), device="cpu")
     full = load_model(str(folder), device="cpu", weights="full")
-    assert auto.weights == "float32" and auto.weights_label == "float32"
-    assert auto.weight_bytes == full.weight_bytes
-    assert auto.model_fingerprint == full.model_fingerprint
     four = load_model(str(folder), device="cpu", weights="4bit")
-    assert four.weights_label == "4-bit NF4" and four.model_fingerprint != auto.model_fingerprint
+    assert (auto.weights, auto.weights_label) == ("int4", "4-bit int4")
+    assert (full.weights_label, four.weights_label) == ("float32", "4-bit NF4")
+    assert len({auto.model_fingerprint, full.model_fingerprint, four.model_fingerprint}) == 3
+    assert auto.model_fingerprint == load_model(str(folder), device="cpu", weights="int4").model_fingerprint
+    assert auto.parameters == full.parameters > 0

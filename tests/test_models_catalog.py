@@ -14,6 +14,7 @@ from engine.errors import ModelError
 from engine.estimate import KNOWN_SHAPES, peak_cache_bytes
 from engine.models.catalog import PROCESS_MARGIN_BYTES, CatalogModel, DeviceMemory, find, fit, load_catalog
 from engine.models.decoder import SUPPORTED_MODEL_TYPES
+from engine.models.int4_cpu import dense_chunks
 from engine.models.loader import load_model
 from engine.settings import EngineSettings
 
@@ -93,6 +94,8 @@ def test_4bit_weight_bytes_are_what_the_loader_holds(tmp_path, config, extra, to
                           tie_word_embeddings=config.tie_word_embeddings, **TINY, **extra)
     assert listed.parameters == sum(p.numel() for p in model.parameters())
     assert load_model(str(tmp_path), device="cpu", weights="4bit").weight_bytes == listed.weight_4bit_bytes(4)
+    int4 = load_model(str(tmp_path), device="cpu", weights="int4")
+    assert int4.weight_bytes == listed.weight_int4_bytes(dense=dense_chunks())
 
 def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
     model = find(load_catalog(), "qwen2.5-1.5b")
@@ -115,16 +118,20 @@ def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
 
 
 def test_fit_counts_the_weights_the_loader_will_hold():
-    """On a CPU, "auto" loads a model in float32 when that takes at most a quarter of RAM (the
-    loader's own rule), so "fits" must count 4 bytes per parameter there, not the 4-bit size."""
+    """On a CPU, "auto" converts a model to int4 when its float32 weights take at most a quarter of
+    RAM (the loader's own rule), else NF4, so "fits" must count the int4 size there."""
     model, auto = find(load_catalog(), "qwen2.5-1.5b"), EngineSettings()
     full = model.parameters * 4
     big_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full, 4))
-    assert big_ram.weights_label == "float32" and big_ram.weights_bytes == full
+    assert big_ram.weights_label == "4-bit int4" and big_ram.weights_bytes == model.weight_int4_bytes() < full
+    cpu_full = fit(model, auto.replace(weights="full"), DeviceMemory("cpu", "RAM", 4 * full, 4))
+    assert cpu_full.weights_label == "float32" and cpu_full.weights_bytes == full
     small_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full - 1, 4))
     assert small_ram.weights_label == "4-bit NF4" and small_ram.weights_bytes == model.weight_4bit_bytes(4) < full
     gpu = fit(model, auto, DeviceMemory("cuda", "GPU", 100 * full, 2))
     assert gpu.weights_label == "4-bit NF4"
+    refused = fit(model, auto.replace(weights="int4"), DeviceMemory("cuda", "GPU", 100 * full, 2))
+    assert not refused.fits and "CPU only" in refused.reason
     forced = fit(model, auto.replace(weights="full"), DeviceMemory("cuda", "GPU", 100 * full, 2))
     assert forced.weights_label == "16-bit" and forced.weights_bytes == 2 * model.parameters
 

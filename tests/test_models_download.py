@@ -174,7 +174,7 @@ def test_the_demo_hubs_smollm2_downloads_loads_and_answers_as_the_embedded_model
     assert events[-1].done_bytes == events[-1].total_bytes == sum(f.size for f in served.values())
     assert all(method in ("GET", "HEAD") and (path.startswith("/api/") or COMMIT in path) for method, path, _ in demo.log)
 
-    downloaded = load_model(repo, device="cpu")  # the hub is gone: resolves to the download folder
+    downloaded = load_model(repo, device="cpu", weights="full")  # the hub is gone: resolves to the download folder; smol's weights
     assert downloaded.label == repo and downloaded.profile == smol.profile and downloaded.weights == smol.weights
     document = tmp_path / "note.txt"
     document.write_text("The meeting is on Tuesday at 10 in room 4 of the harbour office. Bring the signed forms.\n" * 3)

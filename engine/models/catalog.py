@@ -11,10 +11,15 @@ Sizes are computed from each model's config numbers, not typed in:
                     (half a byte per weight + a float32 absmax per 64 weights + a 16-entry float32
                     code book), embeddings, norms and biases in the compute dtype (float32 on the CPU,
                     16-bit on a GPU), and the rotary embedding's float32 frequency buffers
-    weights         what the loader will hold with the `weights` setting: the 4-bit size, or on a
-                    CPU with "auto" every parameter in float32 when that takes at most a quarter
-                    of RAM (`engine.models.weight_format.choose_weights`; small models decode
-                    faster so)
+    int4 weights    on a CPU (`engine.models.int4_cpu`): every decoder linear layer in 4-bit codes
+                    (half a byte per weight + a bfloat16 scale and zero per 32 weights) and, on a
+                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks (counted always: the
+                    list cannot ask the CPU without torch), the LM head (its own copy when tied) in
+                    8-bit codes held as two 4-bit planes, embeddings, norms and biases in float32,
+                    and the rotary buffers
+    weights         what the loader will hold with the `weights` setting: the 4-bit NF4 size, or
+                    on a CPU with "auto" the int4 size when the float32 weights take at most a
+                    quarter of RAM (`engine.models.weight_format.choose_weights`)
     KV per token    2 (K and V) · L · H_kv · D · 2 bytes: a full 16-bit cache (`engine.estimate`)
 
 "Fits" adds the compressed cache at its prefill peak, the tokens a question may recall and one
@@ -31,13 +36,14 @@ from pathlib import Path
 from engine.errors import ModelError
 from engine.estimate import full_cache_bytes, kv_peak_bytes
 from engine.models.profile import ModelProfile
-from engine.models.weight_format import choose_weights
+from engine.models.weight_format import LABELS, choose_weights
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
 CATALOG_PATH = Path(__file__).with_name("catalog.toml")
 NF4_BLOCK = 64            # weights per absmax in bitsandbytes' 4-bit layers (its default blocksize)
 NF4_CODE_BYTES = 16 * 4   # the NF4 code book each 4-bit layer keeps: 16 float32 values
+INT4_GROUP = 32           # weights per bfloat16 scale and zero of a CPU int4 layer (`engine.models.int4_cpu`)
 # Python, torch and Qt before any model is loaded: the window's gauge showed the process holding
 # 1.3 GiB of "workspace" with no document open; rounded up, it also covers a CUDA context.
 PROCESS_MARGIN_BYTES = 3 * 1024**3 // 2
@@ -115,6 +121,18 @@ class CatalogModel:
         rotary = 2 * (self.head_dimension // 2) * 4  # inv_freq and original_inv_freq buffers, float32
         return nf4 + element_bytes * self._other_parameters() + rotary
 
+    def weight_int4_bytes(self, dense: bool = True) -> int:
+        """Bytes the weights hold once loaded in int4 on a CPU (module docstring); `dense`: with the
+        bfloat16 copy of the decoder layers for chunks."""
+        def int4(shape: tuple[int, int]) -> int:  # codes, then a bfloat16 scale and zero per group
+            return shape[0] * shape[1] // 2 + 4 * (shape[0] * shape[1] // INT4_GROUP)
+
+        h, vocab = self.hidden_size, self.vocab_size
+        untied_head = 0 if self.tie_word_embeddings else vocab * h  # replaced, not kept in float32
+        rotary = 2 * (self.head_dimension // 2) * 4
+        layers = sum(int4(shape) + (2 * shape[0] * shape[1] if dense else 0) for shape in self._linear_shapes())
+        return layers + 2 * int4((h, vocab)) + 4 * (self._other_parameters() - untied_head) + rotary
+
     @property
     def kv_bytes_per_token(self) -> int:
         """2 · L · H_kv · D · 2 bytes: one token in a full 16-bit KV cache."""
@@ -170,7 +188,7 @@ class Fit:
     fits: bool
     needed_bytes: int
     weights_bytes: int     # as the loader will hold them (`weights_label`)
-    weights_label: str     # "4-bit NF4" or "float32" / "16-bit"
+    weights_label: str     # "4-bit NF4", "4-bit int4" or "float32" / "16-bit"
     kv_bytes: int          # compressed cache at its prefill peak + recalled tokens
     workspace_bytes: int   # one layer's attention probabilities for a prefill chunk + the process margin
     available_bytes: int
@@ -181,8 +199,14 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     """Does `model` fit `memory` with the cache policy and recall of `settings`? (module docstring)"""
     policy, profile = settings.cache, model.profile
     full = model.parameters * memory.element_bytes
-    if choose_weights(settings.weights, memory.device, full, memory.total_bytes):
-        weights, label = model.weight_4bit_bytes(memory.element_bytes), "4-bit NF4"
+    try:
+        held = choose_weights(settings.weights, memory.device, full, memory.total_bytes)
+    except ValueError as exc:  # "int4" on a GPU: the loader refuses it the same way
+        return Fit(False, 0, 0, LABELS["int4"], 0, 0, memory.total_bytes, str(exc))
+    if held == "nf4":
+        weights, label = model.weight_4bit_bytes(memory.element_bytes), LABELS[held]
+    elif held == "int4":
+        weights, label = model.weight_int4_bytes(), LABELS[held]
     else:
         weights, label = full, "float32" if memory.element_bytes == 4 else "16-bit"
     kv = kv_peak_bytes(profile, policy, settings.recall)

@@ -1,7 +1,7 @@
 """Run a transformers Llama / Qwen2 / Qwen3 model over the compressed KV cache.
 
 This is the only place that knows transformers' module layout. It uses the model's own modules
-(embedding, RMSNorms, q/k/v/o projections — 4-bit bitsandbytes layers or plain Linear — Qwen3's
+(embedding, RMSNorms, q/k/v/o projections — 4-bit bitsandbytes layers, `engine.models.int4_cpu` layers or plain Linear — Qwen3's
 q/k norms, MLPs, rotary embedding, LM head) but not its forward methods: those apply RoPE before
 the cache sees the keys and change signature between releases, while Halaman caches keys before
 RoPE and needs the attention probabilities for H2O. The decoder layer of all three families is

@@ -1,10 +1,17 @@
 """Load a model and wrap it in a `CompressedDecoder`: 4-bit weights (bitsandbytes NF4) on a GPU,
-full-precision weights on a CPU where RAM allows (`engine.models.weight_format.choose_weights`).
+4-bit weights on torch's int4 CPU kernel with an 8-bit LM head (`engine.models.int4_cpu`) on a CPU
+where RAM allows (`engine.models.weight_format.choose_weights`).
 
 Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub id is downloaded
 once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`
-or without quantization. bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA; torchao's int4 paths
-did not run on our CPUs.
+or without quantization; "int4" then replaces every linear layer in place
+(`engine.models.int4_cpu.quantize_for_cpu`). bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA
+but dequantizes every matrix on every call on a CPU. Tried and left (docs/BENCHMARKS.md, section
+5e): torchao 0.18's `quantize_` with `Int8WeightOnlyConfig` / `Int8DynamicActivationInt8WeightConfig`
+ran the LM head 6x slower than float32 in eager mode and no faster compiled; torch's x86 dynamic
+int8 linear (`torch.ao.quantization.quantize_dynamic`) ran it 10x faster but quantizes activations
+per tensor: on the default model +2 % perplexity for the LM head alone and +9 % for every layer
+even one token at a time (SmolLM2's outlier activations).
 """
 
 from __future__ import annotations
@@ -21,15 +28,16 @@ from engine.errors import ModelError
 from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
 from engine.models.download import ALLOW_PATTERNS
 from engine.models.gguf_convert import converted_folder, no_transformers_bars
+from engine.models.int4_cpu import quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-from engine.models.weight_format import choose_weights
+from engine.models.weight_format import LABELS, choose_weights
 
 
 @dataclass
 class LoadedModel:
     """A ready model. `weight_bytes`: bytes the weights really hold (4-bit codes + absmax + the rest).
-    `weights`: how they are held, "nf4" or the dtype name ("float32", "bfloat16", …).
+    `weights`: how they are held, "nf4", "int4" or the dtype name ("float32", "bfloat16", …).
     `parameters`: parameters outside the embeddings, 4-bit ones counted unpacked (0: unknown), what
     a token's compute scales with (`engine.read_time.guessed_rate`)."""
 
@@ -48,8 +56,8 @@ class LoadedModel:
 
     @property
     def weights_label(self) -> str:
-        """How the weights are held, for people: "4-bit NF4" or "float32" (the CLI, status bar, gauge)."""
-        return "4-bit NF4" if self.weights == "nf4" else self.weights
+        """How the weights are held, for people: "4-bit NF4", "4-bit int4" or "float32" (the CLI, status bar, gauge)."""
+        return LABELS.get(self.weights, self.weights)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -84,9 +92,10 @@ def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
 
 
 def load_model(spec: str = "default", *, device: str = "auto", weights: str = "auto", threads: int = 0) -> LoadedModel:
-    """Locate, convert or download, and load a model with `weights` "4bit", "full" or "auto"
+    """Locate, convert or download, and load a model with `weights` "4bit", "int4", "full" or "auto"
     (`choose_weights`); on a CPU torch gets `threads` threads (0: the idle cores, `engine.threads`).
-    Raises ModelError with what to do."""
+    The model fingerprint includes the format, so prefix caches of one format are never restored
+    into another. Raises ModelError with what to do."""
     import psutil
 
     from engine.threads import apply_threads
@@ -97,13 +106,20 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     dev = resolve_device(device)
     used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
-    quantize_4bit = choose_weights(weights, dev.type, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
-    model, tokenizer = _load_folder(folder, dev, dtype, quantize_4bit)
+    try:
+        held = choose_weights(weights, dev.type, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    model, tokenizer = _load_folder(folder, dev, dtype, held == "nf4")
     tokenizer_fp = hashlib.sha256(
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
-    weights_mode = f"nf4-{dtype}" if quantize_4bit else str(dtype)
-    held = "nf4" if quantize_4bit else str(dtype).removeprefix("torch.")
+    parameters = model.num_parameters(exclude_embeddings=True)  # before int4 packs them into buffers
+    if held == "int4":
+        quantize_for_cpu(model)
+    weights_mode = str(dtype) if held == "full" else f"{held}-{dtype}"
+    if held == "full":
+        held = str(dtype).removeprefix("torch.")
     return LoadedModel(
         decoder=CompressedDecoder(model),
         tokenizer=tokenizer,
@@ -116,7 +132,7 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
         load_seconds=time.perf_counter() - began,
         weights=held,
         threads=used_threads,
-        parameters=model.num_parameters(exclude_embeddings=True),
+        parameters=parameters,
     )
 
 
@@ -145,7 +161,8 @@ def profile_for(spec: str) -> ModelProfile:
 
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes held by parameters and buffers, counting a 4-bit layer's packed codes and its
-    quantization state (absmax per block, code book) — what the weights really occupy."""
+    quantization state (absmax per block, code book) — what the weights really occupy. A CPU
+    low-bit layer's codes, scales and zeros are buffers (`engine.models.int4_cpu`)."""
     total = 0
     seen: set[int] = set()
     for tensor in list(model.parameters()) + list(model.buffers()):

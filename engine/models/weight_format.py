@@ -1,27 +1,41 @@
-"""How a model's weights are held once loaded: 4-bit (bitsandbytes NF4) or full precision. Torch-free,
-so that `halaman models` and Settings › Model say what the loader will really do."""
+"""How a model's weights are held once loaded: 4-bit NF4 (bitsandbytes), 4-bit int4 (torch's CPU
+kernel, `engine.models.int4_cpu`) or full precision. Torch-free, so that `halaman models` and
+Settings › Model say what the loader will really do."""
 
 from __future__ import annotations
 
 FULL_WEIGHTS_RAM_SHARE = 0.25
-"""On a CPU, "auto" keeps full-precision weights when they take at most this share of RAM."""
+"""On a CPU, "auto" converts to int4 when the full weights, which the loader holds while it converts
+them, take at most this share of RAM; above it bitsandbytes loads NF4 without holding them."""
+
+LABELS = {"nf4": "4-bit NF4", "int4": "4-bit int4"}
+"""How each format is named for people; "full" is named by its dtype ("float32", "bfloat16")."""
 
 
-def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: int) -> bool:
-    """Whether to load 4-bit (NF4) weights: `weights` is "4bit", "full" or "auto"; `device_type` is
-    "cpu" or "cuda".
+def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: int) -> str:
+    """The format to load: "nf4", "int4" or "full". `weights` is the setting ("auto", "4bit", "int4"
+    or "full"); `device_type` is "cpu" or "cuda"; `full_bytes`: the weights at the compute dtype.
 
-    "auto": 4-bit on a GPU (VRAM is the limit there; bitsandbytes' CUDA kernels are fast); on a CPU,
-    full precision when the full weights (`full_bytes`, at the compute dtype) take at most
-    `FULL_WEIGHTS_RAM_SHARE` of `ram_bytes`. bitsandbytes' CPU path dequantizes each weight matrix
-    on every call, so NF4 decoded 1.5x slower than float32 weights for the default 135M model
-    (docs/BENCHMARKS.md, speed section); NF4 stays the choice where full weights would crowd RAM.
-    Raises ValueError for another value of `weights`.
+    "auto": NF4 on a GPU (VRAM is the limit there; bitsandbytes' CUDA kernels are fast); on a CPU,
+    int4 (linear layers in 4-bit groups of 32, Q4_1's layout, the LM head in 8-bit groups, Q8_0's,
+    on torch's int4 CPU kernel) when the full weights take at most `FULL_WEIGHTS_RAM_SHARE` of
+    `ram_bytes`, else NF4. On the default model, which ships as a Q4_1 GGUF, int4 is its own
+    weights again (perplexity within 0.1 % of float32) and decodes faster than float32
+    (docs/BENCHMARKS.md, section 5e); bitsandbytes' CPU path dequantizes each weight matrix on every
+    call, so NF4 decoded 1.5x slower than float32 there.
+    Raises ValueError for another value of `weights`, and for "int4" on a GPU (the kernel is torch's
+    CPU one).
     """
     if weights == "4bit":
-        return True
+        return "nf4"
     if weights == "full":
-        return False
+        return "full"
+    if weights == "int4":
+        if device_type != "cpu":
+            raise ValueError("int4 weights run on a CPU only; choose auto, 4bit or full for a GPU")
+        return "int4"
     if weights != "auto":
-        raise ValueError(f"weights must be auto, 4bit or full, got {weights!r}")
-    return device_type != "cpu" or full_bytes > FULL_WEIGHTS_RAM_SHARE * ram_bytes
+        raise ValueError(f"weights must be auto, 4bit, int4 or full, got {weights!r}")
+    if device_type != "cpu" or full_bytes > FULL_WEIGHTS_RAM_SHARE * ram_bytes:
+        return "nf4"
+    return "int4"

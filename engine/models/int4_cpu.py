@@ -1,0 +1,126 @@
+"""Low-bit weights for a CPU on torch's int4 weight-only matmul (`aten._weight_int4pack_mm_for_cpu`,
+the kernel torchao's `Int4WeightOnlyConfig` and gpt-fast use on a CPU), in groups of 32 input weights.
+
+`Int4Linear`: a group's weights are w = (q - 8) · scale + zero with q in 0..15, scale =
+(max - min) / 15 and zero = min + 8 · scale: the asymmetric min/max quantization of GGUF's Q4_1
+(llama.cpp, ggml-quants.c `quantize_row_q4_1_ref`), so a layer converted from a Q4_1 GGUF (every
+linear layer of the embedded default model) gets its exact codes back.
+
+`Int8Linear`: w = q · d with q in -127..127 and d = max|w| / 127, GGUF's Q8_0 (the embedded model's
+embedding, which its LM head shares), run on the same kernel as two 4-bit planes: q = 16 · high +
+low with high in -8..7 and low in 0..15, so x · w = [x, x] · [16d · high | d · low], one call with
+twice the input features. (torch's per-channel `_weight_int8pack_mm` was slower than float32 here,
+and its dynamic int8 linear quantizes activations, which cost +2 % to +9 % perplexity.)
+
+Only scales and zeros are rounded to bfloat16, which the kernel takes. Its fast path takes bfloat16
+activations (the float32 one was 25x slower, measured here), so a layer's input is rounded to
+bfloat16 and its output is returned in the input's dtype.
+
+The kernel is built for a few rows (a decode step): at a prefill chunk's 512 rows it ran the
+projections no faster than float32, and a read 8 % slower. On a CPU with AVX-512 BF16 an
+`Int4Linear` therefore also keeps its weight dequantized to bfloat16 and runs chunks of more than
+`KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there; without AVX-512 BF16
+bfloat16 matmuls were slower than float32 (docs/BENCHMARKS.md, section 5d), so chunks take the kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+GROUP_SIZE = 32
+"""Input weights per scale: the block of Q4_1 and Q8_0."""
+OUT_MULTIPLE = 16
+"""The kernel packs output features in tiles of this many."""
+KERNEL_ROWS = 16
+"""Inputs of at most this many rows (tokens) take the int4 kernel; longer ones the bfloat16 copy, if kept."""
+
+
+def dense_chunks() -> bool:
+    """Whether this CPU runs bfloat16 matmuls natively (AVX-512 BF16), so chunks should use them."""
+    return torch.cpu._is_avx512_bf16_supported()
+
+
+class Int4Linear(torch.nn.Module):
+    """A drop-in for `torch.nn.Linear` (inference only) holding its weight as 4-bit codes, two per
+    byte, with a bfloat16 scale and zero per `GROUP_SIZE` input weights (module docstring).
+    Raises ValueError unless `fits(linear)`."""
+
+    def __init__(self, linear: torch.nn.Linear, *, dense: bool = False) -> None:
+        super().__init__()
+        weight = _groups(linear)
+        low, high = weight.amin(-1), weight.amax(-1)
+        scale = ((high - low) / 15).clamp(min=torch.finfo(torch.bfloat16).tiny)
+        codes = torch.round((weight - low[..., None]) / scale[..., None]).clamp(0, 15)
+        zero = low + 8 * scale
+        self._pack(linear, codes.flatten(1), scale, zero)
+        # dense: the same weights dequantized, for chunks (module docstring)
+        bf = lambda t: t.to(torch.bfloat16).float()[..., None]  # noqa: E731 - as the kernel holds them
+        self.register_buffer("dense", ((codes - 8) * bf(scale) + bf(zero)).flatten(1).to(torch.bfloat16) if dense else None)
+
+    def _pack(self, linear: torch.nn.Linear, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
+        """Hold `codes` [out, in'] (0..15) with `scale` and `zero` [out, in' / GROUP_SIZE] in the kernel's layout."""
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1))
+        self.register_buffer("scales_and_zeros", torch.stack([scale.T, zero.T], -1).to(torch.bfloat16).contiguous())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1, self.in_features).to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = self._kernel_input(x)
+        if self.dense is not None and flat.shape[0] > KERNEL_ROWS:
+            y = torch.nn.functional.linear(flat, self.dense)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP_SIZE, self.scales_and_zeros)
+        y = y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+
+class Int8Linear(Int4Linear):
+    """A drop-in for `torch.nn.Linear` holding its weight as 8-bit codes with a bfloat16 scale per
+    `GROUP_SIZE` input weights, run as two 4-bit planes (module docstring). Twice an `Int4Linear`'s
+    bytes and time. Raises ValueError unless `fits(linear)`."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:  # noqa: D107 - the class says it
+        torch.nn.Module.__init__(self)
+        self.register_buffer("dense", None)  # the LM head runs on one row in a prefill
+        weight = _groups(linear)
+        d = (weight.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny)
+        q = torch.round(weight / d[..., None]).clamp(-127, 127)
+        high = torch.floor(q / 16)
+        low = q - 16 * high
+        codes = torch.cat([(high + 8).flatten(1), low.flatten(1)], 1)
+        self._pack(linear, codes, torch.cat([16 * d, d], 1), torch.cat([torch.zeros_like(d), 8 * d], 1))
+
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        return torch.cat([flat, flat], 1)
+
+
+def fits(linear: torch.nn.Linear) -> bool:
+    """Whether the kernel takes this layer's shape: input features in multiples of `GROUP_SIZE`,
+    output features in multiples of `OUT_MULTIPLE`."""
+    return linear.in_features % GROUP_SIZE == 0 and linear.out_features % OUT_MULTIPLE == 0
+
+
+def _groups(linear: torch.nn.Linear) -> torch.Tensor:
+    """The weight as float32 [out, in / GROUP_SIZE, GROUP_SIZE]; ValueError unless `fits(linear)`."""
+    out_features, in_features = linear.weight.shape
+    if not fits(linear):
+        raise ValueError(f"low-bit CPU weights need input features in multiples of {GROUP_SIZE} and output features "
+                         f"in multiples of {OUT_MULTIPLE}, got {in_features} -> {out_features}")
+    return linear.weight.detach().float().view(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
+
+
+def quantize_for_cpu(model: torch.nn.Module, *, dense: bool | None = None) -> None:
+    """Replace, in place, every `nn.Linear` of the decoder layers by an `Int4Linear` and the LM head
+    by an `Int8Linear` (its own copy even when it is tied to the embedding, which stays float32 for
+    the lookup). A layer whose shape the kernel does not take (`fits`) stays as it is. `dense`: keep
+    a bfloat16 copy of each `Int4Linear` for chunks (None: where `dense_chunks()`)."""
+    dense = dense_chunks() if dense is None else dense
+    head = getattr(model, "lm_head", None)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear) and fits(child):
+                setattr(parent, name, Int8Linear(child) if child is head else Int4Linear(child, dense=dense))

@@ -1,0 +1,103 @@
+"""CPU low-bit weights (`engine.models.int4_cpu`): exact on GGUF's Q4_1 / Q8_0 grids, and the embedded
+model's int4 logits close to float32's on real text (docs/BENCHMARKS.md, section 5e)."""
+
+import pytest
+import torch
+
+from engine.models.int4_cpu import GROUP_SIZE, KERNEL_ROWS, Int4Linear, Int8Linear, dense_chunks
+
+
+def linear_with(weight: torch.Tensor) -> torch.nn.Linear:
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.weight.data.copy_(weight)
+    return linear
+
+
+def as_matrix(layer: torch.nn.Module, in_features: int) -> torch.Tensor:
+    """The weight a layer really applies, read back through the kernel with the identity."""
+    with torch.inference_mode():
+        return layer(torch.eye(in_features)).T
+
+
+def test_int4_gets_the_codes_of_a_q4_1_grid_back_exactly():
+    """A weight on Q4_1's grid (w = q · d + m per 32 inputs) whose d and m bfloat16 holds exactly is
+    applied bit for bit: the min/max quantization finds every code again."""
+    g = torch.Generator().manual_seed(0)
+    out, groups = 96, 6
+    d = 2.0 ** -torch.randint(4, 8, (out, groups, 1), generator=g)
+    m = torch.randint(-40, 0, (out, groups, 1), generator=g) * d
+    q = torch.randint(0, 16, (out, groups, GROUP_SIZE), generator=g)
+    q[..., 0], q[..., 1] = 0, 15  # Q4_1 spans each block from its min to its max
+    weight = (q * d + m).view(out, groups * GROUP_SIZE)
+    assert torch.equal(as_matrix(Int4Linear(linear_with(weight)), groups * GROUP_SIZE), weight)
+
+
+def test_int8_gets_the_codes_of_a_q8_0_grid_back_exactly():
+    """Likewise for Q8_0 (w = q · d, q in -127..127), held as two 4-bit planes."""
+    g = torch.Generator().manual_seed(1)
+    out, groups = 64, 4
+    d = 2.0 ** -torch.randint(6, 10, (out, groups, 1), generator=g)
+    q = torch.randint(-127, 128, (out, groups, GROUP_SIZE), generator=g)
+    q[..., 0] = 127 * torch.where(torch.rand(out, groups, generator=g) < 0.5, -1, 1)  # the block's max |q|
+    weight = (q * d).view(out, groups * GROUP_SIZE)
+    assert torch.equal(as_matrix(Int8Linear(linear_with(weight)), groups * GROUP_SIZE), weight)
+
+
+def test_chunks_through_the_bfloat16_copy_apply_the_same_weights_as_the_kernel():
+    """Prefill chunks (more than KERNEL_ROWS rows) take the dense copy, decode steps the kernel:
+    both must apply one weight, or a document read and its answer would see different models."""
+    g = torch.Generator().manual_seed(3)
+    linear = linear_with(torch.randn(64, 96, generator=g))
+    layer = Int4Linear(linear, dense=True)
+    x = torch.randn(1, 4 * KERNEL_ROWS, 96, generator=g)
+    with torch.inference_mode():
+        chunk = layer(x)
+        rows = torch.cat([layer(x[:, i : i + 1]) for i in range(x.shape[1])], 1)
+    assert layer.dense is not None
+    # both round their output to bfloat16 after summing in their own order: a few units in its last place
+    assert float((chunk - rows).abs().max()) < 0.01 * float(rows.abs().max())
+    assert torch.equal(as_matrix(layer, 96), as_matrix(Int4Linear(linear), 96))  # the identity reads the weights back
+
+
+def test_off_grid_weights_are_rounded_to_the_nearest_step_and_biases_kept():
+    weight = torch.randn(48, 64, generator=torch.Generator().manual_seed(2))
+    linear = linear_with(weight)
+    linear.bias = torch.nn.Parameter(torch.arange(48.0))
+    layer = Int4Linear(linear)
+    with torch.inference_mode():
+        applied = layer(torch.eye(64)) - linear.bias
+    step = (weight.view(48, 2, 32).amax(-1) - weight.view(48, 2, 32).amin(-1)) / 15
+    error = (applied.T - weight).abs().view(48, 2, 32).amax(-1)
+    assert bool((error <= 0.51 * step + 0.02).all())  # half a step, plus bfloat16's rounding
+    for shape in ((48, 16), (64, 8)):  # inputs not in 32s, outputs not in 16s
+        with pytest.raises(ValueError, match="multiples of"):
+            Int4Linear(torch.nn.Linear(*shape))
+
+
+def test_the_embedded_model_in_int4_agrees_with_float32_on_real_text(smol, corpus):
+    """The CPU's default weights: measured on 4,092 tokens of P05 (bench/weights_quality.py), top-1
+    agreement 97.9 % (98.1 % through the kernel alone), KL 0.0008 nats, perplexity +0.01 %; NF4 (a
+    GPU's weights) agreed on 74 %. A broken code, scale or zero point, or the head quantized per
+    tensor (torch's dynamic int8 linear), falls far below these bounds."""
+    from engine.documents import load_document
+    from engine.models.catalog import load_catalog
+    from engine.models.loader import load_model
+
+    int4, full = load_model("default", device="cpu"), smol
+    assert int4.weights == "int4" and int4.weights_label == "4-bit int4" and full.weights == "float32"
+    decoder = int4.decoder
+    assert isinstance(decoder.lm_head, Int8Linear) and isinstance(decoder.layers[0].mlp.down_proj, Int4Linear)
+    assert decoder.embed.weight.dtype == torch.float32  # the lookup stays float32
+    assert int4.weight_bytes == next(m for m in load_catalog() if m.embedded).weight_int4_bytes(dense=dense_chunks())
+    assert int4.weight_bytes < 0.85 * full.weight_bytes
+
+    text = load_document(corpus / "pdf" / "P05_dmca.pdf").render()
+    ids = torch.tensor(int4.tokenizer(text, add_special_tokens=False)["input_ids"][:512])
+    with torch.inference_mode():
+        ref = full.decoder.model(ids[None]).logits[0].float().log_softmax(-1)
+        ours = decoder.model(ids[None]).logits[0].float().log_softmax(-1)
+    agree = float((ref.argmax(-1) == ours.argmax(-1)).float().mean())
+    kl = float((ref.exp() * (ref - ours)).sum(-1).mean())
+    nll = lambda logp: float(-logp[:-1].gather(1, ids[1:, None]).mean())  # noqa: E731
+    assert agree >= 0.95 and kl < 0.005
+    assert nll(ours) < nll(ref) + 0.01  # perplexity within 1 %
