@@ -292,6 +292,7 @@ def summarise(rows: list[dict], keys: list[str]) -> list[dict]:
 
 
 def main() -> None:
+    global LENGTHS, DROPPED, FULL_CACHE
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", default=["needle", "long", "multi", "bits", "latency"])
     parser.add_argument("--prompts", type=int, default=10)
@@ -303,7 +304,6 @@ def main() -> None:
     parser.add_argument("--no-full-cache", action="store_true", help="needle: skip the full-cache reference")
     parser.add_argument("--tag", default="", help="appended to the result files' names (recall_needle_TAG.csv)")
     args = parser.parse_args()
-    global LENGTHS, DROPPED, FULL_CACHE
     LENGTHS, DROPPED, FULL_CACHE = tuple(args.lengths), tuple(args.dropped), not args.no_full_cache
     common.setup(args.threads)
     meta = common.machine_info()
