@@ -58,8 +58,8 @@ def locate(page_text: str, passage: str) -> tuple[int, int] | None:
 
 
 def alpha_for(share: float, strongest: float) -> int:
-    """Opacity of a highlight: 70 for a faint passage up to 170 for the strongest."""
-    return int(70 + 100 * (share / strongest if strongest > 0 else 1.0))
+    """Opacity of a highlight: from 40 (a faint passage) up to 200 for the strongest."""
+    return int(40 + 160 * (share / strongest if strongest > 0 else 1.0))
 
 
 class LineNumbers(QWidget):
@@ -233,6 +233,8 @@ class SourcePane(QWidget):
         finally:
             document.close()
         painter = QPainter(image)
+        # Multiplied, not laid over: the page's black text stays black under the strongest highlight.
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Multiply)
         for rect in self.rectangles:
             color = QColor(HIGHLIGHT)
             color.setAlpha(rect.alpha)

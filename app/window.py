@@ -563,6 +563,10 @@ class MainWindow(QMainWindow):
         if found not in labels:
             self.statusBar().showMessage(f"“{label}” is not a page or file of the open document.", 6000)
             return
+        if self.source_pane.isHidden():  # opened beside the chat, half of the chat's width
+            self.source_pane.show()
+            side, chat, pane = self.splitter.sizes()
+            self.splitter.setSizes([side, (chat + pane) // 2, (chat + pane) - (chat + pane) // 2])
         self.source_pane.show_segment(self.document, labels.index(found), self.passages)
 
     # =============================================================== settings

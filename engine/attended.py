@@ -22,6 +22,9 @@ PASSAGES_MAX = 5
 """At most this many passages per answer."""
 PASSAGE_MIN_SHARE = 0.03
 """A passage below this share of the attended mass is not shown (noise, not evidence)."""
+PASSAGE_MIN_OF_STRONGEST = 0.25
+"""Nor below this part of the strongest passage's mass: on a recalled page every sentence gets some
+attention, and highlighting five of a page's six lines says nothing."""
 TOKEN_CAP_QUANTILE = 0.95
 """Each token's mass is capped at this quantile of the attended tokens' masses. A few tokens soak up
 attention whatever they say (attention sinks, StreamingLLM, Xiao et al. 2023): on the embedded
@@ -75,8 +78,9 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
     passage. token_chars: each text token's first character in `document.render()`. Each token's
     mass goes to the sentence or line (`units`) of the segment its first character lies in
     (tokens of marker lines to none), capped at `TOKEN_CAP_QUANTILE`; units are ranked by summed
-    mass; the `max_spans` strongest above `min_share` of the total are kept, neighbours in the same
-    segment merged into one passage (shares added), passages ordered by their strongest unit.
+    mass and the `max_spans` strongest are kept while above `min_share` of the total and
+    `PASSAGE_MIN_OF_STRONGEST` of the first. Neighbours are not merged: each keeps its own share,
+    so a viewer shows the strong sentence stronger than the weak ones around it.
     """
     starts = segment_text_starts(document)
     end = first_text_token + len(token_chars)
@@ -104,27 +108,19 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
         per_unit[seg, unit] = per_unit.get((seg, unit), 0.0) + weight
     if total <= 0:
         return []
-    strongest = sorted(per_unit, key=lambda key: -per_unit[key])[:max_spans]
-    kept = sorted(key for key in strongest if per_unit[key] / total >= min_share)
-    merged: list[list] = []  # [segment, first unit, last unit, mass, the strongest unit's mass]
-    for seg, unit in kept:
-        weight = per_unit[seg, unit]
-        if merged and merged[-1][0] == seg and merged[-1][2] == unit - 1:
-            merged[-1][2] = unit
-            merged[-1][3] += weight
-            merged[-1][4] = max(merged[-1][4], weight)
-        else:
-            merged.append([seg, unit, unit, weight, weight])
-    # A run of neighbouring lines is ranked by its strongest line, not by their sum: three middling
-    # lines of a distractor must not outrank the one sentence the answer copied from.
-    merged.sort(key=lambda m: -m[4])
+    ranked = sorted(per_unit, key=lambda key: -per_unit[key])[:max_spans]
+    floor = max(min_share * total, PASSAGE_MIN_OF_STRONGEST * per_unit[ranked[0]])
     spans = []
-    for seg, first, last, weight, _peak in merged:
+    for seg, unit in ranked:
+        if per_unit[seg, unit] < floor:
+            break
         segment, bounds = document.segments[seg], unit_starts[seg]
-        end = bounds[last + 1] if last + 1 < len(bounds) else len(segment.text)
-        while end > bounds[first] and segment.text[end - 1].isspace():
+        start = bounds[unit]
+        end = bounds[unit + 1] if unit + 1 < len(bounds) else len(segment.text)
+        while end > start and segment.text[end - 1].isspace():
             end -= 1
-        spans.append(AttendedSpan(seg, segment.label, segment.page, segment.path, bounds[first], end, weight / total))
+        spans.append(AttendedSpan(seg, segment.label, segment.page, segment.path, start, end,
+                                  per_unit[seg, unit] / total))
     return spans
 
 def describe(span: AttendedSpan, document: Document, width: int = 120) -> str:
