@@ -41,17 +41,23 @@ class Highlight:
     alpha: int
 
 
-def locate(page_text: str, passage: str) -> tuple[int, int] | None:
-    """Character range (start, end) of `passage` in `page_text`, ignoring white space; when the
-    whole passage is not found, its longest leading part of at least `SHORTEST_MATCH` characters
-    that is (a line break PDFium and the reader put differently). None: not on the page."""
+def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | None:
+    """Character range (start, end) of `passage` in `page_text`, ignoring white space; of several
+    occurrences, the one starting nearest `near` (where the passage starts in the segment text: a
+    page may repeat a sentence). When the whole passage is not found, its longest leading part of
+    at least `SHORTEST_MATCH` characters that is (a line break PDFium and the reader put
+    differently). None: not on the page."""
     kept = [i for i, ch in enumerate(page_text) if not ch.isspace()]
     compact = "".join(page_text[i] for i in kept)
     target = "".join(passage.split())
     length = len(target)
     while length >= min(SHORTEST_MATCH, len(target)) and length > 0:
-        at = compact.find(target[:length])
-        if at >= 0:
+        found, at = [], compact.find(target[:length])
+        while at >= 0:
+            found.append(at)
+            at = compact.find(target[:length], at + 1)
+        if found:
+            at = min(found, key=lambda a: abs(kept[a] - near))
             return kept[at], kept[at + length - 1] + 1
         length //= 2 if length > 2 * SHORTEST_MATCH else length + 1  # halve, then give up
     return None
@@ -250,7 +256,7 @@ class SourcePane(QWidget):
             strongest = max((p.share for p in self.passages), default=1.0)
             found = []
             for number, passage in enumerate(self.passages):
-                where = locate(text, self._page_text[passage.char_start:passage.char_end])
+                where = locate(text, self._page_text[passage.char_start:passage.char_end], passage.char_start)
                 if where is None:
                     continue
                 start, end = where

@@ -91,10 +91,9 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
     per_unit: dict[tuple[int, int], float] = {}
     unit_starts: dict[int, list[int]] = {}
     total = 0.0
-    for i, char in enumerate(token_chars):
-        weight = min(mass[first_text_token + i], cap) if first_text_token + i < len(mass) else 0.0
-        if weight <= 0:
-            continue
+    attended_at = (i for i, w in enumerate(mass[first_text_token:end]) if w > 0)  # few: the recalled tokens
+    for i in attended_at:
+        char, weight = token_chars[i], min(mass[first_text_token + i], cap)
         total += weight
         seg = bisect.bisect_right(starts, char) - 1
         if seg < 0:
@@ -103,7 +102,9 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
         text = document.segments[seg].text
         if offset >= len(text):  # the blank line after the text, or the next marker
             continue
-        bounds = unit_starts.setdefault(seg, units(text))
+        bounds = unit_starts.get(seg)
+        if bounds is None:
+            bounds = unit_starts[seg] = units(text)
         unit = bisect.bisect_right(bounds, offset) - 1
         per_unit[seg, unit] = per_unit.get((seg, unit), 0.0) + weight
     if total <= 0:

@@ -57,6 +57,9 @@ def test_locate_finds_a_passage_whatever_its_white_space():
     start, end = locate(page, "Note: the combination of the safe.")
     assert page[start:end] == "Note: the  combination\r\nof the safe."
     assert locate(page, "nothing like it at all here") is None
+    twice = "Same line.\r\nOther.\r\nSame line.\r\n"
+    assert locate(twice, "Same line.", near=17) == (20, 30), "the occurrence nearest the passage's own offset"
+    assert locate(twice, "Same line.") == (0, 10)
 
 
 def test_a_pdf_passage_is_drawn_over_its_characters_and_a_text_passage_marks_its_lines(qtbot, tmp_path):
