@@ -5,7 +5,8 @@ PDF pages are rendered by PDFium (pypdfium2) at the pane's width; a passage is f
 text of the page by its characters without white space (the segment text is the normalised page
 text, so offsets differ but the characters do not), and PDFium's rectangles of those characters
 are drawn over the page, more opaque for a larger share. Code and text files are shown as the model
-read them, with line numbers, the attended lines marked and the strongest scrolled to.
+read them, with line numbers (and Pygments' colours where it is installed), the attended lines
+marked and the strongest scrolled to.
 
 For tests the pane exposes what it drew: `rectangles` (page coordinates, PDF points, origin bottom
 left) and `marked_lines` (1-based).
@@ -19,7 +20,7 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PySide6.QtCore import QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QTextCursor, QTextFormat
+from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QSyntaxHighlighter, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea, QStackedWidget,
                                QTextEdit, QVBoxLayout, QWidget)
 
@@ -28,6 +29,7 @@ from engine.documents import Document
 
 HIGHLIGHT = QColor(255, 200, 0)
 ZOOM_STEP = 1.25
+COLOUR_MAX_LINES = 2_000  # longer files are shown uncoloured: Pygments took 0.5 s for 3,000 lines here
 SHORTEST_MATCH = 12  # characters (white space left out) a partial match of a passage needs
 
 
@@ -66,6 +68,50 @@ def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | Non
 def alpha_for(share: float, strongest: float) -> int:
     """Opacity of a highlight: from 40 (a faint passage) up to 200 for the strongest."""
     return int(40 + 160 * (share / strongest if strongest > 0 else 1.0))
+
+
+class CodeColours(QSyntaxHighlighter):
+    """Syntax colours from Pygments, when it is installed (it comes with rich and pytest; Halaman
+    does not require it), line by line: a string spanning lines is coloured as code after its
+    first line, which a viewer for checking sources can afford."""
+
+    def __init__(self, document, lexer) -> None:
+        super().__init__(document)
+        from pygments.styles import get_style_by_name
+
+        self.lexer, self.style, self.formats = lexer, get_style_by_name("default"), {}
+
+    def _format(self, kind) -> QTextCharFormat | None:
+        if kind not in self.formats:
+            colour = self.style.style_for_token(kind)["color"]
+            fmt = None
+            if colour:
+                fmt = QTextCharFormat()
+                fmt.setForeground(QColor(f"#{colour}"))
+            self.formats[kind] = fmt
+        return self.formats[kind]
+
+    def highlightBlock(self, text: str) -> None:
+        at = 0
+        for kind, value in self.lexer.get_tokens(text):
+            fmt = self._format(kind)
+            if fmt is not None:
+                self.setFormat(at, len(value), fmt)
+            at += len(value)
+
+
+def lexer_for(path: str | Path):
+    """A Pygments lexer for a file name, None for plain text or without Pygments."""
+    try:
+        from pygments.lexers import get_lexer_for_filename
+        from pygments.util import ClassNotFound
+    except ImportError:
+        return None
+    try:
+        lexer = get_lexer_for_filename(str(path), stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return None
+    return None if lexer.name == "Text only" else lexer
 
 
 class LineNumbers(QWidget):
@@ -194,6 +240,7 @@ class SourcePane(QWidget):
         self._page_height = 0.0
         self._scale = 1.0
         self._lines: list[tuple[int, int]] = []  # per passage: first and last line (0-based)
+        self._colours: CodeColours | None = None
 
     def show_segment(self, document: Document, index: int, passages: list[AttendedSpan]) -> None:
         """Show segment `index` of `document` (a PDF page, or a file as the model read it) with
@@ -279,7 +326,13 @@ class SourcePane(QWidget):
         ranges of `text`, strongest first) marked, scrolled to the strongest."""
         self.passages, self.current, self.page, self.rectangles = list(passages), 0, None, []
         self.title.setText(f"<b>{Path(path).name}</b> — {path}")
+        if self._colours is not None:
+            self._colours.setDocument(None)
         self.code.setPlainText(text)
+        lexer = lexer_for(path) if text.count("\n") <= COLOUR_MAX_LINES else None
+        self._colours = CodeColours(self.code.document(), lexer) if lexer is not None else None
+        if self._colours is not None:
+            self._colours.rehighlight()  # now: a new highlighter colours a document's text only later
         self.stack.setCurrentWidget(self.code)
         document = self.code.document()
         self._lines = [(document.findBlock(p.char_start).blockNumber(),

@@ -89,8 +89,21 @@ def test_a_pdf_passage_is_drawn_over_its_characters_and_a_text_passage_marks_its
     at = text.index("the answer")
     pane.show_text_file(tmp_path / "notes.txt", text, [AttendedSpan(0, "notes.txt", None, None, at, at + 18, 0.7)])
     assert pane.marked_lines == [3] and pane.code.textCursor().blockNumber() == 2
+    pane.show_text_file(tmp_path / "vault.py", "def secret():\n    return 58213\n", [])
+    assert pane.marked_lines == []
+    if _has_pygments():  # colours only where Pygments is installed
+        assert any(f.format.foreground().color().name() != "#000000"
+                   for f in pane.code.document().firstBlock().layout().formats()), "def is coloured"
     pane.close_button.click()
     assert not pane.isVisible()
+
+
+def _has_pygments() -> bool:
+    try:
+        import pygments  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def test_the_first_source_of_an_answer_opens_its_page_with_the_answer_highlighted(make_window, qtbot, tmp_path):
