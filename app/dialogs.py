@@ -1,6 +1,6 @@
-"""The window's small dialogs: send to the cloud?, read a long document?, a PDF password, a cited
-page. Each opens window-modal (`open()`, never `exec()`: the worker and the gauge keep running) and
-hands the user's choice to a callback; the box is returned so tests can press its buttons."""
+"""The window's small dialogs: send to the cloud?, read a long document?, a PDF password. Each
+opens window-modal (`open()`, never `exec()`: the worker and the gauge keep running) and hands the
+user's choice to a callback; the box is returned so tests can press its buttons."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from collections.abc import Callable
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
 
 from engine.cloud import CloudPlan
-
-CITED_TEXT_CHARS = 1500
-"""How much of a cited page or file the citation box shows."""
 
 READ, SUBFOLDER, DONT_READ = "read", "subfolder", "don't read"
 
@@ -67,16 +64,6 @@ def ask_password(parent: QWidget, name: str, wrong: bool) -> str | None:
     prompt = f"That password does not open {name}. Try again:" if wrong else f"{name} is protected by a password:"
     text, ok = QInputDialog.getText(parent, "Password needed", prompt, QLineEdit.EchoMode.Password)
     return text if ok else None
-
-
-def show_cited_text(parent: QWidget, label: str, text: str) -> QMessageBox:
-    """The start of a cited page or file."""
-    box = QMessageBox(parent)
-    box.setWindowTitle(label)
-    box.setText(f"<b>{label}</b>")
-    box.setInformativeText(text[:CITED_TEXT_CHARS] + ("…" if len(text) > CITED_TEXT_CHARS else ""))
-    box.open()
-    return box
 
 
 def show_about(parent: QWidget) -> None:

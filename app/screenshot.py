@@ -13,6 +13,11 @@ that machine lacked: the window then paints itself into the image).
 Opens each document in turn (the last one stays open), asks the questions on the last one, waits
 for the streamed answers, then grabs the window from the screen (a real X server under xvfb-run).
 
+`--show-source` then clicks the last answer's first attended source, so the source pane shows
+that page with the attended passages highlighted. That is how docs/screenshot-source-pane.png was
+taken: tests/test_app_source_pane.py's 24-page book (`book_pdf`) asked its question, with that
+test's settings (budget 256, recall 512 tokens, float32 weights) in settings.toml, offscreen.
+
 `--settings-model` takes the README's screenshot of Settings › Model instead: the settings dialog
 alone (no main window, no model loaded), with the model list's sizes and "fits" for this machine,
 or for a GPU of `--gpu-gib` GiB. With `--download ID` it presses Download on that list entry and
@@ -47,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--open", action="append", default=[], help="a document to open (repeatable)")
     parser.add_argument("--ask", action="append", default=[], help="a question about the last document (repeatable)")
     parser.add_argument("--size", default="1240x800")
+    parser.add_argument("--show-source", action="store_true",
+                        help="after the answers, click the last answer's first attended source (the source pane)")
     parser.add_argument("--settings-model", action="store_true", help="grab Settings › Model (the dialog alone) instead")
     parser.add_argument("--download", metavar="ID", help="with --settings-model: download this list entry and grab mid-way")
     parser.add_argument("--at", type=float, default=0.4, help="with --download: grab once this share of the bytes arrived")
@@ -81,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             app.exit(2)
             return
         if not todo:
+            if args.show_source and window.open_document_id is not None:
+                sources = window.library.messages(window.open_document_id)[-1].sources
+                if sources:
+                    window.show_citation(sources[0].label)
             QTimer.singleShot(800, shoot)
             return
         kind, value = todo.pop(0)

@@ -30,6 +30,7 @@ from app.library_panel import LibraryPanel, library_rows
 from app.memory_panel import MemoryPanel, document_estimate
 from app.notices import Banner, ProgressPanel
 from app.settings_dialog import SettingsDialog
+from app.source_pane import SourcePane
 from app.units import fmt_duration
 from app.worker import ConfirmRequest, EngineClient, Job, JobError
 from engine import paths
@@ -83,13 +84,14 @@ class MainWindow(QMainWindow):
         self.open_document_id: int | None = None
         self.opening: str | None = None
         self.segments: dict[str, str] = {}              # citation label -> text of the open document
+        self.document = None                            # the open engine.documents.Document (the source pane's)
+        self.passages = []                              # the last local answer's attended passages
         self.last_report = None
         self._open_job: Job | None = None
         self._estimate_shown_for: int | None = None
         self.settings_dialog: SettingsDialog | None = None
         self.confirm_box = None
         self._long_read_box = None
-        self.citation_box = None
 
         self._build()
         self._build_menu()
@@ -137,6 +139,9 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter()
         self.splitter.addWidget(sidebar)
         self.splitter.addWidget(main)
+        self.source_pane = SourcePane()
+        self.source_pane.hide()  # until a source or citation is clicked; its close button hides it
+        self.splitter.addWidget(self.source_pane)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([330, 790])
@@ -269,7 +274,7 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         self.opening = path
         self.open_document_id = None
-        self.segments = {}
+        self.segments, self.document, self.passages = {}, None, []
         self._estimate_shown_for = None
         self._window_store().setValue("last_folder", str(Path(path).parent))
         self._close_long_read_box()
@@ -312,6 +317,7 @@ class MainWindow(QMainWindow):
         self.open_document_id = doc_id
         self.last_report = report
         self.segments = {s.label: s.text for s in document.segments}
+        self.document, self.passages = document, []
         self.chat.labels = set(self.segments)
         self.refresh_library(select=doc_id)
         if report.prefix_hit:
@@ -425,6 +431,8 @@ class MainWindow(QMainWindow):
         self._update_input()
         if self._closed:
             return
+        if answer is not None and answer.cloud is None:
+            self.passages = answer.passages
         if error is None:
             reason = escalation_reason(answer, self.last_report, self.settings) if answer and self.last_report else None
             if reason:
@@ -548,12 +556,18 @@ class MainWindow(QMainWindow):
         self._show_current()
 
     def show_citation(self, label: str) -> None:
-        """Show the cited page or file of the open document."""
-        text = self.segments.get(label) or self.segments.get(normalise_label(label))
-        if text is None:
+        """Show the cited page or file of the open document in the source pane, the last local
+        answer's attended passages in it highlighted."""
+        labels = [s.label for s in self.document.segments] if self.document else []
+        found = label if label in labels else normalise_label(label)
+        if found not in labels:
             self.statusBar().showMessage(f"“{label}” is not a page or file of the open document.", 6000)
             return
-        self.citation_box = dialogs.show_cited_text(self, label, text)
+        if self.source_pane.isHidden():  # opened beside the chat, half of the chat's width
+            self.source_pane.show()
+            side, chat, pane = self.splitter.sizes()
+            self.splitter.setSizes([side, (chat + pane) // 2, (chat + pane) - (chat + pane) // 2])
+        self.source_pane.show_segment(self.document, labels.index(found), self.passages)
 
     # =============================================================== settings
     def show_settings(self) -> None:

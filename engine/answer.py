@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from engine.kvcache.cache import MemoryBreakdown
 
 if TYPE_CHECKING:  # types only: the cloud package builds these, and imports this module
+    from engine.attended import AttendedSpan
     from engine.cloud.client import CloudUsage
     from engine.cloud.finish import Finish
     from engine.cloud.plan import CloudPlan
@@ -105,7 +106,7 @@ class Answer:
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
     local cache was used), `prompt_tokens` as the endpoint counted them (else the plan's estimate),
-    and no recall, sources or drafts.
+    and no recall, sources, passages or drafts.
     """
 
     question: str
@@ -120,6 +121,7 @@ class Answer:
     kv: MemoryBreakdown = field(default_factory=MemoryBreakdown)
     recall: RecallStats | None = None                     # what recall scored and read (None: no recall)
     sources: list[Source] = field(default_factory=list)   # attention-grounded pages / files
+    passages: list[AttendedSpan] = field(default_factory=list)  # their attended sentences / lines (engine.attended)
     drafts: DraftStats | None = None                      # prompt-lookup speculative decoding (None: cloud answer)
     cloud: CloudReply | None = None                       # set when the answer came from the cloud
     reasoning: str = ""                                   # the model's monologue, apart from `text`

@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="prompt-lookup drafts from the document per decode pass (0 = off, the default)")
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
+    ask.add_argument("--show-spans", action="store_true", dest="show_spans",
+                     help="print the passages the answer attended to most (page or file, characters, share, text)")
     ask.add_argument("--include-generated", action="store_true",
                      help="also read a folder's lock files and generated or vendored files (.gitattributes linguist-*)")
     _policy_flags(ask)
@@ -157,6 +159,7 @@ def recall_line(stats, recall: RecallSettings, warnings: list[str] = ()) -> str:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
+    from engine.attended import describe
     from engine.documents import load_document
     from engine.session import reading_progress
     from engine.workspace import Workspace
@@ -219,6 +222,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     )
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
+    if args.show_spans:
+        print("attended spans  " + ("\n                ".join(describe(p, document) for p in answer.passages)
+                                    if answer.passages else "none (no recall, or nothing attended above the floor)"))
     if args.cloud or args.cloud_auto:
         return _ask_cloud_after(args, workspace, answer, cancel)
     return 0

@@ -39,6 +39,7 @@ import transformers
 
 from engine import paths, read_time
 from engine.answer import Answer, DraftStats, Source
+from engine.attended import AttendedSpan, attended_spans
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
@@ -238,6 +239,7 @@ class DocumentSession:
             archive = self._open_archive(key, layout, recall_warnings)
         self.document, self._snapshot, self.prefix_key = document, cache, key
         self._archive, self._segment_starts = archive, segment_starts
+        self._token_chars = encoding.token_chars  # the attended passages' characters (engine.attended)
         self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
         self._spans = self._document_spans(document, encoding, key, recall_warnings) if layout is not None else None
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
@@ -333,12 +335,13 @@ class DocumentSession:
         split = built.finish()
         if stop != "cancelled":
             self._conversation = cache  # a follow-up continues from here
+        sources, passages = self._sources(cache, recaller) if recaller else ([], [])
         return Answer(
             question=question, text=split.answer, token_ids=built.generated,
             prompt_tokens=self.report.document_tokens + len(suffix_ids),
             time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
             prefix_hit=not prefilled_for_this, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
-            recall=recaller.stats if recaller else None, sources=self._sources(cache, recaller) if recaller else [],
+            recall=recaller.stats if recaller else None, sources=sources, passages=passages,
             drafts=drafts, reasoning=split.reasoning,
         )
 
@@ -535,10 +538,11 @@ class DocumentSession:
         whole = span.char_start == 0 and span.char_end == len(segment.text)
         return segment.label if whole else f"{segment.label} (characters {span.char_start:,}–{span.char_end:,})"
 
-    def _sources(self, cache: CompressedCache, recaller: RecallHook) -> list[Source]:
-        """Pages / files whose recalled tokens received the most attention, with their share."""
+    def _sources(self, cache: CompressedCache, recaller: RecallHook) -> tuple[list[Source], list[AttendedSpan]]:
+        """Pages / files whose recalled tokens received the most attention, with their share; and
+        the sentences / lines within them that received it (`engine.attended.attended_spans`)."""
         if self.document is None or not self._segment_starts:
-            return []
+            return [], []
         n_doc = self.report.document_tokens
         mass = recaller.token_attention([layer.recalled for layer in cache.layers])
         first, end = self._text_range
@@ -546,7 +550,7 @@ class DocumentSession:
         mass[end:] = 0
         total = float(mass.sum())
         if total <= 0:
-            return []
+            return [], []
         starts = torch.tensor(self._segment_starts)
         segment = (torch.searchsorted(starts, torch.arange(n_doc), right=True) - 1).clamp(min=0)
         per_segment = torch.zeros(len(self._segment_starts)).index_add_(0, segment, mass) / total
@@ -557,7 +561,7 @@ class DocumentSession:
                 break
             seg = self.document.segments[i]
             sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
-        return sources
+        return sources, attended_spans(mass.tolist(), self._token_chars, first, self.document)
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache

@@ -123,3 +123,23 @@ def strip_to_unicode(source: Path, target: Path) -> Path:
                 del font[NameObject("/ToUnicode")]
     writer.write(str(target))
     return target
+
+
+def helvetica_book(path: Path, pages: list[list[str]], size: int = 10) -> Path:
+    """Write a PDF of `len(pages)` Letter pages, each showing its lines in Helvetica (`size` pt,
+    one line of text per string, from the top left margin)."""
+    def escape(line: str) -> bytes:
+        return line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)").encode("latin-1")
+
+    count = len(pages)
+    font = 3 + 2 * count  # objects: catalog, pages, then a page and its content per page, the font
+    kids = b" ".join(b"%d 0 R" % (3 + 2 * i) for i in range(count))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count]
+    for i, lines in enumerate(pages):
+        content = b"BT /F1 %d Tf 72 740 Td %d TL\n" % (size, int(size * 1.6)) + b"".join(
+            b"(" + escape(line) + b") Tj T*\n" for line in lines) + b"ET"
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+                       b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (4 + 2 * i, font))
+        objects.append(_stream(content))
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
+    return write_pdf(path, objects)

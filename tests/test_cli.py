@@ -134,3 +134,19 @@ def test_recall_line_says_why_recall_is_off():
     failed = ["recall is off for this document: its archive was not kept (disk full)"]
     assert recall_line(None, on, failed) == "off (no archive: see the warning above)"
     assert recall_line(None, RecallSettings(recall_tokens=0), []) == "off"
+
+
+def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):
+    # The 24-page book of tests/test_span_recall.py as one text file: recall finds the needle's
+    # span, and the first attended passage printed is the sentence that holds it.
+    from test_span_recall import COMBINATION, QUESTION, book
+
+    doc = tmp_path / f"book-{uuid.uuid4().hex}.txt"
+    doc.write_text("\n\n".join(segment.text for segment in book().segments) + "\n")
+    out = run("ask", str(doc), QUESTION, "--show-spans", "--device", "cpu", "--weights", "full", "--threads", "1",
+              "--max-new-tokens", "16", "--budget", "256", "--window", "64", "--residual", "64", "--chunk", "256",
+              "--recall-tokens", "512", "--no-prefix-cache")
+    assert out.returncode == 0, out.stderr
+    spans = out.stdout.split("attended spans  ")[1].splitlines()
+    assert f"the combination of the observatory safe is {COMBINATION}" in spans[0], out.stdout
+    assert spans[0].startswith(doc.name + ", characters ") and " %): \"" in spans[0], spans[0]

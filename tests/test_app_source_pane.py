@@ -1,0 +1,126 @@
+"""The source pane: a cited PDF page rendered by PDFium with the attended passages drawn over
+their characters, a text file with the attended lines marked; clicking an answer's first source
+in the real window (real model) shows the page that holds the answer, the needle highlighted."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
+
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+from urllib.parse import quote  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+import pypdfium2 as pdfium  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+
+from app.source_pane import SourcePane, locate  # noqa: E402
+from engine.attended import AttendedSpan  # noqa: E402
+from engine.documents import load_document  # noqa: E402
+from pdf_fixtures import helvetica_book  # noqa: E402
+from test_app import anchors, ask, home, make_window, wait_open  # noqa: E402,F401  (fixtures)
+from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, book, settings  # noqa: E402
+
+SENTENCE = f"Note: the combination of the observatory safe is {COMBINATION}."
+
+
+def book_pdf(tmp_path: Path) -> Path:
+    """tests/test_span_recall.py's book as a 24-page PDF, one sentence a line."""
+    return helvetica_book(tmp_path / "book.pdf", [re.split(r"(?<=\.) ", s.text) for s in book().segments])
+
+
+def sentence_box(pdf: Path, page: int, sentence: str) -> tuple[float, float, float, float]:
+    """PDFium's (loose) bounding box of `sentence`'s characters on `page`: left, bottom, right, top."""
+    document = pdfium.PdfDocument(str(pdf))
+    try:
+        text = document[page - 1].get_textpage()
+        index, count = text.search(sentence).get_next()
+        boxes = [text.get_charbox(i, loose=True) for i in range(index, index + count)]
+    finally:
+        document.close()
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+def inside(box, outer, slack: float = 0.5) -> bool:
+    return (box[0] >= outer[0] - slack and box[1] >= outer[1] - slack
+            and box[2] <= outer[2] + slack and box[3] <= outer[3] + slack)
+
+
+def test_locate_finds_a_passage_whatever_its_white_space():
+    page = "First line.\r\nNote: the  combination\r\nof the safe."
+    start, end = locate(page, "Note: the combination of the safe.")
+    assert page[start:end] == "Note: the  combination\r\nof the safe."
+    assert locate(page, "nothing like it at all here") is None
+    twice = "Same line.\r\nOther.\r\nSame line.\r\n"
+    assert locate(twice, "Same line.", near=17) == (20, 30), "the occurrence nearest the passage's own offset"
+    assert locate(twice, "Same line.") == (0, 10)
+
+
+def test_a_pdf_passage_is_drawn_over_its_characters_and_a_text_passage_marks_its_lines(qtbot, tmp_path):
+    pdf = book_pdf(tmp_path)
+    segment = load_document(pdf).segments[NEEDLE_PAGE - 1]
+    start = segment.text.index(SENTENCE)
+    other = segment.text.index("Engineers")
+    passages = [AttendedSpan(NEEDLE_PAGE - 1, segment.label, NEEDLE_PAGE, None, start, start + len(SENTENCE), 0.5),
+                AttendedSpan(NEEDLE_PAGE - 1, segment.label, NEEDLE_PAGE, None, other, other + 20, 0.1)]
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.resize(500, 700)
+    pane.show_pdf_page(pdf, NEEDLE_PAGE, passages, segment.text)
+    qtbot.waitUntil(lambda: abs(pane.page_label.pixmap().width() - (pane.scroll.viewport().width() - 4)) <= 1)
+    assert pane.page == NEEDLE_PAGE and pane.page_label.pixmap().width() > 200
+    box = sentence_box(pdf, NEEDLE_PAGE, SENTENCE)
+    strong = [r for r in pane.rectangles if r.passage == 0]
+    assert strong and all(inside(r.box, box) for r in strong)
+    assert max(r.alpha for r in pane.rectangles if r.passage == 1) < strong[0].alpha, "opacity follows the share"
+    width = pane.page_label.pixmap().width()
+    pane.zoom_in_button.click()
+    assert pane.page_label.pixmap().width() > width
+    pane.next_button.click()
+    assert pane.current == 1
+
+    text = "line one\nline two\nthe answer is here\nline four\n"
+    at = text.index("the answer")
+    pane.show_text_file(tmp_path / "notes.txt", text, [AttendedSpan(0, "notes.txt", None, None, at, at + 18, 0.7)])
+    assert pane.marked_lines == [3] and pane.code.textCursor().blockNumber() == 2
+    pane.show_text_file(tmp_path / "vault.py", "def secret():\n    return 58213\n", [])
+    assert pane.marked_lines == []
+    if _has_pygments():  # colours only where Pygments is installed
+        assert any(f.format.foreground().color().name() != "#000000"
+                   for f in pane.code.document().firstBlock().layout().formats()), "def is coloured"
+    pane.close_button.click()
+    assert not pane.isVisible()
+
+
+def _has_pygments() -> bool:
+    try:
+        import pygments  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_the_first_source_of_an_answer_opens_its_page_with_the_answer_highlighted(make_window, qtbot, tmp_path):
+    pdf = book_pdf(tmp_path)
+    window = make_window(settings())
+    window.open_path(str(pdf))
+    wait_open(qtbot, window)
+    ask(qtbot, window, QUESTION)
+    record = window.library.find(str(pdf.resolve()))
+    message = window.library.messages(record.id)[-1]
+    assert COMBINATION in message.text and message.sources[0].label == f"page {NEEDLE_PAGE}"
+    assert not window.source_pane.isVisible()
+    cursor = window.chat.textCursor()
+    cursor.setPosition(anchors(window.chat)[f"cite:{quote(message.sources[0].label)}"] + 1)
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
+    pane = window.source_pane
+    qtbot.waitUntil(pane.isVisible, timeout=5_000)
+    assert pane.page == NEEDLE_PAGE
+    box = sentence_box(pdf, NEEDLE_PAGE, SENTENCE)
+    assert any(inside(r.box, box) for r in pane.rectangles), (box, pane.rectangles, pane.passages)

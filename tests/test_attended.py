@@ -1,0 +1,55 @@
+"""Attended passages: the sentences / lines an answer's attention went to, as character ranges of
+the segment's text. The real model, asked about a needle on page 17 of a 24-page book, attends
+most to the needle's sentence; the grouping and merging rules hold on a hand-made mass."""
+
+from engine.attended import AttendedSpan, attended_spans, segment_text_starts, units
+from engine.documents import Document, Segment
+from engine.session import DocumentSession
+from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, book, settings
+
+NEEDLE = f"the combination of the observatory safe is {COMBINATION}"
+
+
+def two_pages() -> Document:
+    return Document(title="t", source="", kind="pdf", pages=2, segments=[
+        Segment(text="One. Two two. Three.", label="page 1", page=1, path=None),
+        Segment(text="Alpha beta.\nGamma.", label="page 2", page=2, path=None)])
+
+
+def test_segment_text_starts_point_at_each_text_in_render():
+    document = two_pages()
+    rendered = document.render()
+    for start, segment in zip(segment_text_starts(document), document.segments, strict=True):
+        assert rendered[start:start + len(segment.text)] == segment.text
+    assert units("One. Two two. Three.") == [0, 5, 14]
+
+
+def test_mass_is_summed_per_sentence_capped_and_kept_above_the_floors():
+    document = two_pages()
+    starts = segment_text_starts(document)
+    # one "token" per word of interest: its render offset, its mass
+    chars = [starts[0], starts[0] + 5, starts[0] + 9, starts[0] + 14, starts[1], starts[1] + 12, starts[0] - 3]
+    mass = [9.0, 0.5] + [0.4, 1.0, 1.0, 0.3, 5.0, 2.0, 7.0]  # two template tokens first; the last is a marker's
+    spans = attended_spans(mass, chars, 2, document, min_share=0.1)
+    # "Alpha beta." 5.0, "Gamma." 2.0, "Two two." 2.0; "One." and "Three." under 10 %
+    total = sum(min(m, 5.0) for m in mass[2:])  # the marker's 7 is capped at the 95th percentile, 5
+    assert spans == [AttendedSpan(1, "page 2", 2, None, 0, 11, 5.0 / total),
+                     AttendedSpan(0, "page 1", 1, None, 5, 13, 2.0 / total),
+                     AttendedSpan(1, "page 2", 2, None, 12, 18, 2.0 / total)]
+    assert [s.text(document) for s in spans] == ["Alpha beta.", "Two two.", "Gamma."]
+    # under a quarter of the strongest: not shown, whatever its share of the total
+    weak = attended_spans([4.0, 4.0, 0.0, 0.9, 4.0, 0.0, 0.0], chars, 0, document, min_share=0.01)
+    assert [s.text(document) for s in weak] == ["One.", "Two two.", "Alpha beta."], "Three. (7 %) is dropped"
+
+
+def test_the_first_passage_of_a_needle_answer_is_the_needle_sentence(smol):
+    session = DocumentSession(smol, settings(), None)
+    document = book()
+    session.open(document)
+    answer = session.ask(QUESTION)
+    assert answer.passages, "the answer attended to recalled tokens"
+    first = answer.passages[0]
+    page = document.segments[first.segment_index].text
+    needle = page.index(NEEDLE)
+    assert first.page == NEEDLE_PAGE and first.label == f"page {NEEDLE_PAGE}"
+    assert first.char_start < needle + len(NEEDLE) and needle < first.char_end, (first, first.text(document))
