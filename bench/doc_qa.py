@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the app's setting")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--name", default="doc_qa")
+    parser.add_argument("--weights", default="auto", help="auto (the app's), int4, full, 4bit")
     args = parser.parse_args()
     common.setup(args.threads)
 
@@ -175,7 +176,7 @@ def main() -> None:
     from engine.settings import EngineSettings
     from engine.workspace import prefix_store_dir
 
-    settings = EngineSettings(threads=args.threads)
+    settings = EngineSettings(threads=args.threads, weights=args.weights)
     model = load_model(settings.model, device=settings.device, weights=settings.weights)
     store = PrefixStore(prefix_store_dir(), disk_budget_bytes=settings.prefix_cache_disk_bytes)
     rows = []
