@@ -673,7 +673,7 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     assert "archive on disk:" in second.header.info.text()  # not open: the estimate, archive included
 
 
-def test_a_document_read_without_an_archive_says_recall_is_off(make_window, qtbot, tmp_path):
+def test_a_document_read_without_an_archive_says_recall_re_reads_its_pages(make_window, qtbot, tmp_path):
     doc = recall_repo(tmp_path)
     first = make_window(RECALL.replace(recall=RECALL.recall.replace(archive=False)))
     first.open_path(str(doc))
@@ -682,16 +682,26 @@ def test_a_document_read_without_an_archive_says_recall_is_off(make_window, qtbo
     first.close()
 
     # The archive is on again, but the saved prefix cache was made without one: the snapshot is
-    # reused, and the window says recall is off for this document (the engine's warning).
+    # reused, the window says so (the engine's warning), and span recall re-reads the file it
+    # chooses from its token ids instead of the archive.
     second = make_window(RECALL)
     second.open_path(str(doc))
     wait_open(qtbot, second)
     assert second.last_report.prefix_hit
-    assert second.banner.isVisible() and "recall is off for this document: it has no archive" in second.banner.text
+    assert second.banner.isVisible() and "re-reads the pages it chooses" in second.banner.text
+    assert "it has no archive" in second.banner.text
     ask(qtbot, second, "What is the secret code of the vault?")
     lines = second.chat.toPlainText().strip().splitlines()
-    assert " · recall off (no archive for this document)" in lines[-1]
-    assert not any(line.startswith("Attended:") for line in lines)
+    assert " · recall src/vault.py · " in lines[-1] and "recall off" not in lines[-1]
+    assert any(line.startswith("Attended:") and "src/vault.py" in line for line in lines)
+
+    # Block recall needs the archive: with it, recall is off for this document.
+    third = make_window(RECALL.replace(recall=RECALL.recall.replace(selection="blocks")))
+    third.open_path(str(doc))
+    wait_open(qtbot, third)
+    assert "recall is off for this document: it has no archive" in third.banner.text
+    ask(qtbot, third, "What is the secret code of the vault?")
+    assert " · recall off (no archive for this document)" in third.chat.toPlainText().strip().splitlines()[-1]
 
 
 def test_the_file_dialogs_start_in_the_last_folder_and_offer_every_source_type(make_window, qtbot, tmp_path, monkeypatch):
