@@ -10,7 +10,6 @@ the next best while they score close to it and fit the recall budget, in documen
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +34,6 @@ class Span:
     token_end: int
     char_start: int
     char_end: int
-    marker_start: int = 0  # the segment's marker line ("[page 12]", "=== src/app.py ===") in tokens
-    marker_end: int = 0
 
     @property
     def tokens(self) -> int:
@@ -76,10 +73,9 @@ class DocumentSpans:
         for i, segment in enumerate(document.segments):
             marker = len(document.marker(segment)) + 1
             body = char + marker
-            marker_tokens = (token_at(char), token_at(body))
             for start, end in split_spans(segment.text):
                 first = char if start == 0 else body + start
-                spans.append(Span(i, token_at(first), token_at(body + end), start, end, *marker_tokens))
+                spans.append(Span(i, token_at(first), token_at(body + end), start, end))
                 texts.append(f"{segment.label}\n{segment.text[start:end]}")
             char = body + len(segment.text) + 2
         index, rebuilt = load_or_build(texts, index_path)
@@ -102,18 +98,16 @@ class DocumentSpans:
             if chosen and (hit.score < RELATIVE_SCORE * hits[0].score or span.tokens > room):
                 break
             if not chosen and span.tokens > room:
-                span = dataclasses.replace(span, token_end=span.token_start + max(room, 0))
+                span = Span(span.segment, span.token_start, span.token_start + max(room, 0), span.char_start, span.char_end)
             chosen.append(span)
             room -= span.tokens
         return sorted(chosen, key=lambda s: s.token_start)
 
     def recall_positions(self, chosen: Sequence[Span]) -> list[int]:
-        """Prefix token positions to recall for `chosen`: the template head (instructions), each
-        span with its segment's marker line (so a part of a long file is read under its path and
-        can be cited), the template tail; ascending and unique."""
+        """Prefix token positions to recall for `chosen`: the template head (instructions), the
+        spans, the template tail, ascending and unique."""
         positions = set(range(self.head_tokens)) | set(range(self.text_end, self.n_tokens))
         for span in chosen:
-            positions.update(range(span.marker_start, span.marker_end))
             positions.update(range(span.token_start, span.token_end))
         return sorted(positions)
 
