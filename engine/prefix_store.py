@@ -1,7 +1,7 @@
 """PrefixStore: prefilled (compressed) KV caches on disk, one safetensors file per prefix, an SQLite index.
 
-A snapshot is reused only for the exact same computation ("Prefix identity" in
-docs/ARCHITECTURE.md), so the lookup is by exact key, never by longest common prefix: `prefix_key`
+A snapshot is reused only for the exact same computation ("Prefix identity" among the decisions
+in the repository's architecture doc, docs/), so the lookup is by exact key, never by longest common prefix: `prefix_key`
 hashes everything that changes the cached tensors. Deciding *which* token ids to cache (so that no
 logits are ever served from a longer or shorter cached prompt: cases L01/L02) is the session's job;
 the store only guarantees that different token ids, models or policies never share an entry (L03,
