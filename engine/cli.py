@@ -96,9 +96,11 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--residual", type=int, dest="residual_tokens", help="newest tokens kept in 16-bit")
     group.add_argument("--position-mode", choices=("auto", "original", "compact"), dest="position_mode")
     group.add_argument("--chunk", type=int, dest="chunk_tokens", help="prefill chunk in tokens")
-    recall = parser.add_argument_group("recall from the on-disk archive (defaults from settings.toml)")
+    recall = parser.add_argument_group(
+        "recall: the pages the full-text index proposes, from the on-disk archive (or re-read from the text when "
+        "the archive does not fit the disk budget); defaults from settings.toml")
     recall.add_argument("--recall-tokens", type=int, dest="recall_tokens",
-                        help="tokens per layer and KV head a question may bring back from the archive (0 = none)")
+                        help="tokens per layer and KV head a question may bring back (default 1,024; 0 = none)")
     recall.add_argument("--archive-bits", type=int, choices=(2, 4), dest="archive_bits", help="bits per archived value")
     recall.add_argument("--recall-block", type=int, dest="block_tokens", help="tokens per archive block")
     recall.add_argument("--no-archive", action="store_true", help="do not keep the archive (answers use the snapshot only)")
