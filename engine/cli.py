@@ -142,9 +142,10 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     return settings.replace(**changes)
 
 
-def recall_line(stats, recall: RecallSettings, warnings: list[str] = ()) -> str:
+def recall_line(stats, recall: RecallSettings, warnings: list[str] = (), pairs: int = 0) -> str:
     """One line on what recall did for an answer (stats: `RecallStats` or None; warnings: the open
-    report's, which say why a document that needed an archive has none)."""
+    report's, which say why a document that needed an archive has none; pairs: the model's layers ×
+    KV heads, to give span recall's tokens per layer and KV head, the unit of --recall-tokens)."""
     if stats is None:
         if not recall.archive or not recall.recall_tokens:
             return "off"
@@ -152,8 +153,9 @@ def recall_line(stats, recall: RecallSettings, warnings: list[str] = ()) -> str:
             return "off (no archive: see the warning above)"
         return "off (the cache keeps the whole document: nothing to recall)"
     if stats.spans:
+        each = f"{stats.tokens_recalled // pairs:,} tokens per layer and KV head, " if pairs else ""
         return (f"{', '.join(stats.spans)} recalled whole from the full-text index's proposal: "
-                f"{stats.tokens_recalled:,} tokens (per layer and KV head, all summed); "
+                f"{each}{stats.tokens_recalled:,} in all; "
                 f"{format_bytes(stats.bytes_read)} read; {stats.seconds * 1000:.0f} ms")
     return (f"{stats.tokens_recalled:,} tokens in {stats.blocks_recalled:,} blocks (per layer and KV head, all summed) "
             f"of {stats.blocks_scored:,} scored; {format_bytes(stats.bytes_read)} read; "
@@ -206,6 +208,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     answer = workspace.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
     print()
     policy = settings.cache
+    profile = workspace.model.profile if workspace.model is not None else None
+    pairs = profile.num_layers * profile.kv_heads if profile is not None else 0
     print(
         "\n--- report ---\n"
         f"document        {report.title} ({report.kind}, {report.document_tokens:,} tokens"
@@ -220,7 +224,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
         f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
         f"{drafts_note(answer.drafts)}\n"
-        f"recall          {recall_line(answer.recall, settings.recall, report.warnings)}"
+        f"recall          {recall_line(answer.recall, settings.recall, report.warnings, pairs)}"
     )
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
