@@ -56,12 +56,7 @@ class AttendedSpan:
 
 def segment_text_starts(document: Document) -> list[int]:
     """Offset in `document.render()` of each segment's text (after its marker line)."""
-    starts, char = [], 0
-    for segment in document.segments:
-        marker = len(document.marker(segment)) + 1
-        starts.append(char + marker)
-        char += marker + len(segment.text) + 2  # the blank line between segments
-    return starts
+    return [text for _, text in document.offsets()]
 
 
 def units(text: str) -> list[int]:

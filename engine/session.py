@@ -153,6 +153,7 @@ class DocumentSession:
         self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
         self._segment_starts: list[int] = []   # first token of each segment of the open document
         self._text_range = (0, 0)              # prefix tokens of the document text: [first, end)
+        self._token_chars: list[int] = []      # render() offset of each text token (the attended passages)
         self._spans: DocumentSpans | None = None  # its spans and full-text index (recall proposes from them)
         self._document_ids: list[int] | None = None      # the open document's prefix tokens
         self._prompt_lookup: PromptLookup | None = None  # draft index over them (speculative decoding)
@@ -262,7 +263,7 @@ class DocumentSession:
         self._archive, self._segment_starts = None, []
         if self._spans is not None:
             self._spans.close()
-        self._spans, self._text_range = None, (0, 0)
+        self._spans, self._text_range, self._token_chars = None, (0, 0), []
         self._document_ids, self._prompt_lookup = None, None
         if self._own_archive is not None:
             self._own_archive.unlink(missing_ok=True)
@@ -403,10 +404,7 @@ class DocumentSession:
         token_chars: list[int] = []
         if "offset_mapping" in encoded:
             token_chars = [begin for begin, _ in encoded["offset_mapping"]]
-            char = 0
-            for segment in document.segments:
-                starts.append(len(ids) + bisect.bisect_left(token_chars, char))
-                char += len(document.marker(segment)) + 1 + len(segment.text) + 2
+            starts = [len(ids) + bisect.bisect_left(token_chars, marker) for marker, _ in document.offsets()]
         head_tokens, text_tokens = len(ids), len(encoded["input_ids"])
         ids += encoded["input_ids"]
         ids += tokenizer(tail, add_special_tokens=False)["input_ids"]

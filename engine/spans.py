@@ -65,19 +65,15 @@ class DocumentSpans:
         `index_path` (in memory when None); a missing or damaged one is rebuilt there."""
         spans: list[Span] = []
         texts: list[str] = []
-        char = 0
 
         def token_at(offset: int) -> int:
             return head_tokens + bisect.bisect_left(token_chars, offset)
 
-        for i, segment in enumerate(document.segments):
-            marker = len(document.marker(segment)) + 1
-            body = char + marker
+        for i, (segment, (marker, body)) in enumerate(zip(document.segments, document.offsets(), strict=True)):
             for start, end in split_spans(segment.text):
-                first = char if start == 0 else body + start
+                first = marker if start == 0 else body + start
                 spans.append(Span(i, token_at(first), token_at(body + end), start, end))
                 texts.append(f"{segment.label}\n{segment.text[start:end]}")
-            char = body + len(segment.text) + 2
         index, rebuilt = load_or_build(texts, index_path)
         return cls(spans, index, head_tokens, head_tokens + text_tokens, n_tokens, rebuilt)
 

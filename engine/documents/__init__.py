@@ -114,6 +114,16 @@ class Document:
         """
         return "\n\n".join(f"{self.marker(s)}\n{s.text}" for s in self.segments) + "\n"
 
+    def offsets(self) -> list[tuple[int, int]]:
+        """Where each segment lies in `render()`: (its marker line's first character, its text's
+        first character), in segment order."""
+        found, char = [], 0
+        for segment in self.segments:
+            text = char + len(self.marker(segment)) + 1
+            found.append((char, text))
+            char = text + len(segment.text) + 2  # the blank line between segments
+        return found
+
 
 OPEN_DIALOG_SUFFIXES = (
     ".pdf", ".txt", ".md", ".markdown", ".rst", ".adoc", ".org", ".tex", ".csv", ".html", ".json", ".ipynb",
