@@ -178,7 +178,8 @@ class LayerKV:
         attention output `[query_heads, chunk, head_dim]` in the query's dtype. Recalled tokens
         (`set_recalled`) are attended too, at their original positions, or in compact mode with
         held and recalled tokens renumbered together in document order; the attention they receive
-        is summed into `recalled.mass`.
+        is summed into `recalled.mass`. With focus (`recalled.focus_from`), held tokens before it
+        are masked and positions follow `RecalledTokens.focus_from`.
 
         reuse_workspace: keep the dequantized, rotated sinks + quantized tokens between calls and
         reuse them until a flush or an eviction changes them (every ~32 decode steps). Dequantizing
