@@ -21,7 +21,8 @@ from app.library import Library
 from app.notices import ProgressPanel
 from app.units import fmt_duration
 from app.worker import Job, JobError
-from engine.answer import Answer
+from engine.answer import Answer, StopReason
+from engine.errors import ErrorKind
 
 SAVE_PARTIAL_EVERY_S = 2.0
 
@@ -68,7 +69,7 @@ class AnswerStream(QObject):
     ended = Signal(object, object, object)
 
     def __init__(self, library: Library, chat: ChatView, progress: ProgressPanel, *,
-                 record: Callable[[Answer], dict], max_new_tokens: Callable[[], int], parent: QObject | None = None) -> None:
+                 max_new_tokens: Callable[[], int], parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.library, self.chat, self.progress = library, chat, progress
         self._record, self._max_new_tokens = record, max_new_tokens
@@ -124,12 +125,13 @@ class AnswerStream(QObject):
         if live is None or live.job is not job:
             return
         self.live = None
-        if error is not None:
-            state = "cancelled" if error.kind == "cancelled" else "error"
-            text = live.text if state == "cancelled" else (live.text + "\n\n" if live.text else "") + f"_{error.message}_"
-            fields = dict(text=text, state=state, stop_reason=state)
+        if error is not None and error.kind is ErrorKind.CANCELLED:
+            fields = dict(text=live.text, state="cancelled", stop_reason=StopReason.CANCELLED)
+        elif error is not None:
+            fields = dict(text=(live.text + "\n\n" if live.text else "") + f"_{error.message}_", state="error",
+                          stop_reason=StopReason.ERROR)
         elif answer is None:  # the user declined to send it to the cloud
-            fields = dict(text=live.text or "_(not sent)_", state="cancelled", stop_reason="cancelled")
+            fields = dict(text=live.text or "_(not sent)_", state="cancelled", stop_reason=StopReason.CANCELLED)
         else:
             fields = self._record(answer)
         if self.library.message(live.message_id) is not None:  # None: its document was removed meanwhile

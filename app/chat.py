@@ -25,7 +25,7 @@ from PySide6.QtGui import QColor, QDesktopServices, QTextBlockFormat, QTextCharF
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.library import MessageRecord
-from engine.answer import Source
+from engine.answer import Source, StopReason
 
 CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
 _CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)
@@ -129,13 +129,13 @@ def footer_text(message: MessageRecord) -> str:
         parts.append(f"{message.tokens} tokens")
     if message.source != "cloud" and recall_text(message):
         parts.append(recall_text(message))
-    if message.state == "cancelled" or message.stop_reason == "cancelled":
+    if message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
         parts.append("cancelled")
     elif message.state == "interrupted":
         parts.append("interrupted (the app was closed)")
-    elif message.stop_reason == "max_tokens":
+    elif message.stop_reason == StopReason.MAX_TOKENS:
         parts.append("cut at the answer length limit")
-    elif message.stop_reason == "cut":
+    elif message.stop_reason == StopReason.CUT:
         parts.append("incomplete: the stream broke off")
     elif message.state == "error":
         parts.append("failed")

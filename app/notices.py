@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.units import fmt_duration
-from engine.session import Progress
+from engine.session import Phase, Progress
 
 TICK_MS = 500
 """How often the ETA counts down between two progress events (a prefill chunk can take a minute)."""
@@ -132,22 +132,22 @@ class ProgressPanel(QFrame):
     def show_event(self, event: Progress) -> None:
         """Render a progress event of opening a document or loading the model."""
         self._last_prefill = self._loading_since = None
-        if event.phase == "loading model":
+        if event.phase is Phase.LOADING_MODEL:
             self._loading_since = time.monotonic()
             self._tick()
-        elif event.phase == "reading":
+        elif event.phase is Phase.READING:
             if event.total > 1:
                 self.set_progress(f"Reading {event.unit} {event.done:,} / {event.total:,}", event.done, event.total)
             else:
                 self.set_busy("Reading the document…")
-        elif event.phase == "tokenizing":
+        elif event.phase is Phase.TOKENIZING:
             self.set_busy("Tokenizing…")
-        elif event.phase == "loading cache":
+        elif event.phase is Phase.LOADING_CACHE:
             if event.done >= event.total:
                 self.set_progress("Prefix cache hit — restoring the saved KV cache, no prefill needed", 1, 1)
             else:
                 self.set_busy("Looking for a saved prefix cache…")
-        elif event.phase == "prefill":
+        elif event.phase is Phase.PREFILL:
             self._show_prefill(event)
             if event.done < event.total:
                 self._last_prefill = (event, time.monotonic())

@@ -3,17 +3,24 @@ returns the `Job` that runs it on the worker thread, with the caller's callbacks
 `on_error`, `on_progress`, `on_text`) passed through. The window submits them; it never writes
 `lambda workspace, ctx: …` itself, so what each action calls in the engine is read here, in one place.
 
-Questions the engine asks mid-job go to the GUI as a `ConfirmRequest` (`ctx.confirm(kind, payload)`),
-kind "cloud" (a `CloudPlan`: send it?) or "long read" (a `ReadPlan`: read it all?).
+Questions the engine asks mid-job go to the GUI as a `ConfirmRequest` (`ctx.confirm(kind, payload)`)
+of a `Confirm` kind.
 """
 
 from __future__ import annotations
 
 from app.worker import Job
 from engine.settings import EngineSettings
+import enum
 
-CONFIRM_CLOUD = "cloud"
-CONFIRM_LONG_READ = "long read"
+
+
+class Confirm(enum.Enum):
+    """What a job asks the user mid-way: CLOUD (payload a `CloudPlan`: send it?) or LONG_READ
+    (payload a `ReadPlan`: read it all?)."""
+
+    CLOUD = "cloud"
+    LONG_READ = "long read"
 
 
 def load_model(**callbacks) -> Job:
@@ -23,10 +30,10 @@ def load_model(**callbacks) -> Job:
 
 def open_document(path: str, *, name: str, password: str | None = None, **callbacks) -> Job:
     """Read `path` and prefill it (or restore its prefix cache). A prefill of at least
-    `engine.read_time.LONG_READ_S` on this machine first asks the user (CONFIRM_LONG_READ)."""
+    `engine.read_time.LONG_READ_S` on this machine first asks the user (`Confirm.LONG_READ`)."""
     def run(workspace, ctx):
         return workspace.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel,
-                              before_prefill=lambda plan: ctx.confirm(CONFIRM_LONG_READ, plan))
+                              before_prefill=lambda plan: ctx.confirm(Confirm.LONG_READ, plan))
 
     return Job("open", run, title=f"Opening {name}…", **callbacks)
 
@@ -41,7 +48,7 @@ def ask_cloud(question: str, *, reason: str, **callbacks) -> Job:
     """Answer with the cloud endpoint in Settings; with "ask before sending" on, the user sees what
     would be sent first (the job's result is None if they decline)."""
     def run(workspace, ctx):
-        confirm = (lambda plan: ctx.confirm(CONFIRM_CLOUD, plan)) if workspace.settings.cloud.ask_before_sending else None
+        confirm = (lambda plan: ctx.confirm(Confirm.CLOUD, plan)) if workspace.settings.cloud.ask_before_sending else None
         return workspace.ask_cloud(question, reason=reason, on_text=ctx.text, cancel=ctx.cancel, confirm=confirm)
 
     return Job("cloud", run, title="Asking the cloud…", **callbacks)

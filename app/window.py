@@ -37,10 +37,10 @@ from engine import paths
 from engine.answer import Answer
 from engine.cloud import escalation_reason
 from engine.documents import OPEN_DIALOG_SUFFIXES, WrongPasswordError
-from engine.errors import HalamanError
+from engine.errors import ErrorKind, HalamanError
 from engine.estimate import KNOWN_SHAPES
 from engine.models.profile import ModelProfile
-from engine.session import Progress
+from engine.session import Phase, Progress
 from engine.settings import EngineSettings, load_settings, save_settings
 from engine.units import format_bytes
 from engine.workspace import ModelInfo, OpenResult, SettingsChange, answer_record, lowered_budget
@@ -212,7 +212,7 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self.model_status.setText("No model loaded")
-        if error.kind != "cancelled":
+        if error.kind is not ErrorKind.CANCELLED:
             self.banner.show_message("error", f"Could not load the model: {error.message}", "Settings…", self.show_settings)
 
     def _model_name(self) -> str:
@@ -327,7 +327,7 @@ class MainWindow(QMainWindow):
                 f"Read {report.title}: prefilled {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
                 f"({report.prefill_tokens_per_s:,.0f} tokens/s).", 10000)
         if report.warnings:
-            self.banner.show_message("warning", warning_note(report.warnings))
+            self.banner.show_message("warning", warning_note(report.warnings, str(report.recall_notice) if report.recall_notice else None))
         self._on_memory(result.memory)
         self._update_input()
         self.conversation.question.setFocus()
@@ -345,11 +345,11 @@ class MainWindow(QMainWindow):
         name = Path(path).name
         if self.current is None:
             self.setWindowTitle("Halaman")
-        if error.kind == "cancelled":
+        if error.kind is ErrorKind.CANCELLED:
             self.header.set_info("Opening was cancelled." if self.current else "Reading was cancelled: nothing was kept.")
             self.statusBar().showMessage(f"Cancelled reading {name}.", 8000)
             return
-        if error.kind == "password":
+        if error.kind is ErrorKind.PASSWORD:
             wrong = isinstance(error.exception, WrongPasswordError) or password is not None
             typed = self.ask_password(name, wrong)
             if typed is not None:
@@ -359,7 +359,7 @@ class MainWindow(QMainWindow):
                                          lambda: self._retry_password(path))
             return
         self.header.set_info("Could not open this document.")
-        if error.kind == "oom":
+        if error.kind is ErrorKind.OOM:
             self.banner.show_message("error", error.message, "Lower the budget and retry", lambda: self.lower_budget_and_retry(path))
             return
         self.banner.show_message("error", f"Could not open {name}: {error.message}")
@@ -437,10 +437,10 @@ class MainWindow(QMainWindow):
             reason = escalation_reason(answer, self.last_report, self.settings) if answer and self.last_report else None
             if reason:
                 self._ask(live.question, cloud=True, reason=reason, escalation=True)
-        elif error.kind == "oom":
+        elif error.kind is ErrorKind.OOM:
             self.banner.show_message("error", error.message, "Lower the budget and retry",
                                      lambda: self.lower_budget_and_retry(self._open_path()))
-        elif error.kind != "cancelled":
+        elif error.kind is not ErrorKind.CANCELLED:
             self.banner.show_message("error", f"Could not answer: {error.message}")
 
     def _last_question(self) -> str:
@@ -453,7 +453,7 @@ class MainWindow(QMainWindow):
 
     def _on_confirm(self, job: Job, request: ConfirmRequest) -> None:
         """The worker asks the user mid-job: send this to the cloud?, or read this long document?"""
-        if request.kind == ops.CONFIRM_CLOUD:
+        if request.kind is ops.Confirm.CLOUD:
             self.confirm_box = dialogs.confirm_cloud(self, request.payload, request.answer)
             return
         if job is not self._open_job or job.cancel.is_set() or self.opening is None:
@@ -593,10 +593,10 @@ class MainWindow(QMainWindow):
             on_done=done, on_error=lambda error: self.banner.show_message("error", f"Could not clear the prefix cache: {error.message}")))
 
     def apply_settings(self, new: EngineSettings | None, *, retry_path: str | None = None) -> None:
-        """Use `new` settings now, without a restart, and do what the workspace says the change
-        implies (`SettingsChange`): reload the model, re-open the current document (prefix caches
-        are keyed by the policy, so only those of the old policy miss), or nothing.
-        `retry_path`: open this document afterwards anyway."""
+        """Use `new` settings now, without a restart, and do what the change implies
+        (`SettingsChange`, decided once by the client, which applies it in the worker): reload the
+        model, re-open the current document (prefix caches are keyed by the policy, so only those
+        of the old policy miss), or nothing. `retry_path`: open this document afterwards anyway."""
         if new is None:
             return
         # The same decision the workspace returns, known now: work under the old settings stops,
@@ -643,10 +643,10 @@ class MainWindow(QMainWindow):
 
     def _on_progress(self, event: Progress) -> None:
         self.progress.show_event(event)
-        if self.opening is None or event.phase == "loading model":
+        if self.opening is None or event.phase is Phase.LOADING_MODEL:
             return
         self.library_panel.set_reading(self.opening, Path(self.opening).name, reading_text(event))
-        if event.phase == "prefill" and self._estimate_shown_for != event.total:
+        if event.phase is Phase.PREFILL and self._estimate_shown_for != event.total:
             self._estimate_shown_for = event.total
             self.header.set_info(f"{event.total:,} tokens · {self._estimate_text(event.total)}")
 
@@ -729,21 +729,21 @@ class MainWindow(QMainWindow):
 
 def reading_text(event: Progress) -> str:
     """The library row of the document being read: "reading 40 % · ETA 3 min 10 s"."""
-    if event.phase == "prefill" and event.total:
+    if event.phase is Phase.PREFILL and event.total:
         eta = f" · ETA {fmt_duration(event.eta_s)}" if event.eta_s is not None and event.done < event.total else ""
         return f"reading {100 * event.done // event.total} %{eta}"
-    if event.phase == "reading" and event.total > 1:
+    if event.phase is Phase.READING and event.total > 1:
         return f"reading {event.unit} {event.done:,} / {event.total:,}"
-    if event.phase == "loading cache":
+    if event.phase is Phase.LOADING_CACHE:
         return "restoring its prefix cache"
     return "reading…"
 
 
-def warning_note(warnings: list[str], shown: int = 3) -> str:
-    """The banner's 'Note: a; b; c (and 2 more)' for an opened document's warnings. "recall is off
-    for this document: ..." comes first, so that it is never among the ones left out: without it,
-    answers would quietly lose what recall brings back."""
-    ordered = sorted(warnings, key=lambda w: not w.startswith("recall is off"))
+def warning_note(warnings: list[str], first: str | None = None, shown: int = 3) -> str:
+    """The banner's 'Note: a; b; c (and 2 more)' for an opened document's warnings. `first` (the
+    report's `recall_notice`, why recall is off or slower) comes first, so that it is never among
+    the ones left out: without it, answers would quietly lose what recall brings back."""
+    ordered = sorted(warnings, key=lambda w: w != first)
     more = f" (and {len(ordered) - shown} more)" if len(ordered) > shown else ""
     return "Note: " + "; ".join(ordered[:shown]) + more
 

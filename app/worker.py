@@ -43,13 +43,12 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
-from engine.documents import PasswordRequiredError, WrongPasswordError
-from engine.errors import CacheStoreError, Cancelled, DocumentError, HalamanError, ModelError, SettingsError
+from engine.errors import ErrorKind
 from engine.memory import MemoryReport, remeasure
 from engine.models.loader import LoadedModel
 from engine.session import Progress
 from engine.settings import EngineSettings
-from engine.workspace import ModelInfo, Workspace, out_of_memory
+from engine.workspace import ModelInfo, SettingsChange, Workspace, error_kind, out_of_memory
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +59,10 @@ MEMORY_EVERY_S = 0.2
 # ----------------------------------------------------------------------------- jobs
 @dataclass
 class JobError:
-    """A failed job, for people. kind: "cancelled", "password", "oom", "document", "model",
-    "settings", "cache", "error" (another engine error) or "bug" (unexpected; `details` holds the
-    traceback, which goes to the log, never to the window)."""
+    """A failed job, for people: its `ErrorKind` (decided by `engine.workspace.error_kind`) and one
+    readable line. A BUG's `details` hold the traceback, which goes to the log, never to the window."""
 
-    kind: str
+    kind: ErrorKind
     message: str
     exception: BaseException | None = None
     details: str = ""
@@ -72,20 +70,16 @@ class JobError:
 
 def describe_error(exc: BaseException) -> JobError:
     """Turn any exception from an engine call into a readable JobError."""
-    if isinstance(exc, Cancelled):
-        return JobError("cancelled", "Cancelled.", exc)
-    if isinstance(exc, (PasswordRequiredError, WrongPasswordError)):
-        return JobError("password", str(exc), exc)
-    where = out_of_memory(exc)
-    if where is not None:
-        return JobError("oom", f"Out of {where} memory while working on the document: lower the KV budget "
-                               "(Settings › KV budget) or choose a smaller model, then retry.", exc)
-    for cls, kind in ((DocumentError, "document"), (ModelError, "model"), (SettingsError, "settings"),
-                      (CacheStoreError, "cache"), (HalamanError, "error")):
-        if isinstance(exc, cls):
-            return JobError(kind, str(exc) or type(exc).__name__, exc)
-    details = "".join(traceback.format_exception(exc))
-    return JobError("bug", f"Unexpected error ({type(exc).__name__}: {exc}). It was logged; please report it.", exc, details)
+    kind = error_kind(exc)
+    if kind is ErrorKind.CANCELLED:
+        return JobError(kind, "Cancelled.", exc)
+    if kind is ErrorKind.OOM:
+        return JobError(kind, f"Out of {out_of_memory(exc)} memory while working on the document: lower the KV budget "
+                              "(Settings › KV budget) or choose a smaller model, then retry.", exc)
+    if kind is ErrorKind.BUG:
+        details = "".join(traceback.format_exception(exc))
+        return JobError(kind, f"Unexpected error ({type(exc).__name__}: {exc}). It was logged; please report it.", exc, details)
+    return JobError(kind, str(exc) or type(exc).__name__, exc)
 
 
 @dataclass(eq=False)
@@ -110,7 +104,7 @@ class ConfirmRequest:
     `answered`. Waiting on an Event, not a blocking signal, so closing the window never deadlocks.
     """
 
-    kind: str
+    kind: Any                       # app.operations.Confirm (which imports this module)
     payload: Any
     accepted: bool = False
     answered: threading.Event = field(default_factory=threading.Event)
@@ -185,7 +179,7 @@ class EngineWorker(QObject):
     @Slot(object)
     def run(self, job: Job) -> None:
         if self.closing.is_set() or job.cancel.is_set():
-            self.failed.emit(job, JobError("cancelled", "Cancelled."))
+            self.failed.emit(job, JobError(ErrorKind.CANCELLED, "Cancelled."))
             return
         ctx = JobContext(self, job)
         self.started.emit(job)
@@ -193,9 +187,9 @@ class EngineWorker(QObject):
             result = job.fn(self.workspace, ctx)
         except BaseException as exc:  # noqa: BLE001 - the thread must survive anything a job raises
             error = describe_error(exc)
-            if error.kind == "bug":
+            if error.kind is ErrorKind.BUG:
                 log.error("job %s failed:\n%s", job.name, error.details)
-            elif error.kind != "cancelled":
+            elif error.kind is not ErrorKind.CANCELLED:
                 log.info("job %s: %s", job.name, error.message)
             self.failed.emit(job, error)
         else:
@@ -263,7 +257,7 @@ class EngineClient(QObject):
         """Stop the running job and drop the queued ones (each ends with a "cancelled" JobError);
         with `names`, only jobs of those names."""
         for job in list(self._pending):
-            if names is None or job.name in names:
+            if chosen is None or job in chosen:
                 job.cancel.set()
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:

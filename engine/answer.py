@@ -7,9 +7,10 @@ reported. Callers look at `answer.cloud` instead of comparing strings.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from engine.kvcache.cache import MemoryBreakdown
 
@@ -20,7 +21,22 @@ if TYPE_CHECKING:  # types only: the cloud package builds these, and imports thi
     from engine.cloud.plan import CloudPlan
     from engine.kvcache.recall import RecallStats
 
-StopReason = Literal["end", "max_tokens", "cancelled", "cut"]
+
+class StopReason(enum.StrEnum):
+    """Why an answer stopped. A str enum because it is stored as text in the library's
+    `messages.stop_reason` and read back as a plain str, which compares equal to these members.
+
+    END: the model (or the endpoint) ended it. MAX_TOKENS: the answer-length limit (or a full
+    context window). CANCELLED: the user stopped it; what arrived is kept. CUT: a cloud stream
+    broke off (`CloudReply.cut_reason` says why). ERROR: the job failed; only the library records
+    this one (an `Answer` never carries it).
+    """
+
+    END = "end"
+    MAX_TOKENS = "max_tokens"
+    CANCELLED = "cancelled"
+    CUT = "cut"
+    ERROR = "error"
 
 
 @dataclass(frozen=True)

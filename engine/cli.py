@@ -15,11 +15,15 @@ import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.cli_models import add_models_command
 from engine.errors import HalamanError
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, size_ratio
+
+if TYPE_CHECKING:  # engine.session imports torch, which `halaman estimate` must not
+    from engine.session import RecallGap
 
 EXIT_ERROR = 1
 EXIT_CANCELLED = 130
@@ -142,14 +146,16 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     return settings.replace(**changes)
 
 
-def recall_line(stats, recall: RecallSettings, warnings: list[str] = (), pairs: int = 0) -> str:
-    """One line on what recall did for an answer (stats: `RecallStats` or None; warnings: the open
-    report's, which say why a document that needed an archive has none; pairs: the model's layers ×
-    KV heads, to give span recall's tokens per layer and KV head, the unit of --recall-tokens)."""
+def recall_line(stats, recall: RecallSettings, gap: RecallGap | None = None, pairs: int = 0) -> str:
+    """One line on what recall did for an answer (stats: `RecallStats` or None; gap: the open
+    report's `recall_notice.gap`, why a document that needed an archive has none; pairs: the model's
+    layers × KV heads, to give span recall's tokens per layer and KV head, the unit of --recall-tokens)."""
+    from engine.session import RecallGap
+
     if stats is None:
         if not recall.archive or not recall.recall_tokens:
             return "off"
-        if any(w.startswith("recall is off") for w in warnings):
+        if gap is RecallGap.OFF:
             return "off (no archive: see the warning above)"
         return "off (the cache keeps the whole document: nothing to recall)"
     if stats.spans:
@@ -224,7 +230,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
         f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
         f"{drafts_note(answer.drafts)}\n"
-        f"recall          {recall_line(answer.recall, settings.recall, report.warnings, pairs)}"
+        f"recall          {recall_line(answer.recall, settings.recall, report.recall_notice and report.recall_notice.gap, pairs)}"
     )
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
@@ -380,11 +386,13 @@ class _ProgressBar:
     def update(self, progress) -> None:
         from tqdm import tqdm
 
-        if progress.phase != self._phase:
+        from engine.session import Phase
+
+        if progress.phase is not self._phase:
             self.close()
             self._phase = progress.phase
-            if progress.phase in ("prefill", "reading") and progress.total > 1:
-                self._bar = tqdm(total=progress.total, unit=f" {progress.unit}", desc=progress.phase, file=sys.stderr,
+            if progress.phase in (Phase.PREFILL, Phase.READING) and progress.total > 1:
+                self._bar = tqdm(total=progress.total, unit=f" {progress.unit}", desc=progress.phase.value, file=sys.stderr,
                                  unit_scale=progress.unit == "tokens", dynamic_ncols=True,
                                  smoothing=0)  # the average rate, as the report prints it; chunks vary a lot
         if self._bar is not None:

@@ -5,6 +5,24 @@ naming the problem and what to do about it; the CLI prints it as is and the GUI 
 window. Anything else escaping the engine is a bug.
 """
 
+import enum
+
+
+class ErrorKind(enum.Enum):
+    """What kind of failure a caller is told about (`engine.workspace.error_kind` decides which):
+    CANCELLED by the user, a PDF PASSWORD is needed or was wrong, out of memory (OOM), a DOCUMENT,
+    MODEL, SETTINGS or prefix-CACHE error, ERROR (another `HalamanError`), or a BUG (anything else)."""
+
+    CANCELLED = "cancelled"
+    PASSWORD = "password"
+    OOM = "oom"
+    DOCUMENT = "document"
+    MODEL = "model"
+    SETTINGS = "settings"
+    CACHE = "cache"
+    ERROR = "error"
+    BUG = "bug"
+
 
 class HalamanError(Exception):
     """Base class: `str(error)` is a single user-facing line (problem + what to do)."""

@@ -24,6 +24,7 @@ Cancel: set the `cancel` event; prefill and decoding stop between two layers (we
 from __future__ import annotations
 
 import bisect
+import enum
 import json
 import os
 import secrets
@@ -38,7 +39,7 @@ import torch
 import transformers
 
 from engine import paths, read_time
-from engine.answer import Answer, DraftStats, Source
+from engine.answer import Answer, DraftStats, Source, StopReason
 from engine.attended import AttendedSpan, attended_spans
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
@@ -95,16 +96,47 @@ class PrefixEncoding:
     text_tokens: int
 
 
+class Phase(enum.Enum):
+    """What a `Progress` event reports: loading the model, reading the file(s), tokenizing,
+    prefilling, or looking for / restoring a saved prefix cache. `value` is the name shown."""
+
+    LOADING_MODEL = "loading model"
+    READING = "reading"
+    TOKENIZING = "tokenizing"
+    PREFILL = "prefill"
+    LOADING_CACHE = "loading cache"
+
+
 @dataclass(frozen=True)
 class Progress:
-    """A progress event. phase: "reading", "tokenizing", "prefill" or "loading cache"."""
+    """A progress event of opening a document (or loading the model): `done` of `total` `unit`s."""
 
-    phase: str
+    phase: Phase
     done: int
     total: int
     unit: str                  # "pages", "files", "tokens"
     tokens_per_s: float = 0.0
     eta_s: float | None = None
+
+
+class RecallGap(enum.Enum):
+    """Why a document that needed an archive (one the cache does not keep whole) has none, as the
+    first words of its warning: with block recall, recall is OFF; with span recall, it REREADs the
+    spans it chooses from their token ids for each question (slower answers)."""
+
+    OFF = "recall is off for this document"
+    REREAD = "recall re-reads the pages it chooses for each question (slower answers)"
+
+
+@dataclass(frozen=True)
+class RecallNotice:
+    """A `RecallGap` and what caused it; `str()` is the warning's line."""
+
+    gap: RecallGap
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.gap.value}: {self.why}"
 
 
 @dataclass
@@ -124,6 +156,7 @@ class OpenReport:
     warnings: list[str] = field(default_factory=list)
     pages: int | None = None
     threads: int = 0            # CPU threads the prefill ran with (0: no prefill, or on a GPU)
+    recall_notice: RecallNotice | None = None  # the document needed an archive and has none (also in `warnings`)
 
 
 # Sources below this share of the recalled attention are not listed.
@@ -190,14 +223,14 @@ class DocumentSession:
         document = path if isinstance(path, Document) else load_document(
             path, password=password, cancel=cancel, progress=reading_progress(notify, path),
             include_generated=self.settings.include_generated_files)
-        notify(Progress("tokenizing", 0, 1, "documents"))
+        notify(Progress(Phase.TOKENIZING, 0, 1, "documents"))
         check_unicode(document.render() + document.title, document.title)  # before any model work
         encoding = self._encode_document(document)
         prefix_ids, segment_starts = encoding.ids, encoding.segment_starts
         policy = self._resolve_policy(len(prefix_ids))
         key = self._key(prefix_ids, policy)
         layout = self._archive_layout(len(prefix_ids), policy)
-        recall_warnings: list[str] = []
+        recall_warnings: list[RecallNotice | str] = []
         try:
             cache, hit = self._restore(key, policy, len(prefix_ids), notify)
         except CacheStoreError as error:
@@ -250,7 +283,8 @@ class DocumentSession:
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=[*self.notices, *document.warnings, *recall_warnings], pages=document.pages, threads=threads,
+            warnings=[*self.notices, *document.warnings, *map(str, recall_warnings)], pages=document.pages, threads=threads,
+            recall_notice=next((w for w in recall_warnings if isinstance(w, RecallNotice)), None),
         )
         self.notices = []  # said once
         return self.report
@@ -304,7 +338,7 @@ class DocumentSession:
         lookup = self._lookup(suffix_ids)
         built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
         drafts = DraftStats()
-        stop = "max_tokens"
+        stop = StopReason.MAX_TOKENS
         try:
             logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
             if recaller is not None:
@@ -313,7 +347,7 @@ class DocumentSession:
             while len(built.generated) < limit:
                 token, logprob = self._pick(logits, built.generated)
                 if token in self._stop_ids:
-                    stop = "end"
+                    stop = StopReason.END
                     break
                 built.emit(token, logprob)
                 refresh = reselecting and refresh_recall(len(built.generated))
@@ -330,11 +364,11 @@ class DocumentSession:
                 # accepted, shorter after a miss (a rejected token costs a little compute)
                 draft_length = min(draft_length + 2, self.settings.draft_tokens) if accepted == len(proposal) else max(1, draft_length - 1)
         except Cancelled:
-            stop = "cancelled"
+            stop = StopReason.CANCELLED
         finally:
             cache.release_workspace()
         split = built.finish()
-        if stop != "cancelled":
+        if stop is not StopReason.CANCELLED:
             self._conversation = cache  # a follow-up continues from here
         sources, passages = self._sources(cache, recaller) if recaller else ([], [])
         return Answer(
@@ -411,7 +445,7 @@ class DocumentSession:
         return PrefixEncoding(ids, starts, token_chars, head_tokens, text_tokens)
 
     def _document_spans(self, document: Document, encoding: PrefixEncoding, key: str,
-                        warnings: list[str]) -> DocumentSpans | None:
+                        warnings: list[RecallNotice | str]) -> DocumentSpans | None:
         """The spans of the open document and their full-text index, kept in the prefix store
         beside the snapshot (rebuilt there when missing or damaged; in memory without a store).
         None when the tokenizer gives no character offsets (recall then selects blocks)."""
@@ -434,7 +468,7 @@ class DocumentSession:
         return ArchiveLayout(shape.num_layers, shape.kv_heads, shape.head_dim, n_tokens, recall.block_tokens,
                              recall.archive_bits, policy.group_size)
 
-    def _archive_writer(self, key: str, layout: ArchiveLayout | None, warnings: list[str]) -> ArchiveWriter | None:
+    def _archive_writer(self, key: str, layout: ArchiveLayout | None, warnings: list[RecallNotice | str]) -> ArchiveWriter | None:
         """A writer for the archive, in the prefix store (or a session file without one); None when
         the archive is off or cannot be created (then a warning says recall is off)."""
         if layout is None:
@@ -457,7 +491,7 @@ class DocumentSession:
             warnings.append(self._without_archive(f"its archive cannot be written ({error})"))
             return None
 
-    def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, warnings: list[str]) -> Archive | None:
+    def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, warnings: list[RecallNotice | str]) -> Archive | None:
         """Finish the archive, move it into the prefix store beside the snapshot, and open it."""
         try:
             sha256, size = writer.finish()
@@ -472,7 +506,7 @@ class DocumentSession:
             warnings.append(self._without_archive(f"its archive was not kept ({error})"))
             return None
 
-    def _open_archive(self, key: str, layout: ArchiveLayout, warnings: list[str]) -> Archive | None:
+    def _open_archive(self, key: str, layout: ArchiveLayout, warnings: list[RecallNotice | str]) -> Archive | None:
         """The stored archive of a prefix-cache hit, checksum verified; None (with a warning) when it
         is missing or damaged. The snapshot is used either way."""
         found = self.store.archive(key) if self.store is not None else None
@@ -488,12 +522,10 @@ class DocumentSession:
             warnings.append(self._without_archive(f"{error}; clear its cache to read it again"))
             return None
 
-    def _without_archive(self, why: str) -> str:
+    def _without_archive(self, why: str) -> RecallNotice:
         """The warning for a document that needed an archive and has none: span recall then re-reads
         its spans from the text for each question; block recall is off."""
-        if self.settings.recall.selection == "spans":
-            return f"recall re-reads the pages it chooses for each question (slower answers): {why}"
-        return f"recall is off for this document: {why}"
+        return RecallNotice(RecallGap.REREAD if self.settings.recall.selection == "spans" else RecallGap.OFF, why)
 
     def _recaller(self, question: str) -> RecallHook | None:
         """How this question recalls: the spans the full-text index proposes (`SpanRecaller`), or,
@@ -592,7 +624,7 @@ class DocumentSession:
     def _restore(self, key: str, policy: CachePolicy, n_tokens: int, notify) -> tuple[CompressedCache | None, bool]:
         if self.store is None:
             return None, False
-        notify(Progress("loading cache", 0, 1, "files"))
+        notify(Progress(Phase.LOADING_CACHE, 0, 1, "files"))
         found = self.store.get(key)
         if found is None:
             return None, False
@@ -607,7 +639,7 @@ class DocumentSession:
         except (ValueError, KeyError):
             self.store.delete(key)  # made by a different build of the same key: recompute
             return None, False
-        notify(Progress("loading cache", 1, 1, "files"))
+        notify(Progress(Phase.LOADING_CACHE, 1, 1, "files"))
         return cache, True
 
     def _save(self, key: str, cache: CompressedCache, n_tokens: int, label: str) -> bool:
@@ -726,7 +758,7 @@ def reading_progress(notify: Callable[[Progress], None], path: str | os.PathLike
     """`load_document`'s progress(done, total) for `path` as "reading" `Progress` events for
     `notify`: a folder counts files, a PDF pages."""
     unit = "files" if Path(path).is_dir() else "pages"
-    return lambda done, total: notify(Progress("reading", done, total, unit))
+    return lambda done, total: notify(Progress(Phase.READING, done, total, unit))
 
 
 class PrefillClock:
@@ -752,7 +784,7 @@ class PrefillClock:
                                  min(last_done, self.budget_tokens)))
             self._last = (done, elapsed)
         rate = done / elapsed if elapsed > 0 else 0.0
-        return Progress("prefill", done, total, "tokens", tokens_per_s=rate, eta_s=self._eta(done, total))
+        return Progress(Phase.PREFILL, done, total, "tokens", tokens_per_s=rate, eta_s=self._eta(done, total))
 
     def _eta(self, done: int, total: int) -> float | None:
         if not self._chunks:

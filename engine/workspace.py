@@ -12,7 +12,8 @@ the command line (`engine.cli`) and the window's worker (`app.worker`) make.
 Everything that decides something about the engine lives here, once: where the prefix store is
 (`prefix_store_dir`), what a settings change implies (`SettingsChange.between`), how far the budget
 drops after an out-of-memory (`lowered_budget`), whether an exception is one (`out_of_memory`), and
-how an answer is stored in the library (`answer_record`). Callers act on the results.
+how an answer is stored in the library (`answer_record`), what kind of failure an exception is
+(`error_kind`). Callers act on the results.
 
 Not thread-safe: one caller at a time (the window runs it on its worker thread only). The pure
 functions (`SettingsChange.between`, `lowered_budget`, `out_of_memory`, `answer_record`) read only
@@ -32,18 +33,18 @@ from pathlib import Path
 import torch
 
 from engine import paths
-from engine.answer import Answer, Source
+from engine.answer import Answer, Source, StopReason
 from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
-from engine.documents import Document
-from engine.errors import HalamanError
+from engine.documents import Document, PasswordRequiredError, WrongPasswordError
+from engine.errors import CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError
 from engine.kvcache.recall import RecallStats
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, load_model
 from engine.models.profile import ModelProfile
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
 from engine.read_time import ReadPlan
-from engine.session import DocumentSession, OpenReport, Progress
+from engine.session import DocumentSession, OpenReport, Phase, Progress
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
@@ -147,7 +148,7 @@ class AnswerRecord:
     tokens_per_s: float | None
     tokens: int | None
     prefix_hit: int | None
-    stop_reason: str
+    stop_reason: StopReason
     sources_json: str | None = None
     recall_json: str | None = None
 
@@ -181,7 +182,7 @@ def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: i
 def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallSettings) -> AnswerRecord:
     """How `answer` is stored in the library. model: the local model that answered (its label and
     shape; None when unknown); recall: the settings it was answered with (why recall was off)."""
-    state = "cancelled" if answer.stop_reason == "cancelled" else "done"
+    state = "cancelled" if answer.stop_reason == StopReason.CANCELLED else "done"
     common = dict(text=answer.text, state=state, ttft_s=answer.time_to_first_token_s,
                   tokens_per_s=answer.decode_tokens_per_s or None, stop_reason=answer.stop_reason)
     reply = answer.cloud
@@ -221,6 +222,21 @@ def out_of_memory(exc: BaseException) -> str | None:
     return None
 
 
+def error_kind(exc: BaseException) -> ErrorKind:
+    """Which `ErrorKind` `exc` is (pure: reads only its argument; the most specific kind wins)."""
+    if isinstance(exc, Cancelled):
+        return ErrorKind.CANCELLED
+    if isinstance(exc, (PasswordRequiredError, WrongPasswordError)):
+        return ErrorKind.PASSWORD
+    if out_of_memory(exc) is not None:
+        return ErrorKind.OOM
+    for cls, kind in ((DocumentError, ErrorKind.DOCUMENT), (ModelError, ErrorKind.MODEL), (SettingsError, ErrorKind.SETTINGS),
+                      (CacheStoreError, ErrorKind.CACHE), (HalamanError, ErrorKind.ERROR)):
+        if isinstance(exc, cls):
+            return kind
+    return ErrorKind.BUG
+
+
 # ---------------------------------------------------------------------------- the workspace
 class Workspace:
     """Settings, model, document session and prefix store, for one caller at a time.
@@ -250,7 +266,7 @@ class Workspace:
         for it. Raises ModelError (and whatever the model factory raises)."""
         if self.model is None:
             if progress is not None:
-                progress(Progress("loading model", 0, 0, "model"))
+                progress(Progress(Phase.LOADING_MODEL, 0, 0, "model"))
             self.model = self.model_factory(self.settings)
             self.session = None
             if self.on_model_loaded is not None:

@@ -87,18 +87,20 @@ def test_footer_says_where_an_answer_came_from_and_what_it_cost():
 def test_engine_errors_become_readable_job_errors():
     import torch
 
-    assert describe_error(Cancelled()).kind == "cancelled"
-    assert describe_error(PasswordRequiredError("a.pdf is password-protected")).kind == "password"
+    from engine.errors import ErrorKind
+
+    assert describe_error(Cancelled()).kind is ErrorKind.CANCELLED
+    assert describe_error(PasswordRequiredError("a.pdf is password-protected")).kind is ErrorKind.PASSWORD
     damaged = describe_error(DamagedPdfError("a.pdf is incomplete: download it again"))
-    assert damaged.kind == "document" and damaged.message == "a.pdf is incomplete: download it again"
-    assert describe_error(ModelError("model not found")).kind == "model"
+    assert damaged.kind is ErrorKind.DOCUMENT and damaged.message == "a.pdf is incomplete: download it again"
+    assert describe_error(ModelError("model not found")).kind is ErrorKind.MODEL
     oom = describe_error(torch.cuda.OutOfMemoryError("CUDA out of memory"))
-    assert oom.kind == "oom" and "lower the KV budget" in oom.message
+    assert oom.kind is ErrorKind.OOM and "lower the KV budget" in oom.message
     try:
         {}["oops"]
     except KeyError as exc:
         bug = describe_error(exc)
-    assert bug.kind == "bug" and "Traceback" in bug.details and "Traceback" not in bug.message
+    assert bug.kind is ErrorKind.BUG and "Traceback" in bug.details and "Traceback" not in bug.message
 
 
 # ------------------------------------------------------------------------------------ recall
@@ -298,10 +300,11 @@ def test_the_settings_dialog_edits_recall_and_shows_its_memory_and_disk(qtbot, t
 
 def test_a_recall_off_warning_is_never_among_the_warnings_left_out_of_the_banner():
     from app.window import warning_note
+    from engine.session import RecallGap, RecallNotice
 
-    warnings = ["skipped (minified): a.js", "skipped (binary): b.png", "ignored by .gitignore: build/",
-                "recall is off for this document: it has no archive (read before recall existed, or the archive was off)"]
-    note = warning_note(warnings)
+    notice = RecallNotice(RecallGap.OFF, "it has no archive (read before recall existed, or the archive was off)")
+    warnings = ["skipped (minified): a.js", "skipped (binary): b.png", "ignored by .gitignore: build/", str(notice)]
+    note = warning_note(warnings, str(notice))
     assert note.startswith("Note: recall is off for this document: it has no archive") and note.endswith("(and 1 more)")
     assert warning_note(warnings[:2]) == "Note: skipped (minified): a.js; skipped (binary): b.png"
 

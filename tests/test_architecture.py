@@ -2,6 +2,7 @@
 never imports Qt, its layers go straight down, the estimator and settings are torch-free, app/
 never imports torch itself."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -44,4 +45,41 @@ def test_no_pickle_anywhere():
         for path in (REPO / folder).rglob("*.py")
         if UNSAFE.search(path.read_text(encoding="utf-8"))
     ]
+    assert offenders == []
+
+
+# Kinds that cross layers are typed members defined once in the engine (engine.session.Phase,
+# engine.errors.ErrorKind, engine.answer.StopReason, engine.session.RecallGap): comparing them with
+# a string literal would be a second definition that drifts silently.
+TYPED_ATTRIBUTES = {"phase", "stop_reason"}
+
+
+def _is_text(node) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_is_text(item) for item in node.elts)
+
+
+def _typed_kind(node) -> bool:
+    """`x.phase`, `x.stop_reason`, or an error's `.kind` (`error.kind`, `job_error.kind`)."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    if node.attr in TYPED_ATTRIBUTES:
+        return True
+    owner = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
+    return node.attr == "kind" and owner.endswith("error")
+
+
+def test_kinds_are_never_compared_as_strings():
+    offenders = []
+    for folder in ("engine", "app"):
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Compare):
+                    sides = [node.left, *node.comparators]
+                    if any(_typed_kind(side) for side in sides) and any(_is_text(side) for side in sides):
+                        offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith"
+                      and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("recall ")):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} (a warning's text)")
     assert offenders == []

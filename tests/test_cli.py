@@ -129,11 +129,13 @@ def test_recall_line_says_why_recall_is_off():
     from engine.cli import recall_line
     from engine.settings import RecallSettings
 
+    from engine.session import RecallGap
+
     on = RecallSettings()
-    assert recall_line(None, on, []) == "off (the cache keeps the whole document: nothing to recall)"
-    failed = ["recall is off for this document: its archive was not kept (disk full)"]
-    assert recall_line(None, on, failed) == "off (no archive: see the warning above)"
-    assert recall_line(None, RecallSettings(recall_tokens=0), []) == "off"
+    assert recall_line(None, on, None) == "off (the cache keeps the whole document: nothing to recall)"
+    assert recall_line(None, on, RecallGap.OFF) == "off (no archive: see the warning above)"
+    assert recall_line(None, on, RecallGap.REREAD) == "off (the cache keeps the whole document: nothing to recall)"
+    assert recall_line(None, RecallSettings(recall_tokens=0), None) == "off"
 
 
 def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from engine.documents import Document, Segment
 from engine.errors import Cancelled
 from engine.prefix_store import PrefixStore
-from engine.session import DocumentSession
+from engine.session import DocumentSession, Phase
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 
 QUESTION = "What is the access code for the archive room?"
@@ -150,7 +150,7 @@ def test_a_cancelled_read_leaves_no_archive_behind(smol, store):
     session = DocumentSession(smol, settings(), store)
 
     def stop(progress):
-        if progress.phase == "prefill" and progress.done > 0:
+        if progress.phase is Phase.PREFILL and progress.done > 0:
             cancel.set()
 
     with pytest.raises(Cancelled):

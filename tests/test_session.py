@@ -9,7 +9,7 @@ import pytest
 from engine.documents import DocumentError, load_document
 from engine.errors import Cancelled, HalamanError, SettingsError
 from engine.prefix_store import PrefixStore
-from engine.session import DocumentSession
+from engine.session import DocumentSession, Phase
 from engine.settings import CachePolicy, EngineSettings
 
 SMALL = EngineSettings(cache=CachePolicy(budget_tokens=512, window_tokens=128, residual_tokens=64, chunk_tokens=256), max_new_tokens=24)
@@ -59,7 +59,7 @@ def test_every_question_starts_from_the_snapshot(smol, tmp_path):
     doc.write_text("The meeting is on Tuesday at 10 in room 4. Bring the budget report.\n" * 3)
     session = DocumentSession(smol, SMALL)
     kv_during_prefill = []
-    report = session.open(str(doc), progress=lambda p: p.phase == "prefill" and kv_during_prefill.append(session.memory().kv_bytes))
+    report = session.open(str(doc), progress=lambda p: p.phase is Phase.PREFILL and kv_during_prefill.append(session.memory().kv_bytes))
     assert not report.prefix_hit
     # the live gauge: the cache being prefilled is reported from the progress callback, and grows
     assert kv_during_prefill and kv_during_prefill[-1] > 0 and kv_during_prefill == sorted(kv_during_prefill)
@@ -93,7 +93,7 @@ def test_long_document_beyond_the_model_context(smol, corpus, tmp_path):
     events = []
     report = session.open(str(path), progress=events.append)
     assert report.document_tokens > 8192 and report.position_mode == "compact"
-    prefill = [e for e in events if e.phase == "prefill"]
+    prefill = [e for e in events if e.phase is Phase.PREFILL]
     assert prefill[-1].done == prefill[-1].total == report.document_tokens
     assert prefill[-1].tokens_per_s > 0 and prefill[0].eta_s is not None
     assert report.kv.total_bytes < 0.1 * report.full_fp16_bytes
@@ -128,7 +128,7 @@ def test_cancel_stops_prefill_within_a_second(smol, tmp_path):
 
     def run():
         try:
-            session.open(str(path), cancel=cancel, progress=lambda p: p.phase == "prefill" and started.set())
+            session.open(str(path), cancel=cancel, progress=lambda p: p.phase is Phase.PREFILL and started.set())
         except Cancelled:
             outcome["cancelled_at"] = time.perf_counter()
 
@@ -212,4 +212,4 @@ def test_reading_progress_counts_files_in_a_folder_and_pages_in_a_pdf(tmp_path):
     pdf.write_bytes(b"%PDF-1.4\n")
     reading_progress(events.append, tmp_path)(3, 197)
     reading_progress(events.append, pdf)(1, 18)
-    assert [(e.phase, e.done, e.total, e.unit) for e in events] == [("reading", 3, 197, "files"), ("reading", 1, 18, "pages")]
+    assert [(e.phase, e.done, e.total, e.unit) for e in events] == [(Phase.READING, 3, 197, "files"), (Phase.READING, 1, 18, "pages")]

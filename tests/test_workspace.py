@@ -14,6 +14,7 @@ from engine.answer import Answer, CloudReply, Source
 from engine.cloud.client import CloudUsage
 from engine.errors import HalamanError
 from engine.kvcache.recall import RecallStats
+from engine.session import Phase
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 from engine.workspace import (
     MIN_BUDGET_TOKENS, ModelInfo, SettingsChange, Workspace, answer_record, lowered_budget, out_of_memory,
@@ -126,7 +127,7 @@ def test_workspace_opens_asks_and_acts_on_settings_changes(smol, home, tmp_path)
     events = []
     opened = workspace.open(str(doc), progress=events.append)
     assert loads == ["default"] and [info.label for info in loaded] == [smol.label]
-    assert events[0].phase == "loading model" and any(e.phase == "prefill" for e in events)
+    assert events[0].phase is Phase.LOADING_MODEL and any(e.phase is Phase.PREFILL for e in events)
     assert opened.path == str(doc) and opened.report.document_tokens > 20 and not opened.report.prefix_hit
     # The one prefix store, where prefix_store_dir says, holds the key the open reports.
     assert prefix_store_dir() == home / "cache" / "prefix"

@@ -128,13 +128,13 @@ def outcome(result: client.StreamResult, planned_tokens: int, max_tokens: int | 
     notices: list[str] = []
     finish = result.finish
     if result.cancelled:
-        stop, cut_reason = "cancelled", None
+        stop, cut_reason = StopReason.CANCELLED, None
     elif result.cut_reason:
-        stop, cut_reason = "cut", result.cut_reason
+        stop, cut_reason = StopReason.CUT, result.cut_reason
     elif finish is None or finish is Finish.STOP:
-        stop, cut_reason = "end", None
+        stop, cut_reason = StopReason.END, None
     elif finish in (Finish.LENGTH, Finish.CONTEXT):
-        stop, cut_reason = "max_tokens", None
+        stop, cut_reason = StopReason.MAX_TOKENS, None
         if result.reasoning and not result.text.strip():
             budget = f" ({max_tokens} tokens)" if max_tokens else ""
             notices.append(f"the model spent the whole answer budget{budget} reasoning and wrote no answer: "
@@ -142,7 +142,7 @@ def outcome(result: client.StreamResult, planned_tokens: int, max_tokens: int | 
         else:
             notices.append(finish.notice(result.finish_reason or ""))
     else:
-        stop, cut_reason = "cut", finish.notice(result.finish_reason or "")
+        stop, cut_reason = StopReason.CUT, finish.notice(result.finish_reason or "")
     counted = result.usage.prompt_tokens if result.usage else None
     if counted is not None and planned_tokens >= MIN_PLANNED_FOR_TRUNCATION and counted < TRUNCATION_SHARE * planned_tokens:
         notices.append(f"the endpoint counted only {counted:,} prompt tokens of about {planned_tokens:,} sent: it probably "

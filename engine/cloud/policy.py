@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from engine.answer import Answer
+from engine.answer import Answer, StopReason
 from engine.cloud.plan import document_room_tokens
 from engine.settings import EngineSettings
 
@@ -61,7 +61,7 @@ def escalation_reason(answer: Answer, report: OpenedDocument, settings: EngineSe
     cloud = settings.cloud
     if not (cloud.enabled and cloud.auto_escalate):
         return None
-    if answer.cloud is not None or answer.stop_reason == "cancelled":
+    if answer.cloud is not None or answer.stop_reason == StopReason.CANCELLED:
         return None
     if not answer.text.strip():
         return "the local model gave no answer"
