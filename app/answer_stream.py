@@ -1,11 +1,11 @@
 """One answer's way from the worker to the chat history: its pieces stream into the chat and the
 progress panel (decode speed, time left), its text is saved every SAVE_PARTIAL_EVERY_S (a crash
-keeps what arrived), and at the end its record (`engine.workspace.answer_record`) replaces the
-streaming row. Closing the window mid-answer saves what arrived (the cancelled result normally still arrives and
+keeps what arrived), and at the end its record (decided by the workspace: `AnswerOutcome.record`)
+replaces the streaming row. Closing the window mid-answer saves what arrived (the cancelled result normally still arrives and
 is saved as "cancelled"; if the worker does not stop in time, the row is marked "interrupted").
 
-The window starts an answer (`start`) and hears how it ended (`ended(live, answer, error)`): it
-decides what follows (an escalation to the cloud, a banner). One answer streams at a time.
+The window starts an answer (`start`) and hears how it ended (`ended(live, outcome, error)`): it
+does what follows (the escalation the outcome carries, a banner). One answer streams at a time.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from app.library import Library
 from app.notices import ProgressPanel
 from app.units import fmt_duration
 from app.worker import Job, JobError
-from engine.answer import Answer, StopReason
+from engine.answer import StopReason
 from engine.errors import ErrorKind
+from engine.workspace import AnswerOutcome
 
 SAVE_PARTIAL_EVERY_S = 2.0
 
@@ -61,10 +62,9 @@ class LiveAnswer:
 class AnswerStream(QObject):
     """Streams one answer at a time into `chat`, `progress` and `library` (GUI thread only).
 
-    `record(answer)`: the library fields of a finished answer. `max_new_tokens()`: the longest
-    local answer now (the settings can change between two answers).
-    Signal `ended(live, answer, error)`: `answer` is the engine's Answer (None when the user
-    declined to send to the cloud, or on error), `error` the JobError or None."""
+    `max_new_tokens()`: the longest local answer now (the settings can change between two answers).
+    Signal `ended(live, outcome, error)`: `outcome` is the workspace's `AnswerOutcome` (None when
+    the user declined to send to the cloud, or on error), `error` the JobError or None."""
 
     ended = Signal(object, object, object)
 
@@ -72,7 +72,7 @@ class AnswerStream(QObject):
                  max_new_tokens: Callable[[], int], parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.library, self.chat, self.progress = library, chat, progress
-        self._record, self._max_new_tokens = record, max_new_tokens
+        self._max_new_tokens = max_new_tokens
         self.live: LiveAnswer | None = None
         self._shown = False     # the chat shows the live answer's document
 
@@ -80,7 +80,7 @@ class AnswerStream(QObject):
         """Route `job`'s text and result here; the caller submits it."""
         self.live = LiveAnswer(job, document_id, message_id, question, source, saved_at=time.monotonic())
         job.on_text = self.on_text
-        job.on_done = lambda answer: self._finish(job, answer, None)
+        job.on_done = lambda outcome: self._finish(job, outcome, None)
         job.on_error = lambda error: self._finish(job, None, error)
         self.chat.begin_answer("Halaman · cloud" if source == "cloud" else "Halaman")
         self._shown = True
@@ -120,7 +120,7 @@ class AnswerStream(QObject):
             self.library.update_message(self.live.message_id, text=self.live.text, state="interrupted")
             self.live = None
 
-    def _finish(self, job: Job, answer: Answer | None, error: JobError | None) -> None:
+    def _finish(self, job: Job, outcome: AnswerOutcome | None, error: JobError | None) -> None:
         live = self.live
         if live is None or live.job is not job:
             return
@@ -130,13 +130,13 @@ class AnswerStream(QObject):
         elif error is not None:
             fields = dict(text=(live.text + "\n\n" if live.text else "") + f"_{error.message}_", state="error",
                           stop_reason=StopReason.ERROR)
-        elif answer is None:  # the user declined to send it to the cloud
+        elif outcome is None:  # the user declined to send it to the cloud
             fields = dict(text=live.text or "_(not sent)_", state="cancelled", stop_reason=StopReason.CANCELLED)
         else:
-            fields = self._record(answer)
+            fields = outcome.record.fields()
         if self.library.message(live.message_id) is not None:  # None: its document was removed meanwhile
             self.library.update_message(live.message_id, **fields)
             if self._shown:
                 self.chat.finish_answer(self.library.message(live.message_id))
         self._shown = False
-        self.ended.emit(live, answer, error)
+        self.ended.emit(live, outcome, error)

@@ -2,6 +2,8 @@
 returns the `Job` that runs it on the worker thread, with the caller's callbacks (`on_done`,
 `on_error`, `on_progress`, `on_text`) passed through. The window submits them; it never writes
 `lambda workspace, ctx: …` itself, so what each action calls in the engine is read here, in one place.
+Applying settings is the client's own job (`EngineClient.apply_settings`): it changes the client's
+state as well as the workspace's.
 
 Questions the engine asks mid-job go to the GUI as a `ConfirmRequest` (`ctx.confirm(kind, payload)`)
 of a `Confirm` kind.
@@ -9,10 +11,9 @@ of a `Confirm` kind.
 
 from __future__ import annotations
 
-from app.worker import Job
-from engine.settings import EngineSettings
 import enum
 
+from app.worker import Job
 
 
 class Confirm(enum.Enum):
@@ -39,24 +40,23 @@ def open_document(path: str, *, name: str, password: str | None = None, **callba
 
 
 def ask_local(question: str, *, follow_up: bool, **callbacks) -> Job:
-    """Answer with the local model over the open document's KV cache."""
-    return Job("ask", lambda workspace, ctx: workspace.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel),
-               title="Answering…", **callbacks)
+    """Answer with the local model over the open document's KV cache; the result is an
+    `AnswerOutcome` (the answer, its library record, its escalation to the cloud)."""
+    def run(workspace, ctx):
+        return workspace.outcome(workspace.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel))
+
+    return Job("ask", run, title="Answering…", **callbacks)
 
 
 def ask_cloud(question: str, *, reason: str, **callbacks) -> Job:
     """Answer with the cloud endpoint in Settings; with "ask before sending" on, the user sees what
-    would be sent first (the job's result is None if they decline)."""
+    would be sent first. The result is an `AnswerOutcome`, or None if they decline."""
     def run(workspace, ctx):
         confirm = (lambda plan: ctx.confirm(Confirm.CLOUD, plan)) if workspace.settings.cloud.ask_before_sending else None
-        return workspace.ask_cloud(question, reason=reason, on_text=ctx.text, cancel=ctx.cancel, confirm=confirm)
+        answer = workspace.ask_cloud(question, reason=reason, on_text=ctx.text, cancel=ctx.cancel, confirm=confirm)
+        return workspace.outcome(answer) if answer is not None else None
 
     return Job("cloud", run, title="Asking the cloud…", **callbacks)
-
-
-def apply_settings(new: EngineSettings, **callbacks) -> Job:
-    """Use `new` settings now; the result is the `SettingsChange` the caller acts on."""
-    return Job("apply settings", lambda workspace, ctx: workspace.apply_settings(new), **callbacks)
 
 
 def cached_prefix_keys(**callbacks) -> Job:

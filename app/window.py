@@ -34,8 +34,6 @@ from app.source_pane import SourcePane
 from app.units import fmt_duration
 from app.worker import ConfirmRequest, EngineClient, Job, JobError
 from engine import paths
-from engine.answer import Answer
-from engine.cloud import escalation_reason
 from engine.documents import OPEN_DIALOG_SUFFIXES, WrongPasswordError
 from engine.errors import ErrorKind, HalamanError
 from engine.estimate import KNOWN_SHAPES
@@ -43,7 +41,7 @@ from engine.models.profile import ModelProfile
 from engine.session import Phase, Progress
 from engine.settings import EngineSettings, load_settings, save_settings
 from engine.units import format_bytes
-from engine.workspace import ModelInfo, OpenResult, SettingsChange, answer_record, lowered_budget
+from engine.workspace import AnswerOutcome, ModelInfo, OpenResult, SettingsChange, lowered_budget
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +74,6 @@ class MainWindow(QMainWindow):
             except HalamanError as exc:
                 startup_problem = f"{exc} — using the default settings for now."
                 settings = EngineSettings()
-        self.settings = settings
         self.library = library or Library()
         self.client = EngineClient(settings, model_factory, parent=self)
         self.cached_keys: set[str] | None = None
@@ -116,10 +113,8 @@ class MainWindow(QMainWindow):
         self.conversation = Conversation()
         self.chat = self.conversation.chat
         self.gauge = self.memory_panel.gauge
-        self.answers = AnswerStream(
-            self.library, self.chat, self.progress, parent=self,
-            record=lambda answer: answer_record(answer, model=self.client.model, recall=self.settings.recall).fields(),
-            max_new_tokens=lambda: self.settings.max_new_tokens)
+        self.answers = AnswerStream(self.library, self.chat, self.progress, parent=self,
+                                    max_new_tokens=lambda: self.settings.max_new_tokens)
 
         sidebar = QWidget()
         sidebar.setObjectName("sidebar")
@@ -192,6 +187,11 @@ class MainWindow(QMainWindow):
         self.client.confirm.connect(self._on_confirm)
         self.client.model_loaded.connect(self._on_model_loaded)
         self.client.job_started.connect(lambda job: self.progress.job_started(job.title))
+
+    @property
+    def settings(self) -> EngineSettings:
+        """The settings in use (the client's: it changes them, `apply_settings`)."""
+        return self.client.settings
 
     # ================================================================= model
     def load_model(self) -> None:
@@ -270,7 +270,7 @@ class MainWindow(QMainWindow):
         """Read a document in the worker (prefill, or restore its prefix cache)."""
         path = str(Path(path).expanduser().resolve())
         name = Path(path).name
-        self.client.cancel({"open", "ask", "cloud"})  # a new document replaces what was being read or answered
+        self.client.cancel(self._document_jobs())  # a new document replaces what was being read or answered
         self.banner.hide()
         self.opening = path
         self.open_document_id = None
@@ -425,18 +425,18 @@ class MainWindow(QMainWindow):
         self._update_input()
         self.client.submit(job)
 
-    def _answer_ended(self, live: LiveAnswer, answer: Answer | None, error: JobError | None) -> None:
-        """What follows an answer: an escalation to the cloud (`engine.cloud.escalation_reason`, pure:
-        None for a cloud or cancelled answer, or with automatic escalation off), or a banner."""
+    def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:
+        """What follows an answer: the escalation to the cloud the workspace decided
+        (`AnswerOutcome.escalation`), or a banner."""
         self._update_input()
         if self._closed:
             return
-        if answer is not None and answer.cloud is None:
-            self.passages = answer.passages
-        if error is None:
-            reason = escalation_reason(answer, self.last_report, self.settings) if answer and self.last_report else None
-            if reason:
-                self._ask(live.question, cloud=True, reason=reason, escalation=True)
+        if outcome is not None and outcome.answer.cloud is None:
+            self.passages = outcome.answer.passages
+        if outcome is not None and outcome.escalation:
+            self._ask(live.question, cloud=True, reason=outcome.escalation, escalation=True)
+        elif error is None:
+            return
         elif error.kind is ErrorKind.OOM:
             self.banner.show_message("error", error.message, "Lower the budget and retry",
                                      lambda: self.lower_budget_and_retry(self._open_path()))
@@ -538,6 +538,10 @@ class MainWindow(QMainWindow):
                 return
             self.open_path(self.current.path)
 
+    def _document_jobs(self) -> list[Job | None]:
+        """The jobs that belong to the document: its read and the answer being streamed."""
+        return [self._open_job, self.live.job if self.live else None]
+
     def _open_path(self) -> str | None:
         record = self.library.document(self.open_document_id) if self.open_document_id else None
         return record.path if record else self.opening
@@ -599,18 +603,8 @@ class MainWindow(QMainWindow):
         of the old policy miss), or nothing. `retry_path`: open this document afterwards anyway."""
         if new is None:
             return
-        # The same decision the workspace returns, known now: work under the old settings stops,
-        # and no question is taken until the document is open again under the new ones.
-        expected = SettingsChange.between(self.settings, new)
         document = self._open_path()
-        if expected.reopens_document:
-            self.client.cancel({"open", "ask", "cloud"})
         before = (self.opening, self.open_document_id)
-        if retry_path or (expected.reopens_document and document):
-            self.opening = retry_path or document
-            self.open_document_id = None
-        self.settings = new
-        self.client.settings = new
 
         def failed(error: JobError) -> None:
             # Nothing will reopen the document: the ask bar must not wait for it forever.
@@ -623,7 +617,6 @@ class MainWindow(QMainWindow):
             if self._closed:
                 return
             if change is SettingsChange.RELOAD_MODEL:
-                self.client.model = None
                 self.model_status.setText("Model changed: loading it…")
                 self.load_model()
             reopen = retry_path or (document if change.reopens_document else None)
@@ -633,7 +626,14 @@ class MainWindow(QMainWindow):
             self._update_input()
             self.memory_panel.show_budget(self.settings, self._profile())
 
-        self.client.submit(ops.apply_settings(new, on_done=done, on_error=failed))
+        change = self.client.apply_settings(new, on_done=done, on_error=failed)
+        # Work under the old settings stops, and no question is taken until the document is open
+        # again under the new ones.
+        if change.reopens_document:
+            self.client.cancel(self._document_jobs())
+        if retry_path or (change.reopens_document and document):
+            self.opening = retry_path or document
+            self.open_document_id = None
         self._update_input()
 
     # ======================================================= progress, memory

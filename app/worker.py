@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,7 +218,7 @@ class EngineClient(QObject):
     def __init__(self, settings: EngineSettings, model_factory: Callable[[EngineSettings], LoadedModel] | None = None,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.settings = settings           # the GUI's copy; the worker's is workspace.settings
+        self.settings = settings           # the GUI thread's; the worker's is workspace.settings (see apply_settings)
         self.workspace = Workspace(settings, model_factory)
         self.model: ModelInfo | None = None
         self.last_memory: MemoryReport | None = None
@@ -253,12 +253,39 @@ class EngineClient(QObject):
             self.busy_changed.emit(True)
         return job
 
-    def cancel(self, names: set[str] | None = None) -> None:
-        """Stop the running job and drop the queued ones (each ends with a "cancelled" JobError);
-        with `names`, only jobs of those names."""
+    def cancel(self, jobs: Iterable[Job | None] | None = None) -> None:
+        """Stop the running job and drop the queued ones (each ends with a cancelled JobError); with
+        `jobs`, only those (the handles `submit` returned; None entries and finished jobs are skipped)."""
+        chosen = None if jobs is None else {job for job in jobs if job is not None}
         for job in list(self._pending):
             if chosen is None or job in chosen:
                 job.cancel.set()
+
+    def apply_settings(self, new: EngineSettings, *, on_done: Callable[[SettingsChange], None] | None = None,
+                       on_error: Callable[[JobError], None] | None = None) -> SettingsChange:
+        """Use `new` settings: decide what the change implies (`SettingsChange.between`, the one call
+        per apply), make it this client's settings now and the workspace's in the worker, in order
+        with the jobs before and after it. Returns the change at once, so the caller can act on it
+        before the worker has applied it; `on_done(change)` once it has (the model is forgotten here
+        after RELOAD_MODEL). If the worker refuses the settings, this client goes back to the old ones."""
+        old, change = self.settings, SettingsChange.between(self.settings, new)
+        self.settings = new
+
+        def done(applied: SettingsChange) -> None:
+            if applied is SettingsChange.RELOAD_MODEL:
+                self.model = None  # unloaded by the workspace; `model_loaded` brings the next one
+            if on_done is not None:
+                on_done(applied)
+
+        def failed(error: JobError) -> None:
+            if self.settings is new:
+                self.settings = old
+            if on_error is not None:
+                on_error(error)
+
+        self.submit(Job("apply settings", lambda workspace, ctx: workspace.apply_settings(new, change),
+                        on_done=done, on_error=failed))
+        return change
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:
         """Cancel everything, let the worker release the model, quit the thread and wait for it.

@@ -7,6 +7,7 @@ the command line (`engine.cli`) and the window's worker (`app.worker`) make.
     answer = workspace.ask("What is chapter 3 about?", on_text=print)
     if reason := workspace.escalation_reason(answer):
         answer = workspace.ask_cloud("What is chapter 3 about?", reason=reason, confirm=ask_user)
+    outcome = workspace.outcome(answer)                               # + its library record and escalation
     change = workspace.apply_settings(new_settings)                  # SettingsChange: what to redo
 
 Everything that decides something about the engine lives here, once: where the prefix store is
@@ -155,6 +156,17 @@ class AnswerRecord:
     def fields(self) -> dict:
         """Column name -> value, for `Library.update_message(message_id, **record.fields())`."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    """An answer with what the workspace decided about it, on the thread that answered: how the
+    library stores it (`record`) and why it should also go to the cloud by itself (`escalation`,
+    `engine.cloud.escalation_reason`; None: it should not)."""
+
+    answer: Answer
+    record: AnswerRecord
+    escalation: str | None
 
 
 def sources_json(sources: list[Source]) -> str | None:
@@ -339,21 +351,29 @@ class Workspace:
         """`answer_record` with this workspace's model and recall settings."""
         return answer_record(answer, model=self.model_info(), recall=self.settings.recall)
 
+    def outcome(self, answer: Answer) -> AnswerOutcome:
+        """`answer` with its library record and its escalation, decided with the model, settings and
+        open document that produced it (the window's worker returns this, so the window decides neither)."""
+        return AnswerOutcome(answer, self.answer_record(answer), self.escalation_reason(answer))
+
     def memory(self) -> MemoryReport | None:
         """Weights / KV / workspace / free now, None before a model is loaded (see
         `DocumentSession.memory` for when it may be called during an open)."""
         return self.session.memory() if self.session is not None else None
 
     # --------------------------------------------------------------- settings
-    def apply_settings(self, new: EngineSettings) -> SettingsChange:
+    def apply_settings(self, new: EngineSettings, change: SettingsChange | None = None) -> SettingsChange:
         """Use `new` from now on and say what the caller must redo (`SettingsChange`): after
         RELOAD_MODEL the model is unloaded (the next call loads it); after REOPEN_DOCUMENT the session
-        is new and has no document. Raises SettingsError for invalid settings (nothing changes)."""
+        is new and has no document. `change`: `SettingsChange.between(self.settings, new)` when the
+        caller has decided it already (the window's client does, to act at once; the decision is
+        made once). Raises SettingsError for invalid settings (nothing changes)."""
         new.validate()
         old, self.settings = self.settings, new
         if (old.prefix_cache_disk_bytes, old.prefix_cache) != (new.prefix_cache_disk_bytes, new.prefix_cache):
             self._close_store()
-        change = SettingsChange.between(old, new)
+        if change is None:
+            change = SettingsChange.between(old, new)
         if change is SettingsChange.RELOAD_MODEL:
             self.unload_model()
         elif self.session is not None and change is SettingsChange.REOPEN_DOCUMENT:

@@ -495,6 +495,8 @@ def test_a_low_confidence_local_answer_escalates_to_the_cloud_by_itself(make_win
     with CloudServer() as server:
         settings = _cloud_settings(server.base_url, ask_before_sending=False, auto_escalate=True, escalation_threshold=0.0)
         window = make_window(settings)
+        outcomes = []  # what the worker returned for each answer: decided in the workspace, not here
+        window.answers.ended.connect(lambda live, outcome, error: outcomes.append(outcome))
         window.open_path(str(text_doc(tmp_path)))
         wait_open(qtbot, window)
         ask(qtbot, window, "When is the meeting?")
@@ -505,6 +507,11 @@ def test_a_low_confidence_local_answer_escalates_to_the_cloud_by_itself(make_win
         cloud = window.library.messages(doc_id)[-1]
         assert cloud.text == "".join(PIECES) and cloud.reason.startswith("low confidence")
         assert len(server.requests) == 1
+        local_outcome, cloud_outcome = outcomes
+        assert local_outcome.escalation == cloud.reason and cloud_outcome.escalation is None
+        for message, outcome in zip(window.library.messages(doc_id)[1:], outcomes, strict=True):
+            stored = {name: getattr(message, name) for name in outcome.record.fields()}
+            assert stored == outcome.record.fields()  # the library row is the workspace's record
 
 
 def test_out_of_memory_offers_to_lower_the_budget_and_retry(make_window, qtbot, tmp_path, monkeypatch):

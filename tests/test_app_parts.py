@@ -338,3 +338,65 @@ def test_the_reading_row_gives_rows_back_and_never_takes_the_users_pick(qtbot):
     assert texts()[0] == "new.txt\nreading…" and panel.list.currentItem().text().startswith("B")
     panel.set_reading(None)
     assert texts() == ["A\n12 pages · cached", "B\n3 pages · cached"]
+
+
+# ------------------------------------------------------------------------- the worker's client
+# A real EngineClient and worker thread; these jobs need no model.
+@pytest.fixture
+def client(qtbot, tmp_path, monkeypatch):
+    from app.worker import EngineClient
+
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))
+    client = EngineClient(EngineSettings())
+    yield client
+    assert client.shutdown()
+
+
+def test_jobs_are_cancelled_by_their_handle_not_by_their_name(qtbot, client):
+    import threading
+
+    from app import operations as ops
+    from app.worker import Job
+    from engine.errors import ErrorKind
+
+    gate = threading.Event()
+    results: dict[str, object] = {}
+    client.submit(Job("hold", lambda workspace, ctx: gate.wait(10)))  # keeps the next two queued
+    first = client.submit(ops.cached_prefix_keys(on_done=lambda keys: results.setdefault("first", keys),
+                                                 on_error=lambda error: results.setdefault("first", error)))
+    second = client.submit(ops.cached_prefix_keys(on_done=lambda keys: results.setdefault("second", keys)))
+    assert first.name == second.name  # the same operation twice: only the handle tells them apart
+    client.cancel([first, None])
+    gate.set()
+    qtbot.waitUntil(lambda: not client.busy, timeout=10_000)
+    assert results["first"].kind is ErrorKind.CANCELLED and results["second"] == set()
+
+
+def test_a_settings_change_is_decided_once_and_applied_by_the_client(qtbot, client, monkeypatch):
+    import dataclasses
+
+    from engine.workspace import SettingsChange
+
+    decided = []
+    between = SettingsChange.between.__func__
+
+    def counted(cls, old, new):
+        decided.append((old, new))
+        return between(cls, old, new)
+
+    monkeypatch.setattr(SettingsChange, "between", classmethod(counted))
+    old = client.settings
+    new = old.replace(cache=old.cache.replace(budget_tokens=old.cache.budget_tokens * 2))
+    applied: list[SettingsChange] = []
+    assert client.apply_settings(new, on_done=applied.append) is SettingsChange.REOPEN_DOCUMENT
+    assert client.settings is new  # at once, for what the window does next
+    qtbot.waitUntil(lambda: bool(applied), timeout=10_000)
+    assert applied == [SettingsChange.REOPEN_DOCUMENT] and client.workspace.settings is new
+    assert decided == [(old, new)]  # once: the worker applies the client's decision
+
+    # Settings the engine refuses change nothing, here either.
+    invalid = dataclasses.replace(new, cloud=dataclasses.replace(new.cloud, enabled=True, base_url="ftp://x"))
+    errors = []
+    client.apply_settings(invalid, on_error=errors.append)
+    qtbot.waitUntil(lambda: bool(errors), timeout=10_000)
+    assert client.settings is new and client.workspace.settings is new and "https://" in errors[0].message
