@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         waited[0] += 1
         if waited[0] % 20 == 0:
             current = window.client.current
-            print(f"  waiting: job={current.name if current else None} live={window.live is not None} "
+            print(f"  waiting: job={current.name if current else None} live={window.state.live is not None} "
                   f"progress={window.progress.label.text()!r}", file=sys.stderr, flush=True)
-        if window.client.busy or window.live is not None or window.opening is not None:
+        if window.client.busy or window.state.live is not None or window.state.opening is not None:
             QTimer.singleShot(300, step)
             return
         if window.banner.isVisible() and window.banner.kind == "error":
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             app.exit(2)
             return
         if not todo:
-            if args.show_source and window.open_document_id is not None:
-                sources = window.library.messages(window.open_document_id)[-1].sources
+            if args.show_source and window.state.open_id is not None:
+                sources = window.library.messages(window.state.open_id)[-1].sources
                 if sources:
                     window.show_citation(sources[0].label)
             QTimer.singleShot(800, shoot)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             window.open_path(str(Path(value).resolve()))
         else:
             window.conversation.question.setText(value)
-            window.ask()
+            window.asker.ask()
         QTimer.singleShot(500, step)
 
     def shoot() -> None:

@@ -84,7 +84,7 @@ def drop(window: MainWindow, path: Path) -> QDropEvent:
 
 
 def wait_open(qtbot, window: MainWindow, timeout: int = OPEN_TIMEOUT_MS) -> None:
-    qtbot.waitUntil(lambda: window.open_document_id is not None and window.opening is None, timeout=timeout)
+    qtbot.waitUntil(lambda: window.state.open_id is not None and window.state.opening is None, timeout=timeout)
 
 
 def ask(qtbot, window: MainWindow, question: str, *, wait: bool = True) -> list[str]:
@@ -100,9 +100,9 @@ def ask(qtbot, window: MainWindow, question: str, *, wait: bool = True) -> list[
     assert window.conversation.question.isEnabled()
     window.conversation.question.setText(question)
     qtbot.mouseClick(window.conversation.ask_button, Qt.MouseButton.LeftButton)
-    assert window.live is not None
+    assert window.state.live is not None
     if wait:
-        qtbot.waitUntil(lambda: window.live is None, timeout=ANSWER_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: window.state.live is None, timeout=ANSWER_TIMEOUT_MS)
     return pieces
 
 
@@ -138,7 +138,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
     assert "(float32)" in window.model_status.text() and "4-bit" not in window.model_status.text()
     pdf = corpus / "pdf" / "P01_minimal-document.pdf"
     assert drop(window, pdf).isAccepted()
-    assert window.opening == str(pdf.resolve())
+    assert window.state.opening == str(pdf.resolve())
     assert not window.conversation.question.isEnabled()  # no questions while the document is read
     wait_open(qtbot, window)
 
@@ -147,7 +147,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
     assert window.library.status(record, window.cached_keys, window.settings) == CACHED
     # The key the library recorded (DocumentSession.prefix_key) is the one open() saved under.
     assert [entry.key for entry in window.client.workspace.prefix_store().entries()] == [record.prefix_key]
-    assert "page 1" in window.segments
+    assert "page 1" in window.state.segments
     item_text = window.library_panel.list.currentItem().text()
     assert "P01" in item_text or record.title in item_text
     assert "1 page" in item_text and "cached" in item_text
@@ -189,7 +189,7 @@ def test_a_folder_drop_ingests_a_small_code_tree(make_window, qtbot, tmp_path):
     wait_open(qtbot, window)
     record = window.library.find(str(repo.resolve()))
     assert record.kind == "repo" and record.files == 4
-    assert set(window.segments) == {".gitignore", "README.md", "src/app.py", "src/config.py"}  # build/ is ignored
+    assert set(window.state.segments) == {".gitignore", "README.md", "src/app.py", "src/config.py"}  # build/ is ignored
     assert "4 files" in window.library_panel.list.currentItem().text()
     assert "ignored by .gitignore: build/" in window.banner.text  # what was left out is said, not hidden
     assert window.conversation.question.isEnabled()
@@ -198,7 +198,7 @@ def test_a_folder_drop_ingests_a_small_code_tree(make_window, qtbot, tmp_path):
 def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot, memory_keyring):
     window = make_window()
     window.show_settings()
-    dialog = window.settings_dialog
+    dialog = window.settings_flow.dialog
     assert dialog is not None and dialog.isVisible()
     assert dialog.budget.value() == 512 and dialog.window.value() == 128
     before = dialog.budget_info.text()
@@ -230,7 +230,7 @@ def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot,
     qtbot.waitUntil(lambda: window.client.workspace.settings == saved, timeout=10_000)  # applied, no restart
 
     window.show_settings()
-    again = window.settings_dialog
+    again = window.settings_flow.dialog
     assert again.budget.value() == 1024 and again.window.value() == 256 and again.sink.value() == 8
     assert again.kv_bits.currentData() == 8 and again.cloud_box.isChecked()
     assert again.cloud_model.text() == "tiny-cloud" and again.cloud_key.text() == ""
@@ -242,7 +242,7 @@ def test_invalid_settings_are_refused_with_a_message(make_window, qtbot):
     window = make_window()
     before = settings_path().read_text()
     window.show_settings()
-    dialog = window.settings_dialog
+    dialog = window.settings_flow.dialog
     dialog.budget.setValue(100)  # smaller than sink 4 + window 128
     assert "smaller than sink + window" in dialog.error.text()
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
@@ -307,19 +307,19 @@ def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_
     assert reading.startswith("long.txt\n") and re.search(r"reading \d+ %", reading), reading
     qtbot.wait(1500)  # more progress events: the row is updated, and the window stays on long.txt
     assert re.search(r"reading \d+ %", window.library_panel.list.currentItem().text())
-    assert window.header.title.text() == "long.txt" and window.current is None
+    assert window.header.title.text() == "long.txt" and window.state.current is None
     assert "When is the meeting?" not in window.chat.toPlainText()  # not the other document's chat
     started, gauge_before = time.monotonic(), window.gauge.updates
     count_before = len(ticks)
     qtbot.wait(2000)
     elapsed = time.monotonic() - started
-    assert window.opening is not None  # still prefilling
+    assert window.state.opening is not None  # still prefilling
     assert len(ticks) - count_before >= 0.5 * elapsed / 0.020, "the GUI thread stalled during the prefill"
     assert window.gauge.updates - gauge_before >= 2 * elapsed - 1, "the gauge must update at least twice a second"
 
     cancel_at = time.monotonic()
     qtbot.mouseClick(window.progress.cancel, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=5_000)
+    qtbot.waitUntil(lambda: window.state.opening is None and not window.client.busy, timeout=5_000)
     assert time.monotonic() - cancel_at < 1.0
     assert "cancelled" in window.header.info.text().lower() and window.header.title.text() == "long.txt"
     assert not window.banner.isVisible()  # cancelling is not an error
@@ -336,10 +336,10 @@ def test_cancel_stops_an_answer_within_a_second(make_window, qtbot, tmp_path):
                       window.progress.label.text())
     assert shown, window.progress.label.text()
     assert int(shown[1]) >= 3 and float(shown[2].replace(",", "")) > 0
-    message_id = window.live.message_id
+    message_id = window.state.live.message_id
     cancel_at = time.monotonic()
     qtbot.keyClick(window, Qt.Key.Key_Escape)
-    qtbot.waitUntil(lambda: window.live is None, timeout=5_000)
+    qtbot.waitUntil(lambda: window.state.live is None, timeout=5_000)
     assert time.monotonic() - cancel_at < 1.0
     saved = window.library.message(message_id)
     assert saved.state == "cancelled" and saved.text.strip() and saved.stop_reason == "cancelled"
@@ -353,7 +353,7 @@ def test_history_survives_closing_and_reopening_the_window(make_window, qtbot, t
     first.open_path(str(doc))
     wait_open(qtbot, first)
     ask(qtbot, first, "When is the meeting?")
-    answer = first.library.messages(first.open_document_id)[-1].text
+    answer = first.library.messages(first.state.open_id)[-1].text
     assert answer.strip()
     first.close()
     assert not first.client.thread.isRunning()
@@ -369,13 +369,13 @@ def test_history_survives_closing_and_reopening_the_window(make_window, qtbot, t
     # Opening it again restores the prefix cache instead of prefilling.
     qtbot.mouseClick(second.header.open_button, Qt.MouseButton.LeftButton)
     wait_open(qtbot, second)
-    assert second.last_report.prefix_hit and second.last_report.prefill_seconds == 0
+    assert second.state.report.prefix_hit and second.state.report.prefill_seconds == 0
     assert "prefix cache hit" in second.header.info.text()
 
 
 def test_closing_during_an_answer_stops_cleanly_and_keeps_the_history(make_window, qtbot, tmp_path, home):
     window, pieces = streaming_answer(make_window, qtbot, tmp_path, "Tell me everything about the meeting, in detail.", pieces=3)
-    doc_id = window.open_document_id
+    doc_id = window.state.open_id
     began = time.monotonic()
     window.close()
     assert time.monotonic() - began < 5
@@ -393,16 +393,16 @@ def test_a_broken_pdf_shows_an_error_and_the_app_keeps_working(make_window, qtbo
     window = make_window()
     broken = corpus / "pdf" / "synthetic" / "synthetic-truncated.pdf"
     drop(window, broken)
-    qtbot.waitUntil(lambda: window.banner.isVisible() and window.opening is None, timeout=60_000)
+    qtbot.waitUntil(lambda: window.banner.isVisible() and window.state.opening is None, timeout=60_000)
     message = window.banner.text
     assert "synthetic-truncated.pdf" in message and "incomplete" in message
     assert "Traceback" not in message and window.banner.kind == "error"
-    assert window.open_document_id is None and not window.conversation.question.isEnabled()
+    assert window.state.open_id is None and not window.conversation.question.isEnabled()
 
     drop(window, corpus / "pdf" / "P01_minimal-document.pdf")
     assert not window.banner.isVisible()
     wait_open(qtbot, window)
-    assert window.conversation.question.isEnabled() and "page 1" in window.segments
+    assert window.conversation.question.isEnabled() and "page 1" in window.state.segments
 
 
 def test_a_password_protected_pdf_prompts_and_retries(make_window, qtbot, corpus):
@@ -414,11 +414,11 @@ def test_a_password_protected_pdf_prompts_and_retries(make_window, qtbot, corpus
         prompts.append(wrong)
         return next(answers)
 
-    window.ask_password = fake_prompt
+    window.reader.ask_password = fake_prompt
     drop(window, corpus / "pdf" / "P02_libreoffice-writer-password.pdf")
     wait_open(qtbot, window)
     assert prompts == [False, True]  # asked, then told the first password was wrong
-    assert "Lorem ipsum" in window.segments["page 1"]
+    assert "Lorem ipsum" in window.state.segments["page 1"]
 
 
 def test_unexpected_errors_go_to_a_dialog_and_the_log(make_window, qtbot, monkeypatch):
@@ -465,9 +465,9 @@ def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_proven
         assert "When is the meeting?" in window.confirm_box.informativeText()
         assert server.base_url.split("//")[1].split("/")[0] in window.confirm_box.text()
         next(b for b in window.confirm_box.buttons() if b.text() == "Don't send").click()
-        qtbot.waitUntil(lambda: window.live is None, timeout=10_000)
+        qtbot.waitUntil(lambda: window.state.live is None, timeout=10_000)
         assert server.requests == []
-        doc_id = window.open_document_id
+        doc_id = window.state.open_id
         assert window.library.messages(doc_id)[-1].state == "cancelled"
 
         # Accepted: streamed, with endpoint, model and reason in the footer.
@@ -479,7 +479,7 @@ def test_ask_the_cloud_shows_what_is_sent_and_streams_the_answer_with_its_proven
         qtbot.waitUntil(lambda: window.confirm_box.isVisible(), timeout=30_000)
         send = next(b for b in window.confirm_box.buttons() if b.text() == "Send")
         send.click()
-        qtbot.waitUntil(lambda: window.live is None, timeout=30_000)
+        qtbot.waitUntil(lambda: window.state.live is None, timeout=30_000)
         assert len(server.requests) == 1 and pieces == PIECES
         answer = window.library.messages(doc_id)[-1]
         assert answer.source == "cloud" and answer.text == "".join(PIECES) and answer.state == "done"
@@ -500,8 +500,8 @@ def test_a_low_confidence_local_answer_escalates_to_the_cloud_by_itself(make_win
         window.open_path(str(text_doc(tmp_path)))
         wait_open(qtbot, window)
         ask(qtbot, window, "When is the meeting?")
-        doc_id = window.open_document_id
-        qtbot.waitUntil(lambda: len(window.library.messages(doc_id)) == 3 and window.live is None, timeout=60_000)
+        doc_id = window.state.open_id
+        qtbot.waitUntil(lambda: len(window.library.messages(doc_id)) == 3 and window.state.live is None, timeout=60_000)
         roles = [(m.role, m.source) for m in window.library.messages(doc_id)]
         assert roles == [("user", None), ("assistant", "local"), ("assistant", "cloud")]  # the question is not repeated
         cloud = window.library.messages(doc_id)[-1]
@@ -545,33 +545,33 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     doc = text_doc(tmp_path)
     window.open_path(str(doc))
     wait_open(qtbot, window)
-    assert not window.last_report.prefix_hit
-    record_id = window.open_document_id
+    assert not window.state.report.prefix_hit
+    record_id = window.state.open_id
 
     bigger = window.settings.replace(cache=window.settings.cache.replace(budget_tokens=640))
     save_settings(bigger)
     window.apply_settings(bigger)  # what the dialog's Save does
-    assert window.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
+    assert window.state.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
     wait_open(qtbot, window)
     qtbot.waitUntil(lambda: not window.client.busy, timeout=30_000)
     assert window.client.workspace.settings.cache.budget_tokens == 640  # no restart
-    assert window.open_document_id == record_id and not window.last_report.prefix_hit  # new policy: a miss
+    assert window.state.open_id == record_id and not window.state.report.prefix_hit  # new policy: a miss
 
     window.apply_settings(SMALL)  # back: the first policy's cache is still on disk
-    assert window.opening is not None
+    assert window.state.opening is not None
     wait_open(qtbot, window)
-    assert window.last_report.prefix_hit
+    assert window.state.report.prefix_hit
 
     # The recall budget is read at each question: the document stays open, questions stay allowed.
     fewer = SMALL.replace(recall=SMALL.recall.replace(recall_tokens=256))
     window.apply_settings(fewer)
     qtbot.waitUntil(lambda: window.client.workspace.settings == fewer and not window.client.busy, timeout=30_000)
-    assert window.opening is None and window.open_document_id == record_id and window.conversation.question.isEnabled()
+    assert window.state.opening is None and window.state.open_id == record_id and window.conversation.question.isEnabled()
     # The archive's format is written while reading: the workspace says REOPEN_DOCUMENT, the window reopens.
     window.apply_settings(fewer.replace(recall=fewer.recall.replace(archive_bits=2)))
-    assert window.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
+    assert window.state.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
     wait_open(qtbot, window)
-    assert window.open_document_id == record_id
+    assert window.state.open_id == record_id
 
 
 def test_a_model_that_cannot_be_loaded_is_a_message_not_a_crash(qtbot, home):
@@ -640,12 +640,12 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     assert record.tokens > 3 * RECALL.cache.budget_tokens
     # Before a document is read, its estimate says how much disk its archive takes.
     archive = estimate(window.client.model.profile, RECALL.cache, record.tokens, RECALL.recall).archive_bytes
-    assert archive > 0 and f"archive on disk: {format_bytes(archive)}" in window._estimate_text(record.tokens)
+    assert archive > 0 and f"archive on disk: {format_bytes(archive)}" in window.estimate_text(record.tokens)
 
     ask(qtbot, window, "What is the secret code of the vault?")
     message = window.library.messages(record.id)[-1]
     assert message.sources, "a recalled answer has attention-grounded sources"
-    assert all(source.label in window.segments and 0 < source.share <= 1 for source in message.sources)
+    assert all(source.label in window.state.segments and 0 < source.share <= 1 for source in message.sources)
     # span recall (the question shares words with the files) recalls spans, not blocks
     assert message.recall["tokens_per_head"] > 0 and (message.recall["blocks_recalled"] > 0 or message.recall["spans"])
     attended = "Attended: " + " · ".join(f"{s.label} ({s.share * 100:.0f} %)" for s in message.sources)
@@ -666,9 +666,9 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
     pane = window.source_pane
     qtbot.waitUntil(pane.isVisible, timeout=5_000)
-    assert pane.page is None and pane.code.toPlainText() == window.segments[top] and top in pane.title.text()
-    secret = window.segments["src/vault.py"].splitlines().index("The secret code of the vault is 58213.") + 1
-    assert top == "src/vault.py" and secret in pane.marked_lines, (pane.marked_lines, window.passages)
+    assert pane.page is None and pane.code.toPlainText() == window.state.segments[top] and top in pane.title.text()
+    secret = window.state.segments["src/vault.py"].splitlines().index("The secret code of the vault is 58213.") + 1
+    assert top == "src/vault.py" and secret in pane.marked_lines, (pane.marked_lines, window.state.passages)
     assert pane.code.textCursor().blockNumber() + 1 in pane.marked_lines, "scrolled to the strongest passage"
     assert len(pane.marked_lines) <= 5 < pane.code.blockCount(), "the attended lines, not the whole file"
     window.close()
@@ -694,7 +694,7 @@ def test_a_document_read_without_an_archive_says_recall_re_reads_its_pages(make_
     second = make_window(RECALL)
     second.open_path(str(doc))
     wait_open(qtbot, second)
-    assert second.last_report.prefix_hit
+    assert second.state.report.prefix_hit
     assert second.banner.isVisible() and "re-reads the pages it chooses" in second.banner.text
     assert "it has no archive" in second.banner.text
     ask(qtbot, second, "What is the secret code of the vault?")
@@ -752,8 +752,8 @@ def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtb
     assert "tokens" in box.text() and "on this computer" in box.text()
     assert {b.text() for b in box.buttons()} == {"Read it all", "Choose a subfolder…", "Don't read"}
     qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Don't read"), Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=10_000)
-    assert window.open_document_id is None and not window.banner.isVisible()
+    qtbot.waitUntil(lambda: window.state.opening is None and not window.client.busy, timeout=10_000)
+    assert window.state.open_id is None and not window.banner.isVisible()
     assert window.library.find(str(repo.resolve())) is None
 
     # a question about a read that was replaced is withdrawn; the new read asks under its own name
@@ -765,7 +765,7 @@ def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtb
     assert not stale.isVisible() and "notes.txt" in window.confirm_box.text()
     box = window.confirm_box
     qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Don't read"), Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.opening is None and not window.client.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: window.state.opening is None and not window.client.busy, timeout=10_000)
 
     # "Choose a subfolder…": the folder dialog starts in the folder; the subfolder is read instead
     starts = []
@@ -779,15 +779,15 @@ def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtb
     assert starts == [str(repo.resolve())]
     qtbot.mouseClick(next(b for b in window.confirm_box.buttons() if b.text() == "Read it all"), Qt.MouseButton.LeftButton)
     wait_open(qtbot, window)
-    record = window.library.document(window.open_document_id)
-    assert record.path == str((repo / "src").resolve()) and "river" in window.segments["main.py"]
+    record = window.library.document(window.state.open_id)
+    assert record.path == str((repo / "src").resolve()) and "river" in window.state.segments["main.py"]
 
 
 def test_removing_the_document_while_it_answers_stops_cleanly(make_window, qtbot, tmp_path):
     window, _pieces = streaming_answer(make_window, qtbot, tmp_path, "Write a long story about the meeting.", pieces=2)
-    doc_id = window.open_document_id
+    doc_id = window.state.open_id
     window.remove_document(doc_id)
-    qtbot.waitUntil(lambda: window.live is None and not window.client.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: window.state.live is None and not window.client.busy, timeout=10_000)
     assert window.library.document(doc_id) is None and window.library.messages(doc_id) == []
     assert not window.banner.isVisible() and window.library_panel.list.count() == 0
     window.open_path(str(text_doc(tmp_path, "again.txt")))  # and the app goes on

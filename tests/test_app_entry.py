@@ -107,7 +107,7 @@ OPEN_SCRIPT = textwrap.dedent(
     def check():
         window = next(w for w in QApplication.topLevelWidgets() if type(w).__name__ == "MainWindow")
         print("TITLE", window.windowTitle(), flush=True)
-        print("OPENING", window.opening, flush=True)
+        print("OPENING", window.state.opening, flush=True)
         window.close()
 
     QTimer.singleShot(500, check)

@@ -299,7 +299,7 @@ def test_the_settings_dialog_edits_recall_and_shows_its_memory_and_disk(qtbot, t
 
 
 def test_a_recall_off_warning_is_never_among_the_warnings_left_out_of_the_banner():
-    from app.window import warning_note
+    from app.open_flow import warning_note
     from engine.session import RecallGap, RecallNotice
 
     notice = RecallNotice(RecallGap.OFF, "it has no archive (read before recall existed, or the archive was off)")
@@ -400,3 +400,46 @@ def test_a_settings_change_is_decided_once_and_applied_by_the_client(qtbot, clie
     client.apply_settings(invalid, on_error=errors.append)
     qtbot.waitUntil(lambda: bool(errors), timeout=10_000)
     assert client.settings is new and client.workspace.settings is new and "https://" in errors[0].message
+
+
+def test_the_document_state_follows_reads_and_ignores_replaced_ones(qtbot, tmp_path):
+    from app.answer_stream import AnswerStream
+    from app.chat import ChatView
+    from app.document_state import DocumentState
+    from app.notices import ProgressPanel
+    from app.worker import Job
+    from engine.documents import load_document
+    from engine.kvcache.cache import MemoryBreakdown
+    from engine.session import OpenReport
+
+    library = Library(tmp_path / "library.sqlite")
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    state = DocumentState(AnswerStream(library, chat, ProgressPanel(), max_new_tokens=lambda: 8))
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("Alpha.\n")
+    second.write_text("Beta.\n")
+    old_read, new_read = Job("open", lambda workspace, ctx: None), Job("open", lambda workspace, ctx: None)
+    state.reading(str(first), None, old_read)
+    state.reading(str(second), None, new_read)  # replaces the first read
+    assert state.document_jobs() == [new_read] and not state.ready
+    document = load_document(second)
+    report = OpenReport(title="b.txt", kind="text", document_tokens=3, prefix_hit=False, position_mode="original",
+                        seconds=0.1, prefill_seconds=0.1, prefill_tokens_per_s=30.0, kv=MemoryBreakdown(), full_fp16_bytes=0)
+    assert not state.opened(old_read, 1, str(first), report, document) and not state.read_ended(old_read)
+    assert state.opening == str(second) and state.open_id is None  # the replaced read changed nothing
+
+    doc_id = library.upsert_document(path=str(second), title="b.txt", kind="text")
+    assert state.opened(new_read, doc_id, str(second), report, document)
+    assert state.opening is None and state.engine_path == str(second) and "Beta." in state.segments[document.segments[0].label]
+    assert not state.ready  # the chat does not show it yet
+    state.show(library.document(doc_id))
+    assert state.ready and state.is_open(state.current) and state.document_jobs() == []
+
+    # A settings change that reopens it, refused: back to ready; removing it forgets it.
+    before = state.reopening(str(second))
+    assert not state.ready and state.engine_path == str(second)
+    assert state.reopen_failed(str(second), before) and state.ready
+    state.removed(doc_id)
+    assert state.current is None and state.open_id is None and state.document is None and not state.ready
+    library.close()

@@ -1,0 +1,84 @@
+"""Asking about the open document, from the ask bar to what follows the answer: the question and
+an empty answer row in the history, the job in the worker (`app.operations.ask_local` /
+`ask_cloud`), the answer streamed by `app.answer_stream`, and then the escalation to the cloud the
+workspace decided (`AnswerOutcome.escalation`) or a banner. It reads the window's `DocumentState`.
+"""
+
+from __future__ import annotations
+
+from app import operations as ops
+from app.answer_stream import LiveAnswer
+from app.worker import JobError
+from engine.errors import ErrorKind
+from engine.workspace import AnswerOutcome
+
+
+class AskFlow:
+    """Questions for `window` (a `MainWindow`: its conversation, library, client and `state`)."""
+
+    def __init__(self, window) -> None:
+        self.window = window
+        window.answers.ended.connect(self._answer_ended)
+
+    def ask(self, question: str | None = None, follow_up: bool | None = None) -> None:
+        """Ask the local model (the question box's text when `question` is None)."""
+        conversation = self.window.conversation
+        if question is None:
+            question = conversation.question.text().strip()
+        if follow_up is None:
+            follow_up = conversation.follow_up.isChecked()
+        self._ask(question, cloud=False, follow_up=follow_up)
+
+    def ask_cloud(self, question: str | None = None) -> None:
+        """Ask the cloud endpoint: the typed question, or the last one asked."""
+        typed = question if question is not None else self.window.conversation.question.text().strip()
+        self._ask(typed or self._last_question(), cloud=True, reason="user asked")
+
+    def _ask(self, question: str, *, cloud: bool, follow_up: bool = False, reason: str = "user asked",
+             escalation: bool = False) -> None:
+        """Ask locally or in the cloud; `escalation`: the cloud answers the question just answered
+        locally (the question is not repeated in the chat)."""
+        w, state = self.window, self.window.state
+        if not question or state.open_id is None or state.live is not None or state.opening:
+            return
+        doc_id = state.open_id
+        if not escalation:
+            w.conversation.take_question()
+            w.library.add_message(doc_id, "user", question)
+            w.chat.add_question(question)
+        settings, model = w.settings, w.client.model
+        model_name = settings.cloud.model if cloud else (model.label if model else None)
+        message_id = w.library.add_message(
+            doc_id, "assistant", "", state="streaming", source="cloud" if cloud else "local",
+            endpoint=settings.cloud.base_url if cloud else None, model=model_name, reason=reason if cloud else None,
+        )
+        job = ops.ask_cloud(question, reason=reason) if cloud else ops.ask_local(question, follow_up=follow_up)
+        w.answers.start(job, document_id=doc_id, message_id=message_id, question=question,
+                        source="cloud" if cloud else "local")
+        w.update_input()
+        w.client.submit(job)
+
+    def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:
+        """What follows an answer: the escalation to the cloud the workspace decided, or a banner."""
+        w = self.window
+        w.update_input()
+        if w.closed:
+            return
+        if outcome is not None and outcome.answer.cloud is None:
+            w.state.passages = outcome.answer.passages
+        if outcome is not None and outcome.escalation:
+            self._ask(live.question, cloud=True, reason=outcome.escalation, escalation=True)
+        elif error is not None and error.kind is ErrorKind.OOM:
+            w.banner.show_message("error", error.message, "Lower the budget and retry",
+                                  lambda: w.settings_flow.lower_budget_and_retry(w.state.engine_path))
+        elif error is not None and error.kind is not ErrorKind.CANCELLED:
+            w.banner.show_message("error", f"Could not answer: {error.message}")
+
+    def _last_question(self) -> str:
+        current = self.window.state.current
+        if current is None:
+            return ""
+        for message in reversed(self.window.library.messages(current.id)):
+            if message.role == "user":
+                return message.text
+        return ""

@@ -1,0 +1,123 @@
+"""The window's document state in one small object, as Anki's operations report `OpChanges`: which
+library document the chat shows, which one is open in the engine, which path is being read (and by
+which job), the open document itself, and the answer being streamed. The open flow
+(`app.open_flow`), the settings flow (`app.settings_flow`) and the window report into it (`reading`,
+`opened`, `read_ended`, `reopening`, `removed`, `show`); everything else reads it (`ready`,
+`is_open`, `being_read`, `document_jobs`) instead of comparing five fields by hand.
+
+GUI thread only, like the widgets that show it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.answer_stream import AnswerStream, LiveAnswer
+from app.library import DocumentRecord
+from app.worker import Job
+from engine.documents import Document
+from engine.session import OpenReport
+
+
+@dataclass
+class DocumentState:
+    """Where the documents are, for the window.
+
+    current: the library document the chat shows (None: nothing, or a new file being read).
+    open_id: the library id of the document open in the engine, ready for questions.
+    opening: the path being read; open_job: the job reading it (a replaced read's results are
+    ignored: `opened` and `read_ended` say whether a job is still the one that counts).
+    open_path: the path of the document open in the engine. report / document: what its open
+    returned (`report` stays after the document closes, for the header). `answers`: where the
+    answer being streamed lives (`live`)."""
+
+    answers: AnswerStream
+    current: DocumentRecord | None = None
+    open_id: int | None = None
+    opening: str | None = None
+    open_job: Job | None = None
+    open_path: str | None = None
+    report: OpenReport | None = None
+    document: Document | None = None
+    segments: dict[str, str] = field(default_factory=dict)  # citation label -> text of the open document
+    passages: list = field(default_factory=list)  # the last local answer's attended passages (engine.attended)
+
+    # -------------------------------------------------------------- reports
+    def show(self, record: DocumentRecord | None) -> None:
+        """The chat now shows `record` (it is not read until opened)."""
+        self.current = record
+
+    def reading(self, path: str, record: DocumentRecord | None, job: Job) -> None:
+        """`job` reads `path` (`record`: its library row, if it has one): it replaces whatever was
+        open or being read, and the chat shows it."""
+        self.opening, self.open_job, self.current = path, job, record
+        self.open_id = self.open_path = self.document = None
+        self.segments, self.passages = {}, []
+
+    def opened(self, job: Job, doc_id: int, path: str, report: OpenReport, document: Document) -> bool:
+        """`job` has read its document (library id `doc_id`). False when a newer read replaced it."""
+        if job is not self.open_job:
+            return False
+        self.opening = self.open_job = None
+        self.open_id, self.open_path, self.report, self.document = doc_id, path, report, document
+        self.segments, self.passages = {s.label: s.text for s in document.segments}, []
+        return True
+
+    def read_ended(self, job: Job) -> bool:
+        """`job` failed or was cancelled. False when a newer read replaced it (then nothing changes)."""
+        if job is not self.open_job:
+            return False
+        self.opening = self.open_job = None
+        return True
+
+    def reopening(self, path: str) -> tuple[str | None, int | None]:
+        """A settings change will read `path` again: no question until it is open. Returns what to
+        give `reopen_failed` if the change is refused."""
+        before = (self.opening, self.open_id)
+        self.opening, self.open_id = path, None
+        return before
+
+    def reopen_failed(self, path: str, before: tuple[str | None, int | None]) -> bool:
+        """The settings change that was to read `path` again was refused: nothing will reopen it,
+        so the state goes back to `before` (unless another read started meanwhile). True if it did."""
+        if (self.opening, self.open_id) != (path, None) or self.open_job is not None:
+            return False
+        self.opening, self.open_id = before
+        return True
+
+    def removed(self, doc_id: int) -> None:
+        """The library document `doc_id` is gone."""
+        if doc_id == self.open_id:
+            self.open_id = self.open_path = self.document = None
+            self.segments = {}
+        if self.current is not None and self.current.id == doc_id:
+            self.current = None
+
+    # -------------------------------------------------------------- queries
+    @property
+    def live(self) -> LiveAnswer | None:
+        """The answer being streamed, if any."""
+        return self.answers.live
+
+    def is_open(self, record: DocumentRecord | None) -> bool:
+        """`record` is the document open in the engine."""
+        return record is not None and record.id == self.open_id
+
+    def being_read(self, record: DocumentRecord | None) -> bool:
+        """`record` is the document being read now."""
+        return record is not None and self.opening == record.path
+
+    @property
+    def ready(self) -> bool:
+        """A question can be asked: the chat shows the open document, nothing is read or answered."""
+        return self.is_open(self.current) and self.opening is None and self.live is None
+
+    @property
+    def engine_path(self) -> str | None:
+        """The path the engine has open, or is reading."""
+        return self.open_path if self.open_id is not None else self.opening
+
+    def document_jobs(self) -> list[Job]:
+        """The jobs that belong to the document: its read and the answer being streamed (what a new
+        document, or a settings change that reopens it, cancels)."""
+        return [job for job in (self.open_job, self.live.job if self.live else None) if job is not None]

@@ -1,0 +1,191 @@
+"""Opening a document, from the window's intent to its result in the panels: the read in the worker
+(`app.operations.open_document`), its progress in the library row and the header, the long-read
+question, and what follows the result (the library row, the banner's warnings, a password prompt,
+"lower the budget and retry" after running out of memory). It reports into the window's
+`DocumentState`; the window only calls `open_path`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+
+from app import dialogs
+from app import operations as ops
+from app.units import fmt_duration
+from app.worker import ConfirmRequest, Job, JobError
+from engine.documents import WrongPasswordError
+from engine.errors import ErrorKind
+from engine.session import Phase, Progress
+from engine.workspace import OpenResult
+
+
+class OpenFlow:
+    """Reads documents for `window` (a `MainWindow`: its panels, client, library and `state`)."""
+
+    def __init__(self, window) -> None:
+        self.window = window
+        self.long_read_box = None       # the open "read it all?" question, if any
+        self._estimate_shown_for: int | None = None
+
+    def open_path(self, path: str, password: str | None = None) -> None:
+        """Read a document in the worker (prefill, or restore its prefix cache)."""
+        w, state = self.window, self.window.state
+        path = str(Path(path).expanduser().resolve())
+        name = Path(path).name
+        w.client.cancel(state.document_jobs())  # a new document replaces what was being read or answered
+        w.banner.hide()
+        self._estimate_shown_for = None
+        w.window_store().setValue("last_folder", str(Path(path).parent))
+        self.close_long_read_box()
+        record = w.library.find(path)
+        live = state.live
+        job = ops.open_document(path, name=name, password=password)
+        job.on_progress = lambda event: self._progress(job, event)
+        job.on_done = lambda result: self._opened(job, result)
+        job.on_error = lambda error: self._failed(job, path, password, error)
+        state.reading(path, record, job)
+        w.library_panel.select(record.id if record else None)
+        w.library_panel.set_reading(path, name, "reading…")
+        if live is not None and (record is None or record.id != live.document_id):
+            w.answers.detach()  # the answer is cancelled with the open; it is saved, not drawn here
+        if record is not None:
+            w.show_current()
+        else:
+            w.header.show_document(name, "Reading…", can_open=False)
+            w.chat.clear()
+            w.conversation.show_chat()
+        w.setWindowTitle(f"Halaman — {name}")
+        w.update_input()
+        w.client.submit(job)
+
+    # ------------------------------------------------------------ progress
+    def _progress(self, job: Job, event: Progress) -> None:
+        if job is self.window.state.open_job:  # a replaced read's last events belong to nobody
+            self.show_progress(event)
+
+    def show_progress(self, event: Progress) -> None:
+        """A progress event of the read (or of loading the model) in the panels."""
+        w = self.window
+        w.progress.show_event(event)
+        opening = w.state.opening
+        if opening is None or event.phase is Phase.LOADING_MODEL:
+            return
+        w.library_panel.set_reading(opening, Path(opening).name, reading_text(event))
+        if event.phase is Phase.PREFILL and self._estimate_shown_for != event.total:
+            self._estimate_shown_for = event.total
+            w.header.set_info(f"{event.total:,} tokens · {w.estimate_text(event.total)}")
+
+    def confirm_long_read(self, job: Job, request: ConfirmRequest) -> None:
+        """The worker asks whether to read a long document: ask the user, unless that read was
+        replaced or cancelled meanwhile."""
+        w = self.window
+        path = w.state.opening
+        if job is not w.state.open_job or job.cancel.is_set() or path is None:
+            request.answer(False)
+            return
+
+        def answer(choice: str) -> None:
+            request.answer(choice == dialogs.READ)
+            if choice == dialogs.SUBFOLDER:
+                QTimer.singleShot(0, lambda: w.choose_folder(start=path))
+
+        w.confirm_box = self.long_read_box = dialogs.confirm_long_read(
+            w, Path(path).name, request.payload.describe(), folder=Path(path).is_dir(), answer=answer)
+
+    def close_long_read_box(self) -> None:
+        """A long-read question whose read ended or was replaced is no longer asked."""
+        box, self.long_read_box = self.long_read_box, None
+        if box is not None and box.isVisible():
+            box.done(0)
+
+    # -------------------------------------------------------------- results
+    def _opened(self, job: Job, result: OpenResult) -> None:
+        w = self.window
+        if w.closed or job is not w.state.open_job:
+            return  # superseded by a newer open
+        self.close_long_read_box()
+        report, document = result.report, result.document
+        files = len(document.segments) if document.kind == "repo" else None
+        doc_id = w.library.upsert_document(
+            path=result.path, title=report.title, kind=report.kind, pages=report.pages, files=files,
+            tokens=report.document_tokens, prefix_key=result.prefix_key, config_sig=w.config_sig(),
+        )
+        if w.cached_keys is not None and result.prefix_key:
+            w.cached_keys.add(result.prefix_key)  # confirmed by refresh_cache_status below
+        w.state.opened(job, doc_id, result.path, report, document)
+        w.library_panel.set_reading(None)
+        w.chat.labels = set(w.state.segments)
+        w.refresh_library(select=doc_id)
+        if report.prefix_hit:
+            w.statusBar().showMessage(f"Prefix cache hit: {report.title} was ready in {report.seconds:.1f} s, no prefill needed.", 10000)
+        else:
+            w.statusBar().showMessage(
+                f"Read {report.title}: prefilled {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
+                f"({report.prefill_tokens_per_s:,.0f} tokens/s).", 10000)
+        if report.warnings:
+            w.banner.show_message("warning", warning_note(report.warnings, str(report.recall_notice) if report.recall_notice else None))
+        w.on_memory(result.memory)
+        w.update_input()
+        w.conversation.question.setFocus()
+        w.refresh_cache_status()
+
+    def _failed(self, job: Job, path: str, password: str | None, error: JobError) -> None:
+        w = self.window
+        if w.closed or not w.state.read_ended(job):
+            return  # superseded by a newer open (which cancelled this one)
+        self.close_long_read_box()
+        w.library_panel.set_reading(None)
+        w.refresh_library()  # a library document's row shows its own details again
+        w.update_input()
+        name = Path(path).name
+        if w.state.current is None:
+            w.setWindowTitle("Halaman")
+        if error.kind is ErrorKind.CANCELLED:
+            w.header.set_info("Opening was cancelled." if w.state.current else "Reading was cancelled: nothing was kept.")
+            w.statusBar().showMessage(f"Cancelled reading {name}.", 8000)
+        elif error.kind is ErrorKind.PASSWORD:
+            typed = self.ask_password(name, isinstance(error.exception, WrongPasswordError) or password is not None)
+            if typed is not None:
+                self.open_path(path, password=typed)
+            else:
+                w.banner.show_message("error", f"{name} needs a password to open.", "Enter password…",
+                                      lambda: self._retry_password(path))
+        elif error.kind is ErrorKind.OOM:
+            w.header.set_info("Could not open this document.")
+            w.banner.show_message("error", error.message, "Lower the budget and retry",
+                                  lambda: w.settings_flow.lower_budget_and_retry(path))
+        else:
+            w.header.set_info("Could not open this document.")
+            w.banner.show_message("error", f"Could not open {name}: {error.message}")
+
+    def _retry_password(self, path: str) -> None:
+        typed = self.ask_password(Path(path).name, False)
+        if typed is not None:
+            self.open_path(path, password=typed)
+
+    def ask_password(self, name: str, wrong: bool) -> str | None:
+        """Ask for a PDF password (modal). None if the user cancels."""
+        return dialogs.ask_password(self.window, name, wrong)
+
+
+def reading_text(event: Progress) -> str:
+    """The library row of the document being read: "reading 40 % · ETA 3 min 10 s"."""
+    if event.phase is Phase.PREFILL and event.total:
+        eta = f" · ETA {fmt_duration(event.eta_s)}" if event.eta_s is not None and event.done < event.total else ""
+        return f"reading {100 * event.done // event.total} %{eta}"
+    if event.phase is Phase.READING and event.total > 1:
+        return f"reading {event.unit} {event.done:,} / {event.total:,}"
+    if event.phase is Phase.LOADING_CACHE:
+        return "restoring its prefix cache"
+    return "reading…"
+
+
+def warning_note(warnings: list[str], first: str | None = None, shown: int = 3) -> str:
+    """The banner's 'Note: a; b; c (and 2 more)' for an opened document's warnings. `first` (the
+    report's `recall_notice`, why recall is off or slower) comes first, so that it is never among
+    the ones left out: without it, answers would quietly lose what recall brings back."""
+    ordered = sorted(warnings, key=lambda w: w != first)
+    more = f" (and {len(ordered) - shown} more)" if len(ordered) > shown else ""
+    return "Note: " + "; ".join(ordered[:shown]) + more
