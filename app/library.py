@@ -17,28 +17,36 @@ streamed — and that is written as it streams (`update_message`).
 
 Prefix-cache status of a document, as the sidebar shows it:
     cached       the prefix store holds the key recorded when it was last opened, the file is
-                 unchanged, and the model and cache policy are the ones in use now
-    stale        a saved cache exists but the file changed since, or it was made with another
-                 model / cache policy (opening it will prefill again)
+                 unchanged, and the key's other fields are what the model and settings give now
+    stale        a saved cache exists but opening would miss it: the file changed since, or the
+                 key would be made of other fields now (another model or weights, cache policy,
+                 dtype, transformers version, device type; opening it will prefill again)
     not cached   no saved cache (never opened, evicted, cleared, or prefix caching is off)
+
+The key's fields but the token ids are `engine.prefix_store.PrefixConfig`; `config_sig` keeps their
+signature from when the document was opened, and `engine.workspace.CacheStatus` gives the signature
+each document length would get now, so "stale" follows the prefix cache's own rule: an exact key.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import sqlite3
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlite_utils
 
 from engine import paths
 from engine.answer import Source
 from engine.settings import EngineSettings
+
+if TYPE_CHECKING:  # the library is read before the engine (and torch) is loaded
+    from engine.workspace import CacheStatus
 
 SCHEMA_VERSION = 2
 CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
@@ -142,12 +150,6 @@ def library_path() -> Path:
     return paths.data_dir() / "library.sqlite"
 
 
-def config_signature(settings: EngineSettings) -> str:
-    """What decides whether a saved prefix cache still applies: model, device and cache policy."""
-    payload = json.dumps({"model": settings.model, "device": settings.device, "cache": asdict(settings.cache)}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
-
-
 def file_signature(path: str | Path) -> str | None:
     """Size and modification time of a file (a folder: of its top level). None if it is gone."""
     p = Path(path)
@@ -213,14 +215,17 @@ class Library:
             self.db.execute("DELETE FROM messages WHERE document_id = ?", [document_id])
             self.db.execute("DELETE FROM documents WHERE id = ?", [document_id])
 
-    def status(self, record: DocumentRecord, cached_keys: set[str] | None, settings: EngineSettings) -> str:
-        """cached / stale / not cached (see the module docstring). `cached_keys`: keys in the store,
-        None when unknown yet (then only what the library itself knows is used)."""
+    def status(self, record: DocumentRecord, cache: CacheStatus | None, settings: EngineSettings) -> str:
+        """cached / stale / not cached (see the module docstring). `cache`: the store's keys and the
+        signatures keys would have now, None when unknown yet (then only what the library itself
+        knows is used; without signatures, only the file is compared)."""
         if not record.prefix_key or not settings.prefix_cache:
             return NOT_CACHED
-        if cached_keys is not None and record.prefix_key not in cached_keys:
+        if cache is not None and record.prefix_key not in cache.keys:
             return NOT_CACHED
-        if record.file_sig != file_signature(record.path) or record.config_sig != config_signature(settings):
+        if record.file_sig != file_signature(record.path):
+            return STALE
+        if cache is not None and cache.signatures is not None and record.config_sig != cache.signatures.get(record.tokens):
             return STALE
         return CACHED
 

@@ -9,12 +9,16 @@ Intents out (signals): `selected(id)`, `open_requested(id)`, `remove_requested(i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from app.library import CACHED, STALE, Library
 from engine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from engine.workspace import CacheStatus
 
 STATUS_TEXT = {CACHED: "cached", STALE: "stale", "not cached": "not cached"}
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -34,12 +38,12 @@ class LibraryRow:
     is_open: bool
 
 
-def library_rows(library: Library, cached_keys: set[str] | None, settings: EngineSettings,
+def library_rows(library: Library, cache: CacheStatus | None, settings: EngineSettings,
                  open_id: int | None) -> list[LibraryRow]:
     """The library's documents, newest first, as rows ("12 pages · 5,231 tokens · cached")."""
     rows = []
     for record in library.documents():
-        status = library.status(record, cached_keys, settings)
+        status = library.status(record, cache, settings)
         details = " · ".join(x for x in (
             record.size_text, f"{record.tokens:,} tokens" if record.tokens else "", STATUS_TEXT[status]) if x)
         rows.append(LibraryRow(record.id, record.path, record.title, details, status, record.id == open_id))

@@ -110,10 +110,10 @@ class OpenFlow:
         files = len(document.segments) if document.kind == "repo" else None
         doc_id = w.library.upsert_document(
             path=result.path, title=report.title, kind=report.kind, pages=report.pages, files=files,
-            tokens=report.document_tokens, prefix_key=result.prefix_key, config_sig=w.config_sig(),
+            tokens=report.document_tokens, prefix_key=result.prefix_key, config_sig=result.prefix_signature,
         )
-        if w.cached_keys is not None and result.prefix_key:
-            w.cached_keys.add(result.prefix_key)  # confirmed by refresh_cache_status below
+        if w.cache_status is not None:  # confirmed by refresh_cache_status below
+            w.cache_status = w.cache_status.adding(result.prefix_key, report.document_tokens, result.prefix_signature)
         w.state.opened(job, doc_id, result.path, report, document)
         w.library_panel.set_reading(None)
         w.chat.labels = set(w.state.segments)

@@ -59,9 +59,10 @@ def ask_cloud(question: str, *, reason: str, **callbacks) -> Job:
     return Job("cloud", run, title="Asking the cloud…", **callbacks)
 
 
-def cached_prefix_keys(**callbacks) -> Job:
-    """The keys of the prefix caches on disk (for the library's "cached" / "stale")."""
-    return Job("cache status", lambda workspace, ctx: workspace.cached_keys(), **callbacks)
+def prefix_cache_status(token_counts: set[int], **callbacks) -> Job:
+    """The prefix caches on disk and the signature documents of `token_counts` prefix tokens would
+    be keyed with now (a `CacheStatus`, for the library's "cached" / "stale")."""
+    return Job("cache status", lambda workspace, ctx: workspace.cache_status(token_counts), **callbacks)
 
 
 def prefix_cache_usage(**callbacks) -> Job:

@@ -40,7 +40,7 @@ class SettingsFlow:
         w = self.window
 
         def done(removed: int) -> None:
-            w.cached_keys = set()
+            w.cache_status = w.cache_status.cleared() if w.cache_status else None
             w.refresh_library()
             if dialog is not None:
                 dialog.set_cache_usage(0, 0)

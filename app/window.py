@@ -26,7 +26,7 @@ from app.ask_flow import AskFlow
 from app.chat import normalise_label
 from app.document_header import document_info
 from app.document_state import DocumentState
-from app.library import Library, config_signature
+from app.library import Library
 from app.library_panel import library_rows
 from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
@@ -40,7 +40,7 @@ from engine.estimate import KNOWN_SHAPES
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings, load_settings
 from engine.units import format_bytes
-from engine.workspace import ModelInfo
+from engine.workspace import CacheStatus, ModelInfo
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 GAUGE_BUSY_MS = 250      # gauge refresh while work runs (at least twice a second; GAUGE_IDLE_MS otherwise)
@@ -69,7 +69,7 @@ class MainWindow(QMainWindow):
                 settings = EngineSettings()
         self.library = library or Library()
         self.client = EngineClient(settings, model_factory, parent=self)
-        self.cached_keys: set[str] | None = None
+        self.cache_status: CacheStatus | None = None   # the prefix store's, from the worker
         self.confirm_box = None
         build_panels(self)
         self.state = DocumentState(self.answers)
@@ -201,28 +201,25 @@ class MainWindow(QMainWindow):
         """Redraw the library sidebar, keeping (or making) `select` the shown document."""
         current = self.state.current
         keep = select if select is not None else (current.id if current else None)
-        rows = library_rows(self.library, self.cached_keys, self.settings, self.state.open_id)
+        rows = library_rows(self.library, self.cache_status, self.settings, self.state.open_id)
         self.library_panel.show_documents(rows, keep)
         if keep is not None:
             self.state.show(self.library.document(keep))
             self.show_current()
 
     def refresh_cache_status(self) -> None:
-        """Ask the worker which prefix caches are on disk, then redraw the library."""
-        def done(keys: set[str]) -> None:
-            self.cached_keys = keys
+        """Ask the worker which prefix caches are on disk and still apply, then redraw the library."""
+        def done(status: CacheStatus) -> None:
+            self.cache_status = status
             self.refresh_library()
 
-        self.client.submit(ops.cached_prefix_keys(on_done=done))
+        token_counts = {record.tokens for record in self.library.documents() if record.tokens}
+        self.client.submit(ops.prefix_cache_status(token_counts, on_done=done))
 
     def library_status(self, document_id: int) -> str:
         """The prefix-cache status of a library document (`Library.status`)."""
         record = self.library.document(document_id)
-        return self.library.status(record, self.cached_keys, self.settings) if record else ""
-
-    def config_sig(self) -> str:
-        """What the library records with an opened document to tell later whether its cache is stale."""
-        return config_signature(self.settings)
+        return self.library.status(record, self.cache_status, self.settings) if record else ""
 
     def select_document(self, document_id: int) -> None:
         """Show a library document's chat (it is not read until opened)."""
@@ -248,7 +245,7 @@ class MainWindow(QMainWindow):
             self.chat.labels = set(state.segments) if is_open else None
             self.chat.show_messages(self.library.messages(record.id))
         being_read = state.being_read(record)
-        status = None if is_open or being_read else self.library.status(record, self.cached_keys, self.settings)
+        status = None if is_open or being_read else self.library.status(record, self.cache_status, self.settings)
         info = document_info(record, state.report if is_open else None,
                              estimate=self.estimate_text(record.tokens) if record.tokens else "", not_open_status=status)
         self.header.show_document(record.title, info, can_open=not is_open and not being_read)

@@ -73,6 +73,7 @@ _META_FORMAT = "halaman.format_version"
 _META_KEY = "halaman.key"
 _META_N_TOKENS = "halaman.n_tokens"
 _KEY_DOMAIN = b"halaman.prefix_key\x00"
+_CONFIG_DOMAIN = b"halaman.prefix_config\x00"
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _ENTRY_RE = re.compile(r"([0-9a-f]{64})\.safetensors")
@@ -91,6 +92,70 @@ class PrefixTooLargeError(CacheStoreError):
     """An entry is larger than the store's whole disk budget, so it was not stored."""
 
 
+@dataclass(frozen=True)
+class PrefixConfig:
+    """Everything a prefix key hashes except the token ids: the computation a cache was made with.
+
+    model_fingerprint / tokenizer_fingerprint: the loaded model's; policy: every cache-policy field
+    (position mode resolved); dtype: compute / store dtypes; extra: whatever else changes the cached
+    tensors (snapshot format, transformers version, RoPE base and scaling, device type; L03).
+    `extra=None` and `extra={}` are the same. `key(token_ids)` is the prefix key; `signature` is the
+    same hash without the token ids, which the library keeps to tell a stale cache (one the current
+    model and settings would not make again) without tokenizing the document."""
+
+    model_fingerprint: str
+    tokenizer_fingerprint: str
+    policy: Mapping[str, object]
+    dtype: str
+    extra: Mapping[str, str] | None = None
+
+    def header_bytes(self) -> bytes:
+        """Canonical JSON (sorted keys, no spaces, ASCII only, NaN/inf refused) of
+        `{"format_version", "model_fingerprint", "tokenizer_fingerprint", "policy", "dtype", "extra"}`.
+        Raises TypeError for a non-string fingerprint, dtype, policy key or extra item, or a policy
+        value JSON cannot encode; ValueError for NaN/inf."""
+        for name in ("model_fingerprint", "tokenizer_fingerprint", "dtype"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a str, got {type(getattr(self, name)).__name__}")
+        if not all(isinstance(name, str) for name in self.policy):
+            raise TypeError("policy keys must be str")
+        extra = dict(self.extra or {})
+        if not all(isinstance(name, str) and isinstance(value, str) for name, value in extra.items()):
+            raise TypeError("extra must map str to str")
+        header = {
+            "format_version": FORMAT_VERSION,
+            "model_fingerprint": self.model_fingerprint,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "policy": dict(self.policy),
+            "dtype": self.dtype,
+            "extra": extra,
+        }
+        return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+
+    @property
+    def signature(self) -> str:
+        """SHA-256 hex of the domain tag `b"halaman.prefix_config\\0"`, an 8-byte little-endian
+        length and `header_bytes()`: equal for two keys exactly when all but their token ids are."""
+        header = self.header_bytes()
+        return hashlib.sha256(_CONFIG_DOMAIN + len(header).to_bytes(8, "little") + header).hexdigest()
+
+    def key(self, token_ids: Sequence[int]) -> str:
+        """The prefix key of `token_ids` made with this configuration (`prefix_key`)."""
+        header_bytes = self.header_bytes()
+        # A tensor or array would otherwise be unpacked one 0-d element at a time.
+        ids = token_ids.tolist() if hasattr(token_ids, "tolist") else list(token_ids)
+        try:
+            ids_bytes = struct.pack(f"<{len(ids)}q", *ids)
+        except struct.error as error:
+            raise ValueError(f"token ids must be integers in the int64 range ({error})") from error
+        digest = hashlib.sha256(_KEY_DOMAIN)
+        digest.update(len(header_bytes).to_bytes(8, "little"))
+        digest.update(header_bytes)
+        digest.update(len(ids).to_bytes(8, "little"))
+        digest.update(ids_bytes)
+        return digest.hexdigest()
+
+
 def prefix_key(
     *,
     model_fingerprint: str,
@@ -104,9 +169,8 @@ def prefix_key(
 
     Hashed input, in this order:
       1. the domain tag `b"halaman.prefix_key\\0"`;
-      2. an 8-byte little-endian length, then canonical JSON (sorted keys, no spaces, ASCII only,
-         NaN/inf refused) of `{"format_version", "model_fingerprint", "tokenizer_fingerprint",
-         "policy", "dtype", "extra"}`;
+      2. an 8-byte little-endian length, then `PrefixConfig.header_bytes()`: canonical JSON of
+         `{"format_version", "model_fingerprint", "tokenizer_fingerprint", "policy", "dtype", "extra"}`;
       3. an 8-byte little-endian token count, then every token id as a little-endian **int64**.
 
     Both variable-length parts are length-prefixed, so no two different inputs produce the same
@@ -116,41 +180,7 @@ def prefix_key(
     a wrong hit. Raises TypeError for a non-string fingerprint, dtype, policy key or extra item, or a
     policy value JSON cannot encode; ValueError for NaN/inf or a token id outside int64.
     """
-    for name, value in (
-        ("model_fingerprint", model_fingerprint),
-        ("tokenizer_fingerprint", tokenizer_fingerprint),
-        ("dtype", dtype),
-    ):
-        if not isinstance(value, str):
-            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if not all(isinstance(name, str) for name in policy):
-        raise TypeError("policy keys must be str")
-    extra = dict(extra or {})
-    if not all(isinstance(name, str) and isinstance(value, str) for name, value in extra.items()):
-        raise TypeError("extra must map str to str")
-    header = {
-        "format_version": FORMAT_VERSION,
-        "model_fingerprint": model_fingerprint,
-        "tokenizer_fingerprint": tokenizer_fingerprint,
-        "policy": dict(policy),
-        "dtype": dtype,
-        "extra": extra,
-    }
-    header_bytes = json.dumps(
-        header, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    ).encode("ascii")
-    # A tensor or array would otherwise be unpacked one 0-d element at a time.
-    ids = token_ids.tolist() if hasattr(token_ids, "tolist") else list(token_ids)
-    try:
-        ids_bytes = struct.pack(f"<{len(ids)}q", *ids)
-    except struct.error as error:
-        raise ValueError(f"token ids must be integers in the int64 range ({error})") from error
-    digest = hashlib.sha256(_KEY_DOMAIN)
-    digest.update(len(header_bytes).to_bytes(8, "little"))
-    digest.update(header_bytes)
-    digest.update(len(ids).to_bytes(8, "little"))
-    digest.update(ids_bytes)
-    return digest.hexdigest()
+    return PrefixConfig(model_fingerprint, tokenizer_fingerprint, policy, dtype, extra).key(token_ids)
 
 
 @dataclass(frozen=True)

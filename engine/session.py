@@ -51,7 +51,7 @@ from engine.kvcache.recall import RecallHook, Recaller
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
-from engine.prefix_store import PrefixStore, PrefixTooLargeError, prefix_key
+from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
 from engine.prompt_lookup import PromptLookup
 from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
@@ -228,7 +228,7 @@ class DocumentSession:
         encoding = self._encode_document(document)
         prefix_ids, segment_starts = encoding.ids, encoding.segment_starts
         policy = self._resolve_policy(len(prefix_ids))
-        key = self._key(prefix_ids, policy)
+        key = self.prefix_config(policy).key(prefix_ids)
         layout = self._archive_layout(len(prefix_ids), policy)
         recall_warnings: list[RecallNotice | str] = []
         try:
@@ -605,12 +605,12 @@ class DocumentSession:
             )
         return policy
 
-    def _key(self, prefix_ids: list[int], policy: CachePolicy) -> str:
+    def prefix_config(self, policy: CachePolicy) -> PrefixConfig:
+        """What a prefix key made with `policy` (position mode resolved) hashes besides the token ids."""
         config = self.model.decoder.config
-        return prefix_key(
+        return PrefixConfig(
             model_fingerprint=self.model.model_fingerprint,
             tokenizer_fingerprint=self.model.tokenizer_fingerprint,
-            token_ids=prefix_ids,
             policy=asdict(policy),
             dtype=f"{self.model.decoder.compute_dtype}/{self.model.decoder.store_dtype}",
             extra={
@@ -620,6 +620,15 @@ class DocumentSession:
                 "device_type": self.model.device.type,
             },
         )
+
+    def prefix_signature(self, n_tokens: int) -> str | None:
+        """`PrefixConfig.signature` of a document of `n_tokens` prefix tokens opened now, with this
+        model and these settings; None when such a document cannot be opened ('original' positions
+        that do not fit)."""
+        try:
+            return self.prefix_config(self._resolve_policy(n_tokens)).signature
+        except SettingsError:
+            return None
 
     def _restore(self, key: str, policy: CachePolicy, n_tokens: int, notify) -> tuple[CompressedCache | None, bool]:
         if self.store is None:

@@ -85,13 +85,37 @@ class ModelInfo:
 @dataclass(frozen=True)
 class OpenResult:
     """An opened document. `document` is for reading (citations), never to be changed;
-    `prefix_key` is None without a prefix store; `memory` is measured right after the open."""
+    `prefix_key` is None without a prefix store; `prefix_signature` is its key's
+    `PrefixConfig.signature` (what the library compares to tell a stale cache); `memory` is
+    measured right after the open."""
 
     report: OpenReport
     document: Document
     path: str
     prefix_key: str | None
     memory: MemoryReport
+    prefix_signature: str | None = None
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    """What the library needs to call a document's prefix cache cached, stale or not cached, by
+    the prefix cache's own rule: the keys in the store, and the `PrefixConfig.signature` a document
+    of each prefix-token count would be keyed with now (`signatures`; None before a model is loaded,
+    when it cannot be known). A stored key is stale when the document's file or its signature changed."""
+
+    keys: frozenset[str]
+    signatures: dict[int, str | None] | None = None
+
+    def adding(self, key: str | None, n_tokens: int, signature: str | None) -> CacheStatus:
+        """This status with a document just opened (its key stored, its signature known)."""
+        keys = self.keys | {key} if key else self.keys
+        signatures = {**self.signatures, n_tokens: signature} if self.signatures is not None else None
+        return CacheStatus(keys, signatures)
+
+    def cleared(self) -> CacheStatus:
+        """This status after the store was cleared."""
+        return CacheStatus(frozenset(), self.signatures)
 
 
 class SettingsChange(enum.Enum):
@@ -320,7 +344,8 @@ class Workspace:
         report = session.open(path, password=password, progress=progress, cancel=cancel, before_prefill=before_prefill)
         key = session.prefix_key if session.store is not None else None
         shown = path.source if isinstance(path, Document) else str(path)
-        return OpenResult(report, session.document, shown, key, session.memory())
+        return OpenResult(report, session.document, shown, key, session.memory(),
+                          session.prefix_signature(report.document_tokens))
 
     def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None) -> Answer:
@@ -405,6 +430,15 @@ class Workspace:
     def cached_keys(self) -> set[str]:
         """Keys of the stored prefixes (empty without a usable store)."""
         return {entry.key for entry in self.prefix_entries() or []}
+
+    def cache_status(self, token_counts: set[int]) -> CacheStatus:
+        """The stored keys, and the signature documents of `token_counts` prefix tokens would be
+        keyed with now (`CacheStatus`; no signatures before a model is loaded: loading one to
+        answer would take seconds)."""
+        if self.model is None:
+            return CacheStatus(frozenset(self.cached_keys()))
+        self.ensure_model()  # the session, after a settings change replaced it
+        return CacheStatus(frozenset(self.cached_keys()), {n: self.session.prefix_signature(n) for n in token_counts})
 
     def prefix_cache_usage(self) -> tuple[int, int]:
         """(entries, bytes) in the prefix store; (0, 0) without a usable store."""

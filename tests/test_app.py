@@ -25,7 +25,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.gauge import AMBER_AT, RED_AT, level_for  # noqa: E402
-from app.library import CACHED, Library  # noqa: E402
+from app.library import CACHED, STALE, Library  # noqa: E402
 from app.window import MainWindow  # noqa: E402
 from engine.kvcache.cache import MemoryBreakdown  # noqa: E402
 from engine.memory import MemoryReport  # noqa: E402
@@ -144,7 +144,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
 
     record = window.library.find(str(pdf.resolve()))
     assert record is not None and record.kind == "pdf" and record.pages == 1 and record.tokens > 100
-    assert window.library.status(record, window.cached_keys, window.settings) == CACHED
+    assert window.library.status(record, window.cache_status, window.settings) == CACHED
     # The key the library recorded (DocumentSession.prefix_key) is the one open() saved under.
     assert [entry.key for entry in window.client.workspace.prefix_store().entries()] == [record.prefix_key]
     assert "page 1" in window.state.segments
@@ -572,6 +572,30 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     assert window.state.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
     wait_open(qtbot, window)
     assert window.state.open_id == record_id
+
+
+def test_the_library_calls_a_cache_stale_exactly_when_its_prefix_key_would_miss(make_window, qtbot, tmp_path):
+    # "auto" positions resolve to "original" for a document that fits: choosing "original" keeps
+    # every field of the prefix key, so the saved cache still hits, and the library says cached.
+    window = make_window()
+    notes, other = text_doc(tmp_path), text_doc(tmp_path, "other.txt")
+    window.open_path(str(notes))
+    wait_open(qtbot, window)
+    notes_id = window.state.open_id
+    window.open_path(str(other))
+    wait_open(qtbot, window)
+    assert window.settings.cache.position_mode == "auto" and window.state.report.position_mode == "original"
+    window.apply_settings(SMALL.replace(cache=SMALL.cache.replace(position_mode="original")))
+    qtbot.waitUntil(lambda: window.state.ready and not window.client.busy, timeout=OPEN_TIMEOUT_MS)
+    assert window.library_status(notes_id) == CACHED
+    window.apply_settings(SMALL.replace(cache=SMALL.cache.replace(position_mode="compact")))  # another key
+    qtbot.waitUntil(lambda: window.state.ready and not window.client.busy, timeout=OPEN_TIMEOUT_MS)
+    assert window.library_status(notes_id) == STALE
+    window.apply_settings(SMALL.replace(cache=SMALL.cache.replace(position_mode="original")))
+    qtbot.waitUntil(lambda: window.state.ready and not window.client.busy, timeout=OPEN_TIMEOUT_MS)
+    window.open_document(notes_id)
+    wait_open(qtbot, window)
+    assert window.state.report.prefix_hit  # what the library said: cached
 
 
 def test_a_model_that_cannot_be_loaded_is_a_message_not_a_crash(qtbot, home):

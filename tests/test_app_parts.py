@@ -14,34 +14,50 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 
 from app.chat import citations, footer_text, link_citations, sources_line  # noqa: E402
-from app.library import CACHED, NOT_CACHED, STALE, Library, MessageRecord, config_signature  # noqa: E402
+from app.library import CACHED, NOT_CACHED, STALE, Library, MessageRecord  # noqa: E402
 from app.worker import describe_error  # noqa: E402
 from engine.documents import DamagedPdfError, PasswordRequiredError  # noqa: E402
 from engine.errors import Cancelled, ModelError  # noqa: E402
 from engine.settings import CachePolicy, EngineSettings  # noqa: E402
 
 
-def test_library_prefix_cache_status_cached_stale_not_cached(tmp_path):
+def test_library_prefix_cache_status_follows_the_prefix_keys_rule(tmp_path):
+    """Stale exactly when opening would miss: the file changed, or any field of the prefix key but
+    the token ids would differ now (engine.prefix_store.PrefixConfig), weights and dtype included."""
+    import dataclasses
+
+    from engine.prefix_store import PrefixConfig
+    from engine.workspace import CacheStatus
+
     doc = tmp_path / "a.txt"
     doc.write_text("hello\n")
     settings = EngineSettings()
+    made = PrefixConfig("model-sha", "tokenizer-sha", dataclasses.asdict(CachePolicy()), "float32/float16", {"format": "2"})
     library = Library(tmp_path / "library.sqlite")
     doc_id = library.upsert_document(path=str(doc), title="a.txt", kind="text", tokens=42, prefix_key="k1",
-                                     config_sig=config_signature(settings))
+                                     config_sig=made.signature)
     record = library.document(doc_id)
+    now = CacheStatus(frozenset({"k1"}), {42: made.signature})
     assert record.size_text == "text file" and record.tokens == 42
-    assert library.status(record, {"k1"}, settings) == CACHED
-    assert library.status(record, set(), settings) == NOT_CACHED           # evicted or cleared
-    assert library.status(record, {"k1"}, settings.replace(prefix_cache=False)) == NOT_CACHED
-    other_policy = settings.replace(cache=CachePolicy(budget_tokens=2048))
-    assert library.status(record, {"k1"}, other_policy) == STALE           # made with another cache policy
+    assert library.status(record, now, settings) == CACHED
+    assert library.status(record, CacheStatus(frozenset()), settings) == NOT_CACHED          # evicted or cleared
+    assert library.status(record, now, settings.replace(prefix_cache=False)) == NOT_CACHED
+    # Another model fingerprint (the same model name with other weights), dtype or policy: a miss, so stale.
+    for changed in (dataclasses.replace(made, model_fingerprint="model-sha-int4"),
+                    dataclasses.replace(made, dtype="float32/float32"),
+                    dataclasses.replace(made, policy={**made.policy, "budget_tokens": 8192})):
+        assert library.status(record, CacheStatus(now.keys, {42: changed.signature}), settings) == STALE
+    # The same fields made again (say "auto" positions that resolve as before): the same key, cached.
+    assert library.status(record, CacheStatus(now.keys, {42: dataclasses.replace(made).signature}), settings) == CACHED
+    assert library.status(record, CacheStatus(now.keys), settings) == CACHED               # no model yet: the file only
     time.sleep(0.01)
     doc.write_text("hello, changed\n")
-    assert library.status(record, {"k1"}, settings) == STALE               # the file changed since
+    assert library.status(record, now, settings) == STALE                                  # the file changed since
     # Re-opening records the new state; the same path is one row.
     assert library.upsert_document(path=str(doc), title="a.txt", kind="text", tokens=43, prefix_key="k2",
-                                   config_sig=config_signature(settings)) == doc_id
-    assert library.status(library.document(doc_id), {"k2"}, settings) == CACHED
+                                   config_sig=made.signature) == doc_id
+    assert library.status(library.document(doc_id), now.adding("k2", 43, made.signature), settings) == CACHED
+    assert library.status(library.document(doc_id), now.adding("k2", 43, made.signature).cleared(), settings) == NOT_CACHED
     assert len(library.documents()) == 1
     library.close()
 
@@ -362,14 +378,14 @@ def test_jobs_are_cancelled_by_their_handle_not_by_their_name(qtbot, client):
     gate = threading.Event()
     results: dict[str, object] = {}
     client.submit(Job("hold", lambda workspace, ctx: gate.wait(10)))  # keeps the next two queued
-    first = client.submit(ops.cached_prefix_keys(on_done=lambda keys: results.setdefault("first", keys),
-                                                 on_error=lambda error: results.setdefault("first", error)))
-    second = client.submit(ops.cached_prefix_keys(on_done=lambda keys: results.setdefault("second", keys)))
+    first = client.submit(ops.prefix_cache_status(set(), on_done=lambda status: results.setdefault("first", status),
+                                                  on_error=lambda error: results.setdefault("first", error)))
+    second = client.submit(ops.prefix_cache_status(set(), on_done=lambda status: results.setdefault("second", status)))
     assert first.name == second.name  # the same operation twice: only the handle tells them apart
     client.cancel([first, None])
     gate.set()
     qtbot.waitUntil(lambda: not client.busy, timeout=10_000)
-    assert results["first"].kind is ErrorKind.CANCELLED and results["second"] == set()
+    assert results["first"].kind is ErrorKind.CANCELLED and results["second"].keys == frozenset()
 
 
 def test_a_settings_change_is_decided_once_and_applied_by_the_client(qtbot, client, monkeypatch):

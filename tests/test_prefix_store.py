@@ -103,6 +103,18 @@ def test_key_changes_when_any_input_changes(change):
     assert key_for(**change) != key_for()
 
 
+@pytest.mark.parametrize("change", MUTATIONS.values(), ids=MUTATIONS.keys())
+def test_the_config_signature_changes_exactly_when_a_field_other_than_the_token_ids_does(change):
+    """The library's "stale" (app.library) compares these: the prefix key's own fields, ids aside."""
+    from engine.prefix_store import PrefixConfig
+
+    fields = {**BASE, **change}
+    config = PrefixConfig(**{name: value for name, value in fields.items() if name != "token_ids"})
+    assert config.key(fields["token_ids"]) == key_for(**change)
+    base = PrefixConfig(**{name: value for name, value in BASE.items() if name != "token_ids"})
+    assert (config.signature == base.signature) == ("token_ids" in change) and len(config.signature) == 64
+
+
 def test_all_mutated_keys_are_distinct():
     keys = [key_for(**change) for change in MUTATIONS.values()]
     assert len(set(keys)) == len(keys)
