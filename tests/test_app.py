@@ -200,21 +200,21 @@ def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot,
     window.show_settings()
     dialog = window.settings_flow.dialog
     assert dialog is not None and dialog.isVisible()
-    assert dialog.budget.value() == 512 and dialog.window.value() == 128
-    before = dialog.budget_info.text()
+    assert dialog.cache.budget.value() == 512 and dialog.cache.window_tokens.value() == 128
+    before = dialog.cache.budget_info.text()
     assert "MiB" in before or "KiB" in before
-    dialog.budget.setValue(1024)
-    assert dialog.budget_info.text() != before  # the MB it implies, live
-    dialog.window.setValue(256)
-    dialog.sink.setValue(8)
-    dialog.kv_bits.setCurrentIndex(dialog.kv_bits.findData(8))
-    dialog.max_new_tokens.setValue(20)
-    dialog.cloud_box.setChecked(True)
-    dialog.cloud_url.setText("http://127.0.0.1:9/v1")
-    dialog.cloud_model.setText("tiny-cloud")
-    dialog.cloud_key.setText("sk-secret-123")
-    dialog.cloud_threshold.setValue(-2.25)
-    dialog.cloud_auto.setChecked(True)
+    dialog.cache.budget.setValue(1024)
+    assert dialog.cache.budget_info.text() != before  # the MB it implies, live
+    dialog.cache.window_tokens.setValue(256)
+    dialog.cache.sink.setValue(8)
+    dialog.cache.kv_bits.setCurrentIndex(dialog.cache.kv_bits.findData(8))
+    dialog.model.max_new_tokens.setValue(20)
+    dialog.cloud.setChecked(True)
+    dialog.cloud.url.setText("http://127.0.0.1:9/v1")
+    dialog.cloud.model.setText("tiny-cloud")
+    dialog.cloud.key.setText("sk-secret-123")
+    dialog.cloud.threshold.setValue(-2.25)
+    dialog.cloud.auto.setChecked(True)
     assert dialog.error.text() == ""
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
     assert not dialog.isVisible()
@@ -231,10 +231,10 @@ def test_settings_round_trip_through_the_file_and_the_dialog(make_window, qtbot,
 
     window.show_settings()
     again = window.settings_flow.dialog
-    assert again.budget.value() == 1024 and again.window.value() == 256 and again.sink.value() == 8
-    assert again.kv_bits.currentData() == 8 and again.cloud_box.isChecked()
-    assert again.cloud_model.text() == "tiny-cloud" and again.cloud_key.text() == ""
-    assert "A key is stored" in again.cloud_key_state.text()
+    assert again.cache.budget.value() == 1024 and again.cache.window_tokens.value() == 256 and again.cache.sink.value() == 8
+    assert again.cache.kv_bits.currentData() == 8 and again.cloud.isChecked()
+    assert again.cloud.model.text() == "tiny-cloud" and again.cloud.key.text() == ""
+    assert "A key is stored" in again.cloud.key_state.text()
     again.reject()
 
 
@@ -243,14 +243,14 @@ def test_invalid_settings_are_refused_with_a_message(make_window, qtbot):
     before = settings_path().read_text()
     window.show_settings()
     dialog = window.settings_flow.dialog
-    dialog.budget.setValue(100)  # smaller than sink 4 + window 128
+    dialog.cache.budget.setValue(100)  # smaller than sink 4 + window 128
     assert "smaller than sink + window" in dialog.error.text()
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
     assert dialog.isVisible()  # refused
     assert "smaller than sink + window" in dialog.error.text()
     assert settings_path().read_text() == before
-    dialog.budget.setValue(512)
-    dialog.residual.setValue(200)  # more than the window
+    dialog.cache.budget.setValue(512)
+    dialog.cache.residual.setValue(200)  # more than the window
     assert "residual" in dialog.error.text()
     dialog.reject()
     assert window.settings == SMALL

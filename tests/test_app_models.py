@@ -45,7 +45,7 @@ def test_model_list_shows_sizes_and_what_fits(qtbot):
     assert _cell(dialog, row, 1) == "1.54 B" and _cell(dialog, row, 4) == "28 KiB"
     # a bigger budget needs more memory: the dialog's own fields feed the list
     before = dialog.model_list.table.item(row, 5).toolTip()
-    dialog.budget.setValue(65536)
+    dialog.cache.budget.setValue(65536)
     assert dialog.model_list.table.item(row, 5).toolTip() != before
 
 
@@ -76,7 +76,7 @@ def test_download_through_the_dialog_cancel_resume_then_save(qtbot, hub, tmp_pat
     # resume to the end: the dialog switches its model field to the download, Save keeps it
     hub.chunk_delay_s = 0.0
     qtbot.mouseClick(models.download_button, LEFT)
-    qtbot.waitUntil(lambda: dialog.model_path.text() == TINY_REPO, timeout=60_000)
+    qtbot.waitUntil(lambda: dialog.model.path.text() == TINY_REPO, timeout=60_000)
     assert downloaded_folder(TINY_REPO) is not None
     assert "downloaded and verified" in models.status.text() and _cell(dialog, 0, 6) == "downloaded"
     assert models.download_button.text() == "Use"

@@ -277,32 +277,32 @@ def test_the_settings_dialog_edits_recall_and_shows_its_memory_and_disk(qtbot, t
     file = tmp_path / "settings.toml"
     dialog = SettingsDialog(settings, settings_file=file)
     qtbot.addWidget(dialog)
-    assert dialog.archive.isChecked() and dialog.archive_bits.currentData() == 2
-    assert dialog.recall_tokens.value() == 512 and dialog.recall_block.value() == 64
+    assert dialog.recall.archive.isChecked() and dialog.recall.archive_bits.currentData() == 2
+    assert dialog.recall.tokens.value() == 512 and dialog.recall.block.value() == 64
     assert dialog.values() == settings
 
     profile, policy = KNOWN_SHAPES["smollm2-135m"], settings.cache
     est = estimate(profile, policy, policy.budget_tokens, settings.recall)
     per_100k = estimate(profile, policy, 100_000, settings.recall).archive_bytes
-    info = dialog.recall_info.text()
+    info = dialog.recall.info.text()
     assert f"<b>{format_bytes(est.recall_bytes)}</b> of memory" in info
     assert f"archive on disk: <b>{format_bytes(per_100k)}</b> per 100,000 tokens" in info
-    assert f"+ {format_bytes(est.recall_bytes)} recalled" in dialog.budget_info.text()
+    assert f"+ {format_bytes(est.recall_bytes)} recalled" in dialog.cache.budget_info.text()
 
-    dialog.archive_bits.setCurrentIndex(dialog.archive_bits.findData(4))
-    dialog.recall_tokens.setValue(1024)
+    dialog.recall.archive_bits.setCurrentIndex(dialog.recall.archive_bits.findData(4))
+    dialog.recall.tokens.setValue(1024)
     bigger = estimate(profile, policy, policy.budget_tokens, RecallSettings(recall_tokens=1024, block_tokens=64))
-    assert f"<b>{format_bytes(bigger.recall_bytes)}</b> of memory" in dialog.recall_info.text()  # live
-    dialog.recall_block.setValue(48)  # does not divide the 512-token prefill chunk: the engine's message
+    assert f"<b>{format_bytes(bigger.recall_bytes)}</b> of memory" in dialog.recall.info.text()  # live
+    dialog.recall.block.setValue(48)  # does not divide the 512-token prefill chunk: the engine's message
     assert "must divide the prefill chunk" in dialog.error.text()
-    dialog.recall_block.setValue(32)
+    dialog.recall.block.setValue(32)
     assert dialog.error.text() == ""
-    dialog.recall_tokens.setValue(0)
-    assert dialog.recall_tokens.text() == "off" and "Recall per question is off" in dialog.recall_info.text()
-    dialog.archive.setChecked(False)
-    assert "Recall is off" in dialog.recall_info.text() and not dialog.archive_bits.isEnabled()
-    dialog.archive.setChecked(True)
-    dialog.recall_tokens.setValue(256)
+    dialog.recall.tokens.setValue(0)
+    assert dialog.recall.tokens.text() == "off" and "Recall per question is off" in dialog.recall.info.text()
+    dialog.recall.archive.setChecked(False)
+    assert "Recall is off" in dialog.recall.info.text() and not dialog.recall.archive_bits.isEnabled()
+    dialog.recall.archive.setChecked(True)
+    dialog.recall.tokens.setValue(256)
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
     assert dialog.saved.recall == RecallSettings(archive=True, archive_bits=4, block_tokens=32, recall_tokens=256)
     assert load_settings(file).recall == dialog.saved.recall  # through [recall] in settings.toml
@@ -311,7 +311,7 @@ def test_the_settings_dialog_edits_recall_and_shows_its_memory_and_disk(qtbot, t
     sized = SettingsDialog(dialog.saved, settings_file=file, document_tokens=40_000)
     qtbot.addWidget(sized)
     archive = estimate(profile, dialog.saved.cache, 40_000, dialog.saved.recall).archive_bytes
-    assert f"archive on disk: <b>{format_bytes(archive)}</b> for this document (40,000 tokens)" in sized.recall_info.text()
+    assert f"archive on disk: <b>{format_bytes(archive)}</b> for this document (40,000 tokens)" in sized.recall.info.text()
 
 
 def test_a_recall_off_warning_is_never_among_the_warnings_left_out_of_the_banner():
@@ -459,3 +459,33 @@ def test_the_document_state_follows_reads_and_ignores_replaced_ones(qtbot, tmp_p
     state.removed(doc_id)
     assert state.current is None and state.open_id is None and state.document is None and not state.ready
     library.close()
+
+
+def test_each_settings_section_loads_settings_and_gives_back_its_fields(qtbot, memory_keyring):
+    """The dialog is built from sections, each with load(settings) / values(); together they give
+    back every field the dialog edits, unchanged, and keep the ones it does not (chunk, temperature)."""
+    from app.settings_dialog import SettingsDialog
+    from app.settings_sections import CacheSection, CloudSection, ModelSection, PrefixSection, RecallSection
+    from engine.settings import CloudSettings, RecallSettings
+
+    settings = EngineSettings(
+        model="HuggingFaceTB/SmolLM2-360M-Instruct", device="cpu", max_new_tokens=320,
+        cache=CachePolicy(budget_tokens=2048, sink_tokens=8, window_tokens=256, residual_tokens=32, kv_bits=8, chunk_tokens=256),
+        recall=RecallSettings(archive_bits=2, block_tokens=64, recall_tokens=512),
+        prefix_cache=False, prefix_cache_disk_bytes=768 * 1024 * 1024,
+        cloud=CloudSettings(enabled=True, base_url="https://llm.example/v1", model="m-1", temperature=0.7,
+                            auto_escalate=True, escalation_threshold=-1.25, ask_before_sending=False),
+    )
+    edited = set()
+    for section in (ModelSection(), CacheSection(), RecallSection(), PrefixSection(), CloudSection()):
+        qtbot.addWidget(section)
+        section.load(settings)
+        fields = section.values()
+        assert fields and all(getattr(settings, name) == value for name, value in fields.items()), type(section)
+        edited |= set(fields)
+    assert edited == {"model", "device", "max_new_tokens", "cache", "recall", "prefix_cache", "prefix_cache_disk_bytes", "cloud"}
+    dialog = SettingsDialog(settings)
+    qtbot.addWidget(dialog)
+    assert dialog.values() == settings and dialog.error.text() == ""
+    dialog.cache.window_tokens.setValue(4096)  # more than the budget: the engine's own message, at once
+    assert "smaller than sink + window" in dialog.error.text()

@@ -1,0 +1,310 @@
+"""The groups of the settings dialog (`app.settings_dialog`), one widget each: the model, the KV
+cache, recall, the prefix cache on disk and the cloud fallback. Each shows a part of
+`EngineSettings` (`load(settings)`), gives back the fields it edits (`values()`: a dict of
+`EngineSettings` fields, for `dataclasses.replace`; not validated, which the dialog does once for
+all of them) and emits `changed` on any edit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
+    QPushButton, QSpinBox,
+)
+
+from engine import secrets
+from engine.errors import SettingsError
+from engine.settings import EngineSettings
+from engine.units import format_bytes
+
+MODEL_KINDS = [
+    ("default", "Embedded default (SmolLM2-135M-Instruct)"),
+    ("gguf", "GGUF file"),
+    ("folder", "Hugging Face model folder"),
+    ("hub", "Hugging Face hub id (downloads once)"),
+]
+DEVICES = [("auto", "Auto (CUDA when available)"), ("cuda", "CUDA GPU"), ("cpu", "CPU")]
+MIB = 1024 * 1024
+
+
+def model_kind(spec: str) -> str:
+    """Which of MODEL_KINDS a model setting names."""
+    if spec == "default":
+        return "default"
+    if spec.lower().endswith(".gguf"):
+        return "gguf"
+    if Path(spec).expanduser().is_dir() or spec.startswith(("/", "~", ".")):
+        return "folder"
+    return "hub"
+
+
+def _spin(low: int, high: int, step: int = 1, suffix: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setGroupSeparatorShown(True)
+    if suffix:
+        box.setSuffix(suffix)
+    return box
+
+
+def _combo(items) -> QComboBox:
+    combo = QComboBox()
+    for data, text in items:
+        combo.addItem(text, data)
+    return combo
+
+
+class Section(QGroupBox):
+    """One group of settings: `load(settings)`, `values()`, `changed`. Subclasses keep the settings
+    last loaded (`loaded`), so that `values()` carries the fields they do not show."""
+
+    changed = Signal()
+
+    def __init__(self, title: str) -> None:
+        super().__init__(title)
+        self.loaded = EngineSettings()
+        self.form = QFormLayout(self)
+
+    def load(self, settings: EngineSettings) -> None:
+        """Show `settings` in the widgets."""
+        self.loaded = settings
+
+    def values(self) -> dict:
+        """The `EngineSettings` fields this group edits, as the widgets say (not validated)."""
+        raise NotImplementedError
+
+    def _emit_on(self, *widgets) -> None:
+        """`changed` whenever one of `widgets` is edited."""
+        for widget in widgets:
+            for name in ("valueChanged", "currentIndexChanged", "textChanged", "toggled"):
+                signal = getattr(widget, name, None)
+                if signal is not None:
+                    signal.connect(self.changed)
+                    break
+
+
+class ModelSection(Section):
+    """The model (embedded, a GGUF file, a folder or a hub id), its device, the longest answer."""
+
+    def __init__(self) -> None:
+        super().__init__("Model")
+        self.kind = _combo(MODEL_KINDS)
+        self.path = QLineEdit()
+        self.browse = QPushButton("Browse…")
+        self.device = _combo(DEVICES)
+        self.max_new_tokens = _spin(1, 8192, 16, " tokens")
+        self.form.addRow("Model", self.kind)
+        row = QHBoxLayout()
+        row.addWidget(self.path, 1)
+        row.addWidget(self.browse)
+        self.form.addRow("File, folder or id", row)
+        self.form.addRow("Device", self.device)
+        self.form.addRow("Longest answer", self.max_new_tokens)
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+        self.browse.clicked.connect(self._browse)
+        self._emit_on(self.path, self.device, self.max_new_tokens)
+
+    def load(self, settings: EngineSettings) -> None:
+        super().load(settings)
+        kind = model_kind(settings.model)
+        self.kind.setCurrentIndex(self.kind.findData(kind))
+        self.path.setText("" if kind == "default" else settings.model)
+        self.device.setCurrentIndex(self.device.findData(settings.device))
+        self.max_new_tokens.setValue(settings.max_new_tokens)
+        self._kind_changed()
+
+    def values(self) -> dict:
+        """Raises SettingsError for a model kind without a file, folder or id."""
+        kind = self.kind.currentData()
+        model = "default" if kind == "default" else self.path.text().strip()
+        if kind != "default" and not model:
+            raise SettingsError("model: enter a .gguf file, a model folder or a hub id (or pick the embedded default)")
+        return {"model": model, "device": self.device.currentData(), "max_new_tokens": self.max_new_tokens.value()}
+
+    def use(self, repo: str) -> None:
+        """A model of the list was downloaded or picked: it becomes the model field (Save applies it)."""
+        self.kind.setCurrentIndex(self.kind.findData("hub"))
+        self.path.setText(repo)
+
+    def _kind_changed(self, *_args) -> None:
+        kind = self.kind.currentData()
+        self.path.setEnabled(kind != "default")
+        self.browse.setEnabled(kind in ("gguf", "folder"))
+        self.path.setPlaceholderText({"default": "", "gguf": "/path/to/model.gguf", "folder": "/path/to/hf-model-folder",
+                                      "hub": "HuggingFaceTB/SmolLM2-360M-Instruct"}[kind])
+        self.changed.emit()
+
+    def _browse(self) -> None:
+        if self.kind.currentData() == "gguf":
+            path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
+        else:
+            path = QFileDialog.getExistingDirectory(self, "Choose a Hugging Face model folder")
+        if path:
+            self.path.setText(path)
+
+
+class CacheSection(Section):
+    """The KV cache policy per layer and KV head; `budget_info` says what it takes in memory."""
+
+    def __init__(self) -> None:
+        super().__init__("KV cache (per layer and KV head)")
+        self.budget = _spin(16, 1 << 20, 256, " tokens")
+        self.budget_info = QLabel()
+        self.budget_info.setWordWrap(True)
+        self.budget_info.setObjectName("budgetInfo")
+        self.sink = _spin(0, 1 << 16, 1, " tokens")
+        self.window_tokens = _spin(1, 1 << 20, 64, " tokens")
+        self.residual = _spin(0, 1 << 16, 16, " tokens")
+        self.kv_bits = _combo(((4, "4 bits (INT4)"), (8, "8 bits (INT8)"), (16, "16 bits (float16)")))
+        for label, widget in (("Budget", self.budget), ("", self.budget_info), ("Attention sinks", self.sink),
+                              ("Recent window", self.window_tokens), ("16-bit residual", self.residual),
+                              ("KV bits", self.kv_bits)):
+            self.form.addRow(label, widget)
+        self._emit_on(self.budget, self.sink, self.window_tokens, self.residual, self.kv_bits)
+
+    def load(self, settings: EngineSettings) -> None:
+        super().load(settings)
+        policy = settings.cache
+        self.budget.setValue(policy.budget_tokens)
+        self.sink.setValue(policy.sink_tokens)
+        self.window_tokens.setValue(policy.window_tokens)
+        self.residual.setValue(policy.residual_tokens)
+        self.kv_bits.setCurrentIndex(self.kv_bits.findData(policy.kv_bits))
+
+    def values(self) -> dict:
+        return {"cache": dataclasses.replace(
+            self.loaded.cache, budget_tokens=self.budget.value(), sink_tokens=self.sink.value(),
+            window_tokens=self.window_tokens.value(), residual_tokens=self.residual.value(),
+            kv_bits=int(self.kv_bits.currentData()))}
+
+
+class RecallSection(Section):
+    """The archive written while reading and what a question may recall from it; `info` says
+    what that takes in memory and on disk."""
+
+    def __init__(self) -> None:
+        super().__init__("Recall (from the archive, at question time)")
+        self.archive = QCheckBox("Archive every token on disk while reading (needed for recall)")
+        self.archive_bits = _combo(((4, "4 bits (INT4)"), (2, "2 bits (smaller, less exact)")))
+        self.tokens = _spin(0, 1 << 20, 256, " tokens")
+        self.tokens.setSpecialValueText("off")  # 0 = no recall
+        self.tokens.setToolTip("Tokens per layer and KV head a question may bring back from the archive; 0 = off")
+        self.block = _spin(1, 1 << 16, 16, " tokens")
+        self.block.setToolTip("The unit that is scored and recalled; must divide the prefill chunk")
+        self.info = QLabel()
+        self.info.setWordWrap(True)
+        self.info.setObjectName("recallInfo")
+        self.form.addRow(self.archive)
+        for label, widget in (("Archive bits", self.archive_bits), ("Recall per question", self.tokens),
+                              ("Block", self.block), ("", self.info)):
+            self.form.addRow(label, widget)
+        self._emit_on(self.archive, self.archive_bits, self.tokens, self.block)
+
+    def load(self, settings: EngineSettings) -> None:
+        super().load(settings)
+        recall = settings.recall
+        self.archive.setChecked(recall.archive)
+        self.archive_bits.setCurrentIndex(self.archive_bits.findData(recall.archive_bits))
+        self.tokens.setValue(recall.recall_tokens)
+        self.block.setValue(recall.block_tokens)
+
+    def values(self) -> dict:
+        return {"recall": dataclasses.replace(
+            self.loaded.recall, archive=self.archive.isChecked(), archive_bits=int(self.archive_bits.currentData()),
+            recall_tokens=self.tokens.value(), block_tokens=self.block.value())}
+
+    def show_archive(self, archive: bool) -> None:
+        """Bits and block only mean something with an archive; recall also needs tokens to bring back."""
+        for widget in (self.archive_bits, self.block, self.tokens):
+            widget.setEnabled(archive)
+
+
+class PrefixSection(Section):
+    """Saving each document's prefix cache on disk, its disk budget, what is in use (`set_usage`)
+    and Clear (`clear_requested`)."""
+
+    clear_requested = Signal()
+
+    def __init__(self) -> None:
+        super().__init__("Prefix cache on disk")
+        self.enabled = QCheckBox("Save each document's cache and reuse it next time")
+        self.disk = _spin(0, 1 << 20, 256, " MiB")
+        self.usage = QLabel("—")
+        self.clear_button = QPushButton("Clear")
+        self.clear_button.setToolTip("Delete every saved prefix cache (documents will be prefilled again)")
+        self.clear_button.clicked.connect(self.clear_requested)
+        self.form.addRow(self.enabled)
+        self.form.addRow("Disk budget", self.disk)
+        row = QHBoxLayout()
+        row.addWidget(self.usage, 1)
+        row.addWidget(self.clear_button)
+        self.form.addRow("In use", row)
+        self._emit_on(self.disk)
+
+    def load(self, settings: EngineSettings) -> None:
+        super().load(settings)
+        self.enabled.setChecked(settings.prefix_cache)
+        self.disk.setValue(settings.prefix_cache_disk_bytes // MIB)
+
+    def values(self) -> dict:
+        return {"prefix_cache": self.enabled.isChecked(), "prefix_cache_disk_bytes": self.disk.value() * MIB}
+
+    def set_usage(self, entries: int, size_bytes: int) -> None:
+        """Show what the prefix caches on disk take."""
+        self.usage.setText(f"{entries} saved cache{'s' if entries != 1 else ''}, {format_bytes(size_bytes)}")
+
+
+class CloudSection(Section):
+    """The cloud fallback (checkable: off, nothing leaves this computer): endpoint, model, API key
+    (kept in the OS keyring, `typed_key`), when to escalate, whether to ask before sending."""
+
+    def __init__(self) -> None:
+        super().__init__("Cloud fallback (off: nothing leaves this computer)")
+        self.setCheckable(True)
+        self.url = QLineEdit()
+        self.url.setPlaceholderText("https://api.example.com/v1")
+        self.model = QLineEdit()
+        self.key = QLineEdit()
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key_state = QLabel()
+        self.threshold = QDoubleSpinBox()
+        self.threshold.setRange(-20.0, 0.0)
+        self.threshold.setSingleStep(0.1)
+        self.threshold.setDecimals(2)
+        self.auto = QCheckBox("Escalate by itself when the local answer's confidence is low")
+        self.confirm = QCheckBox("Show what would be sent and ask before sending")
+        for label, widget in (("Endpoint URL", self.url), ("Model name", self.model), ("API key", self.key),
+                              ("", self.key_state), ("Escalation threshold", self.threshold),
+                              ("", QLabel("mean log-probability per token of the local answer"))):
+            self.form.addRow(label, widget)
+        self.form.addRow(self.auto)
+        self.form.addRow(self.confirm)
+        self._emit_on(self, self.url, self.model, self.threshold)
+
+    def load(self, settings: EngineSettings) -> None:
+        super().load(settings)
+        cloud = settings.cloud
+        self.setChecked(cloud.enabled)
+        self.url.setText(cloud.base_url)
+        self.model.setText(cloud.model)
+        self.threshold.setValue(cloud.escalation_threshold)
+        self.auto.setChecked(cloud.auto_escalate)
+        self.confirm.setChecked(cloud.ask_before_sending)
+        has_key = bool(cloud.base_url and secrets.load_api_key(cloud.base_url))
+        self.key.setPlaceholderText("stored in the OS keyring — type to replace" if has_key else "stored in the OS keyring, never in a file")
+        self.key_state.setText("A key is stored for this endpoint." if has_key else "No key stored for this endpoint.")
+
+    def values(self) -> dict:
+        return {"cloud": dataclasses.replace(
+            self.loaded.cloud, enabled=self.isChecked(), base_url=self.url.text().strip(), model=self.model.text().strip(),
+            escalation_threshold=round(self.threshold.value(), 2), auto_escalate=self.auto.isChecked(),
+            ask_before_sending=self.confirm.isChecked())}
+
+    def typed_key(self) -> str:
+        """The API key typed in (to store in the keyring on Save), "" when none was."""
+        return self.key.text()
