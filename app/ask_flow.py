@@ -64,8 +64,6 @@ class AskFlow:
         w.update_input()
         if w.closed:
             return
-        if outcome is not None and outcome.answer.cloud is None:
-            w.state.passages = outcome.answer.passages
         if outcome is not None and outcome.escalation:
             self._ask(live.question, cloud=True, reason=outcome.escalation, escalation=True)
         elif error is not None and error.kind is ErrorKind.OOM:

@@ -12,7 +12,8 @@ Under each answer, two lines name pages or files, from two different kinds of ev
 
 The model is told to cite "[page 12]" or "[src/app.py]"; `link_citations` turns those into
 `cite:` links (never inside code). Both lines link each label the same way, so clicking a cited or
-an attended label emits `citation_clicked(label)`.
+an attended label emits `citation_clicked(label, message_id)`: the link carries the answer's id
+(`cite:page%2012#42`), so that the source pane shows that answer's attended passages.
 """
 
 from __future__ import annotations
@@ -53,11 +54,17 @@ def citations(text: str) -> list[str]:
     return found
 
 
-def link_citations(text: str) -> str:
-    """Markdown with each citation turned into a `cite:` link (code spans and blocks untouched)."""
+def cite_href(label: str, message_id: int | None = None) -> str:
+    """The link of a cited or attended label: `cite:<label, quoted>`, then `#<answer id>` when known."""
+    return f"cite:{quote(label)}" + (f"#{message_id}" if message_id is not None else "")
+
+
+def link_citations(text: str, message_id: int | None = None) -> str:
+    """Markdown with each citation turned into a `cite:` link (code spans and blocks untouched);
+    `message_id`: the answer the text belongs to (`cite_href`)."""
     def link(match: re.Match) -> str:
         label = match.group(1).strip()
-        return f"[[{label}]](cite:{quote(label)})" if looks_like_citation(label) else match.group(0)
+        return f"[[{label}]]({cite_href(label, message_id)})" if looks_like_citation(label) else match.group(0)
 
     return "".join(part if part.startswith("`") else CITATION.sub(link, part) for part in _CODE.split(text))
 
@@ -67,8 +74,8 @@ ATTENDED_TIP = ("Pages or files whose recalled tokens received the most attentio
                 "(its share of that attention). From the model's attention, not from the answer's text.")
 
 
-def sources_line(text: str, labels: set[str] | None) -> str:
-    """HTML: 'Cited: page 1 · src/app.py' (links), unknown labels marked; '' when none."""
+def sources_line(text: str, labels: set[str] | None, message_id: int | None = None) -> str:
+    """HTML: 'Cited: page 1 · src/app.py' (links, `cite_href`), unknown labels marked; '' when none."""
     cited = citations(text)
     if not cited:
         return ""
@@ -77,16 +84,16 @@ def sources_line(text: str, labels: set[str] | None) -> str:
         if labels is not None and label not in labels and normalise_label(label) not in labels:
             parts.append(f"<span style='color:#B03030'>{_html(label)} (not in the document)</span>")
         else:
-            parts.append(f"<a href='cite:{quote(label)}'>{_html(label)}</a>")
+            parts.append(f"<a href='{cite_href(label, message_id)}'>{_html(label)}</a>")
     return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
 
 
-def attended_line(sources: list[Source]) -> str:
+def attended_line(sources: list[Source], message_id: int | None = None) -> str:
     """HTML: 'Attended: page 12 (41 %) · src/app.py (22 %)', each label a `cite:` link like a
     citation's; '' when there are none (no recall, or nothing attended above the engine's floor)."""
     if not sources:
         return ""
-    parts = [f"<a href='cite:{quote(s.label)}' title=\"{ATTENDED_TIP}\">{_html(s.label)}</a> ({s.share * 100:.0f} %)"
+    parts = [f"<a href='{cite_href(s.label, message_id)}' title=\"{ATTENDED_TIP}\">{_html(s.label)}</a> ({s.share * 100:.0f} %)"
              for s in sources]
     return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
 
@@ -145,7 +152,7 @@ def footer_text(message: MessageRecord) -> str:
 class ChatView(QTextBrowser):
     """Read-only conversation. Streaming: `begin_answer()`, `append_text(piece)`..., `finish_answer(msg)`."""
 
-    citation_clicked = Signal(str)
+    citation_clicked = Signal(str, object)   # label, the answer's message id (None while it streams)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -172,7 +179,7 @@ class ChatView(QTextBrowser):
                 self.add_question(message.text, scroll=False)
             else:
                 self._header("Halaman · cloud" if message.source == "cloud" else "Halaman", "#6B3FA0")
-                self._markdown(message.text or "_(no answer)_")
+                self._markdown(message.text or "_(no answer)_", message.id)
                 self._footer(message)
         self._scroll_to_end()
 
@@ -200,7 +207,7 @@ class ChatView(QTextBrowser):
     def finish_answer(self, message: MessageRecord) -> None:
         self._render_timer.stop()
         self.live_text = message.text
-        self._render_live(final=True)
+        self._render_live(final=True, message_id=message.id)
         self._live_from = None
         self._footer(message)
         self._scroll_to_end()
@@ -216,14 +223,14 @@ class ChatView(QTextBrowser):
     def streaming(self) -> bool:
         return self._live_from is not None
 
-    def _render_live(self, final: bool = False) -> None:
+    def _render_live(self, final: bool = False, message_id: int | None = None) -> None:
         if self._live_from is None:
             return
         cursor = self._end_cursor()
         cursor.setPosition(self._live_from, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
         text = self.live_text if self.live_text or final else "…"
-        self._markdown(text if final or not self.live_text else self.live_text + " ▍")
+        self._markdown(text if final or not self.live_text else self.live_text + " ▍", message_id)
         self.renders += 1
         self._scroll_to_end()
 
@@ -241,10 +248,10 @@ class ChatView(QTextBrowser):
         cursor.insertText(who, fmt)
         self._new_block(cursor)
 
-    def _markdown(self, text: str) -> None:
+    def _markdown(self, text: str, message_id: int | None = None) -> None:
         cursor = self._end_cursor()
         start = cursor.position()
-        cursor.insertMarkdown(link_citations(text))
+        cursor.insertMarkdown(link_citations(text, message_id))
         block = self.document().findBlock(start)
         code_format = None
         while block.isValid():
@@ -260,7 +267,8 @@ class ChatView(QTextBrowser):
         block = QTextBlockFormat()
         block.setTopMargin(4)
         cursor.setBlockFormat(block)
-        lines = [line for line in (sources_line(message.text, self.labels), attended_line(message.sources)) if line]
+        lines = [line for line in (sources_line(message.text, self.labels, message.id),
+                                   attended_line(message.sources, message.id)) if line]
         lines.append(_html(footer_text(message)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")
         self._new_block(cursor)
@@ -300,7 +308,8 @@ class ChatView(QTextBrowser):
 
     def _on_anchor(self, url: QUrl) -> None:
         if url.scheme() == "cite":
-            self.citation_clicked.emit(unquote(url.toString()[len("cite:"):]))
+            label, _, answer = url.toString()[len("cite:"):].partition("#")  # a "#" in a label is quoted
+            self.citation_clicked.emit(unquote(label), int(answer) if answer.isdigit() else None)
         elif url.scheme() in ("http", "https"):
             QDesktopServices.openUrl(url)
 
@@ -323,5 +332,5 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-__all__ = ["ChatView", "citations", "link_citations", "sources_line", "attended_line", "recall_text", "footer_text",
+__all__ = ["ChatView", "citations", "cite_href", "link_citations", "sources_line", "attended_line", "recall_text", "footer_text",
            "looks_like_citation", "normalise_label"]

@@ -1,7 +1,7 @@
 """The conversation: the chat (or, with no document, a big drop target) and the ask bar below it.
 
 Intents out (signals): `ask_requested(question, follow_up)`, `ask_cloud_requested(question)`,
-`citation_clicked(label)`, `open_file_requested()`, `open_folder_requested()`. State in:
+`citation_clicked(label, message_id)`, `open_file_requested()`, `open_folder_requested()`. State in:
 `set_ready(...)`, `show_empty()`, `show_chat()`; the chat itself is `chat` (`app.chat.ChatView`).
 """
 
@@ -61,7 +61,7 @@ class Conversation(QWidget):
 
     ask_requested = Signal(str, bool)
     ask_cloud_requested = Signal(str)
-    citation_clicked = Signal(str)
+    citation_clicked = Signal(str, object)
     open_file_requested = Signal()
     open_folder_requested = Signal()
 

@@ -40,7 +40,6 @@ class DocumentState:
     report: OpenReport | None = None
     document: Document | None = None
     segments: dict[str, str] = field(default_factory=dict)  # citation label -> text of the open document
-    passages: list = field(default_factory=list)  # the last local answer's attended passages (engine.attended)
 
     # -------------------------------------------------------------- reports
     def show(self, record: DocumentRecord | None) -> None:
@@ -52,7 +51,7 @@ class DocumentState:
         open or being read, and the chat shows it."""
         self.opening, self.open_job, self.current = path, job, record
         self.open_id = self.open_path = self.document = None
-        self.segments, self.passages = {}, []
+        self.segments = {}
 
     def opened(self, job: Job, doc_id: int, path: str, report: OpenReport, document: Document) -> bool:
         """`job` has read its document (library id `doc_id`). False when a newer read replaced it."""
@@ -60,7 +59,7 @@ class DocumentState:
             return False
         self.opening = self.open_job = None
         self.open_id, self.open_path, self.report, self.document = doc_id, path, report, document
-        self.segments, self.passages = {s.label: s.text for s in document.segments}, []
+        self.segments = {s.label: s.text for s in document.segments}
         return True
 
     def read_ended(self, job: Job) -> bool:

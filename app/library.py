@@ -5,10 +5,11 @@
                   file_sig, added_s, opened_s
       messages    id, document_id, role ("user" | "assistant"), text, state, created_s and, for
                   answers, where it came from and what it cost (source, endpoint, model, reason,
-                  ttft_s, tokens_per_s, tokens, prefix_hit, stop_reason), and since schema 2 what recall
-                  did (sources_json: the attention-grounded sources, recall_json: recall's cost)
+                  ttft_s, tokens_per_s, tokens, prefix_hit, stop_reason), since schema 2 what recall
+                  did (sources_json: the attention-grounded sources, recall_json: recall's cost), and
+                  since schema 3 the passages it attended to (passages_json, the source pane's highlights)
 
-Schema 2 only adds columns to `messages`; a schema-1 file is migrated in place when it is opened
+Schemas 2 and 3 only add columns to `messages`; an older file is migrated in place when it is opened
 (ALTER TABLE ... ADD COLUMN: old rows read back with those fields None, nothing is rewritten).
 
 Used from the GUI thread only (no engine calls, no model): the worker never touches it. Every
@@ -43,12 +44,13 @@ import sqlite_utils
 
 from engine import paths
 from engine.answer import Source
+from engine.attended import AttendedSpan
 from engine.settings import EngineSettings
 
 if TYPE_CHECKING:  # the library is read before the engine (and torch) is loaded
     from engine.workspace import CacheStatus
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
 
 
@@ -98,6 +100,7 @@ class MessageRecord:
     stop_reason: str | None = None
     sources_json: str | None = None  # [{"label", "share", "page", "path"}]: engine.answer.Source, as JSON
     recall_json: str | None = None   # `engine.workspace.recall_record`; None for cloud answers and rows from before recall
+    passages_json: str | None = None  # `engine.workspace.passages_json`; None for cloud answers and rows from before schema 3
 
     @property
     def sources(self) -> list[Source]:
@@ -108,6 +111,16 @@ class MessageRecord:
             return [Source(**item) for item in json.loads(self.sources_json)]
         except (ValueError, TypeError):
             return []  # a damaged row must not stop the history from showing
+
+    @property
+    def passages(self) -> list[AttendedSpan]:
+        """The passages the answer attended to (`engine.attended.AttendedSpan`), [] when none were stored."""
+        if not self.passages_json:
+            return []
+        try:
+            return [AttendedSpan(**item) for item in json.loads(self.passages_json)]
+        except (ValueError, TypeError):
+            return []  # a damaged row must not stop the source pane
 
     @property
     def recall(self) -> dict | None:
@@ -122,7 +135,7 @@ class MessageRecord:
 
 
 # Columns added after schema 1 (name -> type), added in place to an older file's messages table.
-MESSAGE_COLUMNS_V2 = {"sources_json": str, "recall_json": str}
+MESSAGE_COLUMNS_ADDED = {"sources_json": str, "recall_json": str, "passages_json": str}
 
 
 _BYTES_PREFIX = "fsbytes:"
@@ -266,7 +279,7 @@ class Library:
                 self.db["messages"].create(
                     {"id": int, "document_id": int, "role": str, "text": str, "state": str, "created_s": float,
                      "source": str, "endpoint": str, "model": str, "reason": str, "ttft_s": float,
-                     "tokens_per_s": float, "tokens": int, "prefix_hit": int, "stop_reason": str, **MESSAGE_COLUMNS_V2},
+                     "tokens_per_s": float, "tokens": int, "prefix_hit": int, "stop_reason": str, **MESSAGE_COLUMNS_ADDED},
                     pk="id", not_null={"document_id", "role", "text", "state", "created_s"},
                     foreign_keys=[("document_id", "documents", "id")],
                 )
@@ -274,7 +287,7 @@ class Library:
             else:
                 # A file from an older version: add the missing columns (old rows get NULL there).
                 have = set(self.db["messages"].columns_dict)
-                for name, kind in MESSAGE_COLUMNS_V2.items():
+                for name, kind in MESSAGE_COLUMNS_ADDED.items():
                     if name not in have:
                         self.db["messages"].add_column(name, kind)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

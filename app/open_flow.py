@@ -37,7 +37,7 @@ class OpenFlow:
         w.client.cancel(state.document_jobs())  # a new document replaces what was being read or answered
         w.banner.hide()
         self._estimate_shown_for = None
-        w.window_store().setValue("last_folder", str(Path(path).parent))
+        w.store.last_folder = str(Path(path).parent)
         self.close_long_read_box()
         record = w.library.find(path)
         live = state.live

@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             return
         if not todo:
             if args.show_source and window.state.open_id is not None:
-                sources = window.library.messages(window.state.open_id)[-1].sources
-                if sources:
-                    window.show_citation(sources[0].label)
+                last = window.library.messages(window.state.open_id)[-1]
+                if last.sources:
+                    window.show_citation(last.sources[0].label, last.id)
             QTimer.singleShot(800, shoot)
             return
         kind, value = todo.pop(0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QSettings, QUrl
+from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent, QIcon
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
@@ -32,8 +32,8 @@ from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
 from app.settings_flow import SettingsFlow
 from app.window_layout import GAUGE_IDLE_MS, build_menu, build_panels
+from app.window_store import WindowStore
 from app.worker import ConfirmRequest, EngineClient, Job, JobError
-from engine import paths
 from engine.documents import OPEN_DIALOG_SUFFIXES
 from engine.errors import ErrorKind, HalamanError
 from engine.estimate import KNOWN_SHAPES
@@ -71,6 +71,7 @@ class MainWindow(QMainWindow):
         self.client = EngineClient(settings, model_factory, parent=self)
         self.cache_status: CacheStatus | None = None   # the prefix store's, from the worker
         self.confirm_box = None
+        self.store = WindowStore()
         build_panels(self)
         self.state = DocumentState(self.answers)
         self.reader = OpenFlow(self)
@@ -81,7 +82,7 @@ class MainWindow(QMainWindow):
         self.refresh_library()
         self.update_input()
         self.memory_panel.show_budget(self.settings, self.profile())
-        self._restore_geometry()
+        self.store.restore(self)
         if startup_problem:
             self.banner.show_message("error", startup_problem)
         if load_model:
@@ -101,6 +102,7 @@ class MainWindow(QMainWindow):
         conversation.ask_requested.connect(self.asker.ask)
         conversation.ask_cloud_requested.connect(self.asker.ask_cloud)
         conversation.citation_clicked.connect(self.show_citation)
+        self.source_pane.closed.connect(lambda: setattr(self.store, "pane_width", self.source_pane.width()))
         conversation.open_file_requested.connect(self.choose_file)
         conversation.open_folder_requested.connect(self.choose_folder)
         self.progress.cancel_clicked.connect(self.cancel_work)
@@ -140,19 +142,14 @@ class MainWindow(QMainWindow):
 
     # ============================================================ choosing
     def choose_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a document", self._last_folder(), OPEN_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self, "Open a document", self.store.last_folder, OPEN_FILTER)
         if path:
             self.open_path(path)
 
     def choose_folder(self, *, start: str | None = None) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Open a code folder", start or self._last_folder())
+        path = QFileDialog.getExistingDirectory(self, "Open a code folder", start or self.store.last_folder)
         if path:
             self.open_path(path)
-
-    def _last_folder(self) -> str:
-        """Where the file dialogs start: the folder of the last document opened (kept across runs)."""
-        folder = self.window_store().value("last_folder")
-        return folder if folder and Path(folder).is_dir() else str(Path.home())
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         if local_paths(event.mimeData()):
@@ -276,20 +273,26 @@ class MainWindow(QMainWindow):
         self.refresh_library()
         self.show_current()
 
-    def show_citation(self, label: str) -> None:
-        """Show the cited page or file of the open document in the source pane, the last local
-        answer's attended passages in it highlighted."""
+    def show_citation(self, label: str, message_id: int | None = None) -> None:
+        """Show the cited page or file of the open document in the source pane, with the attended
+        passages of the answer `message_id` (the one whose link was clicked) highlighted."""
         document = self.state.document
         labels = [s.label for s in document.segments] if document else []
         found = label if label in labels else normalise_label(label)
         if found not in labels:
             self.statusBar().showMessage(f"“{label}” is not a page or file of the open document.", 6000)
             return
-        if self.source_pane.isHidden():  # opened beside the chat, half of the chat's width
+        message = self.library.message(message_id) if message_id is not None else None
+        self.open_source_pane()
+        self.source_pane.show_segment(document, labels.index(found), message.passages if message else [])
+
+    def open_source_pane(self) -> None:
+        """Show the source pane beside the chat, as wide as it was last (else half the chat)."""
+        if self.source_pane.isHidden():
             self.source_pane.show()
             side, chat, pane = self.splitter.sizes()
-            self.splitter.setSizes([side, (chat + pane) // 2, (chat + pane) - (chat + pane) // 2])
-        self.source_pane.show_segment(document, labels.index(found), self.state.passages)
+            width = min(self.store.pane_width or (chat + pane) // 2, (chat + pane) - 200)
+            self.splitter.setSizes([side, chat + pane - width, width])
 
     # =============================================================== settings
     @property
@@ -352,7 +355,7 @@ class MainWindow(QMainWindow):
         self.closed = True
         self.gauge_timer.stop()
         self.progress.finish()
-        self._save_geometry()
+        self.store.save(self)
         self.answers.save_partial()
         # Cancels, stops the thread, then delivers what the worker sent before it stopped (the
         # cancelled answer's result), which the answer stream saves as usual.
@@ -360,22 +363,6 @@ class MainWindow(QMainWindow):
         self.answers.interrupt()
         self.library.close()
         super().closeEvent(event)
-
-    def window_store(self) -> QSettings:
-        """Window state kept across runs (geometry, splitter, last folder): window.ini in the config folder."""
-        return QSettings(str(paths.config_dir() / "window.ini"), QSettings.Format.IniFormat)
-
-    def _save_geometry(self) -> None:
-        store = self.window_store()
-        store.setValue("geometry", self.saveGeometry())
-        store.setValue("splitter", self.splitter.saveState())
-
-    def _restore_geometry(self) -> None:
-        store = self.window_store()
-        if store.value("geometry") is not None:
-            self.restoreGeometry(store.value("geometry"))
-        if store.value("splitter") is not None:
-            self.splitter.restoreState(store.value("splitter"))
 
     def open_log_folder(self) -> None:
         from app.errors import log_path

@@ -35,6 +35,7 @@ import torch
 
 from engine import paths
 from engine.answer import Answer, Source, StopReason
+from engine.attended import AttendedSpan
 from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
 from engine.documents import Document, PasswordRequiredError, WrongPasswordError
@@ -159,8 +160,8 @@ class AnswerRecord:
     state: "done" or "cancelled". source: "local" or "cloud". model: the local model's label or
     the cloud model's name. reason: why it went to the cloud (None for local answers). tokens:
     answer tokens (the endpoint's count for a cloud answer, None when not reported). prefix_hit:
-    1 / 0, None for cloud answers. sources_json / recall_json: `sources_json` and `recall_record`,
-    None for cloud answers.
+    1 / 0, None for cloud answers. sources_json / recall_json / passages_json: `sources_json`,
+    `recall_record` and `passages_json`, None for cloud answers.
     """
 
     text: str
@@ -176,6 +177,7 @@ class AnswerRecord:
     stop_reason: StopReason
     sources_json: str | None = None
     recall_json: str | None = None
+    passages_json: str | None = None
 
     def fields(self) -> dict:
         """Column name -> value, for `Library.update_message(message_id, **record.fields())`."""
@@ -196,6 +198,12 @@ class AnswerOutcome:
 def sources_json(sources: list[Source]) -> str | None:
     """`Answer.sources` as the JSON text stored in `messages.sources_json` (None when empty)."""
     return json.dumps([asdict(s) for s in sources]) if sources else None
+
+
+def passages_json(passages: list[AttendedSpan]) -> str | None:
+    """`Answer.passages` as the JSON text stored in `messages.passages_json` (None when empty): the
+    source pane shows an older answer's highlights from it."""
+    return json.dumps([asdict(p) for p in passages]) if passages else None
 
 
 def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: int | None = None) -> str:
@@ -228,7 +236,7 @@ def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallSett
     heads = model.profile.num_layers * model.profile.kv_heads if model else None
     return AnswerRecord(**common, source="local", endpoint=None, model=model.label if model else None, reason=None,
                         tokens=len(answer.token_ids), prefix_hit=int(answer.prefix_hit),
-                        sources_json=sources_json(answer.sources),
+                        sources_json=sources_json(answer.sources), passages_json=passages_json(answer.passages),
                         recall_json=recall_record(answer.recall, recall, heads=heads))
 
 

@@ -167,7 +167,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
         assert expected in footer, footer
     assert window.conversation.question.isEnabled()
     # A citation shows the cited page of the document in the source pane.
-    window.chat.citation_clicked.emit("page 1")
+    window.chat.citation_clicked.emit("page 1", None)
     assert window.source_pane.isVisible() and window.source_pane.page == 1
     assert not window.source_pane.page_label.pixmap().isNull()
     window.source_pane.close_button.click()
@@ -598,6 +598,36 @@ def test_the_library_calls_a_cache_stale_exactly_when_its_prefix_key_would_miss(
     assert window.state.report.prefix_hit  # what the library said: cached
 
 
+def test_the_source_pane_is_remembered_open_or_closed_with_its_width(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.resize(1600, 800)  # room for the pane to be wider than it must be (436 px here)
+    window.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, window)
+    window.chat.citation_clicked.emit(next(iter(window.state.segments)), None)
+    assert window.source_pane.isVisible()
+    side, chat, pane = window.splitter.sizes()
+    window.splitter.setSizes([side, chat + pane - 600, 600])
+    qtbot.waitUntil(lambda: window.source_pane.width() == 600, timeout=5_000)
+    window.close()
+
+    # A restart: the pane is open again, as wide as it was. (The offscreen screen is narrower than
+    # the window: restoring the geometry clamps it, so it is made as wide again first.)
+    again = make_window(wait_model=False)
+    again.resize(1600, 800)
+    qtbot.waitUntil(lambda: again.source_pane.isVisible(), timeout=5_000)
+    assert abs(again.source_pane.width() - 600) <= 4, again.splitter.sizes()
+    again.source_pane.close_button.click()
+    again.close()
+
+    third = make_window()  # closed when the app was: closed; opened again at the width it had
+    third.resize(1600, 800)
+    assert not third.source_pane.isVisible()
+    third.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, third)
+    third.chat.citation_clicked.emit(next(iter(third.state.segments)), None)
+    assert third.source_pane.isVisible() and abs(third.source_pane.width() - 600) <= 4, third.splitter.sizes()
+
+
 def test_a_model_that_cannot_be_loaded_is_a_message_not_a_crash(qtbot, home):
     from engine.errors import ModelError
 
@@ -686,13 +716,13 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
     # Clicking an attended file shows it, as a citation click does.
     top = message.sources[0].label
     cursor = window.chat.textCursor()
-    cursor.setPosition(anchors(window.chat)[f"cite:{quote(top)}"] + 1)
+    cursor.setPosition(anchors(window.chat)[f"cite:{quote(top)}#{message.id}"] + 1)
     qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
     pane = window.source_pane
     qtbot.waitUntil(pane.isVisible, timeout=5_000)
     assert pane.page is None and pane.code.toPlainText() == window.state.segments[top] and top in pane.title.text()
     secret = window.state.segments["src/vault.py"].splitlines().index("The secret code of the vault is 58213.") + 1
-    assert top == "src/vault.py" and secret in pane.marked_lines, (pane.marked_lines, window.state.passages)
+    assert top == "src/vault.py" and secret in pane.marked_lines, (pane.marked_lines, message.passages)
     assert pane.code.textCursor().blockNumber() + 1 in pane.marked_lines, "scrolled to the strongest passage"
     assert len(pane.marked_lines) <= 5 < pane.code.blockCount(), "the attended lines, not the whole file"
     window.close()

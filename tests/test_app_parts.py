@@ -83,6 +83,7 @@ def test_citations_become_links_outside_code_and_unknown_ones_are_marked():
     assert citations(text) == ["page 2", "src/app.py"]
     linked = link_citations(text)
     assert "[[page 2]](cite:page%202)" in linked and "[[src/app.py]](cite:src/app.py)" in linked
+    assert "[[page 2]](cite:page%202#7)" in link_citations(text, 7)  # the answer's id: its own highlights
     assert "x = a[page 3]" in linked and "`[page 4]`" in linked and "[1]" in linked
     line = sources_line(text, {"page 2", "page 1"})
     assert "cite:page%202" in line and "src/app.py (not in the document)" in line
@@ -171,13 +172,13 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
     library.close()
 
     again = Library(path)  # opening a migrated file again changes nothing
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
-    assert {"sources_json", "recall_json"} <= set(again.db["messages"].columns_dict)
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert {"sources_json", "recall_json", "passages_json"} <= set(again.db["messages"].columns_dict)
     stored = again.message(new_id)
     assert stored.sources == sources  # engine Sources, shares and pages intact
     assert stored.recall["tokens_per_head"] == 180 and stored.recall["blocks_recalled"] == 804
     assert abs(stored.recall["seconds"] - 0.356) < 1e-9
-    assert again.message(before.id).sources == []
+    assert again.message(before.id).sources == [] and again.message(before.id).passages == []
     again.close()
 
 
@@ -235,15 +236,15 @@ def test_attended_sources_show_under_the_answer_apart_from_citations_and_click_l
                 anchors[fragment.charFormat().anchorHref()] = fragment.position()
             it += 1
         block = block.next()
-    assert {"cite:page%2012", "cite:page%203", "cite:page%202"} <= set(anchors)
+    assert {"cite:page%2012#1", "cite:page%203#1", "cite:page%202#1"} <= set(anchors)  # answer 1's
     cursor = view.textCursor()
-    cursor.setPosition(anchors["cite:page%2012"] + 1)
+    cursor.setPosition(anchors["cite:page%2012#1"] + 1)
     rect = view.cursorRect(cursor)
     assert view.tooltip_at(rect.center()) == ATTENDED_TIP and "attention" in ATTENDED_TIP
     # A real click on "page 12" goes where a citation click goes.
     with qtbot.waitSignal(view.citation_clicked, timeout=2000) as clicked:
         qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    assert clicked.args == ["page 12"]
+    assert clicked.args == ["page 12", 1]
 
 
 def test_the_gauge_shows_the_tokens_recalled_for_the_question(qtbot):

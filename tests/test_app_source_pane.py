@@ -117,10 +117,23 @@ def test_the_first_source_of_an_answer_opens_its_page_with_the_answer_highlighte
     assert COMBINATION in message.text and message.sources[0].label == f"page {NEEDLE_PAGE}"
     assert not window.source_pane.isVisible()
     cursor = window.chat.textCursor()
-    cursor.setPosition(anchors(window.chat)[f"cite:{quote(message.sources[0].label)}"] + 1)
+    first_source = f"cite:{quote(message.sources[0].label)}#{message.id}"
+    cursor.setPosition(anchors(window.chat)[first_source] + 1)
     qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
     pane = window.source_pane
     qtbot.waitUntil(pane.isVisible, timeout=5_000)
     assert pane.page == NEEDLE_PAGE
     box = sentence_box(pdf, NEEDLE_PAGE, SENTENCE)
+    assert any(inside(r.box, box) for r in pane.rectangles), (box, pane.rectangles, pane.passages)
+    needle = [p for p in message.passages if p.segment_index == NEEDLE_PAGE - 1]
+    assert pane.passages == needle
+
+    # A later answer attends elsewhere; the first answer's source still shows the first answer's
+    # passages (stored with it), not the latest answer's.
+    ask(qtbot, window, "How many rusted bolts did the engineers find under the eastern railing of the bridge?")
+    later = window.library.messages(record.id)[-1]
+    assert later.id != message.id and [p for p in later.passages if p.segment_index == NEEDLE_PAGE - 1] != needle
+    cursor.setPosition(anchors(window.chat)[first_source] + 1)
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
+    assert pane.page == NEEDLE_PAGE and pane.passages == needle
     assert any(inside(r.box, box) for r in pane.rectangles), (box, pane.rectangles, pane.passages)
