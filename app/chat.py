@@ -27,6 +27,7 @@ from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.library import MessageRecord
 from engine.answer import Source, StopReason
+from engine.workspace import RecallOff
 
 CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
 _CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)
@@ -106,7 +107,7 @@ def recall_text(message: MessageRecord) -> str:
     if recall is None:
         return ""
     if "off" in recall:
-        return "recall off" if recall["off"] == "off" else f"recall off ({recall['off']})"
+        return "recall off" if recall["off"] == RecallOff.OFF else f"recall off ({recall['off']})"
     tokens = recall.get("tokens_per_head")
     # The selection at the question is what recall adds to the time to first token; the refreshes
     # during the answer are part of its tokens/s.

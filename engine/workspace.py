@@ -206,16 +206,26 @@ def passages_json(passages: list[AttendedSpan]) -> str | None:
     return json.dumps([asdict(p) for p in passages]) if passages else None
 
 
+class RecallOff(enum.StrEnum):
+    """Why an answer had no recall, as `recall_record` stores it (text in `messages.recall_json`,
+    read back as a plain str, hence a str enum): OFF by the settings (no archive, or no tokens to
+    recall); NO_ARCHIVE for this document (the cache keeps it whole, or its archive could not be
+    written or read: the open report's `recall_notice` says which)."""
+
+    OFF = "off"
+    NO_ARCHIVE = "no archive for this document"
+
+
 def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: int | None = None) -> str:
     """JSON text for `messages.recall_json`: what recall did for one local answer.
 
-    stats None (no recall for this answer): {"off": why}. Otherwise the `RecallStats` fields plus
+    stats None (no recall for this answer): {"off": why} (a `RecallOff`). Otherwise the `RecallStats` fields plus
     `tokens_per_head`: tokens_recalled is summed over layers and KV heads, so it is divided by
     `heads` (layers x KV heads of the model) to be comparable with the `recall_tokens` setting.
     """
     if stats is None:
         # Mirrors engine.cli.recall_line: off by the settings, or this document has no archive.
-        why = "off" if not recall.archive or not recall.recall_tokens else "no archive for this document"
+        why = RecallOff.OFF if not recall.archive or not recall.recall_tokens else RecallOff.NO_ARCHIVE
         return json.dumps({"off": why})
     record = asdict(stats)
     record["seconds"] = stats.seconds

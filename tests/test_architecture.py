@@ -61,7 +61,10 @@ def _is_text(node) -> bool:
 
 
 def _typed_kind(node) -> bool:
-    """`x.phase`, `x.stop_reason`, or an error's `.kind` (`error.kind`, `job_error.kind`)."""
+    """`x.phase`, `x.stop_reason`, an error's `.kind` (`error.kind`, `job_error.kind`), or why recall
+    was off as a recall record stores it (`recall["off"]`, an `engine.workspace.RecallOff`)."""
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "off"
     if not isinstance(node, ast.Attribute):
         return False
     if node.attr in TYPED_ATTRIBUTES:
