@@ -86,3 +86,11 @@ def test_kinds_are_never_compared_as_strings():
                       and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("recall ")):
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno} (a warning's text)")
     assert offenders == []
+
+
+def test_the_main_window_only_wires():
+    """MainWindow wires panels to flows (issue 23): what follows an open, an answer or a settings
+    change lives in app/open_flow.py, app/ask_flow.py and app/settings_flow.py, not here."""
+    source = (REPO / "app" / "window.py").read_text(encoding="utf-8")
+    window = next(node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == "MainWindow")
+    assert window.end_lineno - window.lineno + 1 <= 400
