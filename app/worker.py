@@ -142,8 +142,9 @@ class JobContext:
         if report is not None:
             self._worker.memory.emit(report)
 
-    def confirm(self, kind: str, payload: Any) -> bool:
-        """Ask the user (on the GUI thread) and wait for the answer; False if cancelled or closing."""
+    def confirm(self, kind: Any, payload: Any) -> bool:
+        """Ask the user (on the GUI thread; `kind`: an `app.operations.Confirm`) and wait for the answer;
+        False if cancelled or closing."""
         if self.cancel.is_set() or self._worker.closing.is_set():
             return False  # replaced or cancelled already: nobody should be asked
         request = ConfirmRequest(kind, payload)
