@@ -574,7 +574,8 @@ class DocumentSession:
         if self.document is None or not self._segment_starts:
             return [], []
         n_doc = self.report.document_tokens
-        mass = recaller.token_attention([layer.recalled for layer in cache.layers])
+        # float64: a float32 total and per-page sums added in another order can give a share > 1
+        mass = recaller.token_attention([layer.recalled for layer in cache.layers]).double()
         first, end = self._text_range
         mass[:first] = 0  # the template and the instructions are nobody's page
         mass[end:] = 0
@@ -583,7 +584,7 @@ class DocumentSession:
             return [], []
         starts = torch.tensor(self._segment_starts)
         segment = (torch.searchsorted(starts, torch.arange(n_doc), right=True) - 1).clamp(min=0)
-        per_segment = torch.zeros(len(self._segment_starts)).index_add_(0, segment, mass) / total
+        per_segment = (torch.zeros(len(self._segment_starts), dtype=torch.float64).index_add_(0, segment, mass) / total).clamp_(max=1.0)
         shares, order = per_segment.sort(descending=True)
         sources = []
         for share, i in zip(shares.tolist()[:SOURCES_MAX], order.tolist()[:SOURCES_MAX], strict=True):

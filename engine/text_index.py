@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-INDEX_FORMAT = "halaman-spans-1"
+INDEX_FORMAT = "halaman-spans-2"
 SPAN_MAX_CHARS = 2400
 """Longest span in characters (about 600 tokens of English): most book pages are one span; a longer
 page or file is split at blank lines, then at line ends."""
@@ -49,6 +49,31 @@ _WORD = re.compile(r"\w+")
 _UNSPACED = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
                        r"\uac00-\ud7af\uf900-\ufaff]+")
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+DEFINITION_WEIGHT = 3.0
+"""BM25 weight of the `defs` column (names a span defines) against 1.0 for its text, so the file
+that defines `TooManyRedirects` outranks the one that raises it (a code search engine's usual symbol
+boost, as Zoekt and Sourcegraph rank symbol matches). Measured on the requests-dev questions:
+docs/BENCHMARKS.md §6."""
+
+# A name defined at the start of a line: a keyword of the common languages' definitions (Python,
+# JavaScript / TypeScript, Go, Rust, C / C++, Java / Kotlin, Ruby, Perl, shell functions) with its
+# modifiers, a module-level assignment (`NAME = …`, `NAME: type = …`), or a C macro.
+_DEFINITION = re.compile(
+    r"^[ \t]*(?:(?:export|default|public|private|protected|internal|static|async|abstract|final|sealed|open|data"
+    r"|inline|extern|unsafe|pub(?:\([^)\n]*\))?)\s+)*"
+    r"(?:def|class|function\*?|fn|func(?:\s*\([^)\n]*\))?|struct|enum|union|interface|trait|impl|type|typedef|module"
+    r"|object|record|sub|macro_rules!|const|let|var|val)\s+\*?([A-Za-z_$][\w$]*)"
+    r"|^([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?=(?!=)"
+    r"|^#[ \t]*define[ \t]+(\w+)",
+    re.MULTILINE,
+)
+
+
+def defined_names(text: str) -> list[str]:
+    """Names `text` defines at the start of a line (functions, classes, types, constants, macros;
+    see `_DEFINITION`), in order, once each. Prose yields few or none."""
+    return list(dict.fromkeys(next(g for g in match.groups() if g) for match in _DEFINITION.finditer(text)))
 
 
 def terms(text: str) -> list[str]:
@@ -132,10 +157,11 @@ class TextIndex:
         try:
             db.executescript(
                 "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                "CREATE VIRTUAL TABLE spans USING fts5(terms, tokenize = 'porter unicode61 remove_diacritics 2');"
+                "CREATE VIRTUAL TABLE spans USING fts5(terms, defs, tokenize = 'porter unicode61 remove_diacritics 2');"
             )
-            db.executemany("INSERT INTO spans (rowid, terms) VALUES (?, ?)",
-                           ((i, " ".join(terms(t))) for i, t in enumerate(texts)))
+            db.executemany("INSERT INTO spans (rowid, terms, defs) VALUES (?, ?, ?)",
+                           ((i, " ".join(terms(t)), " ".join(terms(" ".join(defined_names(t)))))
+                            for i, t in enumerate(texts)))
             db.executemany("INSERT INTO meta VALUES (?, ?)", [("digest", spans_digest(texts)), ("n_spans", str(len(texts)))])
             db.commit()
             if path is None:
@@ -177,13 +203,14 @@ class TextIndex:
 
     def search(self, query: str, limit: int = 8) -> list[Hit]:
         """The best `limit` spans for the words of `query`, best first (BM25, k1 = 1.2, b = 0.75;
-        Robertson & Zaragoza 2009). Empty when no term of the query occurs in any span."""
+        Robertson & Zaragoza 2009; the names a span defines weigh DEFINITION_WEIGHT times its
+        text). Empty when no term of the query occurs in any span."""
         words = list(dict.fromkeys(terms(query)))
         if not words:
             return []
         match = " OR ".join(f'"{w}"' for w in words)  # quoted: a question is never FTS5 syntax
-        rows = self._db.execute("SELECT rowid, -bm25(spans) FROM spans WHERE spans MATCH ? ORDER BY rank LIMIT ?",
-                                (match, limit)).fetchall()
+        rows = self._db.execute("SELECT rowid, -bm25(spans, 1.0, ?) AS score FROM spans WHERE spans MATCH ? "
+                                "ORDER BY score DESC LIMIT ?", (DEFINITION_WEIGHT, match, limit)).fetchall()
         return [Hit(int(rowid), float(score)) for rowid, score in rows]
 
     def close(self) -> None:

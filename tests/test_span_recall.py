@@ -17,7 +17,16 @@ from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
-from engine.text_index import IndexDamaged, TextIndex, load_or_build, rank, spans_digest, split_spans, terms
+from engine.text_index import (
+    IndexDamaged,
+    TextIndex,
+    defined_names,
+    load_or_build,
+    rank,
+    spans_digest,
+    split_spans,
+    terms,
+)
 
 TOPICS = [
     "The harbour master counted {n} fishing boats returning before the storm reached the bay.",
@@ -140,6 +149,36 @@ def test_terms_split_identifiers_and_scripts_without_spaces():
     assert "备份" in terms("数据库备份每天凌晨运行") and "the" not in terms("the answer")
     chinese = ["第一节 介绍 本系统用于管理文件", "第二节 数据库备份每天凌晨两点运行", "第三节 联系方式"]
     assert max(range(3), key=rank(chinese, "数据库什么时候备份？").__getitem__) == 1
+
+
+def test_defined_names_in_the_common_languages_and_none_in_prose():
+    code = ("import os\nDEFAULT_REDIRECT_LIMIT: int = 30\nclass TooManyRedirects(RequestException):\n"
+            "    async def fetch(self):\n        total = 0\n        if total == 1: pass\n"
+            "func (r *Reader) Read(p []byte) int {\npub(crate) fn parse_args() {}\nexport default class Viewer {}\n"
+            "const limit = 3;\n#define MAX_PAGES 288\nstruct Page {\n")
+    assert defined_names(code) == ["DEFAULT_REDIRECT_LIMIT", "TooManyRedirects", "fetch", "Read", "parse_args",
+                                   "Viewer", "limit", "MAX_PAGES", "Page"]
+    assert defined_names("The answer = 42, said the class teacher.\nLet it be.\nx == y") == []
+
+
+def test_the_span_that_defines_a_name_outranks_spans_that_use_it():
+    uses = ["    links = parse_header_links(header)  # parse the Link header into links\n" * 3,
+            "for link in parse_header_links(value):\n    headers.append(link)  # link headers\n"]
+    defines = 'def parse_header_links(value):\n    """Return a list of parsed link headers."""\n    return []\n'
+    scores = rank([*uses, defines], "Which file defines the function that parses Link headers?")
+    assert max(range(3), key=scores.__getitem__) == 2, scores
+
+
+def test_in_a_real_repository_the_defining_file_is_ranked_first(corpus):
+    from engine.documents import load_document
+
+    document = load_document(corpus / "repos" / "requests-2.34.2")
+    pieces = [(segment.path, f"{segment.label}\n{segment.text[a:b]}") for segment in document.segments
+              for a, b in split_spans(segment.text)]
+    for question, path in (("Which file defines the function that parses Link headers?", "requests/utils.py"),
+                           ("Which class implements HTTP Digest authentication?", "requests/auth.py")):
+        scores = rank([text for _, text in pieces], question)
+        assert pieces[max(range(len(pieces)), key=scores.__getitem__)][0] == path, question
 
 
 def test_split_spans_cover_the_text_at_line_ends():

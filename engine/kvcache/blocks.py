@@ -90,10 +90,12 @@ class PagedTokens:
     def block_tokens(self) -> int:
         return self.pool.block_tokens
 
-    def gather(self, name: str) -> torch.Tensor:
-        """Field `name` of every valid slot: `[kv_heads, n_tokens, *trailing_shape]`."""
-        data = self.pool.storage[name][self.table]  # [H, blocks, block_tokens, ...]
-        return data.flatten(1, 2)[:, : self.n_tokens]
+    def gather(self, name: str, start: int = 0) -> torch.Tensor:
+        """Field `name` of the valid slots from `start` on: `[kv_heads, n_tokens - start, *trailing_shape]`
+        (only the blocks holding them are read)."""
+        first = start // self.block_tokens
+        data = self.pool.storage[name][self.table[:, first:]]  # [H, blocks, block_tokens, ...]
+        return data.flatten(1, 2)[:, start - first * self.block_tokens : self.n_tokens - first * self.block_tokens]
 
     def append(self, fields: dict[str, torch.Tensor]) -> None:
         """Append `m` tokens per head; each field is `[kv_heads, m, *trailing_shape]`."""

@@ -88,7 +88,8 @@ class LayerKV:
         # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
-        # Decode workspace (see `attend`): {"k", "v"}: rotated, dequantized sinks + quantized tokens;
+        # Decode workspace (see `attend`): {"k", "v", "start"}: rotated, dequantized sinks + quantized
+        # tokens from slot "start" on (after the hidden ones, with focus);
         # and, once a recalled set was attended, {"recalled", "positions", "rk", "rv"}. Dropped
         # whenever a flush, an eviction or (compact mode) a new recalled set changes it.
         self._workspace: dict | None = None
@@ -113,12 +114,15 @@ class LayerKV:
         """Tokens held per KV head."""
         return self.index.shape[1]
 
-    def _dequantized_stable(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sinks + quantized tokens (everything but the residual), dequantized, keys before RoPE."""
-        parts_k, parts_v = [self.sink_k.to(dtype)], [self.sink_v.to(dtype)]
-        if self.paged.n_tokens:
+    def _dequantized_stable(self, dtype: torch.dtype, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sinks + quantized tokens (everything but the residual) from slot `start` on, dequantized,
+        keys before RoPE: `[kv_heads, stable_tokens - start, head_dim]` each."""
+        n_sink = self.sink_k.shape[1]
+        parts_k, parts_v = [self.sink_k[:, start:].to(dtype)], [self.sink_v[:, start:].to(dtype)]
+        first = max(0, start - n_sink)
+        if self.paged.n_tokens > first:
             for kv, parts in (("k", parts_k), ("v", parts_v)):
-                fields = {name: self.paged.gather(f"{kv}.{name}") for name in self.fmt.field_specs(self.shape.head_dim)}
+                fields = {name: self.paged.gather(f"{kv}.{name}", first) for name in self.fmt.field_specs(self.shape.head_dim)}
                 parts.append(self.fmt.decode(fields, dtype))
         return torch.cat(parts_k, dim=1), torch.cat(parts_v, dim=1)
 
@@ -126,15 +130,17 @@ class LayerKV:
         ws = self._workspace
         return ws if reuse and ws is not None and ws["k"].dtype == dtype else None
 
-    def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotated keys and values of sinks + quantized tokens, from the decode workspace if valid."""
+    def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool,
+                   start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values of sinks + quantized tokens from slot `start` on (`positions`
+        `[kv_heads, stable_tokens - start]`), from the decode workspace if valid."""
         ws = self._valid_workspace(dtype, reuse)
-        if ws is not None:
+        if ws is not None and ws.get("start", 0) == start:
             return ws["k"], ws["v"]
-        keys, values = self._dequantized_stable(dtype)
+        keys, values = self._dequantized_stable(dtype, start)
         cos, sin = rope.lookup(positions.long())
         keys = apply_rope(keys, cos, sin)
-        self._workspace = {"k": keys, "v": values} if reuse else None
+        self._workspace = {"k": keys, "v": values, "start": start} if reuse else None
         return keys, values
 
     def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
@@ -199,15 +205,21 @@ class LayerKV:
         ws = self._valid_workspace(compute, reuse_workspace)
         focus_from = self._focus_from()
         stable_mask = tail_mask = None
+        hidden = 0  # leading stable slots left out of the attention altogether (focus)
         if focus_from is not None:  # only the recalled tokens of the document, numbered from 0
             first = recalled.index.shape[1] - focus_from
             stable_idx = self.index[:, :stable_n].long()
+            visible = stable_idx >= focus_from
+            # The held document tokens are hidden, and in every head they precede the question's
+            # and answer's tokens in slot order (arrival order, kept by eviction): skip them rather
+            # than dequantize, rotate and score 4k masked keys per layer at every decode step.
+            hidden = stable_n - int(visible.sum(dim=1).max())
             tail_idx = torch.cat((self.index[:, stable_n:].long(), new_index.long().expand(heads, -1)), dim=1)
-            stable_pos = (stable_idx + first).clamp_min(0)
+            stable_pos = (stable_idx[:, hidden:] + first).clamp_min(0)
             tail_pos = (tail_idx + first).clamp_min(0)
             query_pos = tail_pos[:, -chunk:]
             recalled_pos = torch.arange(recalled.index.shape[1], device=device).expand(heads, -1)
-            stable_mask, tail_mask = stable_idx >= focus_from, tail_idx >= focus_from
+            stable_mask, tail_mask = visible[:, hidden:], tail_idx >= focus_from
         elif compact_positions:  # slot order (held and recalled tokens together in document order)
             if recalled is None:
                 stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
@@ -223,7 +235,7 @@ class LayerKV:
             tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(heads, -1)), dim=1)
             query_pos = new_index.expand(heads, -1)
             recalled_pos = recalled.index if recalled is not None else None
-        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace)
+        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden)
         cos, sin = rope.lookup(tail_pos.long())
         tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
         tail_v = torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
@@ -243,10 +255,13 @@ class LayerKV:
         out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks),
                                       scratch=scratch, per_query=pending)
         recalled_mass = None
+        attended_n = stable_n - hidden
         if recalled is not None:
             r = recalled.index.shape[1]
-            recalled_mass = scores[..., stable_n : stable_n + r]
-            scores = torch.cat((scores[..., :stable_n], scores[..., stable_n + r :]), dim=-1)
+            recalled_mass = scores[..., attended_n : attended_n + r]
+            scores = torch.cat((scores[..., :attended_n], scores[..., attended_n + r :]), dim=-1)
+        if hidden:  # the skipped slots received no attention
+            scores = torch.cat((scores.new_zeros((*scores.shape[:-1], hidden)), scores), dim=-1)
         if pending:
             self._pending = (key, value, new_index, scores, recalled_mass)
         else:
