@@ -137,3 +137,28 @@ def test_the_first_source_of_an_answer_opens_its_page_with_the_answer_highlighte
     qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
     assert pane.page == NEEDLE_PAGE and pane.passages == needle
     assert any(inside(r.box, box) for r in pane.rectangles), (box, pane.rectangles, pane.passages)
+
+
+def test_the_first_source_of_an_answer_about_a_folder_opens_its_file_with_the_answer_line_marked(make_window, qtbot,
+                                                                                                 tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for i, segment in enumerate(book().segments, start=1):  # the same 24 pages as files, one sentence a line
+        (folder / f"chapter_{i:02d}.md").write_text("\n".join(re.split(r"(?<=\.) ", segment.text)) + "\n")
+    needle_file = f"chapter_{NEEDLE_PAGE:02d}.md"
+    text = next(s.text for s in load_document(folder).segments if s.path == needle_file)
+    needle_line = text[: text.index(SENTENCE)].count("\n") + 1
+    window = make_window(settings())
+    window.open_path(str(folder))
+    wait_open(qtbot, window)
+    ask(qtbot, window, QUESTION)
+    message = window.library.messages(window.library.find(str(folder.resolve())).id)[-1]
+    assert COMBINATION in message.text and message.sources[0].label == needle_file
+    cursor = window.chat.textCursor()
+    cursor.setPosition(anchors(window.chat)[f"cite:{quote(needle_file)}#{message.id}"] + 1)
+    qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
+    pane = window.source_pane
+    qtbot.waitUntil(pane.isVisible, timeout=5_000)
+    assert pane.page is None and pane.code.toPlainText() == text
+    assert needle_line in pane.marked_lines, (needle_line, pane.marked_lines, pane.passages)
+    assert pane.code.textCursor().blockNumber() + 1 in pane.marked_lines, "scrolled to a marked line"
