@@ -10,6 +10,7 @@ the next best while they score close to it and fit the recall budget, in documen
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,17 +28,28 @@ CANDIDATES = 8
 class Span:
     """One span: `segment` (index into `Document.segments`), `token_start` / `token_end` (its range
     in the prompt prefix's token ids, end exclusive; the first span of a segment starts at its
-    marker line), `char_start` / `char_end` (the same range in the segment's text)."""
+    marker line), `char_start` / `char_end` (the same range in the segment's text),
+    `marker_start` / `marker_end` (the tokens of its segment's marker line, "[page 12]" or
+    "=== src/app.py ===")."""
 
     segment: int
     token_start: int
     token_end: int
     char_start: int
     char_end: int
+    marker_start: int = 0
+    marker_end: int = 0
+
+    @property
+    def marker_tokens(self) -> int:
+        """Tokens of the marker line recalled with this span beyond its own range: 0 for the first
+        span of a segment, which starts at the marker."""
+        return self.marker_end - self.marker_start if self.token_start >= self.marker_end else 0
 
     @property
     def tokens(self) -> int:
-        return self.token_end - self.token_start
+        """Tokens recalled for this span: its range plus its segment's marker line."""
+        return self.token_end - self.token_start + self.marker_tokens
 
 
 @dataclass
@@ -70,9 +82,10 @@ class DocumentSpans:
             return head_tokens + bisect.bisect_left(token_chars, offset)
 
         for i, (segment, (marker, body)) in enumerate(zip(document.segments, document.offsets(), strict=True)):
+            marker_tokens = (token_at(marker), token_at(body))
             for start, end in split_spans(segment.text):
                 first = marker if start == 0 else body + start
-                spans.append(Span(i, token_at(first), token_at(body + end), start, end))
+                spans.append(Span(i, token_at(first), token_at(body + end), start, end, *marker_tokens))
                 texts.append(f"{segment.label}\n{segment.text[start:end]}")
         index, rebuilt = load_or_build(texts, index_path)
         return cls(spans, index, head_tokens, head_tokens + text_tokens, n_tokens, rebuilt)
@@ -94,16 +107,18 @@ class DocumentSpans:
             if chosen and (hit.score < RELATIVE_SCORE * hits[0].score or span.tokens > room):
                 break
             if not chosen and span.tokens > room:
-                span = Span(span.segment, span.token_start, span.token_start + max(room, 0), span.char_start, span.char_end)
+                span = dataclasses.replace(span, token_end=span.token_start + max(room - span.marker_tokens, 0))
             chosen.append(span)
             room -= span.tokens
         return sorted(chosen, key=lambda s: s.token_start)
 
     def recall_positions(self, chosen: Sequence[Span]) -> list[int]:
-        """Prefix token positions to recall for `chosen`: the template head (instructions), the
-        spans, the template tail, ascending and unique."""
+        """Prefix token positions to recall for `chosen`: the template head (instructions), each
+        span with its segment's marker line (a part of a long file is read under its path, so
+        "which file …?" can be answered and the file cited), the template tail; ascending, unique."""
         positions = set(range(self.head_tokens)) | set(range(self.text_end, self.n_tokens))
         for span in chosen:
+            positions.update(range(span.marker_start, span.marker_end))
             positions.update(range(span.token_start, span.token_end))
         return sorted(positions)
 

@@ -252,3 +252,25 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
     keys, values = capture.keys_values()[5]
     assert torch.equal(recalled.keys, keys) and torch.equal(recalled.values, values)
 
+
+
+def test_a_part_of_a_long_file_is_recalled_under_its_path():
+    from engine.spans import DocumentSpans
+    from engine.text_index import Hit
+
+    lines = "\n".join(f"value_{i} = {i}  # setting number {i}" for i in range(300))
+    document = Document(title="repo", source="", kind="repo",
+                        segments=[Segment(text=lines, label="src/big.py", path="src/big.py", page=None)])
+    rendered = document.render()
+    spans = DocumentSpans.build(document, list(range(len(rendered))), 0, len(rendered), len(rendered), None)  # a token a character
+    assert len(spans.spans) > 2 and spans.spans[0].token_start == 0
+    second = spans.spans[1]
+    chosen = spans.choose([Hit(1, 1.0)], budget_tokens=4096, max_spans=2)
+    positions = spans.recall_positions(chosen)
+    marker = "=== src/big.py ===\n"
+    assert rendered.startswith(marker)
+    assert positions[: len(marker)] == list(range(len(marker))), "the path's marker line comes with the part"
+    assert positions[len(marker):] == list(range(second.token_start, second.token_end))
+    assert "".join(rendered[p] for p in positions).startswith(marker + "value_")
+    assert chosen[0].tokens == len(marker) + second.token_end - second.token_start, "the marker counts in the budget"
+    spans.close()
