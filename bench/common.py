@@ -29,12 +29,19 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+_STARTED: dict = {}
+
+
 def setup(threads: int = 1) -> None:
     """Environment for a benchmark run (call before importing torch-heavy engine modules)."""
     os.environ.setdefault("HALAMAN_HOME", str(BENCH / ".home"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    # What the run starts with: the code it imports now and the load it starts under (machine_info
+    # runs when results are written, after a checkout or a load change may have happened).
+    _STARTED.update(load_avg_at_start=[round(x, 2) for x in os.getloadavg()], engine_commit=_engine_commit(),
+                    date=time.strftime("%Y-%m-%d %H:%M"))
     import logging
     import warnings
 
@@ -82,6 +89,7 @@ def machine_info() -> dict:
         "os": platform.platform(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "engine_commit": _engine_commit(),
+        **_STARTED,
     }
 
 
