@@ -44,6 +44,15 @@ STOPWORDS = frozenset(
     "over under any all one two new see get let say use used using if so up out".split()
 )
 
+# Words a question uses to say *where* its answer is ("Which file defines …?", "On which page …?"):
+# they are left out of the query, not of the index, because in a document they are ordinary words
+# ("a file-like object") that would rank a span for the wrong reason.
+QUESTION_WORDS = frozenset(
+    "file files page pages document documents section sections chapter chapters "
+    "define defines defined definition implement implements implemented implementation declare declares "
+    "declared located contain contains mentioned".split()
+)
+
 _WORD = re.compile(r"\w+")
 # Scripts written without spaces between words: CJK ideographs, kana, Hangul, Thai, Lao, Khmer, Myanmar.
 _UNSPACED = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
@@ -202,10 +211,11 @@ class TextIndex:
             raise
 
     def search(self, query: str, limit: int = 8) -> list[Hit]:
-        """The best `limit` spans for the words of `query`, best first (BM25, k1 = 1.2, b = 0.75;
-        Robertson & Zaragoza 2009; the names a span defines weigh DEFINITION_WEIGHT times its
-        text). Empty when no term of the query occurs in any span."""
-        words = list(dict.fromkeys(terms(query)))
+        """The best `limit` spans for the words of `query` but its QUESTION_WORDS (unless it has
+        no others), best first (BM25, k1 = 1.2, b = 0.75; Robertson & Zaragoza 2009; the names a
+        span defines weigh DEFINITION_WEIGHT times its text). Empty when no term of the query
+        occurs in any span."""
+        words = [w for w in dict.fromkeys(terms(query)) if w not in QUESTION_WORDS] or list(dict.fromkeys(terms(query)))
         if not words:
             return []
         match = " OR ".join(f'"{w}"' for w in words)  # quoted: a question is never FTS5 syntax

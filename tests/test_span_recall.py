@@ -181,6 +181,17 @@ def test_in_a_real_repository_the_defining_file_is_ranked_first(corpus):
         assert pieces[max(range(len(pieces)), key=scores.__getitem__)][0] == path, question
 
 
+def test_words_that_say_where_the_answer_is_do_not_rank_a_span(corpus):
+    # auth.py alone: "Which file …" must not favour the parts that talk about a file-like object.
+    from engine.documents import load_document
+
+    (segment,) = load_document(corpus / "repos" / "requests-2.34.2" / "requests" / "auth.py").segments
+    parts = [segment.text[a:b] for a, b in split_spans(segment.text)]
+    scores = rank([f"auth.py\n{part}" for part in parts], "Which file defines HTTPDigestAuth?")
+    assert "class HTTPDigestAuth" in parts[max(range(len(parts)), key=scores.__getitem__)], scores
+    assert rank(["a page about files", "nothing"], "Which file?")[0] > 0, "a question of only such words still searches"
+
+
 def test_split_spans_cover_the_text_at_line_ends():
     text = "\n".join(f"line {i} " + "x" * 50 for i in range(200))
     spans = split_spans(text, max_chars=1000)
