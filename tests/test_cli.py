@@ -152,3 +152,20 @@ def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):
     spans = out.stdout.split("attended spans  ")[1].splitlines()
     assert f"the combination of the observatory safe is {COMBINATION}" in spans[0], out.stdout
     assert spans[0].startswith(doc.name + ", characters ") and " %): \"" in spans[0], spans[0]
+
+
+def test_the_prefill_bar_shows_the_sessions_rate_and_time_left_not_tqdms(capsys):
+    # The first event comes after the first chunk is done: tqdm's own clock would count it as free.
+    import re
+
+    from engine.cli import _ProgressBar
+    from engine.session import Phase, Progress
+
+    bar = _ProgressBar()
+    bar.update(Progress(Phase.PREFILL, 512, 2048, "tokens", tokens_per_s=364.0, eta_s=4.2))
+    bar.update(Progress(Phase.PREFILL, 1024, 2048, "tokens", tokens_per_s=351.0, eta_s=2.9))
+    bar.close()
+    err = capsys.readouterr().err
+    assert "351 tokens/s, 3 s left" in err
+    assert set(re.findall(r"([\d.,]+[kMG]?|\?) ?tokens/s", err)) <= {"364", "351"}, err
+    assert ", , " not in err
