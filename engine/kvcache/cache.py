@@ -12,7 +12,8 @@ held, keeps sinks ∪ window ∪ top-scored tokens (`policy.select_kept`) and fr
 
 Keys are stored before RoPE; `attend` rotates them with their stream positions ("original") or
 their slot order ("compact", StreamingLLM). While decoding on the CPU the dequantized, rotated
-sinks + quantized tokens are kept as a workspace until the next flush or eviction changes them.
+sinks + quantized tokens are kept as a workspace: a flush appends its tokens to it, an eviction
+compacts it (recall off), anything else drops it.
 """
 
 from __future__ import annotations
@@ -89,9 +90,13 @@ class LayerKV:
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
         # Decode workspace (see `attend`): {"k", "v", "start"}: rotated, dequantized sinks + quantized
-        # tokens from slot "start" on (after the hidden ones, with focus);
-        # and, once a recalled set was attended, {"recalled", "positions", "rk", "rv"}. Dropped
-        # whenever a flush, an eviction or (compact mode) a new recalled set changes it.
+        # tokens from slot "start" on (after the hidden ones, with focus), as views of the first
+        # "n" slots of the preallocated buffers {"kbuf", "vbuf"} `[kv_heads, capacity, head_dim]`;
+        # "kind" says how their positions follow the slots ("index": stream positions, "slots":
+        # compact slot order, None: neither, e.g. with focus or a compact recall), "rope" the table.
+        # With a kind, a flush appends to it (`_workspace_append`) and an eviction compacts it
+        # (`_workspace_keep`); otherwise they drop it, as does (compact mode) a new recalled set.
+        # Once a recalled set was attended also {"recalled", "positions", "rk", "rv"}.
         self._workspace: dict | None = None
         # A chunk attended with pending=True, waiting for commit_pending (speculative decoding).
         self._pending: tuple | None = None
@@ -114,33 +119,112 @@ class LayerKV:
         """Tokens held per KV head."""
         return self.index.shape[1]
 
-    def _dequantized_stable(self, dtype: torch.dtype, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def _dequantized_stable(self, dtype: torch.dtype, start: int = 0, kinds: str = "kv") -> tuple[torch.Tensor, ...]:
         """Sinks + quantized tokens (everything but the residual) from slot `start` on, dequantized,
-        keys before RoPE: `[kv_heads, stable_tokens - start, head_dim]` each."""
+        keys before RoPE: `[kv_heads, stable_tokens - start, head_dim]` for each of `kinds` ("kv":
+        keys and values, "k": keys only)."""
         n_sink = self.sink_k.shape[1]
-        parts_k, parts_v = [self.sink_k[:, start:].to(dtype)], [self.sink_v[:, start:].to(dtype)]
         first = max(0, start - n_sink)
-        if self.paged.n_tokens > first:
-            for kv, parts in (("k", parts_k), ("v", parts_v)):
+        out = []
+        for kv in kinds:
+            sink = self.sink_k if kv == "k" else self.sink_v
+            parts = [sink[:, start:].to(dtype)]
+            if self.paged.n_tokens > first:
                 fields = {name: self.paged.gather(f"{kv}.{name}", first) for name in self.fmt.field_specs(self.shape.head_dim)}
                 parts.append(self.fmt.decode(fields, dtype))
-        return torch.cat(parts_k, dim=1), torch.cat(parts_v, dim=1)
+            out.append(torch.cat(parts, dim=1))
+        return tuple(out)
+
+    @staticmethod
+    def _rotate(keys: torch.Tensor, rope: RotaryTable, kind: str | None, positions: torch.Tensor | None,
+                first_slot: int) -> torch.Tensor:
+        """RoPE of stable keys `[kv_heads, m, head_dim]` at slots `first_slot..`: compact slot
+        order ("slots") reads the table's rows directly; otherwise `positions` `[kv_heads, m]`."""
+        if kind == "slots":
+            cos, sin = rope.prefix(first_slot + keys.shape[1])
+            return apply_rope(keys, cos[first_slot:], sin[first_slot:])
+        cos, sin = rope.lookup(positions.long())
+        return apply_rope(keys, cos, sin)
+
+    def _set_workspace(self, keys: torch.Tensor, values: torch.Tensor, start: int, rope: RotaryTable,
+                       kind: str | None) -> None:
+        """Hold rotated keys and values `[kv_heads, n, head_dim]` as the workspace, in buffers with
+        room for the flushes until the next eviction (no re-allocation per flush)."""
+        h, n, d = keys.shape
+        capacity = max(n, self.policy.budget_tokens) + 2 * FLUSH_BATCH_TOKENS
+        kbuf = keys.new_empty((h, capacity, d))
+        vbuf = values.new_empty((h, capacity, d))
+        kbuf[:, :n] = keys
+        vbuf[:, :n] = values
+        self._workspace = {"kbuf": kbuf, "vbuf": vbuf, "n": n, "k": kbuf[:, :n], "v": vbuf[:, :n], "start": start,
+                           "rope": rope, "kind": kind}
+
+    def _workspace_resize(self, n: int) -> None:
+        """Make the workspace views hold the first `n` slots of its buffers, growing them if needed."""
+        ws = self._workspace
+        if n > ws["kbuf"].shape[1]:
+            for name in ("kbuf", "vbuf"):
+                old = ws[name]
+                grown = old.new_empty((old.shape[0], n + 2 * FLUSH_BATCH_TOKENS, old.shape[2]))
+                grown[:, : ws["n"]] = old[:, : ws["n"]]
+                ws[name] = grown
+        ws["n"], ws["k"], ws["v"] = n, ws["kbuf"][:, :n], ws["vbuf"][:, :n]
+
+    def _workspace_append(self, fields: dict[str, torch.Tensor], first_slot: int) -> None:
+        """A flush moved `m` residual tokens (their encoded `fields` `[kv_heads, m, ...]`) into stable
+        slots `first_slot..`: append them, dequantized and rotated as a rebuild would, to the workspace."""
+        ws = self._workspace
+        if ws is None or ws["kind"] is None or ws["n"] != first_slot:
+            self._workspace = None
+            return
+        specs = self.fmt.field_specs(self.shape.head_dim)
+        dtype = ws["kbuf"].dtype
+        # Decode what the pool holds (its dtypes), exactly as `_dequantized_stable` reads it back.
+        keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()}, dtype)
+                        for kv in "kv")
+        m = keys.shape[1]
+        keys = self._rotate(keys, ws["rope"], ws["kind"], self.index[:, first_slot : first_slot + m], first_slot)
+        self._workspace_resize(first_slot + m)
+        ws["kbuf"][:, first_slot : first_slot + m] = keys
+        ws["vbuf"][:, first_slot : first_slot + m] = values
+
+    def _workspace_keep(self, stable_kept: torch.Tensor, old_stable: int) -> None:
+        """An eviction kept stable slots `stable_kept` `[kv_heads, k]` (ascending) of `old_stable`:
+        compact the workspace. Values and stream-position keys ("index") move with their token;
+        compact-order keys ("slots") get new positions, so they are rotated again from the pool."""
+        ws = self._workspace
+        if ws is None or ws["kind"] is None or ws["n"] != old_stable:
+            self._workspace = None
+            return
+        k = stable_kept.shape[1]
+        index = stable_kept[..., None].expand(-1, -1, ws["vbuf"].shape[2])
+        names = ("kbuf", "vbuf") if ws["kind"] == "index" else ("vbuf",)
+        moved = {name: torch.gather(ws[name][:, :old_stable], 1, index) for name in names}
+        if ws["kind"] == "slots":
+            (keys,) = self._dequantized_stable(ws["kbuf"].dtype, kinds="k")
+            moved["kbuf"] = self._rotate(keys, ws["rope"], "slots", None, 0)
+        for name, data in moved.items():
+            ws[name][:, :k] = data
+        self._workspace_resize(k)
 
     def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
         ws = self._workspace
         return ws if reuse and ws is not None and ws["k"].dtype == dtype else None
 
     def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool,
-                   start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                   start: int = 0, kind: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of sinks + quantized tokens from slot `start` on (`positions`
-        `[kv_heads, stable_tokens - start]`), from the decode workspace if valid."""
+        `[kv_heads, stable_tokens - start]`; `kind`: see the workspace in `__init__`), from the
+        decode workspace if valid. Returns `[kv_heads, stable_tokens - start, head_dim]` each."""
         ws = self._valid_workspace(dtype, reuse)
         if ws is not None and ws.get("start", 0) == start:
             return ws["k"], ws["v"]
         keys, values = self._dequantized_stable(dtype, start)
-        cos, sin = rope.lookup(positions.long())
-        keys = apply_rope(keys, cos, sin)
-        self._workspace = {"k": keys, "v": values, "start": start} if reuse else None
+        keys = self._rotate(keys, rope, kind, positions, start)
+        self._workspace = None
+        if reuse:
+            self._set_workspace(keys, values, start, rope, kind)
+            return self._workspace["k"], self._workspace["v"]
         return keys, values
 
     def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
@@ -159,7 +243,7 @@ class LayerKV:
         """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
         tokens) plus the recalled tokens themselves, 0 if none."""
         ws = self._workspace or {}
-        held = sum(ws[name].nbytes for name in ("k", "v", "rk", "rv") if name in ws)
+        held = sum(ws[name].nbytes for name in ("kbuf", "vbuf", "rk", "rv") if name in ws)
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
 
@@ -206,6 +290,7 @@ class LayerKV:
         focus_from = self._focus_from()
         stable_mask = tail_mask = None
         hidden = 0  # leading stable slots left out of the attention altogether (focus)
+        kind = None  # how the stable positions follow the slots (see the workspace in `__init__`)
         if focus_from is not None:  # only the recalled tokens of the document, numbered from 0
             first = recalled.index.shape[1] - focus_from
             stable_idx = self.index[:, :stable_n].long()
@@ -224,6 +309,7 @@ class LayerKV:
             if recalled is None:
                 stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
                 offset = torch.full((heads,), stable_n, device=device)
+                kind = "slots"
             elif ws is not None and ws.get("recalled") is recalled:  # same held and recalled sets
                 stable_pos, recalled_pos, offset = ws["positions"]
             else:
@@ -235,7 +321,8 @@ class LayerKV:
             tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(heads, -1)), dim=1)
             query_pos = new_index.expand(heads, -1)
             recalled_pos = recalled.index if recalled is not None else None
-        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden)
+            kind = "index"
+        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind)
         cos, sin = rope.lookup(tail_pos.long())
         tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
         tail_v = torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
@@ -316,12 +403,12 @@ class LayerKV:
             fields = {}
             for kv, data in (("k", self.resid_k[:, :overflow]), ("v", self.resid_v[:, :overflow])):
                 fields.update({f"{kv}.{name}": t for name, t in self.fmt.encode(data).items()})
+            first_slot = self.n_tokens - self.resid_k.shape[1]
             self.paged.append(fields)
             self.resid_k, self.resid_v = self.resid_k[:, overflow:], self.resid_v[:, overflow:]
-            self._workspace = None
+            self._workspace_append(fields, first_slot)
         if over_budget:
             self._evict(seen_tokens)
-            self._workspace = None
 
     def _evict(self, seen_tokens: int) -> None:
         kept = select_kept(
@@ -337,6 +424,7 @@ class LayerKV:
         if paged_slots.numel() and (int(paged_slots.min()) < 0 or int(paged_slots.max()) >= n_paged):
             raise RuntimeError("eviction chose a sink or residual slot to drop; the window is smaller than the residual")
         self.paged.keep(paged_slots)
+        self._workspace_keep(kept[:, : kept.shape[1] - self.resid_k.shape[1]], self.n_tokens - self.resid_k.shape[1])
         self.score = torch.gather(self.score, 1, kept)
         self.index = torch.gather(self.index, 1, kept)
 
