@@ -98,7 +98,8 @@ class LayerKV:
         # compact slot order, None: neither, e.g. with focus or a compact recall), "rope" the table.
         # With a kind, a flush appends to it (`_workspace_append`) and an eviction compacts it
         # (`_workspace_keep`); otherwise they drop it, as does (compact mode) a new recalled set.
-        # Once a recalled set was attended also {"recalled", "positions", "rk", "rv"}.
+        # With a kind, also "tail": the rotated residual (`_tail_kv`). Once a recalled set was
+        # attended also {"recalled", "positions", "rk", "rv"}.
         self._workspace: dict | None = None
         # A chunk attended with pending=True, waiting for commit_pending (speculative decoding).
         self._pending: tuple | None = None
@@ -206,6 +207,8 @@ class LayerKV:
             keys_t = self._rotate(keys, ws["rope"], "slots", None, 0).transpose(1, 2)
         ws["kbuf"][:, :, :k], ws["vbuf"][:, :k] = keys_t, values
         self._workspace_resize(k)
+        if ws["kind"] == "slots":
+            ws["tail"] = None  # the residual's slot positions moved down with the stable part
 
     def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
         ws = self._workspace
@@ -239,11 +242,48 @@ class LayerKV:
             ws.update(recalled=recalled, rk=keys, rv=values)
         return keys, values
 
+    def _tail_kv(self, key: torch.Tensor, value: torch.Tensor, tail_pos: torch.Tensor, rope: RotaryTable,
+                 compute: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values of the residual followed by the chunk (`key` / `value`
+        `[kv_heads, chunk, head_dim]`, positions `tail_pos` `[kv_heads, resid + chunk]`), each
+        `[kv_heads, resid + chunk, head_dim]` in `compute`.
+
+        With a workspace whose positions follow the slots, the rotated residual is kept in its
+        "tail" buffers `[kv_heads, capacity, head_dim]` ("t0": first slot, "tn": residual tokens
+        held) and a step rotates only what arrived since (its chunk, and the last step's token as
+        the residual stores it, 16-bit): no per-step RoPE or copy of the whole residual."""
+        r, chunk = self.resid_k.shape[1], key.shape[1]
+        ws = self._workspace
+        tail = ws.get("tail") if ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute else None
+        if ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute and (tail is None or tail["tn"] > r):
+            h, d = key.shape[0], key.shape[2]
+            capacity = 2 * (self.policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + self.policy.chunk_tokens)
+            tail = ws["tail"] = {"k": key.new_empty((h, capacity, d), dtype=compute),
+                                 "v": key.new_empty((h, capacity, d), dtype=compute), "t0": 0, "tn": 0}
+        if tail is None or r + chunk > tail["k"].shape[1]:
+            cos, sin = rope.lookup(tail_pos.long())
+            tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
+            return tail_k, torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
+        t0, tn = tail["t0"], tail["tn"]
+        if t0 + r + chunk > tail["k"].shape[1]:  # move the held residual to the front
+            for name in ("k", "v"):
+                tail[name][:, :tn] = tail[name][:, t0 : t0 + tn].clone()
+            tail["t0"] = t0 = 0
+        # Residual tokens not yet held (as stored), then the chunk (as computed), rotated.
+        fresh_k = torch.cat((self.resid_k[:, tn:].to(compute), key.to(compute)), dim=1)
+        fresh_v = torch.cat((self.resid_v[:, tn:].to(compute), value.to(compute)), dim=1)
+        cos, sin = rope.lookup(tail_pos[:, tn:].long())
+        tail["k"][:, t0 + tn : t0 + r + chunk] = apply_rope(fresh_k, cos, sin)
+        tail["v"][:, t0 + tn : t0 + r + chunk] = fresh_v
+        tail["tn"] = r  # the chunk's slots hold it unrounded: rewritten once the residual holds it
+        return tail["k"][:, t0 : t0 + r + chunk], tail["v"][:, t0 : t0 + r + chunk]
+
     def workspace_bytes(self) -> int:
         """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
         tokens) plus the recalled tokens themselves, 0 if none."""
         ws = self._workspace or {}
         held = sum(ws[name].nbytes for name in ("kbuf", "vbuf", "rk", "rv") if name in ws)
+        held += sum(t.nbytes for t in ((ws.get("tail") or {}).get(name) for name in "kv") if t is not None)
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
 
@@ -271,10 +311,11 @@ class LayerKV:
         is summed into `recalled.mass`. With focus (`recalled.focus_from`), held tokens before it
         are masked and positions follow `RecalledTokens.focus_from`.
 
-        reuse_workspace: keep the dequantized, rotated sinks + quantized tokens between calls and
-        reuse them until a flush or an eviction changes them (every ~32 decode steps). Dequantizing
-        and rotating the whole budget was ~60 % of a CPU decode step; the workspace costs one
-        `compute`-dtype copy of those tokens while a conversation decodes (`workspace_bytes`).
+        reuse_workspace: keep the dequantized, rotated sinks + quantized tokens (and the rotated
+        residual) between calls: a flush appends to them, an eviction compacts them (recall off;
+        with focus or a compact recall they are rebuilt instead). Dequantizing and rotating the
+        whole budget was ~60 % of a CPU decode step; the workspace costs one `compute`-dtype copy
+        of those tokens while a conversation decodes (`workspace_bytes`).
         scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
         pending: attend, but do not append the chunk yet: `commit_pending(count)` later appends its
             first `count` tokens exactly as if only those had been fed (speculative decoding).
@@ -323,9 +364,7 @@ class LayerKV:
             recalled_pos = recalled.index if recalled is not None else None
             kind = "index"
         stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind)
-        cos, sin = rope.lookup(tail_pos.long())
-        tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
-        tail_v = torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
+        tail_k, tail_v = self._tail_kv(key, value, tail_pos, rope, compute)
         qcos, qsin = rope.lookup(query_pos.long())  # [kv_heads, chunk, head_dim]
         q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
         keys, values, masks = [stable_k], [stable_v], [stable_mask]
@@ -407,6 +446,11 @@ class LayerKV:
             self.paged.append(fields)
             self.resid_k, self.resid_v = self.resid_k[:, overflow:], self.resid_v[:, overflow:]
             self._workspace_append(fields, first_slot)
+            tail = self._workspace.get("tail") if self._workspace is not None else None
+            if tail is not None and tail["tn"] >= overflow:  # the residual lost its first `overflow`
+                tail["t0"], tail["tn"] = tail["t0"] + overflow, tail["tn"] - overflow
+            elif tail is not None:
+                self._workspace["tail"] = None
         if over_budget:
             self._evict(seen_tokens)
 
