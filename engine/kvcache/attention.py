@@ -45,6 +45,12 @@ class RotaryTable:
         self._ensure(int(positions.max()) + 1 if positions.numel() else 0)
         return self._cos[positions], self._sin[positions]
 
+    def prefix(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) of positions `0..n-1`, each `[n, head_dim]` float32: the rows `lookup(arange(n))`
+        returns, as views (no gather), broadcastable over heads."""
+        self._ensure(n)
+        return self._cos[:n], self._sin[:n]
+
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate `x` `[..., head_dim]` (rotate-half convention of Llama / Qwen), computed in float32."""

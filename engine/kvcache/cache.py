@@ -12,7 +12,8 @@ held, keeps sinks ∪ window ∪ top-scored tokens (`policy.select_kept`) and fr
 
 Keys are stored before RoPE; `attend` rotates them with their stream positions ("original") or
 their slot order ("compact", StreamingLLM). While decoding on the CPU the dequantized, rotated
-sinks + quantized tokens are kept as a workspace until the next flush or eviction changes them.
+sinks + quantized tokens are kept as a workspace: a flush appends its tokens to it, an eviction
+compacts it (recall off), anything else drops it.
 """
 
 from __future__ import annotations
@@ -89,9 +90,16 @@ class LayerKV:
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
         # Decode workspace (see `attend`): {"k", "v", "start"}: rotated, dequantized sinks + quantized
-        # tokens from slot "start" on (after the hidden ones, with focus);
-        # and, once a recalled set was attended, {"recalled", "positions", "rk", "rv"}. Dropped
-        # whenever a flush, an eviction or (compact mode) a new recalled set changes it.
+        # tokens from slot "start" on (after the hidden ones, with focus), as views of the first
+        # "n" slots of the preallocated buffers "kbuf" `[kv_heads, head_dim, capacity]` (keys held
+        # transposed: a decode step's q·kᵀ then reads them as a plain matrix product, ~25 % faster
+        # than through a transposed operand) and "vbuf" `[kv_heads, capacity, head_dim]`;
+        # "kind" says how their positions follow the slots ("index": stream positions, "slots":
+        # compact slot order, None: neither, e.g. with focus or a compact recall), "rope" the table.
+        # With a kind, a flush appends to it (`_workspace_append`) and an eviction compacts it
+        # (`_workspace_keep`); otherwise they drop it, as does (compact mode) a new recalled set.
+        # With a kind, also "tail": the rotated residual (`_tail_kv`). Once a recalled set was
+        # attended also {"recalled", "positions", "rk", "rv"}.
         self._workspace: dict | None = None
         # A chunk attended with pending=True, waiting for commit_pending (speculative decoding).
         self._pending: tuple | None = None
@@ -114,33 +122,112 @@ class LayerKV:
         """Tokens held per KV head."""
         return self.index.shape[1]
 
-    def _dequantized_stable(self, dtype: torch.dtype, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def _dequantized_stable(self, dtype: torch.dtype, start: int = 0, kinds: str = "kv") -> tuple[torch.Tensor, ...]:
         """Sinks + quantized tokens (everything but the residual) from slot `start` on, dequantized,
-        keys before RoPE: `[kv_heads, stable_tokens - start, head_dim]` each."""
+        keys before RoPE: `[kv_heads, stable_tokens - start, head_dim]` for each of `kinds` ("kv":
+        keys and values, "k": keys only)."""
         n_sink = self.sink_k.shape[1]
-        parts_k, parts_v = [self.sink_k[:, start:].to(dtype)], [self.sink_v[:, start:].to(dtype)]
         first = max(0, start - n_sink)
-        if self.paged.n_tokens > first:
-            for kv, parts in (("k", parts_k), ("v", parts_v)):
+        out = []
+        for kv in kinds:
+            sink = self.sink_k if kv == "k" else self.sink_v
+            parts = [sink[:, start:].to(dtype)]
+            if self.paged.n_tokens > first:
                 fields = {name: self.paged.gather(f"{kv}.{name}", first) for name in self.fmt.field_specs(self.shape.head_dim)}
                 parts.append(self.fmt.decode(fields, dtype))
-        return torch.cat(parts_k, dim=1), torch.cat(parts_v, dim=1)
+            out.append(torch.cat(parts, dim=1))
+        return tuple(out)
+
+    @staticmethod
+    def _rotate(keys: torch.Tensor, rope: RotaryTable, kind: str | None, positions: torch.Tensor | None,
+                first_slot: int) -> torch.Tensor:
+        """RoPE of stable keys `[kv_heads, m, head_dim]` at slots `first_slot..`: compact slot
+        order ("slots") reads the table's rows directly; otherwise `positions` `[kv_heads, m]`."""
+        if kind == "slots":
+            cos, sin = rope.prefix(first_slot + keys.shape[1])
+            return apply_rope(keys, cos[first_slot:], sin[first_slot:])
+        cos, sin = rope.lookup(positions.long())
+        return apply_rope(keys, cos, sin)
+
+    def _set_workspace(self, keys: torch.Tensor, values: torch.Tensor, start: int, rope: RotaryTable,
+                       kind: str | None) -> None:
+        """Hold rotated keys and values `[kv_heads, n, head_dim]` as the workspace, in buffers with
+        room for the flushes until the next eviction (no re-allocation per flush)."""
+        h, n, d = keys.shape
+        capacity = max(n, self.policy.budget_tokens) + 2 * FLUSH_BATCH_TOKENS
+        kbuf = keys.new_empty((h, d, capacity))
+        vbuf = values.new_empty((h, capacity, d))
+        kbuf[:, :, :n] = keys.transpose(1, 2)
+        vbuf[:, :n] = values
+        self._workspace = {"kbuf": kbuf, "vbuf": vbuf, "start": start, "rope": rope, "kind": kind}
+        self._workspace_resize(n)
+
+    def _workspace_resize(self, n: int) -> None:
+        """Make the workspace views hold the first `n` slots of its buffers, growing them if needed."""
+        ws = self._workspace
+        if n > ws["vbuf"].shape[1]:
+            h, d, held = ws["vbuf"].shape[0], ws["vbuf"].shape[2], ws["n"]
+            kbuf, vbuf = ws["kbuf"].new_empty((h, d, n + 2 * FLUSH_BATCH_TOKENS)), ws["vbuf"].new_empty((h, n + 2 * FLUSH_BATCH_TOKENS, d))
+            kbuf[:, :, :held], vbuf[:, :held] = ws["kbuf"][:, :, :held], ws["vbuf"][:, :held]
+            ws["kbuf"], ws["vbuf"] = kbuf, vbuf
+        ws["n"], ws["k"], ws["v"] = n, ws["kbuf"][:, :, :n].transpose(1, 2), ws["vbuf"][:, :n]
+
+    def _workspace_append(self, fields: dict[str, torch.Tensor], first_slot: int) -> None:
+        """A flush moved `m` residual tokens (their encoded `fields` `[kv_heads, m, ...]`) into stable
+        slots `first_slot..`: append them, dequantized and rotated as a rebuild would, to the workspace."""
+        ws = self._workspace
+        if ws is None or ws["kind"] is None or ws["n"] != first_slot:
+            self._workspace = None
+            return
+        specs = self.fmt.field_specs(self.shape.head_dim)
+        dtype = ws["vbuf"].dtype
+        # Decode what the pool holds (its dtypes), exactly as `_dequantized_stable` reads it back.
+        keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()}, dtype)
+                        for kv in "kv")
+        m = keys.shape[1]
+        keys = self._rotate(keys, ws["rope"], ws["kind"], self.index[:, first_slot : first_slot + m], first_slot)
+        self._workspace_resize(first_slot + m)
+        ws["kbuf"][:, :, first_slot : first_slot + m] = keys.transpose(1, 2)
+        ws["vbuf"][:, first_slot : first_slot + m] = values
+
+    def _workspace_keep(self, stable_kept: torch.Tensor, old_stable: int) -> None:
+        """An eviction kept stable slots `stable_kept` `[kv_heads, k]` (ascending) of `old_stable`:
+        compact the workspace. Values and stream-position keys ("index") move with their token;
+        compact-order keys ("slots") get new positions, so they are rotated again from the pool."""
+        ws = self._workspace
+        if ws is None or ws["kind"] is None or ws["n"] != old_stable:
+            self._workspace = None
+            return
+        k, d = stable_kept.shape[1], ws["vbuf"].shape[2]
+        values = torch.gather(ws["vbuf"][:, :old_stable], 1, stable_kept[..., None].expand(-1, -1, d))
+        if ws["kind"] == "index":
+            keys_t = torch.gather(ws["kbuf"][:, :, :old_stable], 2, stable_kept[:, None, :].expand(-1, d, -1))
+        else:
+            (keys,) = self._dequantized_stable(ws["vbuf"].dtype, kinds="k")
+            keys_t = self._rotate(keys, ws["rope"], "slots", None, 0).transpose(1, 2)
+        ws["kbuf"][:, :, :k], ws["vbuf"][:, :k] = keys_t, values
+        self._workspace_resize(k)
+        if ws["kind"] == "slots":
+            ws["tail"] = None  # the residual's slot positions moved down with the stable part
 
     def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
         ws = self._workspace
         return ws if reuse and ws is not None and ws["k"].dtype == dtype else None
 
     def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool,
-                   start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                   start: int = 0, kind: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of sinks + quantized tokens from slot `start` on (`positions`
-        `[kv_heads, stable_tokens - start]`), from the decode workspace if valid."""
+        `[kv_heads, stable_tokens - start]`; `kind`: see the workspace in `__init__`), from the
+        decode workspace if valid. Returns `[kv_heads, stable_tokens - start, head_dim]` each."""
         ws = self._valid_workspace(dtype, reuse)
         if ws is not None and ws.get("start", 0) == start:
             return ws["k"], ws["v"]
         keys, values = self._dequantized_stable(dtype, start)
-        cos, sin = rope.lookup(positions.long())
-        keys = apply_rope(keys, cos, sin)
-        self._workspace = {"k": keys, "v": values, "start": start} if reuse else None
+        keys = self._rotate(keys, rope, kind, positions, start)
+        self._workspace = None
+        if reuse:
+            self._set_workspace(keys, values, start, rope, kind)
+            return self._workspace["k"], self._workspace["v"]
         return keys, values
 
     def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
@@ -155,11 +242,48 @@ class LayerKV:
             ws.update(recalled=recalled, rk=keys, rv=values)
         return keys, values
 
+    def _tail_kv(self, key: torch.Tensor, value: torch.Tensor, tail_pos: torch.Tensor, rope: RotaryTable,
+                 compute: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values of the residual followed by the chunk (`key` / `value`
+        `[kv_heads, chunk, head_dim]`, positions `tail_pos` `[kv_heads, resid + chunk]`), each
+        `[kv_heads, resid + chunk, head_dim]` in `compute`.
+
+        With a workspace whose positions follow the slots, the rotated residual is kept in its
+        "tail" buffers `[kv_heads, capacity, head_dim]` ("t0": first slot, "tn": residual tokens
+        held) and a step rotates only what arrived since (its chunk, and the last step's token as
+        the residual stores it, 16-bit): no per-step RoPE or copy of the whole residual."""
+        r, chunk = self.resid_k.shape[1], key.shape[1]
+        ws = self._workspace
+        tail = ws.get("tail") if ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute else None
+        if ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute and (tail is None or tail["tn"] > r):
+            h, d = key.shape[0], key.shape[2]
+            capacity = 2 * (self.policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + self.policy.chunk_tokens)
+            tail = ws["tail"] = {"k": key.new_empty((h, capacity, d), dtype=compute),
+                                 "v": key.new_empty((h, capacity, d), dtype=compute), "t0": 0, "tn": 0}
+        if tail is None or r + chunk > tail["k"].shape[1]:
+            cos, sin = rope.lookup(tail_pos.long())
+            tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
+            return tail_k, torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
+        t0, tn = tail["t0"], tail["tn"]
+        if t0 + r + chunk > tail["k"].shape[1]:  # move the held residual to the front
+            for name in ("k", "v"):
+                tail[name][:, :tn] = tail[name][:, t0 : t0 + tn].clone()
+            tail["t0"] = t0 = 0
+        # Residual tokens not yet held (as stored), then the chunk (as computed), rotated.
+        fresh_k = torch.cat((self.resid_k[:, tn:].to(compute), key.to(compute)), dim=1)
+        fresh_v = torch.cat((self.resid_v[:, tn:].to(compute), value.to(compute)), dim=1)
+        cos, sin = rope.lookup(tail_pos[:, tn:].long())
+        tail["k"][:, t0 + tn : t0 + r + chunk] = apply_rope(fresh_k, cos, sin)
+        tail["v"][:, t0 + tn : t0 + r + chunk] = fresh_v
+        tail["tn"] = r  # the chunk's slots hold it unrounded: rewritten once the residual holds it
+        return tail["k"][:, t0 : t0 + r + chunk], tail["v"][:, t0 : t0 + r + chunk]
+
     def workspace_bytes(self) -> int:
         """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
         tokens) plus the recalled tokens themselves, 0 if none."""
         ws = self._workspace or {}
-        held = sum(ws[name].nbytes for name in ("k", "v", "rk", "rv") if name in ws)
+        held = sum(ws[name].nbytes for name in ("kbuf", "vbuf", "rk", "rv") if name in ws)
+        held += sum(t.nbytes for t in ((ws.get("tail") or {}).get(name) for name in "kv") if t is not None)
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
 
@@ -187,10 +311,11 @@ class LayerKV:
         is summed into `recalled.mass`. With focus (`recalled.focus_from`), held tokens before it
         are masked and positions follow `RecalledTokens.focus_from`.
 
-        reuse_workspace: keep the dequantized, rotated sinks + quantized tokens between calls and
-        reuse them until a flush or an eviction changes them (every ~32 decode steps). Dequantizing
-        and rotating the whole budget was ~60 % of a CPU decode step; the workspace costs one
-        `compute`-dtype copy of those tokens while a conversation decodes (`workspace_bytes`).
+        reuse_workspace: keep the dequantized, rotated sinks + quantized tokens (and the rotated
+        residual) between calls: a flush appends to them, an eviction compacts them (recall off;
+        with focus or a compact recall they are rebuilt instead). Dequantizing and rotating the
+        whole budget was ~60 % of a CPU decode step; the workspace costs one `compute`-dtype copy
+        of those tokens while a conversation decodes (`workspace_bytes`).
         scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
         pending: attend, but do not append the chunk yet: `commit_pending(count)` later appends its
             first `count` tokens exactly as if only those had been fed (speculative decoding).
@@ -206,6 +331,7 @@ class LayerKV:
         focus_from = self._focus_from()
         stable_mask = tail_mask = None
         hidden = 0  # leading stable slots left out of the attention altogether (focus)
+        kind = None  # how the stable positions follow the slots (see the workspace in `__init__`)
         if focus_from is not None:  # only the recalled tokens of the document, numbered from 0
             first = recalled.index.shape[1] - focus_from
             stable_idx = self.index[:, :stable_n].long()
@@ -224,6 +350,7 @@ class LayerKV:
             if recalled is None:
                 stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
                 offset = torch.full((heads,), stable_n, device=device)
+                kind = "slots"
             elif ws is not None and ws.get("recalled") is recalled:  # same held and recalled sets
                 stable_pos, recalled_pos, offset = ws["positions"]
             else:
@@ -235,10 +362,9 @@ class LayerKV:
             tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(heads, -1)), dim=1)
             query_pos = new_index.expand(heads, -1)
             recalled_pos = recalled.index if recalled is not None else None
-        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden)
-        cos, sin = rope.lookup(tail_pos.long())
-        tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
-        tail_v = torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
+            kind = "index"
+        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind)
+        tail_k, tail_v = self._tail_kv(key, value, tail_pos, rope, compute)
         qcos, qsin = rope.lookup(query_pos.long())  # [kv_heads, chunk, head_dim]
         q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
         keys, values, masks = [stable_k], [stable_v], [stable_mask]
@@ -316,12 +442,17 @@ class LayerKV:
             fields = {}
             for kv, data in (("k", self.resid_k[:, :overflow]), ("v", self.resid_v[:, :overflow])):
                 fields.update({f"{kv}.{name}": t for name, t in self.fmt.encode(data).items()})
+            first_slot = self.n_tokens - self.resid_k.shape[1]
             self.paged.append(fields)
             self.resid_k, self.resid_v = self.resid_k[:, overflow:], self.resid_v[:, overflow:]
-            self._workspace = None
+            self._workspace_append(fields, first_slot)
+            tail = self._workspace.get("tail") if self._workspace is not None else None
+            if tail is not None and tail["tn"] >= overflow:  # the residual lost its first `overflow`
+                tail["t0"], tail["tn"] = tail["t0"] + overflow, tail["tn"] - overflow
+            elif tail is not None:
+                self._workspace["tail"] = None
         if over_budget:
             self._evict(seen_tokens)
-            self._workspace = None
 
     def _evict(self, seen_tokens: int) -> None:
         kept = select_kept(
@@ -337,6 +468,7 @@ class LayerKV:
         if paged_slots.numel() and (int(paged_slots.min()) < 0 or int(paged_slots.max()) >= n_paged):
             raise RuntimeError("eviction chose a sink or residual slot to drop; the window is smaller than the residual")
         self.paged.keep(paged_slots)
+        self._workspace_keep(kept[:, : kept.shape[1] - self.resid_k.shape[1]], self.n_tokens - self.resid_k.shape[1])
         self.score = torch.gather(self.score, 1, kept)
         self.index = torch.gather(self.index, 1, kept)
 

@@ -1,0 +1,128 @@
+"""What one decode step over a full 4,096-token snapshot costs: the compressed cache's decode path.
+
+    python bench/decode_step.py                      # 1 and 2 threads, ~3 min on idle cores
+    python bench/decode_step.py --against 7bd63e0    # also that commit's cache.py, side by side
+
+The snapshot: the first `--tokens` tokens of P05 (`engine.documents.load_document`) prefilled with
+the default policy (budget 4,096, INT4 keys/values, 128-token residual) in `--mode` positions
+("compact", what a book past the model's 8,192 positions gets; "original" for a shorter one), the
+CPU's default weights (`weights = "auto"`), recall off. Each run clones the snapshot, as every
+question does, and decodes `--steps` tokens of the document's continuation one at a time as
+`DocumentSession` does (`reuse_workspace=True`, eviction slack 32): so a run includes the
+workspace's first build, its flushes (every 32 tokens) and evictions (every 33). Thread counts (and,
+with `--against`, the old and the current cache code) are interleaved run by run in one process;
+medians of `--runs` runs. `ms_per_step` is the run's mean (what an answer sees), `steady_ms` the
+median single step. With `--against` the logits of both are compared at every step.
+
+Writes docs/bench/decode_step.{json,csv} with the machine and the load average at start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+
+def old_cache_module(rev: str):
+    """engine/kvcache/cache.py as of `rev`, imported as its own module (the rest of engine is current)."""
+    source = subprocess.run(["git", "show", f"{rev}:engine/kvcache/cache.py"], cwd=common.REPO, capture_output=True,
+                            text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp(dir=common.WORK)) / f"cache_{rev}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"cache_{rev}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=6000, help="document tokens prefilled into the snapshot")
+    parser.add_argument("--steps", type=int, default=64, help="decode steps per run")
+    parser.add_argument("--runs", type=int, default=10, help="runs per code and thread count")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--mode", default="compact", choices=["compact", "original"])
+    parser.add_argument("--against", default=None, help="a commit whose cache.py runs side by side")
+    args = parser.parse_args()
+    common.setup(1)
+    import torch
+
+    import engine.kvcache.cache as current
+    from engine.documents import load_document
+    from engine.models.loader import load_model
+    from engine.settings import CachePolicy
+
+    meta = common.machine_info()
+    lm = load_model("default", device="cpu", weights="auto", threads=1)
+    decoder = lm.decoder
+    doc = load_document(common.corpus_dir() / "pdf" / "P05_dmca.pdf")
+    ids = lm.tokenizer("\n\n".join(s.text for s in doc.segments), add_special_tokens=False)["input_ids"]
+    if len(ids) < args.tokens + args.steps:
+        raise SystemExit(f"P05 has {len(ids)} tokens, fewer than --tokens + --steps")
+    policy = CachePolicy(position_mode=args.mode)
+    snapshot = decoder.new_cache(policy, args.mode)
+    began = time.perf_counter()
+    decoder.prefill(torch.tensor(ids[: args.tokens]), snapshot)
+    snapshot.shrink()
+    print(f"snapshot: {snapshot.n_tokens} held of {args.tokens} in {time.perf_counter() - began:.1f} s", flush=True)
+    codes = {"current": snapshot}
+    if args.against:
+        old = old_cache_module(args.against)
+        tensors, cache_meta = snapshot.export()
+        codes[args.against] = old.CompressedCache.restore(tensors, cache_meta, shape=decoder.shape, policy=policy,
+                                                          device=decoder.device, store_dtype=decoder.store_dtype)
+    feed = ids[args.tokens : args.tokens + args.steps]
+
+    def run(cache) -> tuple[list[float], list[torch.Tensor]]:
+        cache = cache.clone()
+        seconds, logits = [], []
+        for token in feed:
+            start = time.perf_counter()
+            logits.append(decoder.forward(torch.tensor([token]), cache, slack_tokens=32, reuse_workspace=True))
+            seconds.append(time.perf_counter() - start)
+        return seconds, logits
+
+    samples = {(code, t): {"mean": [], "steady": []} for code in codes for t in args.threads}
+    same = True
+    for i in range(args.runs):
+        for threads in args.threads if i % 2 == 0 else args.threads[::-1]:
+            torch.set_num_threads(threads)
+            outputs = {}
+            for code in list(codes) if i % 2 == 0 else list(codes)[::-1]:
+                seconds, outputs[code] = run(codes[code])
+                samples[code, threads]["mean"].append(1000 * sum(seconds) / len(seconds))
+                samples[code, threads]["steady"].append(1000 * common.median(seconds))
+            if args.against:
+                same &= all(torch.equal(a, b) for a, b in zip(*outputs.values(), strict=True))
+            print(f"run {i} threads {threads}: " + ", ".join(
+                f"{code} {samples[code, threads]['mean'][-1]:.1f} ms" for code in codes), flush=True)
+    torch.set_num_threads(1)
+    rows = []
+    for (code, threads), s in samples.items():
+        ms = common.median(s["mean"])
+        rows.append({"code": code, "threads": threads, "mode": args.mode, "held_tokens": snapshot.n_tokens,
+                     "runs": len(s["mean"]), "steps": args.steps, "ms_per_step": round(ms, 2),
+                     "steady_ms": round(common.median(s["steady"]), 2), "tok_s": round(1000 / ms, 2)})
+    if args.against:
+        for row in rows:
+            base = next(r for r in rows if r["code"] == args.against and r["threads"] == row["threads"])
+            row["speedup"] = round(base["ms_per_step"] / row["ms_per_step"], 2)
+        meta["same_logits"] = same
+    meta.update(weights=lm.weights_label, document="P05", document_tokens=args.tokens,
+                load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
+    columns = ["code", "threads", "mode", "held_tokens", "runs", "steps", "ms_per_step", "steady_ms", "tok_s"]
+    common.write_results("decode_step", rows, columns + (["speedup"] if args.against else []), meta)
+
+
+if __name__ == "__main__":
+    main()
