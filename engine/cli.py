@@ -169,7 +169,7 @@ def recall_line(stats, recall: RecallSettings, gap: RecallGap | None = None, pai
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from engine.attended import describe
+    from engine.attended import PASSAGE_MIN_SHARE, describe
     from engine.documents import load_document
     from engine.session import reading_progress
     from engine.workspace import Workspace
@@ -236,7 +236,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
     if args.show_spans:
         print("attended spans  " + ("\n                ".join(describe(p, document) for p in answer.passages)
-                                    if answer.passages else "none (no recall, or nothing attended above the floor)"))
+                                    if answer.passages else
+                                    f"none: no sentence or line got {PASSAGE_MIN_SHARE:.0%} of the recalled attention" if answer.sources else
+                                    "none (recall off, or nothing recalled was attended)"))
     if args.cloud or args.cloud_auto:
         return _ask_cloud_after(args, workspace, answer, cancel)
     return 0
