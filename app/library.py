@@ -81,6 +81,17 @@ class DocumentRecord:
         return ""
 
 
+def _rows(text: str | None, kind: type) -> list:
+    """`kind(**item)` for each item of the JSON list `text`; [] when none was stored or the row is
+    damaged (a damaged row must not stop the history or the source pane from showing)."""
+    if not text:
+        return []
+    try:
+        return [kind(**item) for item in json.loads(text)]
+    except (ValueError, TypeError):
+        return []
+
+
 @dataclass
 class MessageRecord:
     id: int
@@ -105,22 +116,12 @@ class MessageRecord:
     @property
     def sources(self) -> list[Source]:
         """The answer's attention-grounded sources (`engine.answer.Source`), [] when none were stored."""
-        if not self.sources_json:
-            return []
-        try:
-            return [Source(**item) for item in json.loads(self.sources_json)]
-        except (ValueError, TypeError):
-            return []  # a damaged row must not stop the history from showing
+        return _rows(self.sources_json, Source)
 
     @property
     def passages(self) -> list[AttendedSpan]:
         """The passages the answer attended to (`engine.attended.AttendedSpan`), [] when none were stored."""
-        if not self.passages_json:
-            return []
-        try:
-            return [AttendedSpan(**item) for item in json.loads(self.passages_json)]
-        except (ValueError, TypeError):
-            return []  # a damaged row must not stop the source pane
+        return _rows(self.passages_json, AttendedSpan)
 
     @property
     def recall(self) -> dict | None:

@@ -40,8 +40,7 @@ def setup(threads: int = 1) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     # What the run starts with: the code it imports now and the load it starts under (machine_info
     # runs when results are written, after a checkout or a load change may have happened).
-    _STARTED.update(load_avg_at_start=[round(x, 2) for x in os.getloadavg()], engine_commit=_engine_commit(),
-                    date=time.strftime("%Y-%m-%d %H:%M"))
+    _STARTED.update(_run_start())
     import logging
     import warnings
 
@@ -82,15 +81,18 @@ def machine_info() -> dict:
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "os": platform.platform(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "engine_commit": _engine_commit(),
-        **_STARTED,
+        **(_STARTED or _run_start()),
     }
+
+
+def _run_start() -> dict:
+    """Load average, date and commit now: what `setup` records when a run starts."""
+    return {"load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "date": time.strftime("%Y-%m-%d %H:%M"),
+            "engine_commit": _engine_commit()}
 
 
 def _engine_commit() -> str:

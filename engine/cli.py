@@ -169,7 +169,6 @@ def recall_line(stats, recall: RecallSettings, gap: RecallGap | None = None, pai
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from engine.attended import PASSAGE_MIN_SHARE, describe
     from engine.documents import load_document
     from engine.session import reading_progress
     from engine.workspace import Workspace
@@ -235,10 +234,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
     if args.show_spans:
-        print("attended spans  " + ("\n                ".join(describe(p, document) for p in answer.passages)
-                                    if answer.passages else
-                                    f"none: no sentence or line got {PASSAGE_MIN_SHARE:.0%} of the recalled attention" if answer.sources else
-                                    "none (recall off, or nothing recalled was attended)"))
+        print("attended spans  " + attended_spans_text(answer, document))
     if args.cloud or args.cloud_auto:
         return _ask_cloud_after(args, workspace, answer, cancel)
     return 0
@@ -412,6 +408,17 @@ class _ProgressBar:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def attended_spans_text(answer, document) -> str:
+    """`--show-spans`' lines: one attended passage a line, or why there is none."""
+    from engine.attended import PASSAGE_MIN_SHARE, describe
+
+    if answer.passages:
+        return "\n                ".join(describe(p, document) for p in answer.passages)
+    if answer.sources:  # block recall spreads the attention over many tokens: no line reaches the floor
+        return f"none: no sentence or line got {PASSAGE_MIN_SHARE:.0%} of the recalled attention"
+    return "none (recall off, or nothing recalled was attended)"
 
 
 def prefill_rate_text(progress) -> str:

@@ -215,7 +215,8 @@ class TextIndex:
         no others), best first (BM25, k1 = 1.2, b = 0.75; Robertson & Zaragoza 2009; the names a
         span defines weigh DEFINITION_WEIGHT times its text). Empty when no term of the query
         occurs in any span."""
-        words = [w for w in dict.fromkeys(terms(query)) if w not in QUESTION_WORDS] or list(dict.fromkeys(terms(query)))
+        every = list(dict.fromkeys(terms(query)))
+        words = [w for w in every if w not in QUESTION_WORDS] or every
         if not words:
             return []
         match = " OR ".join(f'"{w}"' for w in words)  # quoted: a question is never FTS5 syntax

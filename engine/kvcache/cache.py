@@ -174,7 +174,8 @@ class LayerKV:
 
     def _workspace_append(self, fields: dict[str, torch.Tensor], first_slot: int) -> None:
         """A flush moved `m` residual tokens (their encoded `fields` `[kv_heads, m, ...]`) into stable
-        slots `first_slot..`: append them, dequantized and rotated as a rebuild would, to the workspace."""
+        slots `first_slot..`: append them, dequantized and rotated as a rebuild would, to the workspace,
+        and drop them from the front of its rotated residual ("tail")."""
         ws = self._workspace
         if ws is None or ws["kind"] is None or ws["n"] != first_slot:
             self._workspace = None
@@ -189,6 +190,11 @@ class LayerKV:
         self._workspace_resize(first_slot + m)
         ws["kbuf"][:, :, first_slot : first_slot + m] = keys.transpose(1, 2)
         ws["vbuf"][:, first_slot : first_slot + m] = values
+        tail = ws.get("tail")
+        if tail is not None and tail["tn"] >= m:  # the residual lost its first `m` tokens
+            tail["t0"], tail["tn"] = tail["t0"] + m, tail["tn"] - m
+        elif tail is not None:
+            ws["tail"] = None
 
     def _workspace_keep(self, stable_kept: torch.Tensor, old_stable: int) -> None:
         """An eviction kept stable slots `stable_kept` `[kv_heads, k]` (ascending) of `old_stable`:
@@ -254,8 +260,9 @@ class LayerKV:
         the residual stores it, 16-bit): no per-step RoPE or copy of the whole residual."""
         r, chunk = self.resid_k.shape[1], key.shape[1]
         ws = self._workspace
-        tail = ws.get("tail") if ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute else None
-        if ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute and (tail is None or tail["tn"] > r):
+        keeps_tail = ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute
+        tail = ws.get("tail") if keeps_tail else None
+        if keeps_tail and (tail is None or tail["tn"] > r):
             h, d = key.shape[0], key.shape[2]
             capacity = 2 * (self.policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + self.policy.chunk_tokens)
             tail = ws["tail"] = {"k": key.new_empty((h, capacity, d), dtype=compute),
@@ -446,11 +453,6 @@ class LayerKV:
             self.paged.append(fields)
             self.resid_k, self.resid_v = self.resid_k[:, overflow:], self.resid_v[:, overflow:]
             self._workspace_append(fields, first_slot)
-            tail = self._workspace.get("tail") if self._workspace is not None else None
-            if tail is not None and tail["tn"] >= overflow:  # the residual lost its first `overflow`
-                tail["t0"], tail["tn"] = tail["t0"] + overflow, tail["tn"] - overflow
-            elif tail is not None:
-                self._workspace["tail"] = None
         if over_budget:
             self._evict(seen_tokens)
 
