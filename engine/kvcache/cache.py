@@ -307,6 +307,7 @@ class LayerKV:
         reuse_workspace: bool = False,
         scratch: Scratch | None = None,
         pending: bool = False,
+        attention_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
@@ -326,6 +327,7 @@ class LayerKV:
         scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
         pending: attend, but do not append the chunk yet: `commit_pending(count)` later appends its
             first `count` tokens exactly as if only those had been fed (speculative decoding).
+        attention_dtype: the dtype of a prefill chunk's attention output (`chunk_attention`).
         """
         chunk = query.shape[1]
         compute = query.dtype
@@ -386,7 +388,7 @@ class LayerKV:
         values.append(tail_v)
         masks.append(tail_mask)
         out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks),
-                                      scratch=scratch, per_query=pending)
+                                      scratch=scratch, per_query=pending, attention_dtype=attention_dtype)
         recalled_mass = None
         attended_n = stable_n - hidden
         if recalled is not None:

@@ -28,7 +28,7 @@ from engine.errors import ModelError
 from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
 from engine.models.download import ALLOW_PATTERNS
 from engine.models.gguf_convert import converted_folder, no_transformers_bars
-from engine.models.int4_cpu import quantize_for_cpu
+from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
 from engine.models.weight_format import LABELS, choose_weights
@@ -115,13 +115,16 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
     parameters = model.num_parameters(exclude_embeddings=True)  # before int4 packs them into buffers
+    attention_dtype = None
     if held == "int4":
         quantize_for_cpu(model)
+        if dense_chunks():  # its chunks already run in bfloat16: so does their attention (fused, AVX-512 BF16)
+            attention_dtype = torch.bfloat16
     weights_mode = str(dtype) if held == "full" else f"{held}-{dtype}"
     if held == "full":
         held = str(dtype).removeprefix("torch.")
     return LoadedModel(
-        decoder=CompressedDecoder(model),
+        decoder=CompressedDecoder(model, attention_dtype=attention_dtype),
         tokenizer=tokenizer,
         profile=ModelProfile.from_config(model.config),
         label=source.label,

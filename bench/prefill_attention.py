@@ -1,0 +1,176 @@
+"""A prefill chunk's attention: fused output + H2O scores from sampled queries, against the code before.
+
+    python bench/prefill_attention.py --against f10faed                 # quality and speed, ~15 min alone
+    python bench/prefill_attention.py --against f10faed --parts speed   # speed only
+
+`--against` names a commit whose `engine/kvcache/attention.py` (`chunk_attention`: every probability
+of a chunk materialised, exact H2O column sums) runs in the same process as the current one, the
+rest of the engine being current. Both run the same model and weights.
+
+quality  The continuation probe of `bench/kv_quality.py` (section 2b): `--context` tokens of Think
+         Python prefilled with H2O at 50 / 75 / 90 % dropped (INT4, window budget/4, original
+         positions), then the next `--cont-tokens` tokens scored teacher-forced against transformers'
+         full `DynamicCache` with the same weights: KL(full || ours), top-1 agreement, NLL. For each
+         weight format in `--weights`: "full" (float32: only the sampled scores differ) and "int4"
+         (the CPU default: also the bfloat16 attention output where the CPU has AVX-512 BF16).
+speed    `--tokens` tokens of Think Python through the default policy (budget 4,096, compact
+         positions), old and new code alternating run by run, `--runs` each: tokens/s over the whole
+         prefill and over the chunks at a full budget, with the CPU default weights.
+
+Writes docs/bench/prefill_attention_{quality,speed}.{json,csv} (machine, commit, load average).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+
+def old_chunk_attention(rev: str):
+    """`chunk_attention` from engine/kvcache/attention.py as of `rev` (taking and ignoring attention_dtype)."""
+    source = subprocess.run(["git", "show", f"{rev}:engine/kvcache/attention.py"], cwd=common.REPO, capture_output=True,
+                            text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp(dir=common.WORK)) / f"attention_{rev}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"attention_{rev}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def chunk_attention(*args, attention_dtype=None, **kwargs):
+        return module.chunk_attention(*args, **kwargs)
+
+    return chunk_attention
+
+
+class Codes:
+    """Switches `engine.kvcache.cache.chunk_attention` between the current and the old function."""
+
+    def __init__(self, rev: str) -> None:
+        import engine.kvcache.cache as cache
+
+        self.cache = cache
+        self.functions = {"now": cache.chunk_attention, rev: old_chunk_attention(rev)}
+
+    def use(self, code: str) -> None:
+        self.cache.chunk_attention = self.functions[code]
+
+
+def quality(args, codes: Codes, meta: dict) -> None:
+    import torch
+    from transformers import DynamicCache
+
+    from engine.models.loader import load_model
+    from engine.settings import CachePolicy
+
+    rows = []
+    for weights in args.weights:
+        lm = load_model("default", device="cpu", weights=weights, threads=args.threads)
+        book = common.book_token_ids(lm.tokenizer)
+        step = (len(book) - args.context - args.cont_tokens) // args.samples
+        for s in range(args.samples):
+            first = 5000 + s * step
+            ctx = book[first : first + args.context]
+            cont = book[first + args.context : first + args.context + args.cont_tokens]
+            with torch.inference_mode():
+                full = DynamicCache()
+                lm.decoder.model(torch.tensor([ctx]), past_key_values=full, logits_to_keep=1)
+                ref = lm.decoder.model(torch.tensor([cont]), past_key_values=full).logits[0].float()
+            for ratio in args.ratios:
+                budget = round(args.context * (1 - ratio))
+                window = max(budget // 4, 16)
+                policy = CachePolicy(budget_tokens=budget, window_tokens=window, residual_tokens=min(128, window), kv_bits=4)
+                for code in codes.functions:
+                    codes.use(code)
+                    cache = lm.decoder.new_cache(policy, "original")
+                    lm.decoder.prefill(torch.tensor(ctx), cache)
+                    logits = lm.decoder.forward(torch.tensor(cont), cache, all_logits=True, slack_tokens=len(cont))
+                    metrics = common.logit_metrics(ref[:-1], logits[:-1], torch.tensor(cont[1:]))
+                    row = {"weights": lm.weights_label, "attention": str(lm.decoder.attention_dtype).removeprefix("torch."),
+                           "code": code, "dropped": ratio, "sample": s, **metrics}
+                    rows.append(row)
+                    print(row, flush=True)
+    codes.use("now")
+    summary = []
+    for weights in dict.fromkeys(r["weights"] for r in rows):
+        for ratio in args.ratios:
+            cell = {code: [r for r in rows if r["weights"] == weights and r["dropped"] == ratio and r["code"] == code]
+                    for code in codes.functions}
+            for code, runs in cell.items():
+                summary.append({"weights": weights, "attention": runs[0]["attention"] if code == "now" else "float32 (old)",
+                                "code": code, "dropped": f"{ratio:.0%}", "samples": len(runs),
+                                "kl": sum(r["kl"] for r in runs) / len(runs), "agree": sum(r["agree"] for r in runs) / len(runs),
+                                "delta_nll": sum(r["nll"] - r["ref_nll"] for r in runs) / len(runs)})
+            old, new = (summary[-len(cell) + i] for i in (1, 0))
+            new["kl_vs_old"] = round(new["kl"] / old["kl"], 3)
+    meta.update(context=args.context, cont_tokens=args.cont_tokens, load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
+    common.write_results("prefill_attention_quality", summary,
+                         ["weights", "attention", "code", "dropped", "samples", "kl", "agree", "delta_nll", "kl_vs_old"], meta)
+
+
+def speed(args, codes: Codes, meta: dict) -> None:
+    import torch
+
+    from engine.models.loader import load_model
+    from engine.settings import CachePolicy
+
+    lm = load_model("default", device="cpu", weights="auto", threads=args.threads)
+    ids = torch.tensor(common.book_token_ids(lm.tokenizer)[: args.tokens])
+    policy = CachePolicy(position_mode="compact")
+    samples = {code: {"prefill": [], "full_budget": []} for code in codes.functions}
+    for i in range(args.runs):
+        for code in list(codes.functions) if i % 2 == 0 else list(codes.functions)[::-1]:
+            codes.use(code)
+            marks = []
+            cache = lm.decoder.new_cache(policy, "compact")
+            began = time.perf_counter()
+            lm.decoder.prefill(ids, cache, progress=lambda done, total, s: marks.append((done, s)))
+            total = time.perf_counter() - began
+            full = [(d, s) for d, s in marks if d > policy.budget_tokens + policy.chunk_tokens]
+            samples[code]["prefill"].append(len(ids) / total)
+            samples[code]["full_budget"].append((full[-1][0] - full[0][0]) / (full[-1][1] - full[0][1]))
+            print(f"run {i} {code}: {samples[code]['prefill'][-1]:.0f} tok/s, "
+                  f"at a full budget {samples[code]['full_budget'][-1]:.0f}", flush=True)
+    codes.use("now")
+    rows = [{"code": code, "weights": lm.weights_label, "threads": torch.get_num_threads(), "tokens": len(ids), "runs": args.runs,
+             "prefill_tok_s": round(common.median(s["prefill"]), 1), "full_budget_tok_s": round(common.median(s["full_budget"]), 1)}
+            for code, s in samples.items()]
+    old = rows[1]
+    for row in rows:
+        row["speedup"] = round(row["full_budget_tok_s"] / old["full_budget_tok_s"], 2)
+    meta.update(load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
+    common.write_results("prefill_attention_speed", rows,
+                         ["code", "weights", "threads", "tokens", "runs", "prefill_tok_s", "full_budget_tok_s", "speedup"], meta)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--against", required=True, help="the commit whose chunk_attention runs side by side")
+    parser.add_argument("--parts", nargs="+", default=["quality", "speed"], choices=["quality", "speed"])
+    parser.add_argument("--threads", type=int, default=2, help="run alone on the cores at 2 (bench/common.py)")
+    parser.add_argument("--weights", nargs="+", default=["full", "int4"])
+    parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--cont-tokens", type=int, default=256)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.75, 0.9])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    common.setup(args.threads)
+    codes = Codes(args.against)
+    if "quality" in args.parts:
+        quality(args, codes, {**common.machine_info(), "against": args.against})
+    if "speed" in args.parts:
+        speed(args, codes, {**common.machine_info(), "against": args.against})
+
+
+if __name__ == "__main__":
+    main()
