@@ -1,18 +1,19 @@
-"""A prefill chunk's attention: fused output + H2O scores from sampled queries, against the code before.
+"""A prefill chunk's attention on the fused path (flash kernel + exact H2O scores from its log-sum-exp),
+against the code before it (every probability materialised in float32).
 
-    python bench/prefill_attention.py --against f10faed                 # quality and speed, ~15 min alone
+    python bench/prefill_attention.py --against f10faed                 # quality and speed, ~12 min alone
     python bench/prefill_attention.py --against f10faed --parts speed   # speed only
 
 `--against` names a commit whose `engine/kvcache/attention.py` (`chunk_attention`: every probability
-of a chunk materialised, exact H2O column sums) runs in the same process as the current one, the
-rest of the engine being current. Both run the same model and weights.
+of a chunk materialised in float32) runs in the same process as the current one, the rest of the
+engine being current. Both run the same model and weights.
 
 quality  The continuation probe of `bench/kv_quality.py` (section 2b): `--context` tokens of Think
          Python prefilled with H2O at 50 / 75 / 90 % dropped (INT4, window budget/4, original
          positions), then the next `--cont-tokens` tokens scored teacher-forced against transformers'
          full `DynamicCache` with the same weights: KL(full || ours), top-1 agreement, NLL. For each
-         weight format in `--weights`: "full" (float32: only the sampled scores differ) and "int4"
-         (the CPU default: also the bfloat16 attention output where the CPU has AVX-512 BF16).
+         weight format in `--weights`: "int4" (the CPU default: bfloat16 attention, the fused path,
+         where the CPU has AVX-512 BF16) and "full" (float32: the same path as before, a check).
 speed    `--tokens` tokens of Think Python through the default policy (budget 4,096, compact
          positions), old and new code alternating run by run, `--runs` each: tokens/s over the whole
          prefill and over the chunks at a full budget, with the CPU default weights.
@@ -156,7 +157,7 @@ def main() -> None:
     parser.add_argument("--against", required=True, help="the commit whose chunk_attention runs side by side")
     parser.add_argument("--parts", nargs="+", default=["quality", "speed"], choices=["quality", "speed"])
     parser.add_argument("--threads", type=int, default=2, help="run alone on the cores at 2 (bench/common.py)")
-    parser.add_argument("--weights", nargs="+", default=["full", "int4"])
+    parser.add_argument("--weights", nargs="+", default=["int4"])
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--cont-tokens", type=int, default=256)
     parser.add_argument("--samples", type=int, default=3)

@@ -56,46 +56,27 @@ def test_matches_brute_force(group, chunk, with_mask, use_scratch):
         assert float(scores[:, 7:11][~masks[1]].abs().max()) == 0.0
 
 
-def test_long_chunk_sums_scores_from_every_strided_query():
-    """A chunk of more than `score_queries` queries: exact output; scores = the brute-force column
-    sums of every stride-th query (ending at the last), times the stride."""
-    torch.manual_seed(1)
-    kv_heads, group, chunk, d = 2, 3, 40, 16
-    sizes = [30, 6, chunk]
-    query = torch.randn(kv_heads, group, chunk, d)
-    keys = tuple(torch.randn(kv_heads, n, d) for n in sizes)
-    values = tuple(torch.randn(kv_heads, n, d) for n in sizes)
-    masks = (None, torch.rand(kv_heads, sizes[1]) > 0.5, None)
-    out, scores = chunk_attention(query, keys, values, scaling=d**-0.5, masks=masks, score_queries=8)
-    ref_out, _ = reference(query, keys, values, d**-0.5, masks)
-    torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
-    stride, rows = 5, list(range(4, chunk, 5))  # ceil(40 / 8); queries 4, 9, ..., 39
-    sampled = torch.zeros(kv_heads, sum(sizes), dtype=torch.float64)
-    for i in rows:  # one query at a time, seeing what query i of the chunk sees
-        cut = sum(sizes) - chunk + i + 1
-        _, part = reference(query[:, :, i : i + 1], (torch.cat(keys, 1)[:, :cut],), (torch.cat(values, 1)[:, :cut],),
-                            d**-0.5, (torch.cat((torch.ones(kv_heads, 30, dtype=torch.bool), masks[1],
-                                                 torch.ones(kv_heads, i + 1, dtype=torch.bool)), 1),))
-        sampled[:, :cut] += part
-    torch.testing.assert_close(scores.double(), stride * sampled, atol=1e-5, rtol=1e-5)
-    assert float(scores[:, 30:36][~masks[1]].abs().max()) == 0.0
-    # and the estimate is near the exact column sums (the sum over all 120 query rows per head)
-    _, exact = reference(query, keys, values, d**-0.5, masks)
-    assert float((scores.double() - exact).abs().sum() / exact.sum()) < 0.25
-
-
-def test_bfloat16_prefill_output_stays_close_scores_stay_float32():
-    """attention_dtype=bfloat16 (int4 CPU weights): the output within bfloat16's rounding of the
-    float64 reference, the scores still computed from float32 probabilities."""
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_fused_bfloat16_prefill_matches_brute_force(with_mask):
+    """attention_dtype=bfloat16 on a CPU (int4 weights): the flash kernel's output within bfloat16's
+    rounding of the float64 reference, and H2O scores from its log-sum-exp within 1 %, with a
+    sink-like key whose logits are large (where rounding logits to bfloat16 would cost most)."""
     torch.manual_seed(2)
-    kv_heads, group, chunk, d = 2, 3, 24, 32
-    sizes = [50, chunk]
-    query = torch.randn(kv_heads, group, chunk, d)
-    keys = tuple(torch.randn(kv_heads, n, d) for n in sizes)
+    kv_heads, group, chunk, d = 2, 3, 100, 32  # 300 query rows: three score blocks, the last one short
+    sizes = [150, 20, chunk]
+    query = torch.randn(kv_heads, group, chunk, d) * 2
+    keys = [torch.randn(kv_heads, n, d) * 2 for n in sizes]
+    keys[0][:, 0] *= 5
+    keys = tuple(keys)
     values = tuple(torch.randn(kv_heads, n, d) for n in sizes)
-    out, scores = chunk_attention(query, keys, values, scaling=d**-0.5, attention_dtype=torch.bfloat16)
-    ref_out, ref_scores = reference(query, keys, values, d**-0.5, (None, None))
+    masks = (None, torch.rand(kv_heads, sizes[1]) > 0.5, None) if with_mask else (None, None, None)
+    out, scores = chunk_attention(query, keys, values, scaling=d**-0.5, masks=masks, attention_dtype=torch.bfloat16)
+    ref_out, ref_scores = reference(query, keys, values, d**-0.5, masks)
     assert out.dtype == torch.float32 and scores.dtype == torch.float32
-    error = float((out.double() - ref_out).abs().max())
-    assert 1e-5 < error < 3e-2  # really rounded, but only by bfloat16's 8-bit mantissa
-    torch.testing.assert_close(scores.double(), ref_scores, atol=1e-5, rtol=1e-5)
+    error = float((out.double() - ref_out).norm() / ref_out.norm())
+    assert 1e-5 < error < 1e-2  # really rounded, but only by bfloat16's 8-bit mantissa
+    assert float((scores.double() - ref_scores).abs().sum() / ref_scores.sum()) < 1e-2
+    torch.testing.assert_close(scores.double(), ref_scores, atol=0.05, rtol=0.02)
+    torch.testing.assert_close(scores.sum(dim=1).double(), torch.full((kv_heads,), float(group * chunk), dtype=torch.float64), rtol=1e-2, atol=0)
+    if with_mask:
+        assert float(scores[:, 150:170][~masks[1]].abs().max()) == 0.0

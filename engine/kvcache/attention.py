@@ -92,8 +92,15 @@ class Scratch:
         self._buffer = None
 
 
-SCORE_QUERIES = 64
-"""A prefill chunk's H2O scores are summed from at most this many of its queries (evenly spaced)."""
+FUSED_BLOCK_ROWS = 128
+"""Query rows (of all KV heads at once) per block of the fused path's score pass: its log-probabilities
+`[kv_heads, 128, keys]` in bfloat16 stay within a core's L2 cache up to ~4.6k keys."""
+
+
+def fused_prefill(attention_dtype: torch.dtype | None, device: torch.device) -> bool:
+    """Whether a prefill chunk takes the fused path: bfloat16 attention on a CPU (the kernel that
+    also returns each query's log-sum-exp, `_scaled_dot_product_flash_attention_for_cpu`)."""
+    return attention_dtype == torch.bfloat16 and device.type == "cpu"
 
 
 def chunk_attention(
@@ -106,7 +113,6 @@ def chunk_attention(
     scratch: Scratch | None = None,
     per_query: bool = False,
     attention_dtype: torch.dtype | None = None,
-    score_queries: int = SCORE_QUERIES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of a chunk over cached keys followed by the chunk's own keys.
 
@@ -114,50 +120,66 @@ def chunk_attention(
         KV head `kv`, as in transformers' `repeat_kv` (GQA/MQA).
     keys, values: parts `[kv_heads, n_i, head_dim]` (RoPE applied to keys) that concatenate to
         `n_cached + chunk` tokens in slot order; the last `chunk` tokens are the chunk itself.
+        Parts may differ in dtype (a bfloat16 decode workspace beside a float32 residual).
     masks: optional, one per part: `[kv_heads, n_i]` bool (False = not attended, e.g. a recalled
         slot whose token the cache already holds), or None for a part attended in full.
     Returns `(output [kv_heads, group, chunk, head_dim], scores [kv_heads, n_cached + chunk] float32)`
     where `scores[kv, j] = Σ_g Σ_i P[kv, g, i, j]`: the attention mass key j received from this
     chunk, summed over the query heads of its group (H2O's accumulated attention).
-    scratch: where float32 probabilities are computed (see `Scratch`); a fresh tensor if None.
+    scratch: where the float32 probabilities are computed (see `Scratch`); a fresh tensor if None
+        or if the compute dtype is not float32.
     per_query: return scores `[kv_heads, chunk, n_cached + chunk]`, not yet summed over the chunk's
-        queries (speculative decoding commits only the queries of accepted tokens); always exact.
-    attention_dtype: the dtype a prefill chunk's output is computed in (default: the query's);
-        bfloat16 where the model's linear layers already round their inputs to it (int4 CPU weights).
-    score_queries: a chunk of more queries than this (per head) sums its scores from every
-        `ceil(chunk / score_queries)`-th query only, ending at its last, times that stride.
+        queries (speculative decoding commits only the queries of accepted tokens).
+    attention_dtype: bfloat16 on a CPU sends a prefill chunk down the fused path (`fused_prefill`);
+        otherwise the probabilities are materialised in float32.
 
-    Two paths. A decode step (group·chunk < head_dim) attends the parts separately and joins only
-    their few logits, so the cached keys are never copied. A prefill chunk joins the parts and
-    computes its output with `scaled_dot_product_attention` (a fused kernel: the probabilities of
-    512 queries over 4.6k keys, 85 MB per layer, are never written) and its H2O scores from a
-    subsample of its queries: an unbiased estimate of H2O's column sums at 1/8 of the cost for a
-    512-token chunk. Materialising every probability for the scores was 75 % of a prefill chunk
-    (docs/BENCHMARKS.md, section 5g, which also measures what the subsample costs in quality).
+    Cost: for a prefill chunk the probabilities `[kv_heads, group·chunk, total]` float32 are the
+    only large tensor (85 MB per layer for a 512-token chunk over 4.6k tokens with 9 query heads),
+    so everything that touches them is done once and in place: the parts' keys and values are
+    joined first (a copy 72× smaller than the logits), the scaling is folded into the queries, masks
+    are filled in place. Joining logits per part and scaling them afterwards took 30 % of a
+    prefill. For a decode step (group·chunk < head_dim) it is the other way round: the parts are
+    attended separately and only their few logits are joined, so the cache is never copied.
+    Materialising the probabilities was still 75 % of a prefill chunk with int4 weights: the fused
+    path (`_fused_attention`) halves that cost with exact H2O scores.
     """
     kv_heads, group, chunk, head_dim = query.shape
-    if group * chunk >= head_dim or per_query:
-        return _prefill_attention(query, keys, values, scaling=scaling, masks=masks, scratch=scratch,
-                                  per_query=per_query, attention_dtype=attention_dtype, score_queries=score_queries)
+    joined = group * chunk >= head_dim  # a prefill chunk: logits dwarf keys, so join the keys
+    if joined and not per_query and fused_prefill(attention_dtype, query.device):
+        return _fused_attention(query, keys, values, scaling=scaling, masks=masks)
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
     total = sum(k.shape[1] for k in keys)
-    # Its few logits per part are smaller than the keys: join the logits, not the keys.
-    logits = torch.cat([torch.matmul(q.to(part.dtype), part.transpose(1, 2)) for part in keys], dim=-1).float()
+    if joined:
+        k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
+        v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
+    if joined and scratch is not None and q.dtype == torch.float32 and k.dtype == torch.float32:
+        logits = torch.matmul(q, k.transpose(1, 2), out=scratch.take((kv_heads, group * chunk, total), q.device))
+    elif joined:  # 16-bit compute on GPUs: softmax and scores in float32
+        logits = torch.matmul(q.to(k.dtype), k.transpose(1, 2)).float()
+    else:  # a decode step: its few logits per part are smaller than the keys; join the logits
+        logits = torch.cat([torch.matmul(q.to(part.dtype), part.transpose(1, 2)) for part in keys], dim=-1).float()
     keep = _keep_mask(keys, masks)
     if keep is not None:
         logits.masked_fill_(~keep[:, None, :], float("-inf"))
-    # Query i of the chunk may see the chunk's keys 0..i only.
-    future = torch.ones(chunk, chunk, dtype=torch.bool, device=query.device).triu_(1)
-    logits.view(kv_heads, group, chunk, total)[..., total - chunk :].masked_fill_(future, float("-inf"))
-    # Softmax in place, left unnormalised: the output and the column sums take 1/Σ instead.
+    if chunk > 1:  # query i of the chunk may see the chunk's keys 0..i only
+        future = torch.ones(chunk, chunk, dtype=torch.bool, device=query.device).triu_(1)
+        logits.view(kv_heads, group, chunk, total)[..., total - chunk :].masked_fill_(future, float("-inf"))
+    # Softmax in place (the exponentials overwrite the logits), left unnormalised: the output and
+    # the column sums take the row normaliser 1/Σ instead (a pass over the probabilities saved).
     weights = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
     inverse = weights.sum(dim=-1, keepdim=True).reciprocal_()  # [kv_heads, group·chunk, 1]
-    scores = torch.matmul(inverse.transpose(1, 2), weights).squeeze(1)
-    output, offset = None, 0
-    for part in values:
-        term = torch.matmul(weights[..., offset : offset + part.shape[1]].to(part.dtype), part)
-        output = term.float() if output is None else output.add_(term)  # a 16-bit workspace's term too
-        offset += part.shape[1]
+    if per_query:
+        scores = (weights * inverse).view(kv_heads, group, chunk, total).sum(dim=1)
+    else:  # Σ_i P[i, j] = Σ_i w[i, j] / Σ_j' w[i, j'], as one matrix-vector product per KV head
+        scores = torch.matmul(inverse.transpose(1, 2), weights).squeeze(1)
+    if joined:
+        output = torch.matmul(weights if v.dtype == torch.float32 else weights.to(v.dtype), v).float()
+    else:
+        output, offset = None, 0
+        for part in values:
+            term = torch.matmul(weights[..., offset : offset + part.shape[1]].to(part.dtype), part)
+            output = term.float() if output is None else output.add_(term)  # a 16-bit workspace's term too
+            offset += part.shape[1]
     output = (output * inverse).to(query.dtype)
     return output.view(kv_heads, group, chunk, head_dim), scores
 
@@ -170,39 +192,53 @@ def _keep_mask(keys: tuple[torch.Tensor, ...], masks: tuple[torch.Tensor | None,
                       for part, m in zip(keys, masks, strict=True)], dim=1)
 
 
-def _prefill_attention(query, keys, values, *, scaling, masks, scratch, per_query, attention_dtype, score_queries):
-    """`chunk_attention` of a prefill chunk (see there): fused output, H2O scores from sampled queries."""
+def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tensor, torch.Tensor]:
+    """`chunk_attention` of a prefill chunk in bfloat16 on a CPU, without float32 probabilities.
+
+    1. The output and each query's log-sum-exp `L_i` come from the flash-attention kernel
+       (`_scaled_dot_product_flash_attention_for_cpu`; FlashAttention-2, Dao 2023): the 85 MB of
+       probabilities per layer are never written.
+    2. H2O's column sums are then exact: `P[i, j] = exp(q_i·k_j·scale - L_i)`, computed in blocks of
+       `FUSED_BLOCK_ROWS` query rows as one bfloat16 matmul with `-L_i` folded in as two more
+       columns (its bfloat16 high and low parts against keys' columns of ones), so the matmul's
+       float32 accumulator subtracts it and only `log P`, near 0 where P matters, is rounded to
+       bfloat16. (Rounding the logits themselves to bfloat16 before subtracting moved the scores
+       by 1.4 % in L1; this, by 0.2 %.)
+    Summing the scores from a subsample of queries instead (every 2nd to 8th) was cheaper but made
+    the continuation probe's KL 5-20 % worse at 75-90 % dropped (docs/BENCHMARKS.md, section 5g).
+    """
     kv_heads, group, chunk, head_dim = query.shape
-    k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
-    v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
+    bf16 = torch.bfloat16
+    k = (keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)).to(bf16)
+    v = (values[0] if len(values) == 1 else torch.cat(values, dim=1)).to(bf16)
     total = k.shape[1]
     device = query.device
-    # Query i sees every cached key and the chunk's keys 0..i: [chunk, total], True = attended.
-    visible = torch.ones(chunk, total, dtype=torch.bool, device=device).tril_(total - chunk)
+    future = torch.ones(chunk, chunk, dtype=torch.bool, device=device).triu_(1)  # query i: the chunk's keys after i
     keep = _keep_mask(keys, masks)
-    if keep is not None:  # [kv_heads, chunk, total], then one row per query head (kv * group + g)
-        visible = (visible & keep[:, None, :]).repeat_interleave(group, dim=0)
-    dtype = attention_dtype or query.dtype
-    output = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(1, kv_heads * group, chunk, head_dim).to(dtype), k[None].to(dtype), v[None].to(dtype),
-        attn_mask=visible, scale=scaling, enable_gqa=True,
-    ).to(query.dtype).view(kv_heads, group, chunk, head_dim)
-    stride = 1 if per_query else -(-chunk // score_queries)
-    rows = torch.arange(chunk - 1, -1, -stride, device=device).flip(0)  # ends at the chunk's last query
-    sampled = query if stride == 1 else query[:, :, rows]
-    n = sampled.shape[2]
-    q = sampled.reshape(kv_heads, group * n, head_dim) * scaling
-    if scratch is not None and q.dtype == torch.float32:
-        logits = torch.matmul(q, k.transpose(1, 2), out=scratch.take((kv_heads, group * n, total), device))
-    else:  # 16-bit compute on GPUs: softmax and scores in float32
-        logits = torch.matmul(q, k.transpose(1, 2)).float()
-    hidden = ~(visible if keep is not None else visible[None])  # [kv_heads·group or 1, chunk, total]
-    hidden = hidden[:, rows] if stride > 1 else hidden
-    logits.view(kv_heads, group, n, total).masked_fill_(hidden.view(-1, group if keep is not None else 1, n, total), float("-inf"))
-    weights = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
-    inverse = weights.sum(dim=-1, keepdim=True).reciprocal_()  # [kv_heads, group·n, 1]
-    if per_query:
-        return output, (weights * inverse).view(kv_heads, group, chunk, total).sum(dim=1)
-    # Σ_i P[i, j] = Σ_i w[i, j] / Σ_j' w[i, j'], as one matrix-vector product per KV head
-    scores = torch.matmul(inverse.transpose(1, 2), weights).squeeze(1)
-    return output, scores * stride if stride > 1 else scores
+    if keep is None:  # [chunk, total]
+        hidden = torch.cat((future.new_zeros((chunk, total - chunk)), future), dim=1)
+    else:  # [kv_heads · group, chunk, total]: one row per query head (kv * group + g)
+        hidden = (~keep[:, None, :]).repeat(1, chunk, 1)
+        hidden[..., total - chunk :] |= future
+        hidden = hidden.repeat_interleave(group, dim=0)
+    bias = torch.zeros(hidden.shape, dtype=bf16, device=device).masked_fill_(hidden, float("-inf"))
+    q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
+    output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q.view(1, kv_heads * group, chunk, head_dim).to(bf16), k.repeat_interleave(group, dim=0)[None],
+        v.repeat_interleave(group, dim=0)[None], 0.0, False, attn_mask=bias if keep is None else bias[None], scale=1.0)[:2]
+    output = output.to(query.dtype).reshape(kv_heads, group, chunk, head_dim)
+    minus = -lse.reshape(kv_heads, group * chunk, 1)  # rows kv, g·chunk + i
+    high = minus.to(bf16)
+    rows = torch.cat((q.to(bf16), high, (minus - high.float()).to(bf16)), dim=-1)
+    cols = torch.cat((k, k.new_ones((kv_heads, total, 2))), dim=-1).transpose(1, 2)
+    ones = rows.new_ones((kv_heads, 1, FUSED_BLOCK_ROWS))
+    scores = torch.zeros((kv_heads, total), dtype=torch.float32, device=device)
+    for first in range(0, group * chunk, FUSED_BLOCK_ROWS):
+        block = slice(first, min(first + FUSED_BLOCK_ROWS, group * chunk))
+        log_p = torch.matmul(rows[:, block], cols)  # [kv_heads, rows, total]
+        if keep is None:  # only the chunk's own keys can be hidden
+            log_p[..., total - chunk :].masked_fill_(future[torch.arange(block.start, block.stop, device=device) % chunk], float("-inf"))
+        else:
+            log_p.masked_fill_(hidden.view(kv_heads, group * chunk, total)[:, block], float("-inf"))
+        scores += torch.matmul(ones[..., : log_p.shape[1]], log_p.exp_()).squeeze(1)
+    return output, scores
