@@ -120,7 +120,6 @@ def chunk_attention(
         KV head `kv`, as in transformers' `repeat_kv` (GQA/MQA).
     keys, values: parts `[kv_heads, n_i, head_dim]` (RoPE applied to keys) that concatenate to
         `n_cached + chunk` tokens in slot order; the last `chunk` tokens are the chunk itself.
-        Parts may differ in dtype (a bfloat16 decode workspace beside a float32 residual).
     masks: optional, one per part: `[kv_heads, n_i]` bool (False = not attended, e.g. a recalled
         slot whose token the cache already holds), or None for a part attended in full.
     Returns `(output [kv_heads, group, chunk, head_dim], scores [kv_heads, n_cached + chunk] float32)`
@@ -152,12 +151,12 @@ def chunk_attention(
     if joined:
         k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
         v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
-    if joined and scratch is not None and q.dtype == torch.float32 and k.dtype == torch.float32:
+    if joined and scratch is not None and q.dtype == torch.float32:
         logits = torch.matmul(q, k.transpose(1, 2), out=scratch.take((kv_heads, group * chunk, total), q.device))
     elif joined:  # 16-bit compute on GPUs: softmax and scores in float32
-        logits = torch.matmul(q.to(k.dtype), k.transpose(1, 2)).float()
+        logits = torch.matmul(q, k.transpose(1, 2)).float()
     else:  # a decode step: its few logits per part are smaller than the keys; join the logits
-        logits = torch.cat([torch.matmul(q.to(part.dtype), part.transpose(1, 2)) for part in keys], dim=-1).float()
+        logits = torch.cat([torch.matmul(q, part.transpose(1, 2)) for part in keys], dim=-1).float()
     keep = _keep_mask(keys, masks)
     if keep is not None:
         logits.masked_fill_(~keep[:, None, :], float("-inf"))
@@ -173,14 +172,14 @@ def chunk_attention(
     else:  # Σ_i P[i, j] = Σ_i w[i, j] / Σ_j' w[i, j'], as one matrix-vector product per KV head
         scores = torch.matmul(inverse.transpose(1, 2), weights).squeeze(1)
     if joined:
-        output = torch.matmul(weights if v.dtype == torch.float32 else weights.to(v.dtype), v).float()
+        output = torch.matmul(weights if v.dtype == torch.float32 else weights.to(v.dtype), v)
     else:
         output, offset = None, 0
         for part in values:
             term = torch.matmul(weights[..., offset : offset + part.shape[1]].to(part.dtype), part)
-            output = term.float() if output is None else output.add_(term)  # a 16-bit workspace's term too
+            output = term if output is None else output + term
             offset += part.shape[1]
-    output = (output * inverse).to(query.dtype)
+    output = (output * inverse.to(output.dtype)).to(query.dtype)
     return output.view(kv_heads, group, chunk, head_dim), scores
 
 

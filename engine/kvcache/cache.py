@@ -150,17 +150,16 @@ class LayerKV:
         return apply_rope(keys, cos, sin)
 
     def _set_workspace(self, keys: torch.Tensor, values: torch.Tensor, start: int, rope: RotaryTable,
-                       kind: str | None, held: torch.dtype) -> None:
-        """Hold rotated keys and values `[kv_heads, n, head_dim]` (computed in their dtype, "compute")
-        as the workspace, rounded to `held`, in buffers with room for the flushes until the next
-        eviction (no re-allocation per flush)."""
+                       kind: str | None) -> None:
+        """Hold rotated keys and values `[kv_heads, n, head_dim]` as the workspace, in buffers with
+        room for the flushes until the next eviction (no re-allocation per flush)."""
         h, n, d = keys.shape
         capacity = max(n, self.policy.budget_tokens) + 2 * FLUSH_BATCH_TOKENS
-        kbuf = keys.new_empty((h, d, capacity), dtype=held)
-        vbuf = values.new_empty((h, capacity, d), dtype=held)
+        kbuf = keys.new_empty((h, d, capacity))
+        vbuf = values.new_empty((h, capacity, d))
         kbuf[:, :, :n] = keys.transpose(1, 2)
         vbuf[:, :n] = values
-        self._workspace = {"kbuf": kbuf, "vbuf": vbuf, "start": start, "rope": rope, "kind": kind, "compute": keys.dtype}
+        self._workspace = {"kbuf": kbuf, "vbuf": vbuf, "start": start, "rope": rope, "kind": kind}
         self._workspace_resize(n)
 
     def _workspace_resize(self, n: int) -> None:
@@ -182,7 +181,7 @@ class LayerKV:
             self._workspace = None
             return
         specs = self.fmt.field_specs(self.shape.head_dim)
-        dtype = ws["compute"]
+        dtype = ws["vbuf"].dtype
         # Decode what the pool holds (its dtypes), exactly as `_dequantized_stable` reads it back.
         keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()}, dtype)
                         for kv in "kv")
@@ -210,42 +209,37 @@ class LayerKV:
         if ws["kind"] == "index":
             keys_t = torch.gather(ws["kbuf"][:, :, :old_stable], 2, stable_kept[:, None, :].expand(-1, d, -1))
         else:
-            (keys,) = self._dequantized_stable(ws["compute"], kinds="k")
+            (keys,) = self._dequantized_stable(ws["vbuf"].dtype, kinds="k")
             keys_t = self._rotate(keys, ws["rope"], "slots", None, 0).transpose(1, 2)
         ws["kbuf"][:, :, :k], ws["vbuf"][:, :k] = keys_t, values
         self._workspace_resize(k)
         if ws["kind"] == "slots":
             ws["tail"] = None  # the residual's slot positions moved down with the stable part
 
-    def _valid_workspace(self, dtype: torch.dtype, reuse: bool, held: torch.dtype | None = None) -> dict | None:
-        """The workspace if `reuse` and it was computed in `dtype` and held in `held` (default `dtype`)."""
+    def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
         ws = self._workspace
-        valid = reuse and ws is not None and ws["compute"] == dtype and ws["k"].dtype == (held or dtype)
-        return ws if valid else None
+        return ws if reuse and ws is not None and ws["k"].dtype == dtype else None
 
     def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool,
-                   start: int = 0, kind: str | None = None, held: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   start: int = 0, kind: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of sinks + quantized tokens from slot `start` on (`positions`
         `[kv_heads, stable_tokens - start]`; `kind`: see the workspace in `__init__`), from the
-        decode workspace if valid. Returns `[kv_heads, stable_tokens - start, head_dim]` each, in
-        `dtype`, or from the workspace in `held` (default `dtype`): dequantized and rotated in
-        `dtype`, then rounded."""
-        ws = self._valid_workspace(dtype, reuse, held)
+        decode workspace if valid. Returns `[kv_heads, stable_tokens - start, head_dim]` each."""
+        ws = self._valid_workspace(dtype, reuse)
         if ws is not None and ws.get("start", 0) == start:
             return ws["k"], ws["v"]
         keys, values = self._dequantized_stable(dtype, start)
         keys = self._rotate(keys, rope, kind, positions, start)
         self._workspace = None
         if reuse:
-            self._set_workspace(keys, values, start, rope, kind, held or dtype)
+            self._set_workspace(keys, values, start, rope, kind)
             return self._workspace["k"], self._workspace["v"]
         return keys, values
 
     def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
-                     reuse: bool, held: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotated keys and values of the recalled tokens in `dtype`, kept in the workspace (held in
-        `held`) until the set changes."""
-        ws = self._valid_workspace(dtype, reuse, held)
+                     reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values of the recalled tokens, kept in the workspace until the set changes."""
+        ws = self._valid_workspace(dtype, reuse)
         if ws is not None and ws.get("recalled") is recalled and "rk" in ws:
             return ws["rk"], ws["rv"]
         cos, sin = rope.lookup(positions.long())
@@ -266,7 +260,7 @@ class LayerKV:
         the residual stores it, 16-bit): no per-step RoPE or copy of the whole residual."""
         r, chunk = self.resid_k.shape[1], key.shape[1]
         ws = self._workspace
-        keeps_tail = ws is not None and ws["kind"] is not None and ws["compute"] == compute
+        keeps_tail = ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute
         tail = ws.get("tail") if keeps_tail else None
         if keeps_tail and (tail is None or tail["tn"] > r):
             h, d = key.shape[0], key.shape[2]
@@ -333,9 +327,9 @@ class LayerKV:
         scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
         pending: attend, but do not append the chunk yet: `commit_pending(count)` later appends its
             first `count` tokens exactly as if only those had been fed (speculative decoding).
-        attention_dtype: the dtype of a prefill chunk's attention output (`chunk_attention`) and of
-            the decode workspace (bfloat16 halves the bytes a decode step reads; the residual and the
-            chunk stay in the compute dtype). Default: the query's.
+        attention_dtype: bfloat16 sends a prefill chunk down the fused path (`chunk_attention`). The
+            decode workspace stays in the compute dtype: a bfloat16 one was 5 % slower per step
+            (torch's bfloat16 matmuls of 3 query rows over a strided view, measured).
         """
         chunk = query.shape[1]
         compute = query.dtype
@@ -344,8 +338,7 @@ class LayerKV:
         heads = self.shape.kv_heads
         new_index = torch.arange(start, start + chunk, device=device, dtype=torch.int32)
         recalled = self.recalled
-        held = attention_dtype or compute  # the decode workspace's dtype
-        ws = self._valid_workspace(compute, reuse_workspace, held)
+        ws = self._valid_workspace(compute, reuse_workspace)
         focus_from = self._focus_from()
         stable_mask = tail_mask = None
         hidden = 0  # leading stable slots left out of the attention altogether (focus)
@@ -381,13 +374,13 @@ class LayerKV:
             query_pos = new_index.expand(heads, -1)
             recalled_pos = recalled.index if recalled is not None else None
             kind = "index"
-        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind, held=held)
+        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind)
         tail_k, tail_v = self._tail_kv(key, value, tail_pos, rope, compute)
         qcos, qsin = rope.lookup(query_pos.long())  # [kv_heads, chunk, head_dim]
         q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
         keys, values, masks = [stable_k], [stable_v], [stable_mask]
         if recalled is not None:
-            recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace, held)
+            recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace)
             if compact_positions and focus_from is None and self._workspace is not None:
                 self._workspace["positions"] = (stable_pos, recalled_pos, offset)
             keys.append(recalled_k)
