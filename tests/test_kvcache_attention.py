@@ -56,7 +56,7 @@ def test_matches_brute_force(group, chunk, with_mask, use_scratch):
         assert float(scores[:, 7:11][~masks[1]].abs().max()) == 0.0
 
 
-@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("with_mask", [None, "recalled", "tail"])  # tail: masked keys beside the causal ones
 def test_fused_bfloat16_prefill_matches_brute_force(with_mask):
     """attention_dtype=bfloat16 on a CPU (int4 weights): the flash kernel's output within bfloat16's
     rounding of the float64 reference, and H2O scores from its log-sum-exp within 1 %, with a
@@ -69,7 +69,13 @@ def test_fused_bfloat16_prefill_matches_brute_force(with_mask):
     keys[0][:, 0] *= 5
     keys = tuple(keys)
     values = tuple(torch.randn(kv_heads, n, d) for n in sizes)
-    masks = (None, torch.rand(kv_heads, sizes[1]) > 0.5, None) if with_mask else (None, None, None)
+    masks = [None, None, None]
+    if with_mask == "recalled":
+        masks[1] = torch.rand(kv_heads, sizes[1]) > 0.5
+    elif with_mask == "tail":  # a held tail token and an earlier one of the chunk hidden from every query
+        masks[2] = torch.ones(kv_heads, chunk, dtype=torch.bool)
+        masks[2][0, 3], masks[1] = False, torch.rand(kv_heads, sizes[1]) > 0.5
+    masks = tuple(masks)
     out, scores = chunk_attention(query, keys, values, scaling=d**-0.5, masks=masks, attention_dtype=torch.bfloat16)
     ref_out, ref_scores = reference(query, keys, values, d**-0.5, masks)
     assert out.dtype == torch.float32 and scores.dtype == torch.float32
@@ -80,3 +86,5 @@ def test_fused_bfloat16_prefill_matches_brute_force(with_mask):
     torch.testing.assert_close(scores.sum(dim=1).double(), torch.full((kv_heads,), float(group * chunk), dtype=torch.float64), rtol=1e-2, atol=0)
     if with_mask:
         assert float(scores[:, 150:170][~masks[1]].abs().max()) == 0.0
+    if with_mask == "tail":
+        assert float(scores[0, 173]) == 0.0 and float(scores[1, 173]) > 0

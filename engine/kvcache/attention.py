@@ -93,8 +93,8 @@ class Scratch:
 
 
 FUSED_BLOCK_ROWS = 128
-"""Query rows (of all KV heads at once) per block of the fused path's score pass: its log-probabilities
-`[kv_heads, 128, keys]` in bfloat16 stay within a core's L2 cache up to ~4.6k keys."""
+"""Query rows (of all KV heads at once) per block of the fused path's score pass: 128 was the fastest
+of 32-256 for SmolLM2's 3 KV heads over 4.6k keys on this project's 2-core Xeon (2 MB L2 per core)."""
 
 
 def fused_prefill(attention_dtype: torch.dtype | None, device: torch.device) -> bool:
@@ -197,12 +197,15 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
     1. The output and each query's log-sum-exp `L_i` come from the flash-attention kernel
        (`_scaled_dot_product_flash_attention_for_cpu`; FlashAttention-2, Dao 2023): the 85 MB of
        probabilities per layer are never written.
-    2. H2O's column sums are then exact: `P[i, j] = exp(q_i·k_j·scale - L_i)`, computed in blocks of
-       `FUSED_BLOCK_ROWS` query rows as one bfloat16 matmul with `-L_i` folded in as two more
-       columns (its bfloat16 high and low parts against keys' columns of ones), so the matmul's
-       float32 accumulator subtracts it and only `log P`, near 0 where P matters, is rounded to
-       bfloat16. (Rounding the logits themselves to bfloat16 before subtracting moved the scores
-       by 1.4 % in L1; this, by 0.2 %.)
+    2. H2O's column sums are then exact but for bfloat16 rounding: `P[i, j] = exp(q_i·k_j·scale - L_i)`,
+       in blocks of `FUSED_BLOCK_ROWS` query rows as one bfloat16 matmul with `-L_i` folded in as
+       two more columns (its bfloat16 high and low parts against keys' columns of ones), so the
+       matmul's float32 accumulator subtracts it and `log P` is rounded only where it is near 0
+       for the probabilities that matter; `exp` and each block's column sum are bfloat16 too, the
+       running sum float32. 0.2-0.3 % L1 error in the scores against float64 (rounding the logits
+       themselves to bfloat16 before subtracting: 1.4 %).
+    A query whose every key is masked (not reachable: a chunk always sees itself) gets a zero
+    output here and NaN on the materialised path.
     Summing the scores from a subsample of queries instead (every 2nd to 8th) was cheaper but made
     the continuation probe's KL 5-20 % worse at 75-90 % dropped (docs/BENCHMARKS.md, section 5g).
     """
@@ -216,28 +219,30 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
     keep = _keep_mask(keys, masks)
     if keep is None:  # [chunk, total]
         hidden = torch.cat((future.new_zeros((chunk, total - chunk)), future), dim=1)
-    else:  # [kv_heads · group, chunk, total]: one row per query head (kv * group + g)
+    else:  # [kv_heads, chunk, total]: shared by the group's query heads
         hidden = (~keep[:, None, :]).repeat(1, chunk, 1)
         hidden[..., total - chunk :] |= future
-        hidden = hidden.repeat_interleave(group, dim=0)
     bias = torch.zeros(hidden.shape, dtype=bf16, device=device).masked_fill_(hidden, float("-inf"))
-    q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
+    q = query * scaling
+    # The KV heads as the batch and the group as the heads: keys, values and mask are broadcast over
+    # the group (stride 0), never copied per query head.
     output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q.view(1, kv_heads * group, chunk, head_dim).to(bf16), k.repeat_interleave(group, dim=0)[None],
-        v.repeat_interleave(group, dim=0)[None], 0.0, False, attn_mask=bias if keep is None else bias[None], scale=1.0)[:2]
+        q.to(bf16), k[:, None].expand(-1, group, -1, -1), v[:, None].expand(-1, group, -1, -1), 0.0, False,
+        attn_mask=bias if keep is None else bias[:, None], scale=1.0)[:2]
     output = output.to(query.dtype).reshape(kv_heads, group, chunk, head_dim)
     minus = -lse.reshape(kv_heads, group * chunk, 1)  # rows kv, g·chunk + i
     high = minus.to(bf16)
-    rows = torch.cat((q.to(bf16), high, (minus - high.float()).to(bf16)), dim=-1)
+    rows = torch.cat((q.reshape(kv_heads, group * chunk, head_dim).to(bf16), high, (minus - high.float()).to(bf16)), dim=-1)
     cols = torch.cat((k, k.new_ones((kv_heads, total, 2))), dim=-1).transpose(1, 2)
     ones = rows.new_ones((kv_heads, 1, FUSED_BLOCK_ROWS))
     scores = torch.zeros((kv_heads, total), dtype=torch.float32, device=device)
     for first in range(0, group * chunk, FUSED_BLOCK_ROWS):
         block = slice(first, min(first + FUSED_BLOCK_ROWS, group * chunk))
         log_p = torch.matmul(rows[:, block], cols)  # [kv_heads, rows, total]
+        queries = torch.arange(block.start, block.stop, device=device) % chunk
         if keep is None:  # only the chunk's own keys can be hidden
-            log_p[..., total - chunk :].masked_fill_(future[torch.arange(block.start, block.stop, device=device) % chunk], float("-inf"))
+            log_p[..., total - chunk :].masked_fill_(future[queries], float("-inf"))
         else:
-            log_p.masked_fill_(hidden.view(kv_heads, group * chunk, total)[:, block], float("-inf"))
+            log_p.masked_fill_(hidden[:, queries], float("-inf"))
         scores += torch.matmul(ones[..., : log_p.shape[1]], log_p.exp_()).squeeze(1)
     return output, scores
