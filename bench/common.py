@@ -266,6 +266,24 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def module_at(rev: str, path: str):
+    """The Python file `path` of this repository as of commit `rev`, imported as its own module
+    (the rest of `engine` stays current): old code run side by side with the current one."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    name = f"{Path(path).stem}_{rev}"
+    file = Path(tempfile.mkdtemp(dir=WORK)) / f"{name}.py"
+    file.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def write_results(name: str, rows: list[dict], columns: list[str], meta: dict) -> None:
     """Print the table, write docs/bench/<name>.{json,csv} and the markdown table to bench/.work/<name>.md."""
     table = markdown_table(rows, columns)

@@ -20,29 +20,13 @@ Writes docs/bench/decode_step.{json,csv} with the machine and the load average a
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-
-
-def old_cache_module(rev: str):
-    """engine/kvcache/cache.py as of `rev`, imported as its own module (the rest of engine is current)."""
-    source = subprocess.run(["git", "show", f"{rev}:engine/kvcache/cache.py"], cwd=common.REPO, capture_output=True,
-                            text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp(dir=common.WORK)) / f"cache_{rev}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"cache_{rev}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
@@ -77,7 +61,7 @@ def main() -> None:
     print(f"snapshot: {snapshot.n_tokens} held of {args.tokens} in {time.perf_counter() - began:.1f} s", flush=True)
     codes = {"current": snapshot}
     if args.against:
-        old = old_cache_module(args.against)
+        old = common.module_at(args.against, "engine/kvcache/cache.py")
         tensors, cache_meta = snapshot.export()
         codes[args.against] = old.CompressedCache.restore(tensors, cache_meta, shape=decoder.shape, policy=policy,
                                                           device=decoder.device, store_dtype=decoder.store_dtype)

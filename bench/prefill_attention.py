@@ -24,11 +24,8 @@ Writes docs/bench/prefill_attention_{quality,speed}.{json,csv} (machine, commit,
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,13 +35,7 @@ import common  # noqa: E402
 
 def old_chunk_attention(rev: str):
     """`chunk_attention` from engine/kvcache/attention.py as of `rev` (taking and ignoring attention_dtype)."""
-    source = subprocess.run(["git", "show", f"{rev}:engine/kvcache/attention.py"], cwd=common.REPO, capture_output=True,
-                            text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp(dir=common.WORK)) / f"attention_{rev}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"attention_{rev}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = common.module_at(rev, "engine/kvcache/attention.py")
 
     def chunk_attention(*args, attention_dtype=None, **kwargs):
         return module.chunk_attention(*args, **kwargs)
