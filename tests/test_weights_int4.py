@@ -101,3 +101,27 @@ def test_the_embedded_model_in_int4_agrees_with_float32_on_real_text(smol, corpu
     nll = lambda logp: float(-logp[:-1].gather(1, ids[1:, None]).mean())  # noqa: E731
     assert agree >= 0.95 and kl < 0.005
     assert nll(ours) < nll(ref) + 0.01  # perplexity within 1 %
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_fused_layers_give_each_parts_output_bit_for_bit(dense):
+    """q|k|v fused into one int4 layer (`fuse`, one kernel call per decode step): its output is the
+    parts' outputs side by side, exactly, for a decode step's rows and a chunk's; the parts still
+    give their own outputs afterwards (their codes are now views of the fused ones), biases kept."""
+    from engine.models.int4_cpu import fuse
+
+    torch.manual_seed(4)
+    linears = [torch.nn.Linear(128, out, bias=bias) for out, bias in ((128, True), (64, False), (32, True))]
+    parts = [Int4Linear(linear, dense=dense) for linear in linears]
+    inputs = [torch.randn(1, 128), torch.randn(3, 7, 128), torch.randn(KERNEL_ROWS + 9, 128)]
+    with torch.inference_mode():
+        before = [[part(x) for part in parts] for x in inputs]
+        fused = fuse(parts)
+        for x, expected in zip(inputs, before, strict=True):
+            assert torch.equal(fused(x), torch.cat(expected, dim=-1))
+            assert all(torch.equal(part(x), y) for part, y in zip(parts, expected, strict=True))
+    assert parts[1].packed.data_ptr() == fused.packed[128:].data_ptr()  # a view, not a second copy
+    with pytest.raises(ValueError):  # other input features
+        fuse([parts[0], Int4Linear(torch.nn.Linear(64, 32))])
+    with pytest.raises(ValueError):  # a part before the last not in whole packing blocks: the kernel would misread it
+        fuse([Int4Linear(torch.nn.Linear(128, 96)), Int4Linear(torch.nn.Linear(128, 32))])

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import torch
 
+from engine.kvcache.decode_workspace import Bf16Int8Workspace
+
 
 class RotaryTable:
     """cos / sin tables of the model's own rotary embedding, grown on demand.
 
     Built by calling the model's `rotary_emb` module once per size, so any static RoPE variant the
     model implements (default, linear, Llama-3 frequency scaling, YaRN) is reproduced exactly.
-    `cos(positions)` / `sin(positions)` take integer positions of any shape and return
-    `[*positions.shape, head_dim]` float32.
+    `lookup(positions)` takes integer positions of any shape and returns cos, sin
+    `[*positions.shape, head_dim]` float32. `joint(positions)` returns both in one gather for `rotate`.
     """
 
     def __init__(self, rotary_emb: torch.nn.Module, head_dim: int, device: torch.device) -> None:
@@ -29,6 +31,8 @@ class RotaryTable:
         self.device = device
         self._cos = torch.empty((0, head_dim), device=device)
         self._sin = torch.empty((0, head_dim), device=device)
+        # [positions, 2 · head_dim]: cos | sin with rotate-half's sign folded in (see `rotate`)
+        self._joint = torch.empty((0, 2 * head_dim), device=device)
 
     def _ensure(self, size: int) -> None:
         if size <= self._cos.shape[0]:
@@ -39,10 +43,17 @@ class RotaryTable:
         with torch.no_grad():
             cos, sin = self.rotary_emb(probe, positions)
         self._cos, self._sin = cos[0].float(), sin[0].float()
+        half = self.head_dim // 2
+        self._joint = torch.cat((self._cos, -self._sin[:, :half], self._sin[:, half:]), dim=-1)
+
+    def _size_for(self, positions: torch.Tensor, bound: int | None) -> int:
+        if bound is not None:
+            return bound
+        return int(positions.max()) + 1 if positions.numel() else 0
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) for `positions` (int tensor, any shape) -> each `[*shape, head_dim]` float32."""
-        self._ensure(int(positions.max()) + 1 if positions.numel() else 0)
+        self._ensure(self._size_for(positions, None))
         return self._cos[positions], self._sin[positions]
 
     def prefix(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,6 +61,27 @@ class RotaryTable:
         returns, as views (no gather), broadcastable over heads."""
         self._ensure(n)
         return self._cos[:n], self._sin[:n]
+
+    def joint(self, positions: torch.Tensor | None = None, *, bound: int | None = None,
+              rows: slice | None = None) -> torch.Tensor:
+        """cos and signed sin of `positions` (int tensor, any shape) as one `[*shape, 2 · head_dim]`
+        float32 tensor for `rotate`, in one gather; or of the positions in `rows` as a view (no
+        gather). `bound`: a known upper bound (exclusive) of the positions, which spares reading
+        their maximum back (a sync per call; a decode step makes several per layer)."""
+        if rows is not None:
+            self._ensure(rows.stop)
+            return self._joint[rows]
+        self._ensure(self._size_for(positions, bound))
+        return self._joint[positions]
+
+
+def rotate(x: torch.Tensor, joint: torch.Tensor) -> torch.Tensor:
+    """`apply_rope(x, cos, sin)`, bit for bit, from `RotaryTable.joint` (broadcastable to
+    `[..., 2 · head_dim]`): x·cos + roll(x, head_dim / 2)·sin' with sin' = (-sin_low | sin_high) is
+    rotate-half's product with the sign moved onto the table; four ops instead of eight."""
+    x32 = x.float()
+    d = x32.shape[-1]
+    return (x32 * joint[..., :d] + x32.roll(d // 2, -1) * joint[..., d:]).to(x.dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -119,7 +151,8 @@ def chunk_attention(
     query: `[kv_heads, group, chunk, head_dim]` (RoPE applied); query head `kv * group + g` reads
         KV head `kv`, as in transformers' `repeat_kv` (GQA/MQA).
     keys, values: parts `[kv_heads, n_i, head_dim]` (RoPE applied to keys) that concatenate to
-        `n_cached + chunk` tokens in slot order; the last `chunk` tokens are the chunk itself.
+        `n_cached + chunk` tokens in slot order; the last `chunk` tokens are the chunk itself. A
+        part may also be the decode workspace as a `Bf16Int8Workspace` (the same object in both).
     masks: optional, one per part: `[kv_heads, n_i]` bool (False = not attended, e.g. a recalled
         slot whose token the cache already holds), or None for a part attended in full.
     Returns `(output [kv_heads, group, chunk, head_dim], scores [kv_heads, n_cached + chunk] float32)`
@@ -137,32 +170,31 @@ def chunk_attention(
     so everything that touches them is done once and in place: the parts' keys and values are
     joined first (a copy 72× smaller than the logits), the scaling is folded into the queries, masks
     are filled in place. Joining logits per part and scaling them afterwards took 30 % of a
-    prefill. For a decode step (group·chunk < head_dim) it is the other way round: the parts are
-    attended separately and only their few logits are joined, so the cache is never copied.
+    prefill. For a decode step (group·chunk < head_dim) it is the other way round (`_step_attention`).
     Materialising the probabilities was still 75 % of a prefill chunk with int4 weights: the fused
     path (`_fused_attention`) halves that cost with exact H2O scores.
     """
     kv_heads, group, chunk, head_dim = query.shape
     joined = group * chunk >= head_dim  # a prefill chunk: logits dwarf keys, so join the keys
-    if joined and not per_query and fused_prefill(attention_dtype, query.device):
+    if not joined:
+        return _step_attention(query, keys, values, scaling=scaling, masks=masks, per_query=per_query)
+    if any(isinstance(part, Bf16Int8Workspace) for part in keys):  # a long draft chunk over the decode workspace
+        dense = [part.dense() if isinstance(part, Bf16Int8Workspace) else (part, v) for part, v in zip(keys, values, strict=True)]
+        keys, values = tuple(k for k, _ in dense), tuple(v for _, v in dense)
+    if not per_query and fused_prefill(attention_dtype, query.device):
         return _fused_attention(query, keys, values, scaling=scaling, masks=masks)
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
     total = sum(k.shape[1] for k in keys)
-    if joined:
-        k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
-        v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
-    if joined and scratch is not None and q.dtype == torch.float32:
+    k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
+    v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
+    if scratch is not None and q.dtype == torch.float32:
         logits = torch.matmul(q, k.transpose(1, 2), out=scratch.take((kv_heads, group * chunk, total), q.device))
-    elif joined:  # 16-bit compute on GPUs: softmax and scores in float32
+    else:  # 16-bit compute on GPUs: softmax and scores in float32
         logits = torch.matmul(q, k.transpose(1, 2)).float()
-    else:  # a decode step: its few logits per part are smaller than the keys; join the logits
-        logits = torch.cat([torch.matmul(q, part.transpose(1, 2)) for part in keys], dim=-1).float()
     keep = _keep_mask(keys, masks)
     if keep is not None:
         logits.masked_fill_(~keep[:, None, :], float("-inf"))
-    if chunk > 1:  # query i of the chunk may see the chunk's keys 0..i only
-        future = torch.ones(chunk, chunk, dtype=torch.bool, device=query.device).triu_(1)
-        logits.view(kv_heads, group, chunk, total)[..., total - chunk :].masked_fill_(future, float("-inf"))
+    _hide_future(logits.view(kv_heads, group, chunk, total), chunk)
     # Softmax in place (the exponentials overwrite the logits), left unnormalised: the output and
     # the column sums take the row normaliser 1/Σ instead (a pass over the probabilities saved).
     weights = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
@@ -171,16 +203,44 @@ def chunk_attention(
         scores = (weights * inverse).view(kv_heads, group, chunk, total).sum(dim=1)
     else:  # Σ_i P[i, j] = Σ_i w[i, j] / Σ_j' w[i, j'], as one matrix-vector product per KV head
         scores = torch.matmul(inverse.transpose(1, 2), weights).squeeze(1)
-    if joined:
-        output = torch.matmul(weights if v.dtype == torch.float32 else weights.to(v.dtype), v)
-    else:
-        output, offset = None, 0
-        for part in values:
-            term = torch.matmul(weights[..., offset : offset + part.shape[1]].to(part.dtype), part)
-            output = term if output is None else output + term
-            offset += part.shape[1]
+    output = torch.matmul(weights if v.dtype == torch.float32 else weights.to(v.dtype), v)
     output = (output * inverse.to(output.dtype)).to(query.dtype)
     return output.view(kv_heads, group, chunk, head_dim), scores
+
+
+def _hide_future(logits: torch.Tensor, chunk: int) -> None:
+    """Mask, in place, the chunk's keys after each query: `logits` `[kv_heads, group, chunk, total]`
+    whose last `chunk` columns are the chunk itself (query i may see the chunk's keys 0..i only)."""
+    if chunk > 1:
+        future = torch.ones(chunk, chunk, dtype=torch.bool, device=logits.device).triu_(1)
+        logits[..., logits.shape[-1] - chunk :].masked_fill_(future, float("-inf"))
+
+
+def _step_attention(query, keys, values, *, scaling, masks, per_query) -> tuple[torch.Tensor, torch.Tensor]:
+    """`chunk_attention` of a decode step (or a few draft tokens: group·chunk < head_dim): the few
+    logits per part are smaller than the keys, so the parts are attended separately and only their
+    logits joined (the cache is never copied), with one fused softmax: every extra op is paid 30
+    times per generated token. An `Bf16Int8Workspace` part (the CPU decode workspace) is read with its
+    own kernels: the query and the probabilities rounded to bfloat16, its logits and output
+    accumulated in float32 and rounded to bfloat16."""
+    kv_heads, group, chunk, head_dim = query.shape
+    q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
+    logits = torch.cat([part.logits(q) if isinstance(part, Bf16Int8Workspace) else torch.matmul(q.to(part.dtype), part.transpose(1, 2))
+                        for part in keys], dim=-1).float()
+    total = logits.shape[-1]
+    keep = _keep_mask(keys, masks)
+    if keep is not None:
+        logits.masked_fill_(~keep[:, None, :], float("-inf"))
+    _hide_future(logits.view(kv_heads, group, chunk, total), chunk)
+    probs = torch.softmax(logits, dim=-1)  # [kv_heads, group·chunk, total]
+    scores = probs.view(kv_heads, group, chunk, total).sum(dim=1) if per_query else probs.sum(dim=1)
+    output, offset = None, 0
+    for part in values:
+        weights = probs[..., offset : offset + part.shape[1]]
+        term = part.weighted_values(weights) if isinstance(part, Bf16Int8Workspace) else torch.matmul(weights.to(part.dtype), part)
+        output = term if output is None else output + term
+        offset += part.shape[1]
+    return output.to(query.dtype).view(kv_heads, group, chunk, head_dim), scores
 
 
 def _keep_mask(keys: tuple[torch.Tensor, ...], masks: tuple[torch.Tensor | None, ...] | None) -> torch.Tensor | None:

@@ -106,11 +106,14 @@ class PagedTokens:
         self._write(self.n_tokens, fields)
         self.n_tokens += m
 
-    def keep(self, slots: torch.Tensor) -> None:
-        """Keep only `slots` `[kv_heads, k]` (ascending per head); free the blocks left empty."""
-        kept = {name: torch.gather(self.gather(name), 1, _expand_index(slots, self.pool.storage[name]))
-                for name in self.pool.storage}
+    def keep(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Keep only `slots` `[kv_heads, k]` (ascending per head); free the blocks left empty.
+        Returns the kept tokens' fields, `[kv_heads, k, *trailing_shape]` each (what `gather`
+        would now return)."""
         k = slots.shape[1]
+        # Read only the kept slots, each field's storage seen as one row per physical slot.
+        rows = self._rows(slots)
+        kept = {name: _slot_rows(t)[rows] for name, t in self.pool.storage.items()}
         needed = -(-k // self.block_tokens)
         surplus = self.table[:, needed:]
         self.table = self.table[:, :needed]
@@ -119,6 +122,11 @@ class PagedTokens:
         if k:
             self._write(0, kept)
         self.n_tokens = k
+        return kept
+
+    def _rows(self, slots: torch.Tensor) -> torch.Tensor:
+        """Physical rows (block · block_tokens + offset) of logical `slots` `[kv_heads, k]`."""
+        return torch.gather(self.table, 1, slots // self.block_tokens) * self.block_tokens + slots % self.block_tokens
 
     def load(self, storage: dict[str, torch.Tensor], table: torch.Tensor, n_tokens: int) -> None:
         """Replace the contents with persisted `storage` (`[blocks, block_tokens, ...]`) and `table`.
@@ -171,14 +179,12 @@ class PagedTokens:
 
     def _write(self, start: int, fields: dict[str, torch.Tensor]) -> None:
         m = next(iter(fields.values())).shape[1]
-        slots = torch.arange(start, start + m, device=self.table.device)
-        blocks = self.table[:, slots // self.block_tokens]  # [H, m]
-        offsets = (slots % self.block_tokens).expand(self.kv_heads, m)
+        rows = self._rows(torch.arange(start, start + m, device=self.table.device).expand(self.kv_heads, m))
         for name, values in fields.items():
-            self.pool.storage[name][blocks, offsets] = values
+            _slot_rows(self.pool.storage[name])[rows] = values
 
 
-def _expand_index(slots: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
-    """Broadcast `[H, k]` slot indices over a field's trailing dims for `torch.gather` on dim 1."""
-    trailing = storage.shape[2:]
-    return slots.reshape(*slots.shape, *([1] * len(trailing))).expand(*slots.shape, *trailing)
+def _slot_rows(storage: torch.Tensor) -> torch.Tensor:
+    """A field's storage `[blocks, block_tokens, ...]` as one row per physical slot, a view (raises
+    rather than copying, so writes through it always reach the storage)."""
+    return storage.view(-1, *storage.shape[2:])

@@ -23,12 +23,19 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention
+from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention, rotate
 from engine.kvcache.blocks import PagedTokens
+from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
 from engine.kvcache.quant import KVFormat
 from engine.kvcache.recall import RecalledTokens, compact_order_positions
 from engine.settings import CachePolicy
+
+def int8_workspace(attention_dtype: torch.dtype | None, device: torch.device) -> bool:
+    """Whether decoding reads the held tokens from a `Bf16Int8Workspace`: where prefill attention runs
+    in bfloat16 on a CPU (int4 weights on AVX-512 BF16), whose int8 and bfloat16 kernels it uses."""
+    return attention_dtype == torch.bfloat16 and device.type == "cpu"
+
 
 # The residual is flushed into the quantized pool in batches of at least this many tokens, so
 # that decoding does not quantize and write one token per layer per step.
@@ -89,13 +96,11 @@ class LayerKV:
         # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
         max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS) + FLUSH_BATCH_TOKENS
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
-        # Decode workspace (see `attend`): {"k", "v", "start"}: rotated, dequantized sinks + quantized
-        # tokens from slot "start" on (after the hidden ones, with focus), as views of the first
-        # "n" slots of the preallocated buffers "kbuf" `[kv_heads, head_dim, capacity]` (keys held
-        # transposed: a decode step's q·kᵀ then reads them as a plain matrix product, ~25 % faster
-        # than through a transposed operand) and "vbuf" `[kv_heads, capacity, head_dim]`;
-        # "kind" says how their positions follow the slots ("index": stream positions, "slots":
-        # compact slot order, None: neither, e.g. with focus or a compact recall), "rope" the table.
+        # Decode workspace (see `attend`): {"held": a `DenseWorkspace` or `Bf16Int8Workspace` of the
+        # rotated, dequantized sinks + quantized tokens from slot "start" on (after the hidden ones,
+        # with focus), "compute": the dtype they were computed in}; "kind" says how their positions
+        # follow the slots ("index": stream positions, "slots": compact slot order, None: neither,
+        # e.g. with focus or a compact recall), "rope" the table.
         # With a kind, a flush appends to it (`_workspace_append`) and an eviction compacts it
         # (`_workspace_keep`); otherwise they drop it, as does (compact mode) a new recalled set.
         # With a kind, also "tail": the rotated residual (`_tail_kv`). Once a recalled set was
@@ -144,96 +149,75 @@ class LayerKV:
         """RoPE of stable keys `[kv_heads, m, head_dim]` at slots `first_slot..`: compact slot
         order ("slots") reads the table's rows directly; otherwise `positions` `[kv_heads, m]`."""
         if kind == "slots":
-            cos, sin = rope.prefix(first_slot + keys.shape[1])
-            return apply_rope(keys, cos[first_slot:], sin[first_slot:])
-        cos, sin = rope.lookup(positions.long())
-        return apply_rope(keys, cos, sin)
+            return rotate(keys, rope.joint(rows=slice(first_slot, first_slot + keys.shape[1])))
+        return rotate(keys, rope.joint(positions))
 
     def _set_workspace(self, keys: torch.Tensor, values: torch.Tensor, start: int, rope: RotaryTable,
-                       kind: str | None) -> None:
-        """Hold rotated keys and values `[kv_heads, n, head_dim]` as the workspace, in buffers with
-        room for the flushes until the next eviction (no re-allocation per flush)."""
-        h, n, d = keys.shape
-        capacity = max(n, self.policy.budget_tokens) + 2 * FLUSH_BATCH_TOKENS
-        kbuf = keys.new_empty((h, d, capacity))
-        vbuf = values.new_empty((h, capacity, d))
-        kbuf[:, :, :n] = keys.transpose(1, 2)
-        vbuf[:, :n] = values
-        self._workspace = {"kbuf": kbuf, "vbuf": vbuf, "start": start, "rope": rope, "kind": kind}
-        self._workspace_resize(n)
-
-    def _workspace_resize(self, n: int) -> None:
-        """Make the workspace views hold the first `n` slots of its buffers, growing them if needed."""
-        ws = self._workspace
-        if n > ws["vbuf"].shape[1]:
-            h, d, held = ws["vbuf"].shape[0], ws["vbuf"].shape[2], ws["n"]
-            kbuf, vbuf = ws["kbuf"].new_empty((h, d, n + 2 * FLUSH_BATCH_TOKENS)), ws["vbuf"].new_empty((h, n + 2 * FLUSH_BATCH_TOKENS, d))
-            kbuf[:, :, :held], vbuf[:, :held] = ws["kbuf"][:, :, :held], ws["vbuf"][:, :held]
-            ws["kbuf"], ws["vbuf"] = kbuf, vbuf
-        ws["n"], ws["k"], ws["v"] = n, ws["kbuf"][:, :, :n].transpose(1, 2), ws["vbuf"][:, :n]
+                       kind: str | None, compute: torch.dtype, int8: bool) -> None:
+        """Hold rotated keys and values `[kv_heads, n, head_dim]` (in `compute`) as the workspace:
+        a `Bf16Int8Workspace` if `int8`, else a `DenseWorkspace` with room for the flushes until the
+        next eviction."""
+        held = Bf16Int8Workspace(keys, values) if int8 else DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(
+            0, self.policy.budget_tokens - keys.shape[1]))
+        self._workspace = {"held": held, "start": start, "rope": rope, "kind": kind, "compute": compute}
 
     def _workspace_append(self, fields: dict[str, torch.Tensor], first_slot: int) -> None:
         """A flush moved `m` residual tokens (their encoded `fields` `[kv_heads, m, ...]`) into stable
         slots `first_slot..`: append them, dequantized and rotated as a rebuild would, to the workspace,
         and drop them from the front of its rotated residual ("tail")."""
         ws = self._workspace
-        if ws is None or ws["kind"] is None or ws["n"] != first_slot:
+        if ws is None or ws["kind"] is None or ws["held"].n != first_slot:
             self._workspace = None
             return
         specs = self.fmt.field_specs(self.shape.head_dim)
-        dtype = ws["vbuf"].dtype
         # Decode what the pool holds (its dtypes), exactly as `_dequantized_stable` reads it back.
-        keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()}, dtype)
+        keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()}, ws["compute"])
                         for kv in "kv")
         m = keys.shape[1]
-        keys = self._rotate(keys, ws["rope"], ws["kind"], self.index[:, first_slot : first_slot + m], first_slot)
-        self._workspace_resize(first_slot + m)
-        ws["kbuf"][:, :, first_slot : first_slot + m] = keys.transpose(1, 2)
-        ws["vbuf"][:, first_slot : first_slot + m] = values
+        ws["held"].append(self._rotate(keys, ws["rope"], ws["kind"], self.index[:, first_slot : first_slot + m], first_slot), values)
         tail = ws.get("tail")
         if tail is not None and tail["tn"] >= m:  # the residual lost its first `m` tokens
             tail["t0"], tail["tn"] = tail["t0"] + m, tail["tn"] - m
         elif tail is not None:
             ws["tail"] = None
 
-    def _workspace_keep(self, stable_kept: torch.Tensor, old_stable: int) -> None:
+    def _workspace_keep(self, stable_kept: torch.Tensor, old_stable: int, kept_fields: dict[str, torch.Tensor]) -> None:
         """An eviction kept stable slots `stable_kept` `[kv_heads, k]` (ascending) of `old_stable`:
         compact the workspace. Values and stream-position keys ("index") move with their token;
-        compact-order keys ("slots") get new positions, so they are rotated again from the pool."""
+        compact-order keys ("slots") get new positions, so they are rotated again from the pool's
+        codes (`kept_fields`: the kept quantized tokens' fields, as `PagedTokens.keep` returns them)."""
         ws = self._workspace
-        if ws is None or ws["kind"] is None or ws["n"] != old_stable:
+        if ws is None or ws["kind"] is None or ws["held"].n != old_stable:
             self._workspace = None
             return
-        k, d = stable_kept.shape[1], ws["vbuf"].shape[2]
-        values = torch.gather(ws["vbuf"][:, :old_stable], 1, stable_kept[..., None].expand(-1, -1, d))
-        if ws["kind"] == "index":
-            keys_t = torch.gather(ws["kbuf"][:, :, :old_stable], 2, stable_kept[:, None, :].expand(-1, d, -1))
-        else:
-            (keys,) = self._dequantized_stable(ws["vbuf"].dtype, kinds="k")
-            keys_t = self._rotate(keys, ws["rope"], "slots", None, 0).transpose(1, 2)
-        ws["kbuf"][:, :, :k], ws["vbuf"][:, :k] = keys_t, values
-        self._workspace_resize(k)
+        keys = None
         if ws["kind"] == "slots":
+            specs = self.fmt.field_specs(self.shape.head_dim)
+            keys = torch.cat((self.sink_k.to(ws["compute"]), self.fmt.decode({name: kept_fields[f"k.{name}"] for name in specs}, ws["compute"])), dim=1)
+            keys = self._rotate(keys, ws["rope"], "slots", None, 0)
             ws["tail"] = None  # the residual's slot positions moved down with the stable part
+        ws["held"].keep(stable_kept, keys)
 
     def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
         ws = self._workspace
-        return ws if reuse and ws is not None and ws["k"].dtype == dtype else None
+        return ws if reuse and ws is not None and ws["compute"] == dtype else None
 
     def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool,
-                   start: int = 0, kind: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   start: int = 0, kind: str | None = None, int8: bool = False) -> tuple:
         """Rotated keys and values of sinks + quantized tokens from slot `start` on (`positions`
         `[kv_heads, stable_tokens - start]`; `kind`: see the workspace in `__init__`), from the
-        decode workspace if valid. Returns `[kv_heads, stable_tokens - start, head_dim]` each."""
+        decode workspace if valid (`int8`: a `Bf16Int8Workspace` when one is built). Returns
+        `[kv_heads, stable_tokens - start, head_dim]` each in `dtype`, or the workspace's parts
+        (`attention_parts`)."""
         ws = self._valid_workspace(dtype, reuse)
         if ws is not None and ws.get("start", 0) == start:
-            return ws["k"], ws["v"]
+            return ws["held"].attention_parts()
         keys, values = self._dequantized_stable(dtype, start)
         keys = self._rotate(keys, rope, kind, positions, start)
         self._workspace = None
         if reuse:
-            self._set_workspace(keys, values, start, rope, kind)
-            return self._workspace["k"], self._workspace["v"]
+            self._set_workspace(keys, values, start, rope, kind, dtype, int8)
+            return self._workspace["held"].attention_parts()
         return keys, values
 
     def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
@@ -249,9 +233,10 @@ class LayerKV:
         return keys, values
 
     def _tail_kv(self, key: torch.Tensor, value: torch.Tensor, tail_pos: torch.Tensor, rope: RotaryTable,
-                 compute: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                 compute: torch.dtype, bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of the residual followed by the chunk (`key` / `value`
-        `[kv_heads, chunk, head_dim]`, positions `tail_pos` `[kv_heads, resid + chunk]`), each
+        `[kv_heads, chunk, head_dim]`, positions `tail_pos` `[kv_heads, resid + chunk]` or, the same
+        in every head, `[resid + chunk]`; `bound`: see `RotaryTable.joint`), each
         `[kv_heads, resid + chunk, head_dim]` in `compute`.
 
         With a workspace whose positions follow the slots, the rotated residual is kept in its
@@ -260,7 +245,7 @@ class LayerKV:
         the residual stores it, 16-bit): no per-step RoPE or copy of the whole residual."""
         r, chunk = self.resid_k.shape[1], key.shape[1]
         ws = self._workspace
-        keeps_tail = ws is not None and ws["kind"] is not None and ws["vbuf"].dtype == compute
+        keeps_tail = ws is not None and ws["kind"] is not None and ws["compute"] == compute
         tail = ws.get("tail") if keeps_tail else None
         if keeps_tail and (tail is None or tail["tn"] > r):
             h, d = key.shape[0], key.shape[2]
@@ -268,8 +253,7 @@ class LayerKV:
             tail = ws["tail"] = {"k": key.new_empty((h, capacity, d), dtype=compute),
                                  "v": key.new_empty((h, capacity, d), dtype=compute), "t0": 0, "tn": 0}
         if tail is None or r + chunk > tail["k"].shape[1]:
-            cos, sin = rope.lookup(tail_pos.long())
-            tail_k = apply_rope(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), cos, sin)
+            tail_k = rotate(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), rope.joint(tail_pos, bound=bound))
             return tail_k, torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
         t0, tn = tail["t0"], tail["tn"]
         if t0 + r + chunk > tail["k"].shape[1]:  # move the held residual to the front
@@ -279,8 +263,7 @@ class LayerKV:
         # Residual tokens not yet held (as stored), then the chunk (as computed), rotated.
         fresh_k = torch.cat((self.resid_k[:, tn:].to(compute), key.to(compute)), dim=1)
         fresh_v = torch.cat((self.resid_v[:, tn:].to(compute), value.to(compute)), dim=1)
-        cos, sin = rope.lookup(tail_pos[:, tn:].long())
-        tail["k"][:, t0 + tn : t0 + r + chunk] = apply_rope(fresh_k, cos, sin)
+        tail["k"][:, t0 + tn : t0 + r + chunk] = rotate(fresh_k, rope.joint(tail_pos[..., tn:], bound=bound))
         tail["v"][:, t0 + tn : t0 + r + chunk] = fresh_v
         tail["tn"] = r  # the chunk's slots hold it unrounded: rewritten once the residual holds it
         return tail["k"][:, t0 : t0 + r + chunk], tail["v"][:, t0 : t0 + r + chunk]
@@ -289,7 +272,7 @@ class LayerKV:
         """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
         tokens) plus the recalled tokens themselves, 0 if none."""
         ws = self._workspace or {}
-        held = sum(ws[name].nbytes for name in ("kbuf", "vbuf", "rk", "rv") if name in ws)
+        held = sum(ws[name].nbytes for name in ("held", "rk", "rv") if name in ws)
         held += sum(t.nbytes for t in ((ws.get("tail") or {}).get(name) for name in "kv") if t is not None)
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
@@ -343,6 +326,7 @@ class LayerKV:
         stable_mask = tail_mask = None
         hidden = 0  # leading stable slots left out of the attention altogether (focus)
         kind = None  # how the stable positions follow the slots (see the workspace in `__init__`)
+        bound = None  # every position attended is below it, where known without a sync
         if focus_from is not None:  # only the recalled tokens of the document, numbered from 0
             first = recalled.index.shape[1] - focus_from
             stable_idx = self.index[:, :stable_n].long()
@@ -358,26 +342,27 @@ class LayerKV:
             recalled_pos = torch.arange(recalled.index.shape[1], device=device).expand(heads, -1)
             stable_mask, tail_mask = visible[:, hidden:], tail_idx >= focus_from
         elif compact_positions:  # slot order (held and recalled tokens together in document order)
-            if recalled is None:
-                stable_pos = torch.arange(stable_n, device=device).expand(heads, -1)
-                offset = torch.full((heads,), stable_n, device=device)
-                kind = "slots"
-            elif ws is not None and ws.get("recalled") is recalled:  # same held and recalled sets
-                stable_pos, recalled_pos, offset = ws["positions"]
+            if recalled is None:  # slot s at position s in every head: no per-head positions at all
+                stable_pos, kind, bound = None, "slots", n + chunk
+                tail_pos = torch.arange(stable_n, bound, device=device)
             else:
-                stable_pos, recalled_pos, offset = compact_order_positions(self.index[:, :stable_n], recalled)
-            tail_pos = offset[:, None] + torch.arange(n - stable_n + chunk, device=device)
-            query_pos = tail_pos[:, -chunk:]
+                if ws is not None and ws.get("recalled") is recalled:  # same held and recalled sets
+                    stable_pos, recalled_pos, offset = ws["positions"]
+                else:
+                    stable_pos, recalled_pos, offset = compact_order_positions(self.index[:, :stable_n], recalled)
+                tail_pos = offset[:, None] + torch.arange(n - stable_n + chunk, device=device)
+            query_pos = tail_pos[..., -chunk:]
         else:
             stable_pos = self.index[:, :stable_n]
             tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(heads, -1)), dim=1)
             query_pos = new_index.expand(heads, -1)
             recalled_pos = recalled.index if recalled is not None else None
-            kind = "index"
-        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind)
-        tail_k, tail_v = self._tail_kv(key, value, tail_pos, rope, compute)
-        qcos, qsin = rope.lookup(query_pos.long())  # [kv_heads, chunk, head_dim]
-        q = apply_rope(query.view(heads, self.shape.group, chunk, -1), qcos[:, None], qsin[:, None])
+            kind, bound = "index", start + chunk
+        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind,
+                                             int8=int8_workspace(attention_dtype, device))
+        tail_k, tail_v = self._tail_kv(key, value, tail_pos, rope, compute, bound)
+        query_rope = rope.joint(query_pos, bound=bound)  # [kv_heads, chunk, 2 · head_dim] or [chunk, …]
+        q = rotate(query.view(heads, self.shape.group, chunk, -1), query_rope[:, None] if query_rope.dim() == 3 else query_rope)
         keys, values, masks = [stable_k], [stable_v], [stable_mask]
         if recalled is not None:
             recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace)
@@ -400,11 +385,11 @@ class LayerKV:
         if hidden:  # the skipped slots received no attention
             scores = torch.cat((scores.new_zeros((*scores.shape[:-1], hidden)), scores), dim=-1)
         if pending:
-            self._pending = (key, value, new_index, scores, recalled_mass)
+            self._pending = (key, value, new_index, scores, recalled_mass, start)
         else:
             if recalled_mass is not None:
                 recalled.mass += recalled_mass
-            self._append(key, value, new_index, scores)
+            self._append(key, value, new_index, scores, start)
         return out.reshape(self.shape.query_heads, chunk, -1)
 
     def commit_pending(self, count: int) -> None:
@@ -416,13 +401,13 @@ class LayerKV:
         """
         if self._pending is None:
             raise RuntimeError("no pending chunk to commit")
-        key, value, new_index, scores, recalled_mass = self._pending
+        key, value, new_index, scores, recalled_mass, start = self._pending
         self._pending = None
         for i in range(count):
             n = self.n_tokens
             if recalled_mass is not None:
                 self.recalled.mass += recalled_mass[:, i]
-            self._append(key[:, i : i + 1], value[:, i : i + 1], new_index[i : i + 1], scores[:, i, : n + 1])
+            self._append(key[:, i : i + 1], value[:, i : i + 1], new_index[i : i + 1], scores[:, i, : n + 1], start + i)
 
     def tokens_until_compress(self, slack_tokens: int) -> int:
         """How many more tokens can be appended one at a time before `compress(…, slack_tokens)`
@@ -431,12 +416,16 @@ class LayerKV:
         evict_at = self.policy.budget_tokens + slack_tokens + 1 - self.n_tokens
         return max(1, min(flush_at, evict_at))
 
-    def _append(self, key: torch.Tensor, value: torch.Tensor, new_index: torch.Tensor, scores: torch.Tensor) -> None:
+    def _append(self, key: torch.Tensor, value: torch.Tensor, new_index: torch.Tensor, scores: torch.Tensor, start: int) -> None:
+        """Append the chunk's keys / values `[kv_heads, m, head_dim]` at stream positions `new_index`
+        `[m]` (`start..start + m - 1`) with the attention `scores` `[kv_heads, n + m]` this step gave the held tokens and the
+        chunk; `scores` is taken over (added to in place, then held)."""
         n = self.n_tokens
-        self.score = torch.cat((self.score + scores[:, :n], scores[:, n:]), dim=1)
+        scores[:, :n] += self.score  # in place: the step's scores are a fresh tensor (or a row nobody reads again)
+        self.score = scores
         self.index = torch.cat((self.index, new_index.expand(self.shape.kv_heads, -1)), dim=1)
         key, value = key.to(self.store_dtype), value.to(self.store_dtype)
-        n_sink = max(0, min(self.policy.sink_tokens - int(new_index[0]), key.shape[1]))
+        n_sink = max(0, min(self.policy.sink_tokens - start, key.shape[1]))
         if n_sink:
             self._workspace = None
             self.sink_k = torch.cat((self.sink_k, key[:, :n_sink]), dim=1)
@@ -473,8 +462,8 @@ class LayerKV:
         paged_slots = kept[:, n_sink : kept.shape[1] - self.resid_k.shape[1]] - n_sink
         if paged_slots.numel() and (int(paged_slots.min()) < 0 or int(paged_slots.max()) >= n_paged):
             raise RuntimeError("eviction chose a sink or residual slot to drop; the window is smaller than the residual")
-        self.paged.keep(paged_slots)
-        self._workspace_keep(kept[:, : kept.shape[1] - self.resid_k.shape[1]], self.n_tokens - self.resid_k.shape[1])
+        kept_fields = self.paged.keep(paged_slots)
+        self._workspace_keep(kept[:, : kept.shape[1] - self.resid_k.shape[1]], self.n_tokens - self.resid_k.shape[1], kept_fields)
         self.score = torch.gather(self.score, 1, kept)
         self.index = torch.gather(self.index, 1, kept)
 

@@ -32,6 +32,10 @@ GROUP_SIZE = 32
 OUT_MULTIPLE = 16
 """The kernel packs output features in tiles of this many."""
 KERNEL_ROWS = 16
+PACK_BLOCK_OUT = 64
+"""The packed layout interleaves output features in blocks of this many: packed layers concatenate
+along the output features only where every one but the last fills whole blocks (measured: a
+96-feature part fused with others gave wrong outputs)."""
 """Inputs of at most this many rows (tokens) take the int4 kernel; longer ones the bfloat16 copy, if kept."""
 
 
@@ -65,7 +69,7 @@ class Int4Linear(torch.nn.Module):
         self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().float(), requires_grad=False)
 
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(-1, self.in_features).to(torch.bfloat16)
+        return (x if x.dim() == 2 else x.reshape(-1, self.in_features)).to(torch.bfloat16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = self._kernel_input(x)
@@ -73,7 +77,9 @@ class Int4Linear(torch.nn.Module):
             y = torch.nn.functional.linear(flat, self.dense)
         else:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP_SIZE, self.scales_and_zeros)
-        y = y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        y = y.to(x.dtype)
+        if x.dim() != 2:
+            y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
 
@@ -96,6 +102,45 @@ class Int8Linear(Int4Linear):
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
         return torch.cat([flat, flat], 1)
+
+
+def can_fuse(parts: list[torch.nn.Module]) -> bool:
+    """Whether `fuse(parts)` is exact: `Int4Linear`s with the same input features, all but the last
+    with output features in whole `PACK_BLOCK_OUT` blocks."""
+    return (bool(parts) and all(type(p) is Int4Linear and p.in_features == parts[0].in_features for p in parts)
+            and all(p.out_features % PACK_BLOCK_OUT == 0 for p in parts[:-1]))
+
+
+def fuse(parts: list[Int4Linear]) -> Int4Linear:
+    """One `Int4Linear` whose output is the parts' outputs side by side (`[..., Σ out_features]`),
+    bit for bit: the kernel packs output features in blocks of `PACK_BLOCK_OUT` on their own, so the
+    parts' packed codes and scales concatenate. A decode step then makes one kernel call (and one rounding of its input) where
+    it made three (q, k, v) or two (gate, up): fewer small ops per layer. The parts keep working:
+    their codes and dense copies become views of the fused ones (no second copy of the weights);
+    each keeps its own scales (a few KB; the kernel misreads a non-contiguous view of them).
+    Raises ValueError unless `can_fuse(parts)`."""
+    if not can_fuse(parts):
+        raise ValueError(f"only Int4Linear layers with the same input features, all but the last with output features "
+                         f"in multiples of {PACK_BLOCK_OUT}, can be fused")
+    fused = Int4Linear.__new__(Int4Linear)
+    torch.nn.Module.__init__(fused)
+    fused.in_features, fused.out_features = parts[0].in_features, sum(p.out_features for p in parts)
+    fused.register_buffer("packed", torch.cat([p.packed for p in parts]))
+    fused.register_buffer("scales_and_zeros", torch.cat([p.scales_and_zeros for p in parts], 1))
+    dense = None if any(p.dense is None for p in parts) else torch.cat([p.dense for p in parts])
+    fused.register_buffer("dense", dense)
+    fused.bias = None
+    if any(p.bias is not None for p in parts):
+        fused.bias = torch.nn.Parameter(torch.cat([p.bias if p.bias is not None else p.packed.new_zeros(p.out_features, dtype=torch.float32)
+                                                   for p in parts]), requires_grad=False)
+    first = 0
+    for p in parts:
+        rows = slice(first, first + p.out_features)
+        p.packed = fused.packed[rows]
+        if dense is not None:
+            p.dense = dense[rows]
+        first = rows.stop
+    return fused
 
 
 def fits(linear: torch.nn.Linear) -> bool:
