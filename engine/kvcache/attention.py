@@ -256,7 +256,9 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
 
     1. The output and each query's log-sum-exp `L_i` come from the flash-attention kernel
        (`_scaled_dot_product_flash_attention_for_cpu`; FlashAttention-2, Dao 2023): the 85 MB of
-       probabilities per layer are never written.
+       probabilities per layer are never written. Without masks (no recall) the cached keys and
+       the chunk's own keys (causal) are two calls joined by their log-sum-exps, so no
+       `[chunk, total]` mask is built or read.
     2. H2O's column sums are then exact but for bfloat16 rounding: `P[i, j] = exp(q_i·k_j·scale - L_i)`,
        in blocks of `FUSED_BLOCK_ROWS` query rows as one bfloat16 matmul with `-L_i` folded in as
        two more columns (its bfloat16 high and low parts against keys' columns of ones), so the
@@ -275,34 +277,66 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
     v = (values[0] if len(values) == 1 else torch.cat(values, dim=1)).to(bf16)
     total = k.shape[1]
     device = query.device
-    future = torch.ones(chunk, chunk, dtype=torch.bool, device=device).triu_(1)  # query i: the chunk's keys after i
     keep = _keep_mask(keys, masks)
-    if keep is None:  # [chunk, total]
-        hidden = torch.cat((future.new_zeros((chunk, total - chunk)), future), dim=1)
-    else:  # [kv_heads, chunk, total]: shared by the group's query heads
-        hidden = (~keep[:, None, :]).repeat(1, chunk, 1)
-        hidden[..., total - chunk :] |= future
-    bias = torch.zeros(hidden.shape, dtype=bf16, device=device).masked_fill_(hidden, float("-inf"))
-    q = query * scaling
+    q = (query * scaling).to(bf16)
     # The KV heads as the batch and the group as the heads: keys, values and mask are broadcast over
     # the group (stride 0), never copied per query head.
-    output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q.to(bf16), k[:, None].expand(-1, group, -1, -1), v[:, None].expand(-1, group, -1, -1), 0.0, False,
-        attn_mask=bias if keep is None else bias[:, None], scale=1.0)[:2]
+    flash = lambda first, last, **mask: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(  # noqa: E731
+        q, k[:, None, first:last].expand(-1, group, -1, -1), v[:, None, first:last].expand(-1, group, -1, -1),
+        0.0, scale=1.0, **mask)[:2]
+    if keep is None:
+        # No mask to build or read: the cached keys unmasked and the chunk's own keys causally (the
+        # kernel skips the blocks above the diagonal), joined by their log-sum-exps.
+        output, lse = flash(total - chunk, total, is_causal=True)
+        if total > chunk:
+            cached, cached_lse = flash(0, total - chunk)
+            joint_lse = torch.logaddexp(lse, cached_lse)
+            output = (output.float() * (lse - joint_lse).exp_()[..., None]).addcmul_(
+                cached.float(), (cached_lse - joint_lse).exp_()[..., None])
+            lse = joint_lse
+    else:  # [kv_heads, chunk, total]: shared by the group's query heads
+        hidden = (~keep[:, None, :]).repeat(1, chunk, 1)
+        hidden[..., total - chunk :] |= torch.ones(chunk, chunk, dtype=torch.bool, device=device).triu_(1)  # the chunk's later keys
+        bias = torch.zeros(hidden.shape, dtype=bf16, device=device).masked_fill_(hidden, float("-inf"))
+        output, lse = flash(0, total, attn_mask=bias[:, None])
     output = output.to(query.dtype).reshape(kv_heads, group, chunk, head_dim)
-    minus = -lse.reshape(kv_heads, group * chunk, 1)  # rows kv, g·chunk + i
+    minus = -lse.reshape(kv_heads, group, chunk, 1)
     high = minus.to(bf16)
-    rows = torch.cat((q.reshape(kv_heads, group * chunk, head_dim).to(bf16), high, (minus - high.float()).to(bf16)), dim=-1)
-    cols = torch.cat((k, k.new_ones((kv_heads, total, 2))), dim=-1).transpose(1, 2)
+    # Queries with -L_i as two more columns (bfloat16 high and low parts), keys with two of ones.
+    rows = torch.cat((q, high, (minus - high.float()).to(bf16)), dim=-1)  # [kv_heads, group, chunk, d + 2]
+    cols = torch.cat((k, k.new_ones((kv_heads, total, 2))), dim=-1)  # [kv_heads, total, d + 2]
+    if keep is None:
+        return output, _column_sums(rows, cols, chunk)
+    rows, cols = rows.reshape(kv_heads, group * chunk, head_dim + 2), cols.transpose(1, 2)  # rows kv, g·chunk + i
     ones = rows.new_ones((kv_heads, 1, FUSED_BLOCK_ROWS))
     scores = torch.zeros((kv_heads, total), dtype=torch.float32, device=device)
     for first in range(0, group * chunk, FUSED_BLOCK_ROWS):
         block = slice(first, min(first + FUSED_BLOCK_ROWS, group * chunk))
         log_p = torch.matmul(rows[:, block], cols)  # [kv_heads, rows, total]
         queries = torch.arange(block.start, block.stop, device=device) % chunk
-        if keep is None:  # only the chunk's own keys can be hidden
-            log_p[..., total - chunk :].masked_fill_(future[queries], float("-inf"))
-        else:
-            log_p.masked_fill_(hidden[:, queries], float("-inf"))
+        log_p.masked_fill_(hidden[:, queries], float("-inf"))
         scores += torch.matmul(ones[..., : log_p.shape[1]], log_p.exp_()).squeeze(1)
     return output, scores
+
+
+def _column_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int) -> torch.Tensor:
+    """H2O's scores `[kv_heads, total]` float32 of a chunk without masks, from the flash kernel with
+    the roles of queries and keys swapped: each key becomes a query over the chunk's queries (all
+    of its group), so the kernel's log-sum-exp of key j is log Σ_g Σ_i exp(q_gi·k_j - L_gi) per
+    query head g, and the score is the sum of their exponentials. `rows` `[kv_heads, group, chunk,
+    d + 2]`: the scaled queries with -L as two more columns; `cols` `[kv_heads, total, d + 2]`: the
+    keys with two of ones (bfloat16 both; the kernel accumulates, exponentiates and sums in
+    float32). The chunk's own keys see only the queries at or after them: in reversed order that
+    is the kernel's causal mask. The values the kernel must also multiply are the queries (it
+    takes one head size); their output is dropped. 2-3x faster than the blocked bfloat16 pass,
+    with less rounding (0.16 vs 0.21 % L1 against float64, 4.6k keys)."""
+    kv_heads, group, _, width = rows.shape
+    total = cols.shape[1]
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    own_keys, own_queries = cols[:, None, total - chunk :].flip(2), rows.flip(2)
+    _, own = flash(own_keys.expand(-1, group, -1, -1), own_queries, own_queries, 0.0, is_causal=True, scale=1.0)[:2]
+    scores = own.exp().sum(dim=1).flip(-1)  # [kv_heads, chunk]
+    if total > chunk:
+        _, cached = flash(cols[:, None, : total - chunk].expand(-1, group, -1, -1), rows, rows, 0.0, scale=1.0)[:2]
+        scores = torch.cat((cached.exp().sum(dim=1), scores), dim=1)
+    return scores
