@@ -2,19 +2,28 @@
 
     python bench/decode_step.py                      # 1 and 2 threads, ~3 min on idle cores
     python bench/decode_step.py --against 7bd63e0    # also that commit's cache.py, side by side
+    python bench/decode_step.py --parts quality      # what the CPU's decode workspace costs in answers
 
 The snapshot: the first `--tokens` tokens of P05 (`engine.documents.load_document`) prefilled with
 the default policy (budget 4,096, INT4 keys/values, 128-token residual) in `--mode` positions
 ("compact", what a book past the model's 8,192 positions gets; "original" for a shorter one), the
 CPU's default weights (`weights = "auto"`), recall off. Each run clones the snapshot, as every
 question does, and decodes `--steps` tokens of the document's continuation one at a time as
-`DocumentSession` does (`reuse_workspace=True`, eviction slack 32): so a run includes the
-workspace's first build, its flushes (every 32 tokens) and evictions (every 33). Thread counts (and,
+`DocumentSession` does (`reuse_workspace=True`, its eviction slack `DECODE_EVICTION_SLACK_TOKENS`):
+so a run includes the workspace's first build, its flushes (every 32 tokens) and evictions (every
+slack + 1 tokens). Thread counts (and,
 with `--against`, the old and the current cache code) are interleaved run by run in one process;
 medians of `--runs` runs. `ms_per_step` is the run's mean (what an answer sees), `steady_ms` the
 median single step. With `--against` the logits of both are compared at every step.
 
-Writes docs/bench/decode_step.{json,csv} with the machine and the load average at start and end.
+quality: the decode workspace of the CPU's default path (`Bf16Int8Workspace`: bfloat16 keys, int8
+values, where the weights are int4 on AVX-512 BF16) against a float32 one over the same snapshots
+(the first 4,200 / 5,000 / 6,000 tokens of P05, compact positions), 96 teacher-forced steps of the
+document's continuation each: KL(float32 ‖ default) of the next-token distribution, top-1
+agreement, and the NLL of the true next token for both.
+
+Writes docs/bench/decode_step.{json,csv} (speed) and docs/bench/decode_quality.{json,csv}, with the
+machine and the load average at start and end.
 """
 
 from __future__ import annotations
@@ -37,11 +46,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--mode", default="compact", choices=["compact", "original"])
     parser.add_argument("--against", default=None, help="a commit whose cache.py runs side by side")
+    parser.add_argument("--parts", nargs="+", default=["speed"], choices=["speed", "quality"])
     args = parser.parse_args()
     common.setup(1)
     import torch
 
     import engine.kvcache.cache as current
+
+    slack = current.DECODE_EVICTION_SLACK_TOKENS
     from engine.documents import load_document
     from engine.models.loader import load_model
     from engine.settings import CachePolicy
@@ -59,6 +71,10 @@ def main() -> None:
     decoder.prefill(torch.tensor(ids[: args.tokens]), snapshot)
     snapshot.shrink()
     print(f"snapshot: {snapshot.n_tokens} held of {args.tokens} in {time.perf_counter() - began:.1f} s", flush=True)
+    if "quality" in args.parts:
+        quality(lm, ids, policy, args, dict(meta))
+    if "speed" not in args.parts:
+        return
     codes = {"current": snapshot}
     if args.against:
         old = common.module_at(args.against, "engine/kvcache/cache.py")
@@ -72,7 +88,7 @@ def main() -> None:
         seconds, logits = [], []
         for token in feed:
             start = time.perf_counter()
-            logits.append(decoder.forward(torch.tensor([token]), cache, slack_tokens=32, reuse_workspace=True))
+            logits.append(decoder.forward(torch.tensor([token]), cache, slack_tokens=slack, reuse_workspace=True))
             seconds.append(time.perf_counter() - start)
         return seconds, logits
 
@@ -106,6 +122,37 @@ def main() -> None:
                 load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
     columns = ["code", "threads", "mode", "held_tokens", "runs", "steps", "ms_per_step", "steady_ms", "tok_s"]
     common.write_results("decode_step", rows, columns + (["speedup"] if args.against else []), meta)
+
+
+def quality(lm, ids: list[int], policy, args, meta: dict) -> None:
+    """KL, top-1 agreement and NLL of the default decode path against a float32 workspace (module docstring)."""
+    import torch
+
+    from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS as slack
+    from engine.models.decoder import CompressedDecoder
+
+    torch.set_num_threads(args.threads[-1])
+    decoder = lm.decoder
+    reference = CompressedDecoder(decoder.model, attention_dtype=None)  # float32 attention and workspace
+    rows, steps = [], 96
+    for context in (4200, 5000, 6000):
+        snapshot = decoder.new_cache(policy, args.mode)
+        decoder.prefill(torch.tensor(ids[:context]), snapshot)
+        ours, theirs = snapshot.clone(), snapshot.clone()
+        kl = agree = nll_ours = nll_ref = 0.0
+        for i in range(steps):
+            token, following = ids[context + i], ids[context + i + 1]
+            a = decoder.forward(torch.tensor([token]), ours, slack_tokens=slack, reuse_workspace=True)[0].log_softmax(-1)
+            b = reference.forward(torch.tensor([token]), theirs, slack_tokens=slack, reuse_workspace=True)[0].log_softmax(-1)
+            kl += float((b.exp() * (b - a)).sum())
+            agree += float(a.argmax() == b.argmax())
+            nll_ours, nll_ref = nll_ours - float(a[following]), nll_ref - float(b[following])
+        rows.append({"context": context, "steps": steps, "kl": round(kl / steps, 5), "top1_agreement": round(agree / steps, 4),
+                     "nll_default": round(nll_ours / steps, 4), "nll_float32": round(nll_ref / steps, 4)})
+        print(rows[-1], flush=True)
+    meta.update(weights=lm.weights_label, document="P05", workspace=type(ours.layers[0]._workspace["held"]).__name__,
+                load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
+    common.write_results("decode_quality", rows, ["context", "steps", "kl", "top1_agreement", "nll_default", "nll_float32"], meta)
 
 
 if __name__ == "__main__":

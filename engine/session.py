@@ -46,7 +46,7 @@ from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
 from engine.estimate import QUESTION_RESERVE_TOKENS, archive_fits, archive_needed, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
-from engine.kvcache.cache import CompressedCache, MemoryBreakdown
+from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
@@ -64,8 +64,6 @@ from engine.units import format_bytes
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
-# While decoding, evict in batches: the cache may exceed its budget by this many tokens.
-DECODE_EVICTION_SLACK_TOKENS = 32
 # Recall selects again with the answer's own query at each of the first RECALL_EVERY_TOKEN_UNTIL
 # answer tokens, then every RECALL_REFRESH_TOKENS: the token before a fact ("... the archive room
 # is") finds it in layers where the question's queries did not (8k needle: a refresh every 4 tokens
