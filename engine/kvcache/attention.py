@@ -56,12 +56,6 @@ class RotaryTable:
         self._ensure(self._size_for(positions, None))
         return self._cos[positions], self._sin[positions]
 
-    def prefix(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin) of positions `0..n-1`, each `[n, head_dim]` float32: the rows `lookup(arange(n))`
-        returns, as views (no gather), broadcastable over heads."""
-        self._ensure(n)
-        return self._cos[:n], self._sin[:n]
-
     def joint(self, positions: torch.Tensor | None = None, *, bound: int | None = None,
               rows: slice | None = None) -> torch.Tensor:
         """cos and signed sin of `positions` (int tensor, any shape) as one `[*shape, 2 · head_dim]`
@@ -179,7 +173,8 @@ def chunk_attention(
     if not joined:
         return _step_attention(query, keys, values, scaling=scaling, masks=masks, per_query=per_query)
     if any(isinstance(part, Bf16Int8Workspace) for part in keys):  # a long draft chunk over the decode workspace
-        dense = [part.dense() if isinstance(part, Bf16Int8Workspace) else (part, v) for part, v in zip(keys, values, strict=True)]
+        dense = [part.dense() if isinstance(part, Bf16Int8Workspace) else (part, v)
+                 for part, v in zip(keys, values, strict=True)]
         keys, values = tuple(k for k, _ in dense), tuple(v for _, v in dense)
     if not per_query and fused_prefill(attention_dtype, query.device):
         return _fused_attention(query, keys, values, scaling=scaling, masks=masks)
@@ -225,8 +220,7 @@ def _step_attention(query, keys, values, *, scaling, masks, per_query) -> tuple[
     accumulated in float32 and rounded to bfloat16."""
     kv_heads, group, chunk, head_dim = query.shape
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
-    logits = torch.cat([part.logits(q) if isinstance(part, Bf16Int8Workspace) else torch.matmul(q.to(part.dtype), part.transpose(1, 2))
-                        for part in keys], dim=-1).float()
+    logits = torch.cat([_part_logits(q, part) for part in keys], dim=-1).float()
     total = logits.shape[-1]
     keep = _keep_mask(keys, masks)
     if keep is not None:
@@ -236,11 +230,24 @@ def _step_attention(query, keys, values, *, scaling, masks, per_query) -> tuple[
     scores = probs.view(kv_heads, group, chunk, total).sum(dim=1) if per_query else probs.sum(dim=1)
     output, offset = None, 0
     for part in values:
-        weights = probs[..., offset : offset + part.shape[1]]
-        term = part.weighted_values(weights) if isinstance(part, Bf16Int8Workspace) else torch.matmul(weights.to(part.dtype), part)
+        term = _part_output(probs[..., offset : offset + part.shape[1]], part)
         output = term if output is None else output + term
         offset += part.shape[1]
     return output.to(query.dtype).view(kv_heads, group, chunk, head_dim), scores
+
+
+def _part_logits(q: torch.Tensor, part) -> torch.Tensor:
+    """q·kᵀ `[kv_heads, rows, n]` of one part (a tensor, or the decode workspace with its own kernel)."""
+    if isinstance(part, Bf16Int8Workspace):
+        return part.logits(q)
+    return torch.matmul(q.to(part.dtype), part.transpose(1, 2))
+
+
+def _part_output(probs: torch.Tensor, part) -> torch.Tensor:
+    """p·v `[kv_heads, rows, head_dim]` of one part for its probabilities `[kv_heads, rows, n]`."""
+    if isinstance(part, Bf16Int8Workspace):
+        return part.weighted_values(probs)
+    return torch.matmul(probs.to(part.dtype), part)
 
 
 def _keep_mask(keys: tuple[torch.Tensor, ...], masks: tuple[torch.Tensor | None, ...] | None) -> torch.Tensor | None:
@@ -296,7 +303,8 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
             lse = joint_lse
     else:  # [kv_heads, chunk, total]: shared by the group's query heads
         hidden = (~keep[:, None, :]).repeat(1, chunk, 1)
-        hidden[..., total - chunk :] |= torch.ones(chunk, chunk, dtype=torch.bool, device=device).triu_(1)  # the chunk's later keys
+        later = torch.ones(chunk, chunk, dtype=torch.bool, device=device).triu_(1)  # query i: the chunk's keys after i
+        hidden[..., total - chunk :] |= later
         bias = torch.zeros(hidden.shape, dtype=bf16, device=device).masked_fill_(hidden, float("-inf"))
         output, lse = flash(0, total, attn_mask=bias[:, None])
     output = output.to(query.dtype).reshape(kv_heads, group, chunk, head_dim)

@@ -31,6 +31,7 @@ from engine.kvcache.quant import KVFormat
 from engine.kvcache.recall import RecalledTokens, compact_order_positions
 from engine.settings import CachePolicy
 
+
 def int8_workspace(attention_dtype: torch.dtype | None, device: torch.device) -> bool:
     """Whether decoding reads the held tokens from a `Bf16Int8Workspace`: where prefill attention runs
     in bfloat16 on a CPU (int4 weights on AVX-512 BF16), whose int8 and bfloat16 kernels it uses."""
@@ -99,7 +100,8 @@ class LayerKV:
         self.index = torch.empty((h, 0), dtype=torch.int32, device=device)
         specs = {f"{kv}.{name}": spec for kv in "kv" for name, spec in self.fmt.field_specs(d).items()}
         # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
-        max_tokens = policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS, DECODE_EVICTION_SLACK_TOKENS) + FLUSH_BATCH_TOKENS
+        max_tokens = (policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS, DECODE_EVICTION_SLACK_TOKENS)
+                      + FLUSH_BATCH_TOKENS)
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
         # Decode workspace (see `attend`): {"held": a `DenseWorkspace` or `Bf16Int8Workspace` of the
         # rotated, dequantized sinks + quantized tokens from slot "start" on (after the hidden ones,
@@ -132,14 +134,13 @@ class LayerKV:
         """Tokens held per KV head."""
         return self.index.shape[1]
 
-    def _dequantized_stable(self, dtype: torch.dtype, start: int = 0, kinds: str = "kv") -> tuple[torch.Tensor, ...]:
+    def _dequantized_stable(self, dtype: torch.dtype, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Sinks + quantized tokens (everything but the residual) from slot `start` on, dequantized,
-        keys before RoPE: `[kv_heads, stable_tokens - start, head_dim]` for each of `kinds` ("kv":
-        keys and values, "k": keys only)."""
+        keys before RoPE: keys and values `[kv_heads, stable_tokens - start, head_dim]`."""
         n_sink = self.sink_k.shape[1]
         first = max(0, start - n_sink)
         out = []
-        for kv in kinds:
+        for kv in "kv":
             sink = self.sink_k if kv == "k" else self.sink_v
             parts = [sink[:, start:].to(dtype)]
             if self.paged.n_tokens > first:
@@ -162,8 +163,10 @@ class LayerKV:
         """Hold rotated keys and values `[kv_heads, n, head_dim]` (in `compute`) as the workspace:
         a `Bf16Int8Workspace` if `int8`, else a `DenseWorkspace` with room for the flushes until the
         next eviction."""
-        held = Bf16Int8Workspace(keys, values) if int8 else DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(
-            0, self.policy.budget_tokens - keys.shape[1]))
+        if int8:
+            held = Bf16Int8Workspace(keys, values)
+        else:
+            held = DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(0, self.policy.budget_tokens - keys.shape[1]))
         self._workspace = {"held": held, "start": start, "rope": rope, "kind": kind, "compute": compute}
 
     def _workspace_append(self, fields: dict[str, torch.Tensor], first_slot: int) -> None:
@@ -176,10 +179,11 @@ class LayerKV:
             return
         specs = self.fmt.field_specs(self.shape.head_dim)
         # Decode what the pool holds (its dtypes), exactly as `_dequantized_stable` reads it back.
-        keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()}, ws["compute"])
-                        for kv in "kv")
+        keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()},
+                                        ws["compute"]) for kv in "kv")
         m = keys.shape[1]
-        ws["held"].append(self._rotate(keys, ws["rope"], ws["kind"], self.index[:, first_slot : first_slot + m], first_slot), values)
+        positions = self.index[:, first_slot : first_slot + m]
+        ws["held"].append(self._rotate(keys, ws["rope"], ws["kind"], positions, first_slot), values)
         tail = ws.get("tail")
         if tail is not None and tail["tn"] >= m:  # the residual lost its first `m` tokens
             tail["t0"], tail["tn"] = tail["t0"] + m, tail["tn"] - m
@@ -197,9 +201,9 @@ class LayerKV:
             return
         keys = None
         if ws["kind"] == "slots":
-            specs = self.fmt.field_specs(self.shape.head_dim)
-            keys = torch.cat((self.sink_k.to(ws["compute"]), self.fmt.decode({name: kept_fields[f"k.{name}"] for name in specs}, ws["compute"])), dim=1)
-            keys = self._rotate(keys, ws["rope"], "slots", None, 0)
+            pooled = self.fmt.decode({name: kept_fields[f"k.{name}"] for name in self.fmt.field_specs(self.shape.head_dim)},
+                                     ws["compute"])
+            keys = self._rotate(torch.cat((self.sink_k.to(ws["compute"]), pooled), dim=1), ws["rope"], "slots", None, 0)
             ws["tail"] = None  # the residual's slot positions moved down with the stable part
         ws["held"].keep(stable_kept, keys)
 
@@ -423,8 +427,8 @@ class LayerKV:
 
     def _append(self, key: torch.Tensor, value: torch.Tensor, new_index: torch.Tensor, scores: torch.Tensor, start: int) -> None:
         """Append the chunk's keys / values `[kv_heads, m, head_dim]` at stream positions `new_index`
-        `[m]` (`start..start + m - 1`) with the attention `scores` `[kv_heads, n + m]` this step gave the held tokens and the
-        chunk; `scores` is taken over (added to in place, then held)."""
+        `[m]` (`start..start + m - 1`) with the attention `scores` `[kv_heads, n + m]` this step gave
+        the held tokens and the chunk; `scores` is taken over (added to in place, then held)."""
         n = self.n_tokens
         scores[:, :n] += self.score  # in place: the step's scores are a fresh tensor (or a row nobody reads again)
         self.score = scores

@@ -45,7 +45,8 @@ def _fused_projections(layer: torch.nn.Module) -> tuple[Int4Linear, Int4Linear] 
     """(q|k|v, gate|up) of a decoder layer as fused int4 layers (`engine.models.int4_cpu.fuse`), or
     None unless both fuse exactly (`can_fuse`: float, NF4 and GPU weights run the model's own layers)."""
     attn, mlp = layer.self_attn, layer.mlp
-    parts = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj")] + [getattr(mlp, n, None) for n in ("gate_proj", "up_proj")]
+    parts = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj")]
+    parts += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj")]
     if not (can_fuse(parts[:3]) and can_fuse(parts[3:]) and hasattr(mlp, "act_fn")):
         return None
     return fuse(parts[:3]), fuse(parts[3:])

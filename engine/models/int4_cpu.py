@@ -114,8 +114,8 @@ def can_fuse(parts: list[torch.nn.Module]) -> bool:
 def fuse(parts: list[Int4Linear]) -> Int4Linear:
     """One `Int4Linear` whose output is the parts' outputs side by side (`[..., Σ out_features]`),
     bit for bit: the kernel packs output features in blocks of `PACK_BLOCK_OUT` on their own, so the
-    parts' packed codes and scales concatenate. A decode step then makes one kernel call (and one rounding of its input) where
-    it made three (q, k, v) or two (gate, up): fewer small ops per layer. The parts keep working:
+    parts' packed codes and scales concatenate. A decode step then makes one kernel call (and one
+    rounding of its input) where it made three (q, k, v) or two (gate, up): fewer small ops per layer. The parts keep working:
     their codes and dense copies become views of the fused ones (no second copy of the weights);
     each keeps its own scales (a few KB; the kernel misreads a non-contiguous view of them).
     Raises ValueError unless `can_fuse(parts)`."""
@@ -131,8 +131,8 @@ def fuse(parts: list[Int4Linear]) -> Int4Linear:
     fused.register_buffer("dense", dense)
     fused.bias = None
     if any(p.bias is not None for p in parts):
-        fused.bias = torch.nn.Parameter(torch.cat([p.bias if p.bias is not None else p.packed.new_zeros(p.out_features, dtype=torch.float32)
-                                                   for p in parts]), requires_grad=False)
+        biases = [p.bias if p.bias is not None else torch.zeros(p.out_features, device=p.packed.device) for p in parts]
+        fused.bias = torch.nn.Parameter(torch.cat(biases), requires_grad=False)
     first = 0
     for p in parts:
         rows = slice(first, first + p.out_features)
