@@ -119,7 +119,8 @@ class Scratch:
 
 
 FUSED_BLOCK_ROWS = 128
-"""Query rows (of all KV heads at once) per block of the fused path's score pass: 128 was the fastest
+"""Query rows (of all KV heads at once) per block of the fused path's score pass over a masked chunk
+(a question with recall; unmasked chunks take `_column_sums`): 128 was the fastest
 of 32-256 for SmolLM2's 3 KV heads over 4.6k keys on this project's 2-core Xeon (2 MB L2 per core)."""
 
 
@@ -266,8 +267,9 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
        probabilities per layer are never written. Without masks (no recall) the cached keys and
        the chunk's own keys (causal) are two calls joined by their log-sum-exps, so no
        `[chunk, total]` mask is built or read.
-    2. H2O's column sums are then exact but for bfloat16 rounding: `P[i, j] = exp(q_i·k_j·scale - L_i)`,
-       in blocks of `FUSED_BLOCK_ROWS` query rows as one bfloat16 matmul with `-L_i` folded in as
+    2. H2O's column sums are then exact but for bfloat16 rounding: `P[i, j] = exp(q_i·k_j·scale - L_i)`.
+       Without masks, from the flash kernel with queries and keys swapped (`_column_sums`). With
+       masks, in blocks of `FUSED_BLOCK_ROWS` query rows as one bfloat16 matmul with `-L_i` folded in as
        two more columns (its bfloat16 high and low parts against keys' columns of ones), so the
        matmul's float32 accumulator subtracts it and `log P` is rounded only where it is near 0
        for the probabilities that matter; `exp` and each block's column sum are bfloat16 too, the
@@ -338,8 +340,7 @@ def _column_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int) -> torch.Te
     is the kernel's causal mask. The values the kernel must also multiply are the queries (it
     takes one head size); their output is dropped. 2-3x faster than the blocked bfloat16 pass,
     with less rounding (0.16 vs 0.21 % L1 against float64, 4.6k keys)."""
-    kv_heads, group, _, width = rows.shape
-    total = cols.shape[1]
+    group, total = rows.shape[1], cols.shape[1]
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     own_keys, own_queries = cols[:, None, total - chunk :].flip(2), rows.flip(2)
     _, own = flash(own_keys.expand(-1, group, -1, -1), own_queries, own_queries, 0.0, is_causal=True, scale=1.0)[:2]

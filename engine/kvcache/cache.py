@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention, rotate
+from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention, fused_prefill, rotate
 from engine.kvcache.blocks import PagedTokens
 from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
@@ -35,7 +35,7 @@ from engine.settings import CachePolicy
 def int8_workspace(attention_dtype: torch.dtype | None, device: torch.device) -> bool:
     """Whether decoding reads the held tokens from a `Bf16Int8Workspace`: where prefill attention runs
     in bfloat16 on a CPU (int4 weights on AVX-512 BF16), whose int8 and bfloat16 kernels it uses."""
-    return attention_dtype == torch.bfloat16 and device.type == "cpu"
+    return fused_prefill(attention_dtype, device)
 
 
 # The residual is flushed into the quantized pool in batches of at least this many tokens, so

@@ -110,6 +110,8 @@ class Bf16Int8Workspace:
         self._keys_t = keys.to(torch.bfloat16).transpose(1, 2).contiguous()
         codes, self._value_scale = int8_rows(values.float())
         self._values_t = _pad_tokens(codes.transpose(1, 2))
+        # Unit per-output scales for the kernel (the real ones weight the probabilities instead).
+        self._ones = torch.ones(values.shape[2], dtype=torch.bfloat16, device=values.device)
 
     @property
     def n(self) -> int:
@@ -153,8 +155,7 @@ class Bf16Int8Workspace:
     def weighted_values(self, probs: torch.Tensor) -> torch.Tensor:
         """p·v `[kv_heads, rows, head_dim]` (bfloat16) for probabilities `probs` `[kv_heads, rows, n]`."""
         weights = _pad_tokens((probs * self._value_scale[:, None]).to(torch.bfloat16))
-        ones = torch.ones(self._values_t.shape[1], dtype=torch.bfloat16, device=self.device)
-        return torch.stack([torch.ops.aten._weight_int8pack_mm(weights[h], self._values_t[h], ones)
+        return torch.stack([torch.ops.aten._weight_int8pack_mm(weights[h], self._values_t[h], self._ones)
                             for h in range(weights.shape[0])])
 
     def dense(self) -> tuple[torch.Tensor, torch.Tensor]:

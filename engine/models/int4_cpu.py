@@ -32,11 +32,11 @@ GROUP_SIZE = 32
 OUT_MULTIPLE = 16
 """The kernel packs output features in tiles of this many."""
 KERNEL_ROWS = 16
+"""Inputs of at most this many rows (tokens) take the int4 kernel; longer ones the bfloat16 copy, if kept."""
 PACK_BLOCK_OUT = 64
 """The packed layout interleaves output features in blocks of this many: packed layers concatenate
 along the output features only where every one but the last fills whole blocks (measured: a
 96-feature part fused with others gave wrong outputs)."""
-"""Inputs of at most this many rows (tokens) take the int4 kernel; longer ones the bfloat16 copy, if kept."""
 
 
 def dense_chunks() -> bool:
@@ -115,9 +115,10 @@ def fuse(parts: list[Int4Linear]) -> Int4Linear:
     """One `Int4Linear` whose output is the parts' outputs side by side (`[..., Σ out_features]`),
     bit for bit: the kernel packs output features in blocks of `PACK_BLOCK_OUT` on their own, so the
     parts' packed codes and scales concatenate. A decode step then makes one kernel call (and one
-    rounding of its input) where it made three (q, k, v) or two (gate, up): fewer small ops per layer. The parts keep working:
-    their codes and dense copies become views of the fused ones (no second copy of the weights);
-    each keeps its own scales (a few KB; the kernel misreads a non-contiguous view of them).
+    rounding of its input) where it made three (q, k, v) or two (gate, up): fewer small ops per
+    layer. The parts keep working: their codes and dense copies become views of the fused ones (no
+    second copy of the weights); each keeps its own scales (a few KB; the kernel misreads a
+    non-contiguous view of them).
     Raises ValueError unless `can_fuse(parts)`."""
     if not can_fuse(parts):
         raise ValueError(f"only Int4Linear layers with the same input features, all but the last with output features "
