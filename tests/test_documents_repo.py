@@ -15,6 +15,7 @@ import pytest
 from engine.documents import (
     EmptyFileError, FileNotReadableError, NoTextFilesError, NotTextError, load_document, plain,
 )
+from engine.documents import repo
 from engine.documents.repo import list_files, load_repository
 from engine.errors import Cancelled
 
@@ -411,3 +412,68 @@ def test_include_generated_is_a_setting_that_reaches_the_loader(tmp_path):
     document = load_document(tmp_path, include_generated=settings.include_generated_files)
     assert segment_paths(document) == ["main.py", "poetry.lock"]
     assert segment_paths(load_document(tmp_path)) == ["main.py"]
+
+
+# --- a folder below a repository that ignores it (B23) ------------------------------------------
+
+def git(*args: str) -> None:
+    subprocess.run(["git", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def b23(corpus, tmp_path):
+    if not HAS_GIT:
+        pytest.skip("git is not installed")
+    script = next((corpus / "bugs").glob("B23-*")) / "build.sh"
+    subprocess.run(["sh", str(script), str(tmp_path)], check=True, timeout=60)
+    return tmp_path
+
+
+def test_b23_folder_below_a_home_repository_that_ignores_everything_is_read(b23):
+    document = load_document(b23 / "home" / "projects" / "notes")
+    assert segment_paths(document) == ["minutes.txt", "tool.py"]
+    assert "MARKER-NOTES" in document.render() and "MARKER-CODE" in document.render()
+    assert document.warnings == [repo.OUTER_IGNORED]
+
+
+def test_b23_folder_inside_an_ignored_build_folder_is_read(b23):
+    document = load_document(b23 / "proj" / "build-out" / "docs")
+    assert segment_paths(document) == ["index.md"] and document.warnings == [repo.OUTER_IGNORED]
+
+
+@needs_git
+def test_outer_rules_that_hide_everything_inside_the_folder_do_not_hide_it(tmp_path):
+    """The folder itself is not ignored, only all it holds (`logs/*`): still read, with a note."""
+    git("init", "-q", str(tmp_path))
+    (tmp_path / ".gitignore").write_text("logs/*\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "run.txt").write_text("run finished\n")
+    document = load_document(tmp_path / "logs")
+    assert segment_paths(document) == ["run.txt"] and document.warnings == [repo.OUTER_IGNORED]
+
+
+@needs_git
+def test_an_ignored_folder_keeps_its_own_ignore_rules_and_tracked_files(tmp_path):
+    home = tmp_path / "home"
+    notes = home / "notes"
+    notes.mkdir(parents=True)
+    git("init", "-q", str(home))
+    (home / ".gitignore").write_text("*\n")
+    (notes / ".gitignore").write_text("*.tmp\n")
+    for name in ("a.txt", "b.tmp", "tracked.md"):
+        (notes / name).write_text(f"{name} text\n")
+    git("-C", str(home), "add", "-f", "notes/tracked.md")
+    document = load_document(notes)
+    assert segment_paths(document) == [".gitignore", "a.txt", "tracked.md"]
+    assert "ignored by .gitignore: b.tmp" in document.warnings
+
+
+@needs_git
+def test_a_subfolder_the_outer_repository_does_not_ignore_keeps_its_rules(tmp_path):
+    git("init", "-q", str(tmp_path))
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("x = 1\n")
+    (tmp_path / "src" / "debug.log").write_text("noise\n")
+    document = load_document(tmp_path / "src")
+    assert segment_paths(document) == ["app.py"] and repo.OUTER_IGNORED not in document.warnings

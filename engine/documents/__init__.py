@@ -70,6 +70,18 @@ class UnreadableTextError(DocumentError):
     """Every page's text is noise: fonts without a Unicode map. Needs OCR first."""
 
 
+class PointerFileError(DocumentError):
+    """The file is a Git LFS or git-annex pointer, not the file's content (B30): its tool fetches it."""
+
+
+def pointer_file_error(path: Path, tool: str, fetch: str) -> PointerFileError:
+    """The one-line error for a pointer file opened as a document (`pointers.PointerKind`'s fields)."""
+    from engine.documents.names import display_name
+
+    return PointerFileError(f"{display_name(path.name)} is a {tool} pointer, not the file: its content was not "
+                            f"downloaded; run `{fetch}` in its repository, then open it again")
+
+
 @dataclass(frozen=True)
 class Segment:
     """One citable unit of a document: a PDF page or a repository file.
@@ -168,6 +180,9 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
     if not source.is_file():
         raise FileNotReadableError(
             f"{display_name(source.name)}: not a regular file or folder: choose a file or a folder")
+    pointer = _pointer_kind(source)
+    if pointer is not None:  # before the suffix decides: `report.pdf` may be one
+        raise pointer_file_error(source, pointer.tool, pointer.fetch)
     if source.suffix.lower() == ".pdf" or _has_pdf_header(source):
         from engine.documents.pdf import load_pdf
 
@@ -194,6 +209,19 @@ def _has_pdf_header(path: Path) -> bool:
         return False  # the loader that runs next reports the read error with its own wording
 
 
+def _pointer_kind(path: Path):
+    """`pointers.pointer_kind` of a small file, else None."""
+    from engine.documents.pointers import MAX_POINTER_BYTES, pointer_kind
+
+    try:
+        if path.stat().st_size >= MAX_POINTER_BYTES:
+            return None
+        with path.open("rb") as handle:
+            return pointer_kind(handle.read(MAX_POINTER_BYTES))
+    except OSError:
+        return None  # the loader that runs next reports the read error
+
+
 def _reason(exc: BaseException) -> str:
     """A short, lower-case reason for an OS error, without the path Python appends."""
     if isinstance(exc, OSError) and exc.strerror:
@@ -205,5 +233,5 @@ __all__ = [
     "Document", "Segment", "load_document", "ProgressCallback", "FileNotReadableError",
     "EmptyFileError", "NotTextError", "NoTextFilesError", "NotPdfError", "PasswordRequiredError",
     "WrongPasswordError", "UnsupportedEncryptionError", "DamagedPdfError", "SuspiciousPdfError",
-    "NoTextLayerError", "UnreadableTextError",
+    "NoTextLayerError", "UnreadableTextError", "PointerFileError",
 ]

@@ -9,7 +9,8 @@ which decodes the original bytes the way file contents are decoded.
 A name may also hold characters that act instead of showing: a line break (a label then looks
 like two files and splits the CLI's report), an ANSI escape (`\x1b]0;…\x07` retitles the
 terminal, `\x1b[2J` clears it), a right-to-left override (U+202E makes "evil\u202etxt.exe" read
-"evilexe.txt", the Trojan Source trick, CVE-2021-42574). `display_name` writes those as visible
+"evilexe.txt", the Trojan Source trick, CVE-2021-42574), a Unicode tag character (U+E0049 shows
+nothing and spells "I" to a model: B25). `display_name` writes those as visible
 escapes ("a\\nb.txt"), as git does for such paths (core.quotePath) and ls does with -b.
 """
 
@@ -21,14 +22,27 @@ import re
 from engine.errors import DocumentError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# C0 and C1 controls, DEL, and the bidirectional embeddings, overrides, isolates and marks.
-_ACTING = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, and the bidirectional embeddings, overrides, isolates and marks; the
+# characters that show nothing and can spell hidden text (B25: Unicode tags, invisible operators,
+# zero-width characters, fillers, variation selectors 17-256: `text.normalize_and_count` removes
+# them from text); and runs of joiners or variation selectors (one after an emoji is spelling:
+# "❤️ notes.txt" stays).
+_ACTING = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200e\u200f\u202a-\u202e"
+                     "\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0\ufff0-\ufffb\U0001bca0-\U0001bca3"
+                     "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+                     "|[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f]{2,}")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _visible(match: re.Match[str]) -> str:
-    char = match.group()
-    return _NAMED_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+    return "".join(_escape(char) for char in match.group())
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def display_name(name: str | os.PathLike[str]) -> str:

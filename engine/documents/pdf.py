@@ -30,7 +30,7 @@ from engine.documents import (
     _reason,
 )
 from engine.documents.names import display_name
-from engine.documents.text import is_unreliable, measure, normalize_text
+from engine.documents.text import is_unreliable, measure, normalize_and_count, normalize_text
 from engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,9 @@ class _Collected:
             raise _error_for(self.path, event)
 
     def _add_page(self, number: int, raw: str, images: int) -> None:
-        text = normalize_text(raw)
+        text, hidden = normalize_and_count(raw)
+        if hidden:  # Unicode tags and the like (B25): nothing a viewer draws
+            self.hidden.setdefault("invisible characters", []).append(number)
         if not text:
             if images:
                 self.scanned.append(number)

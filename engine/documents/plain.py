@@ -1,14 +1,15 @@
 """Text files (.txt, .md, source code, notebooks, web pages): safe reading, shared with repo.py.
 Case ids (R02, R03, R06) are the repository cases of docs/CORPUS.md.
 
-`read_text` never blocks on a device or FIFO, never reads more than `MAX_FILE_BYTES`, and never
-follows a symlink; the reasons it refuses a file are returned as short phrases that the
+`read_text` never blocks on a device or FIFO, never reads more than `MAX_WITH_DATA_BYTES` (and
+keeps no more than `MAX_FILE_BYTES` of text), and never follows a symlink; the reasons it refuses a file are returned as short phrases that the
 repository loader lists in `Document.warnings` ("skipped (binary): assets/logo.png").
 """
 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import os
 import stat
 import threading
@@ -17,19 +18,27 @@ from pathlib import Path
 
 from engine.documents import (
     Document, EmptyFileError, FileNotReadableError, NotTextError, ProgressCallback, Segment,
-    _reason,
+    _reason, pointer_file_error,
 )
 from engine.documents.encoding import (
     UnclearEncodingError, bom_encoding, decode_bytes, utf16_without_bom,
 )
 from engine.documents.html import HTML_SUFFIXES, html_text
 from engine.documents.notebook import MAX_NOTEBOOK_BYTES, NOTEBOOK_SUFFIX, NotebookError, notebook_text
-from engine.documents.text import normalize_text
+from engine.documents.payloads import Dropped, drop_payloads
+from engine.documents.pointers import PointerKind, pointer_kind
+from engine.documents.text import normalize_and_count
 from engine.errors import Cancelled
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """Files larger than this are not read (checked with stat first; R06: a 480 MB file
-committed by accident crashed repomix). 2 MiB of text is ~500k tokens, beyond any budget."""
+committed by accident crashed repomix), unless base64 data is what makes them large
+(MAX_WITH_DATA_BYTES). 2 MiB of text is ~500k tokens, beyond any budget."""
+
+MAX_WITH_DATA_BYTES = 20 * 1024 * 1024
+"""A text file over MAX_FILE_BYTES is still read, up to this size, when it holds base64 data
+(`payloads`: a photo pasted into a Markdown note, a PDF attached to it, fonts in CSS), and its
+text without that data fits MAX_FILE_BYTES."""
 
 MAX_HTML_BYTES = 20 * 1024 * 1024
 """Web pages may be this large: a saved page carries its images as base64 (B17: 146 kB of 154 kB),
@@ -77,9 +86,11 @@ class TextFile:
 
     text: normalised text (empty when skipped). skipped: reason phrase for warnings, e.g.
     "binary" or "too large: 60 MiB > 2 MiB", or None. code: the reason as one word ("special",
-    "too_large", "binary", "unreadable", "empty", "encoding"). fallback: legacy codec used when
-    the file was not Unicode ("cp1252", "gb18030"), else None. replaced: bytes of a UTF-8 file
-    that were not UTF-8 (`encoding.decode_bytes`).
+    "too_large", "binary", "unreadable", "empty", "encoding", "pointer"). fallback: legacy
+    codec used when the file was not Unicode ("cp1252", "gb18030"), else None. replaced: bytes of
+    a UTF-8 file that were not UTF-8 (`encoding.decode_bytes`). hidden: characters removed that
+    can hide text from a reader (`text.normalize_and_count`). dropped: embedded data left out
+    (`payloads.drop_payloads`). pointer: the tool whose pointer file this is (code "pointer").
     """
 
     text: str
@@ -87,16 +98,26 @@ class TextFile:
     code: str | None = None
     fallback: str | None = None
     replaced: int = 0
+    hidden: int = 0
+    dropped: Dropped = Dropped()
+    pointer: PointerKind | None = None
 
     @property
-    def note(self) -> str | None:
-        """The warning phrase about how the file was decoded, or None: "decoded with fallback
-        (gb18030)", "3 bytes not UTF-8 replaced"."""
+    def notes(self) -> list[str]:
+        """The warning phrases about what was done to the file's text: "decoded with fallback
+        (gb18030)" or "3 bytes not UTF-8 replaced", "embedded data left out (1 data: URI, 1.2 MiB)",
+        "96 invisible characters removed (they can hide text from a reader)"."""
+        notes = []
         if self.fallback:
-            return f"decoded with fallback ({self.fallback})"
-        if self.replaced:
-            return f"{self.replaced} byte{'s' if self.replaced > 1 else ''} not UTF-8 replaced"
-        return None
+            notes.append(f"decoded with fallback ({self.fallback})")
+        elif self.replaced:
+            notes.append(f"{self.replaced} byte{'s' if self.replaced > 1 else ''} not UTF-8 replaced")
+        if self.dropped:
+            notes.append(self.dropped.note)
+        if self.hidden:
+            notes.append(f"{self.hidden} invisible character{'s' if self.hidden > 1 else ''} removed "
+                         "(they can hide text from a reader)")
+        return notes
 
 
 def _skip(code: str, phrase: str) -> TextFile:
@@ -107,11 +128,14 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
     """Read one regular file as text without following symlinks or blocking on special files.
 
     Skip phrases: "not a regular file", "too large: 60 MiB > 2 MiB", "binary",
-    "unreadable: permission denied", "empty", "encoding not clear, best guess cp1125 or cp1251".
-    Does not raise for any of them.
+    "unreadable: permission denied", "empty", "encoding not clear, best guess cp1125 or cp1251",
+    "Git LFS pointer", "git-annex pointer". Does not raise for any of them. Embedded data is
+    dropped here only from a file over `max_bytes` (up to MAX_WITH_DATA_BYTES), to see whether
+    the rest fits; else `read_file` drops it, after a notebook's or a page's text is made.
     `max_bytes` defaults to MAX_FILE_BYTES (read at call time, so tests can lower it).
     """
     max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
+    limit = max(max_bytes, MAX_WITH_DATA_BYTES)
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
@@ -122,25 +146,37 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
         # or a device between the check and the read.
         if not stat.S_ISREG(info.st_mode):
             return _skip("special", "not a regular file")
-        if info.st_size > max_bytes:
-            return _skip("too_large", f"too large: {_size(info.st_size)} > {_size(max_bytes)}")
-        data = _read_at_most(fd, max_bytes + 1)
+        too_large = _skip("too_large", f"too large: {_size(info.st_size)} > {_size(max_bytes)}")
+        if info.st_size > limit:
+            return too_large
+        data = _read_at_most(fd, limit + 1)
     except OSError as exc:
         return _skip("unreadable", f"unreadable: {_reason(exc)}")
     finally:
         os.close(fd)
-    if len(data) > max_bytes:  # grew after fstat
+    if len(data) > limit:  # grew after fstat
         return _skip("too_large", f"too large: over {_size(max_bytes)}")
+    oversize = len(data) > max_bytes
+    if oversize and b"base64," not in data:
+        return too_large
+    pointer = pointer_kind(data)
+    if pointer is not None:
+        return TextFile("", skipped=f"{pointer.tool} pointer", code="pointer", pointer=pointer)
     if not utf16_without_bom(data) and looks_binary(data[:SNIFF_BYTES]):
         return _skip("binary", "binary")
     try:
         decoded = decode_bytes(data)
     except UnclearEncodingError as error:
         return _skip("encoding", str(error))
-    text = normalize_text(decoded.text)
+    text, hidden = normalize_and_count(decoded.text)
+    dropped = Dropped()
+    if oversize:
+        text, dropped = drop_payloads(text)
+        if len(text.encode("utf-8")) > max_bytes:
+            return too_large
     if not text:
         return _skip("empty", "empty")
-    return TextFile(text, fallback=decoded.fallback, replaced=decoded.replaced)
+    return TextFile(text, fallback=decoded.fallback, replaced=decoded.replaced, hidden=hidden, dropped=dropped)
 
 
 def read_notebook(path: Path) -> TextFile:
@@ -150,11 +186,9 @@ def read_notebook(path: Path) -> TextFile:
     if result.skipped is not None:
         return result
     try:
-        text = normalize_text(notebook_text(result.text))
+        return _converted(result, notebook_text(result.text))
     except NotebookError as error:
         return _skip("unreadable", f"unreadable notebook: {error}")
-    return (TextFile(text, fallback=result.fallback, replaced=result.replaced) if text
-            else _skip("empty", "empty"))
 
 
 def read_html(path: Path) -> TextFile:
@@ -163,18 +197,30 @@ def read_html(path: Path) -> TextFile:
     result = read_text(path, max_bytes=MAX_HTML_BYTES)
     if result.skipped is not None:
         return result
-    text = normalize_text(html_text(result.text))
-    return (TextFile(text, fallback=result.fallback, replaced=result.replaced) if text
-            else _skip("empty", "empty"))
+    return _converted(result, html_text(result.text))
+
+
+def _converted(source: TextFile, text: str) -> TextFile:
+    """The text made from a file's markup, normalised again: JSON escapes and HTML character
+    references can spell characters that the source did not hold as such (\\udb40\\udc49, &#xE0049;)."""
+    text, hidden = normalize_and_count(text)
+    return (TextFile(text, fallback=source.fallback, replaced=source.replaced, hidden=source.hidden + hidden)
+            if text else _skip("empty", "empty"))
 
 
 def read_file(path: Path) -> TextFile:
     """The text of one file by its kind: a notebook's cells, a web page's shown text, else the
-    file as text (`read_text`)."""
+    file as text (`read_text`); embedded data (base64 images, fonts, attachments) replaced by a
+    placeholder in each (`payloads.drop_payloads`)."""
     suffix = path.suffix.lower()
     if suffix == NOTEBOOK_SUFFIX:
-        return read_notebook(path)
-    return read_html(path) if suffix in HTML_SUFFIXES else read_text(path)
+        result = read_notebook(path)
+    else:
+        result = read_html(path) if suffix in HTML_SUFFIXES else read_text(path)
+    if result.skipped is not None:
+        return result
+    text, dropped = drop_payloads(result.text)
+    return dataclasses.replace(result, text=text, dropped=dropped) if dropped else result
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:
@@ -202,8 +248,8 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
 
     Raises EmptyFileError (0 bytes or only whitespace/control characters), NotTextError (binary,
     too large, or an encoding that cannot be told: "minutes.txt: the text encoding is not clear
-    (best guess cp1125 or cp1251): save it as UTF-8 and open it again"), FileNotReadableError, or
-    Cancelled.
+    (best guess cp1125 or cp1251): save it as UTF-8 and open it again"), PointerFileError,
+    FileNotReadableError, or Cancelled.
     """
     if cancel is not None and cancel.is_set():
         raise Cancelled("Reading the file was cancelled.")
@@ -213,6 +259,8 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
     from engine.documents.names import display_name  # names imports this module
 
     name = display_name(path.name)
+    if result.pointer is not None:
+        raise pointer_file_error(path, result.pointer.tool, result.pointer.fetch)
     if result.code == "empty":
         raise EmptyFileError(f"{name} is empty (no text in it): choose another file")
     if result.code == "binary":
@@ -231,7 +279,7 @@ def load_text_file(path: Path, *, progress: ProgressCallback | None = None,
     if result.code is not None:
         reason = (result.skipped or "").removeprefix("unreadable: ")
         raise FileNotReadableError(f"{name} cannot be read ({reason}): check the file's permissions")
-    warnings = [f"{result.note}: {name}"] if result.note else []
+    warnings = [f"{note}: {name}" for note in result.notes]
     if progress:
         progress(1, 1)
     return Document(title=name, source=str(path), kind="text",

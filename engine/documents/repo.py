@@ -30,6 +30,7 @@ from engine.documents.generated import generated_files
 from engine.documents.git import run_git
 from engine.documents.names import display_name
 from engine.documents.plain import CONVERTED_SUFFIXES, read_file
+from engine.documents.pointers import KINDS as POINTER_KINDS
 from engine.errors import Cancelled
 
 VENDORED_DIRS = frozenset({
@@ -55,6 +56,14 @@ PROSE_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".adoc", ".tex",
 IGNORED_LISTED = 20
 """How many paths a one-line summary (.gitignore, generated files) names before "and N more"."""
 
+MAX_FOLDER_DEPTH = 64
+"""Files under more folders than this are left out, with a warning naming the folders (B26: a
+folder nested 1,100 levels deep). Source trees go 10-20 deep (Java packages, monorepos); the
+walk never recurses, so a deeper limit would cost time, not a crash."""
+
+OUTER_IGNORED = ("the repository above this folder ignores it or everything in it (.gitignore): read with "
+                 "this folder's own ignore rules only")
+
 
 def load_repository(root: Path, *, progress: ProgressCallback | None = None,
                     cancel: threading.Event | None = None, use_git: bool = True,
@@ -68,7 +77,10 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
     """
     root = Path(os.path.realpath(root))
     listing = list_files(root, use_git=use_git)
-    warnings: list[str] = []
+    warnings: list[str] = list(listing.notes)
+    if listing.too_deep:
+        warnings.append(f"folders deeper than {MAX_FOLDER_DEPTH} levels left out: "
+                        + _some([_shortened(folder) for folder in listing.too_deep]))
     if listing.ignored:
         warnings.append("ignored by .gitignore: " + _some(listing.ignored))
     if not include_generated:
@@ -78,6 +90,7 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
             warnings.append("skipped (generated or vendored; the setting include_generated_files reads them): "
                             + _some(sorted(generated)))
     segments: list[Segment] = []
+    pointers: dict[str, list[str]] = {}  # "Git LFS pointer" -> paths
     vendored_seen: set[str] = set()
     total = len(listing.files)
     for done, rel in enumerate(listing.files):
@@ -91,16 +104,22 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
                 vendored_seen.add(vendored)
                 warnings.append(f"skipped (vendored): {display_name(vendored)}/")
             continue
-        text, skipped, note = _read_file(root, rel)
+        text, skipped, notes = _read_file(root, rel)
         name = display_name(rel)  # `rel` opens the file; `name` is what people and the model see
+        if skipped in POINTER_PHRASES:
+            pointers.setdefault(skipped, []).append(rel)
+            continue
         if skipped is not None:
             warnings.append(f"skipped ({skipped}): {name}")
             continue
-        if note is not None:
-            warnings.append(f"{note}: {name}")
+        warnings += [f"{note}: {name}" for note in notes]
         segments.append(Segment(text=text, label=name, page=None, path=name))
     if progress:
         progress(total, total)
+    for phrase, rels in pointers.items():
+        one = len(rels) == 1
+        warnings.append(f"{phrase}{'' if one else 's'} left out, {'its' if one else 'their'} content was not "
+                        f"downloaded (run `{POINTER_PHRASES[phrase].fetch}` to fetch it): {_some(rels)}")
     if not segments:
         raise NoTextFilesError(
             f"{display_name(root.name)}: no readable text files in this folder ({total} files found, none "
@@ -109,44 +128,85 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
                     warnings=warnings)
 
 
+POINTER_PHRASES = {f"{kind.tool} pointer": kind for kind in POINTER_KINDS}
+"""`plain.read_text`'s skip phrase for each kind of pointer file (B30)."""
+
+
 def _some(paths: list[str]) -> str:
     """The first IGNORED_LISTED paths, then "and N more"."""
     more = len(paths) - IGNORED_LISTED
     return ", ".join(map(display_name, paths[:IGNORED_LISTED])) + (f" and {more} more" if more > 0 else "")
 
 
+def _shortened(folder: str, max_chars: int = 60) -> str:
+    """A deep folder's path cut in the middle: "d/d/d/…/d/"."""
+    parts = folder.rstrip("/").split("/")
+    return folder if len(folder) <= max_chars or len(parts) < 5 else "/".join([*parts[:3], "…", parts[-1]]) + "/"
+
+
 @dataclass
 class Listing:
-    """Candidate files (repo-relative POSIX paths, sorted) and ignored paths (folders end in /)."""
+    """Candidate files (repo-relative POSIX paths, sorted), ignored paths (folders end in /),
+    folders left out for their depth (end in /), and notes for the warnings."""
 
     files: list[str]
     ignored: list[str] = field(default_factory=list)
     source: str = "gitignore"  # "git" when git answered
+    too_deep: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def list_files(root: Path, *, use_git: bool = True) -> Listing:
-    """Which paths under `root` an ingest considers: git's answer, else the pathspec fallback."""
-    return (_git_listing(root) if use_git else None) or _walk_listing(root)
+    """Which paths under `root` an ingest considers: git's answer, else the pathspec fallback;
+    files under more than MAX_FOLDER_DEPTH folders left out either way."""
+    listing = (_git_listing(root) if use_git else None) or _walk_listing(root)
+    deep = {"/".join(rel.split("/", MAX_FOLDER_DEPTH + 1)[:MAX_FOLDER_DEPTH + 1]) + "/"
+            for rel in listing.files if rel.count("/") > MAX_FOLDER_DEPTH}
+    if deep:
+        listing.files = [rel for rel in listing.files if rel.count("/") <= MAX_FOLDER_DEPTH]
+        listing.too_deep = sorted(set(listing.too_deep) | deep)
+    return listing
 
 
 def _git_listing(root: Path) -> Listing | None:
     """Ask git (`engine.documents.git.run_git`: nothing the folder's config names is run); None
-    when git is missing, fails, or `root` is not in a work tree."""
+    when git is missing, fails, or `root` is not in a work tree.
+
+    A folder the user chose is not hidden by the repository above it (B23: a home folder under
+    git whose .gitignore is `*`, a folder inside a repository's ignored build output): when that
+    repository ignores `root`, or everything in it, the folder is walked with its own ignore
+    files only (`_walk_listing`; files added with `git add -f` are on disk, so they are in it),
+    and a note says so."""
 
     def run(*args: str) -> list[str] | None:
         out = run_git(root, *args)
         return None if out is None else [os.fsdecode(p) for p in out.split(b"\0") if p]
 
-    inside = run("rev-parse", "--is-inside-work-tree")
-    if not inside or inside[0].strip() != "true":
+    where = run_git(root, "rev-parse", "--is-inside-work-tree", "--show-prefix")
+    if where is None or not where.startswith(b"true\n"):
         return None
+    below_top = bool(where.removeprefix(b"true\n").strip(b"\n"))
+    # Exit 0: ignored. --no-index: by the rules alone, also when some files in it were added with -f.
+    if below_top and run_git(root, "check-ignore", "-q", "--no-index", "--", ".") is not None:
+        return _outer_ignored(root)
     files = run("ls-files", "--cached", "--others", "--exclude-standard", "-z")
     if files is None:
         return None
+    if below_top and not files:
+        return _outer_ignored(root)
     ignored = run("ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z")
     # --cached lists a conflicted path once per stage; a nested repository shows as "dir/".
     return Listing(files=sorted({p.rstrip("/") for p in files}),
                    ignored=_outermost(ignored or []), source="git")
+
+
+def _outer_ignored(root: Path) -> Listing:
+    """The walk of a folder whose outer repository ignores it, with a note saying so when it
+    finds anything."""
+    listing = _walk_listing(root)
+    if listing.files:
+        listing.notes.append(OUTER_IGNORED)
+    return listing
 
 
 def _outermost(paths: list[str]) -> list[str]:
@@ -165,16 +225,19 @@ def _outermost(paths: list[str]) -> list[str]:
 
 
 def _walk_listing(root: Path) -> Listing:
-    """Walk `root` without following symlinks, applying nested .gitignore files like git."""
+    """Walk `root` without following symlinks, applying nested .gitignore files like git, down to
+    MAX_FOLDER_DEPTH folders (a stack, not recursion: B26)."""
     files: list[str] = []
     ignored: list[str] = []
+    too_deep: list[str] = []
     unreadable_folders: list[str] = []
     base_specs = []
     exclude = _read_patterns(root / ".git" / "info" / "exclude")
     if exclude:
         base_specs.append(("", pathspec.GitIgnoreSpec.from_lines(exclude)))
-
-    def visit(folder: Path, prefix: str, specs: list[tuple[str, pathspec.GitIgnoreSpec]]) -> None:
+    pending: list[tuple[Path, str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(root, "", base_specs)]
+    while pending:
+        folder, prefix, specs = pending.pop()
         patterns = _read_patterns(folder / ".gitignore")
         if patterns:
             specs = [*specs, (prefix, pathspec.GitIgnoreSpec.from_lines(patterns))]
@@ -182,7 +245,7 @@ def _walk_listing(root: Path) -> Listing:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError:
             unreadable_folders.append(prefix.rstrip("/") or ".")
-            return
+            continue
         for entry in entries:
             if entry.name == ".git":
                 continue  # git's own data, never content
@@ -190,15 +253,15 @@ def _walk_listing(root: Path) -> Listing:
             is_dir = entry.is_dir(follow_symlinks=False)  # a symlink to a folder is a file here
             if _is_ignored(rel, is_dir, specs):
                 ignored.append(rel + "/" if is_dir else rel)
+            elif is_dir and rel.count("/") >= MAX_FOLDER_DEPTH:
+                too_deep.append(rel + "/")
             elif is_dir:
-                visit(Path(entry.path), rel + "/", specs)
+                pending.append((Path(entry.path), rel + "/", specs))
             else:
                 files.append(rel)
-
-    visit(root, "", base_specs)
     # An unreadable folder is listed like a file, so that it shows up in the skip list.
     files.extend(unreadable_folders)
-    return Listing(files=sorted(files), ignored=sorted(ignored), source="gitignore")
+    return Listing(files=sorted(files), ignored=sorted(ignored), source="gitignore", too_deep=sorted(too_deep))
 
 
 def _read_patterns(path: Path) -> list[str]:
@@ -278,29 +341,29 @@ def _vendored_dir(rel: str) -> str | None:
     return None
 
 
-def _read_file(root: Path, rel: str) -> tuple[str, str | None, str | None]:
-    """(text, skip reason or None, note such as "decoded with fallback (cp1252)" or None)."""
+def _read_file(root: Path, rel: str) -> tuple[str, str | None, list[str]]:
+    """(text, skip reason or None, notes such as "decoded with fallback (cp1252)")."""
     path = root / rel
     try:
         info = os.lstat(path)
     except OSError:
-        return "", "missing: listed by git but not on disk", None
+        return "", "missing: listed by git but not on disk", []
     if stat.S_ISLNK(info.st_mode):
-        return "", _symlink_reason(path, root), None
+        return "", _symlink_reason(path, root), []
     if stat.S_ISDIR(info.st_mode):
-        return "", "folder: git submodule, nested repository or unreadable folder", None
+        return "", "folder: git submodule, nested repository or unreadable folder", []
     if not stat.S_ISREG(info.st_mode):
-        return "", "not a regular file", None
+        return "", "not a regular file", []
     if not _inside(os.path.realpath(path), root):
-        return "", "outside the folder", None  # defensive: a listing never goes through links
+        return "", "outside the folder", []  # defensive: a listing never goes through links
     result = read_file(path)
     if result.skipped is not None:
-        return "", result.skipped, None
+        return "", result.skipped, []
     # A notebook's JSON or a page's HTML is not its text: never "minified" (B07, B17).
     suffix = path.suffix.lower()
     if suffix not in CONVERTED_SUFFIXES and suffix not in PROSE_SUFFIXES and _minified(result.text):
-        return "", "minified", None
-    return result.text, None, result.note
+        return "", "minified", []
+    return result.text, None, result.notes
 
 
 def _minified(text: str) -> bool:

@@ -54,6 +54,33 @@ _FORMAT_IN_WORD = regex.compile(r"(?<=[\p{L}\p{M}])[\p{Cf}--[\u200c\u200d]]+(?=[
 # has; a BOM inside text is left from joined files) and no sequence needs them, unlike ZWJ in
 # emoji or bidi marks around numbers: removed everywhere, in PDFs and text files alike.
 _INVISIBLE = re.compile("[\u00ad\u200b\u2060\ufeff]")
+# Characters that can spell text no reader sees (B25 in docs/REAL_WORLD_INPUTS.md): Unicode tags
+# (U+E0000..U+E007F: "ASCII smuggling", each ASCII character + 0xE0000), the invisible math operators
+# U+2061..U+2064 (StegCloak's alphabet), the deprecated format characters U+206A..U+206F,
+# interlinear annotation marks, the Mongolian vowel separator, the Hangul fillers that render
+# blank, the Khmer inherent vowels (which Unicode says not to use), shorthand and musical
+# format controls, and the unassigned default-ignorable code points (which fonts draw as nothing).
+# No text needs them: removed everywhere, and counted for the document's warnings. (Tags also
+# spell the subdivision flags 🏴 England / Scotland / Wales: those become a black flag.)
+_HIDDEN = re.compile("[\u115f\u1160\u17b4\u17b5\u180e\u2061-\u2064\u206a-\u206f\u3164\ufff0-\ufffb\uffa0"
+                     "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e00ff\U000e01f0-\U000e0fff]")
+# Zero-width steganography spells bits as runs of zero-width characters (and bidi controls, which
+# show nothing either); spelling never needs two in a row of the first kind (with the soft hyphen
+# and the combining grapheme joiner) or three of the second.
+_ZERO_WIDTH_RUN = re.compile("[\u00ad\u034f\u200b-\u200d\u2060\ufeff]{2,}"
+                             "|[\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]{3,}")
+# A lone ZWNJ or ZWJ is spelling beside Persian, Indic or emoji characters; between ASCII
+# characters (or spaces) it is one hidden bit.
+_JOINER_IN_ASCII = re.compile("(?:(?<=[\x00-\x7f])|(?<!.))[\u200c\u200d](?=[\x00-\x7f]|(?!.))", re.S)
+# Variation selectors (VS1-16, VS17-256, Mongolian free variation selectors) choose a glyph for
+# the character before them: one after an emoji, a keycap digit, a CJK ideograph or a Mongolian
+# letter is spelling; runs of them, or one after an ASCII character or a space, carry bytes
+# ("emoji smuggling").
+_SELECTORS = re.compile("(^|.)([\u180b-\u180d\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef]+)", re.S)
+# Every character the four patterns above look for.
+_MAY_HIDE = re.compile("[\u00ad\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+                       "\u3164\ufe00-\ufe0f\ufeff\ufff0-\ufffb\uffa0\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+                       "\U000e0000-\U000e0fff]")
 # Glyph ids printed as characters (a TrueType font without a Unicode map, "7KH" for "The"): ASCII
 # symbols that prose never puts between two letters, or a digit before two capitals.
 _MANGLED = regex.compile(r"\p{L}[\\\[\]{}|<=>;@$%*+#^~`]+\p{L}|\d\p{Lu}{2}")
@@ -76,22 +103,57 @@ def normalize_text(text: str) -> str:
     - CRLF and lone CR → LF; NUL and other C0/C1 controls removed (\\n and \\t kept).
     - Noncharacters (U+FFFE, U+FFFF, U+FDD0..U+FDEF) and lone surrogates removed.
     - Invisible format characters (category Cf) between two letters removed, except ZWNJ/ZWJ;
-      soft hyphen, zero-width space, word joiner and BOM removed anywhere; other Cf characters
-      outside words (ZWJ in emoji sequences, bidi marks) kept.
+      soft hyphen, zero-width space, word joiner and BOM removed anywhere; characters that can
+      spell hidden text removed anywhere (`normalize_and_count`); other Cf characters outside
+      words (ZWJ in emoji sequences, bidi marks) kept.
     - Latin ligatures U+FB00..U+FB06 spelled out ("ﬁ" → "fi"), then NFC, so that search and
       prefix-cache keys do not depend on how a PDF encoded a letter. Not NFKC: it would also
       rewrite superscripts, fractions and math letters.
     - Trailing spaces on a line removed, runs of blank lines collapsed to one, ends trimmed.
     Idempotent: normalize_text(normalize_text(s)) == normalize_text(s).
     """
+    return normalize_and_count(text)[0]
+
+
+def normalize_and_count(text: str) -> tuple[str, int]:
+    """`normalize_text(text)` and how many of the characters it removed can hide text from a reader
+    (Unicode tags, runs of zero-width characters or variation selectors, invisible operators:
+    B25), for the loader's warning. A lone soft hyphen, zero-width space, word joiner or BOM,
+    which editors and PDFs leave by accident, is removed without being counted."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", text)
     text = _INVALID.sub("", text)
-    text = _INVISIBLE.sub("", _FORMAT_IN_WORD.sub("", text))
-    text = unicodedata.normalize("NFC", text.translate(_LIGATURES))
+    hidden = 0
+    while True:  # removing one character can make its neighbours a run, or leave a joiner among ASCII
+        before = text
+        text, removed = _remove_hidden(text)
+        hidden += removed
+        text = _INVISIBLE.sub("", _FORMAT_IN_WORD.sub("", text))
+        text = unicodedata.normalize("NFC", text.translate(_LIGATURES))
+        if text == before:
+            break
     text = _TRAILING_SPACE.sub("\n", text)
     text = _MANY_BLANK_LINES.sub("\n\n", text)
-    return text.strip()
+    return text.strip(), hidden
+
+
+def _remove_hidden(text: str) -> tuple[str, int]:
+    """`text` without the characters that can spell hidden text, and how many there were."""
+    if not _MAY_HIDE.search(text):
+        return text, 0  # the common case, in one pass over the text
+    length = len(text)
+    text = _HIDDEN.sub("", text)
+    text = _ZERO_WIDTH_RUN.sub("", text)
+    text = _JOINER_IN_ASCII.sub("", text)
+    text = _SELECTORS.sub(_selector, text)
+    return text, length - len(text)
+
+
+def _selector(match: re.Match[str]) -> str:
+    base, selectors = match.group(1), match.group(2)
+    if len(selectors) == 1 and base and not base.isspace() and (not base.isascii() or base in "0123456789#*"):
+        return match.group()
+    return base
 
 
 @functools.lru_cache(maxsize=8192)
