@@ -61,9 +61,10 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.closed = False
         startup_problem = None
+        settings_warnings: list[str] = []
         if settings is None:
             try:
-                settings = load_settings()
+                settings = load_settings(warn=settings_warnings.append)
             except HalamanError as exc:
                 startup_problem = f"{exc} — using the default settings for now."
                 settings = EngineSettings()
@@ -85,6 +86,8 @@ class MainWindow(QMainWindow):
         self.store.restore(self)
         if startup_problem:
             self.banner.show_message("error", startup_problem)
+        elif settings_warnings:
+            self.banner.show_message("warning", "; ".join(settings_warnings))
         if load_model:
             self.load_model()
         self.refresh_cache_status()

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.cli_models import add_models_command
+from engine.cli_models import add_models_command, print_warning
 from engine.errors import HalamanError
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, format_duration, size_ratio
@@ -129,7 +129,7 @@ def drafts_note(drafts) -> str:
 
 
 def _settings_from(args: argparse.Namespace) -> EngineSettings:
-    settings = load_settings()
+    settings = load_settings(warn=print_warning)
     policy_changes = {name: getattr(args, name) for name in asdict(CachePolicy()) if getattr(args, name, None) is not None}
     recall_changes = {name: getattr(args, name) for name in asdict(RecallSettings()) if getattr(args, name, None) is not None}
     if getattr(args, "no_archive", False):
@@ -341,7 +341,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 def _cmd_cache(args: argparse.Namespace) -> int:
     from engine.workspace import Workspace
 
-    settings = load_settings()
+    settings = load_settings(warn=print_warning)
     workspace = Workspace(settings)
     if args.action == "clear":
         removed = workspace.clear_prefix_cache()

@@ -18,6 +18,11 @@ from engine.settings import load_settings, save_settings
 from engine.units import format_bytes
 
 
+def print_warning(line: str) -> None:
+    """One warning line on stderr, as the CLI prints them ("warning: settings file …: unknown setting theme ignored")."""
+    print(f"warning: {line}", file=sys.stderr)
+
+
 def add_models_command(sub) -> None:
     """Register `models` on the `halaman` sub-command parser `sub`."""
     models = sub.add_parser("models", help="list models with what fits this machine; download or choose one")
@@ -45,7 +50,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from engine.models.catalog import detect_memory, fit, load_catalog
     from engine.models.download import downloaded_folder, partial_bytes
 
-    settings = load_settings()
+    settings = load_settings(warn=print_warning)
     memory = detect_memory(settings.device)
     policy = settings.cache
     print(f"this machine  {memory.name}: {format_bytes(memory.total_bytes)} "
@@ -106,7 +111,7 @@ def _cmd_use(args: argparse.Namespace) -> int:
 
 
 def _use(spec: str) -> int:
-    settings = load_settings()
+    settings = load_settings(warn=print_warning)
     path = save_settings(settings.replace(model=spec))
     print(f"model        {spec} (saved in {path})")
     return 0

@@ -6,8 +6,11 @@ of the prefix-cache key, so changing one invalidates exactly the prefix caches i
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
+import difflib
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,18 +278,20 @@ class EngineSettings:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineSettings:
-        """Build and validate from a dict (as read from TOML). Raises SettingsError on unknown keys."""
-        data = dict(data)
-        cache_data = data.pop("cache", {}) or {}
-        cloud_data = data.pop("cloud", {}) or {}
-        recall_data = data.pop("recall", {}) or {}
-        _reject_unknown(cls, data, "")
-        _reject_unknown(CachePolicy, cache_data, "cache.")
-        _reject_unknown(CloudSettings, cloud_data, "cloud.")
-        _reject_unknown(RecallSettings, recall_data, "recall.")
-        settings = cls(**data, cache=CachePolicy(**cache_data), cloud=CloudSettings(**cloud_data),
-                       recall=RecallSettings(**recall_data))
+    def from_dict(cls, data: dict[str, Any], *, unknown: list[str] | None = None) -> EngineSettings:
+        """Build and validate from a dict (as read from TOML). Raises SettingsError for a value of
+        the wrong type or out of range, and for an unknown key unless `unknown` is given: then
+        each unknown key's dotted name ("theme", "cache.budget") is appended to it instead."""
+        found: list[str] = []
+        values = _typed(cls, data, "", found)
+        tables = {name: _typed(kind, _table(data, name), f"{name}.", found)
+                  for name, kind in (("cache", CachePolicy), ("cloud", CloudSettings), ("recall", RecallSettings))}
+        if found and unknown is None:
+            raise SettingsError(f"unknown setting {found[0]}{_did_you_mean(found[0])}")
+        if unknown is not None:
+            unknown += found
+        settings = cls(**values, cache=CachePolicy(**tables["cache"]), cloud=CloudSettings(**tables["cloud"]),
+                       recall=RecallSettings(**tables["recall"]))
         settings.validate()
         return settings
 
@@ -296,19 +301,38 @@ def settings_path() -> Path:
     return paths.config_dir() / "settings.toml"
 
 
-def load_settings(path: Path | None = None) -> EngineSettings:
-    """Read settings; a missing file gives the defaults. Raises SettingsError on a bad file."""
+def load_settings(path: Path | None = None, *, warn: Callable[[str], None] | None = None) -> EngineSettings:
+    """Read settings; a missing file gives the defaults.
+
+    A byte-order mark (Notepad, PowerShell's `Out-File`: UTF-8, UTF-16 or UTF-32) is read like the
+    same file without one (B29). An unknown key is ignored and `warn` gets one line naming the file
+    and the key ("settings file …/settings.toml: unknown setting theme ignored"); without `warn`
+    it is ignored silently. Raises SettingsError, whose one line starts with "settings file
+    <path>: ", for a file that cannot be read or decoded, is not TOML, or holds a value of the
+    wrong type or out of range.
+    """
     path = path or settings_path()
-    if not path.exists():
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return EngineSettings()
+    except OSError as exc:
+        raise SettingsError(f"settings file {path}: cannot be read ({exc.strerror or exc}); fix or delete it") from None
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SettingsError(f"cannot read settings file {path}: {exc}; fix or delete it") from None
+        data = tomllib.loads(_decoded(raw))
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"settings file {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); "
+                            "save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"settings file {path}: not valid TOML ({exc}); fix or delete it") from None
+    unknown: list[str] = []
     try:
-        return EngineSettings.from_dict(data)
-    except TypeError as exc:
-        raise SettingsError(f"settings file {path} is invalid ({exc}); fix or delete it") from None
+        settings = EngineSettings.from_dict(data, unknown=unknown)
+    except SettingsError as exc:
+        raise SettingsError(f"settings file {path}: {exc}; fix or delete it") from None
+    for key in unknown if warn is not None else ():
+        warn(f"settings file {path}: unknown setting {key} ignored{_did_you_mean(key)}")
+    return settings
 
 
 def save_settings(settings: EngineSettings, path: Path | None = None) -> Path:
@@ -319,8 +343,55 @@ def save_settings(settings: EngineSettings, path: Path | None = None) -> Path:
     return path
 
 
-def _reject_unknown(cls: type, data: dict[str, Any], prefix: str) -> None:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise SettingsError(f"unknown setting {prefix}{unknown[0]}; known: {', '.join(sorted(known))}")
+# Longest first: the UTF-32 LE mark starts with the UTF-16 LE one.
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def _decoded(raw: bytes) -> str:
+    """A settings file's text: UTF-8 (TOML's encoding), or what its byte-order mark names.
+    Raises UnicodeDecodeError."""
+    codec = next((codec for bom, codec in _BOMS if raw.startswith(bom)), "utf-8")
+    return raw.decode(codec)
+
+
+_NESTED = ("cache", "cloud", "recall")
+_KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text in quotes"}
+
+
+def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise SettingsError(f"{name} must be a table ([{name}]), got {value!r}")
+    return value
+
+
+def _typed(cls: type, data: dict[str, Any], prefix: str, unknown: list[str]) -> dict[str, Any]:
+    """The fields of `cls` found in `data`, each checked against its default's type; the dotted
+    names of keys `cls` does not have are appended to `unknown`. Raises SettingsError."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if not (cls is EngineSettings and f.name in _NESTED)}
+    values = {}
+    for key, value in data.items():
+        if cls is EngineSettings and key in _NESTED:
+            continue
+        if key not in fields:
+            unknown.append(prefix + key)
+            continue
+        kind = type(fields[key].default)
+        fits = (isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+                else isinstance(value, kind) and (kind is bool or not isinstance(value, bool)))
+        if not fits:
+            raise SettingsError(f"{prefix}{key} must be {_KINDS[kind]}, got {value!r}")
+        values[key] = float(value) if kind is float else value
+    return values
+
+
+def _did_you_mean(key: str) -> str:
+    """" (did you mean cache.budget_tokens?)" for a misspelt key, else ""."""
+    prefix, _, name = key.rpartition(".")
+    tables = {"": EngineSettings, "cache": CachePolicy, "cloud": CloudSettings, "recall": RecallSettings}
+    if prefix not in tables:
+        return ""
+    known = [f.name for f in dataclasses.fields(tables[prefix])]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {prefix + '.' if prefix else ''}{close[0]}?)" if close else ""
