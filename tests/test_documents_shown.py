@@ -70,3 +70,61 @@ def test_hyphenated_words_of_a_pdf_page_are_joined_and_its_compounds_kept(tmp_pa
                         b"(ment der Verwaltung, well-) Tj T* (known und gepr\xfcft.) Tj ET")
     text = load_document(pdf).segments[0].text
     assert text == "Der well-known Bericht ist ein Dokument\nder Verwaltung, well-known\nund geprüft."
+
+
+# --------------------------------------------------------------------------------------- B27
+
+@pytest.mark.parametrize("name, shown", [
+    ("freetext-no-ap.pdf", ["Page body", "Approved budget: 4200 EUR"]),
+    ("form-no-ap.pdf", ["Applicant name:", "Jane Q. Example"]),
+    ("freetext-with-ap.pdf", ["Page body", "Approved budget: 4200 EUR"]),
+])
+def test_b27_annotation_and_form_text_without_appearance_is_page_text(corpus, name, shown):
+    document = load_document(bug(corpus, "B27") / name)
+    assert len(document.segments) == 1 and document.warnings == []
+    assert all(line in document.segments[0].text for line in shown)
+
+
+def annotated_pdf(path: Path, annotation: bytes, catalog: bytes = b"", extra: tuple[bytes, ...] = ()) -> Path:
+    """One page that shows "Page body" and has one annotation (object 6); `catalog` goes into the
+    catalog (an /AcroForm), `extra` are objects 7, 8, ..."""
+    return write_pdf(path, [
+        b"<< /Type /Catalog /Pages 2 0 R " + catalog + b">>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> /Annots [6 0 R] >>",
+        _stream(b"BT /F1 12 Tf 72 720 Td (Page body) Tj ET"), FONT, annotation, *extra])
+
+
+FORM = b"/AcroForm << /Fields [6 0 R] /DR << /Font << /Helv 5 0 R >> >> /DA (/Helv 0 Tf 0 g) >>"
+APPEARANCE = _stream(b"BT /Helv 14 Tf 2 12 Td (Drawn from its appearance) Tj ET").replace(
+    b"<< ", b"<< /Type /XObject /Subtype /Form /BBox [0 0 468 40] /Resources << /Font << /Helv 5 0 R >> >> ", 1)
+ANNOTATIONS = {  # annotation (object 6), catalog entries, more objects: text a viewer shows (None: none)
+    "text field, no NeedAppearances": (
+        b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (n) /V (Jane Widget) /Rect [180 700 500 730] "
+        b"/DA (/Helv 12 Tf 0 g) /F 4 /P 3 0 R >>", FORM, (), "Jane Widget"),
+    "combo box": (
+        b"<< /Type /Annot /Subtype /Widget /FT /Ch /Ff 131072 /Opt [(Alpha Choice) (Beta)] /T (c) "
+        b"/V (Alpha Choice) /Rect [180 700 500 730] /DA (/Helv 12 Tf 0 g) /F 4 /P 3 0 R >>",
+        FORM.replace(b"/Fields", b"/NeedAppearances true /Fields"), (), "Alpha Choice"),
+    "typewriter": (
+        b"<< /Type /Annot /Subtype /FreeText /IT /FreeTextTypeWriter /Rect [72 600 540 640] "
+        b"/Contents (Typed on the page) /DA (/Helv 14 Tf 0 0 0 rg) /F 4 >>", b"", (), "Typed on the page"),
+    "FreeText without flags": (
+        b"<< /Type /Annot /Subtype /FreeText /Rect [72 600 540 640] /Contents (Callout text) "
+        b"/DA (/Helv 14 Tf 0 0 0 rg) >>", b"", (), "Callout text"),
+    "hidden FreeText": (
+        b"<< /Type /Annot /Subtype /FreeText /Rect [72 600 540 640] /Contents (Hidden note) "
+        b"/DA (/Helv 14 Tf 0 0 0 rg) /F 2 >>", b"", (), None),
+    "NoView FreeText with appearance": (
+        b"<< /Type /Annot /Subtype /FreeText /Rect [72 600 540 640] /Contents (Drawn from its appearance) "
+        b"/DA (/Helv 14 Tf 0 0 0 rg) /F 32 /AP << /N 7 0 R >> >>", b"", (APPEARANCE,), None),
+    "sticky note": (  # a viewer draws its icon; its text only opens in a pop-up
+        b"<< /Type /Annot /Subtype /Text /Rect [72 600 92 620] /Contents (Sticky note text) /F 4 >>", b"", (), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANNOTATIONS))
+def test_annotation_text_is_page_text_where_a_viewer_draws_it(tmp_path, case):
+    annotation, catalog, extra, shown = ANNOTATIONS[case]
+    document = load_document(annotated_pdf(tmp_path / "annotated.pdf", annotation, catalog, extra))
+    assert document.segments[0].text == "Page body" + (f"\n{shown}" if shown else "")

@@ -173,13 +173,32 @@ def _uses_type3(page: Any, pdfium: Any) -> bool:
     return False
 
 
-def _with_form_fields(document: Any, index: int, page: Any, pdfium: Any) -> Any:
-    """The page with its annotations' appearances (filled AcroForm fields, stamps) drawn into its
-    content, as a viewer shows it: typed values live only in widget annotations, which PDFium's
-    text of the page leaves out. Changes the document in memory only (it is never saved)."""
+def _with_annotations(document: Any, index: int, page: Any, pdfium: Any) -> Any:
+    """The page with its annotations drawn into its content, as a viewer shows them: typed form
+    values (B03) and FreeText notes live only in annotations, which PDFium's text of the page
+    leaves out. One without an appearance stream (B27) first gets the one a viewer makes: PDFium
+    makes it for widgets when the page loads in the form environment (`extract` opens it), and
+    for FreeText and other markup when it draws the page's annotations (the 1x1 render here).
+    Annotations a viewer does not draw on screen (Hidden, NoView) stay out. Changes the
+    document in memory only (it is never saved)."""
     raw = pdfium.raw
-    if not raw.FPDFPage_GetAnnotCount(page.raw):
+    count = raw.FPDFPage_GetAnnotCount(page.raw)
+    if not count:
         return page
+    for number in range(count):
+        annotation = raw.FPDFPage_GetAnnot(page.raw, number)
+        if not annotation:
+            continue
+        flags = raw.FPDFAnnot_GetFlags(annotation)
+        if flags & raw.FPDF_ANNOT_FLAG_NOVIEW:  # printed, never shown: flattening skips Hidden only
+            raw.FPDFAnnot_SetFlags(annotation, flags | raw.FPDF_ANNOT_FLAG_HIDDEN)
+        raw.FPDFPage_CloseAnnot(annotation)
+    bitmap = raw.FPDFBitmap_Create(1, 1, 0)
+    if bitmap:
+        try:
+            raw.FPDF_RenderPageBitmap(bitmap, page.raw, 0, 0, 1, 1, 0, raw.FPDF_ANNOT)
+        finally:
+            raw.FPDFBitmap_Destroy(bitmap)
     if raw.FPDFPage_Flatten(page.raw, raw.FLAT_NORMALDISPLAY) != raw.FLATTEN_SUCCESS:
         return page
     page.close()
@@ -253,6 +272,8 @@ def extract(path: str, password: str | None, start_page: int,
         emit(error)
         return
     total = len(document)
+    # Before any page is loaded: widgets get their missing appearances as each page loads (B27).
+    document.init_forms()
     emit({"event": "open", "pages": total, "title": _title(document),
           "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(document.raw)})
     second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
@@ -263,7 +284,7 @@ def extract(path: str, password: str | None, start_page: int,
             emit({"event": "error", "code": "page_unreadable", "page": index + 1,
                   "detail": str(exc)})
             return
-        page = _with_form_fields(document, index, page, pdfium)
+        page = _with_annotations(document, index, page, pdfium)
         try:
             (text, hidden), extractor = _pdfium_page_text(page, pdfium, index, second), "pdfium"
         except _PageTooLarge as large:
