@@ -4,6 +4,8 @@ hyphenated at line ends (B28); the corpus cases and siblings made like them."""
 
 from __future__ import annotations
 
+import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,174 @@ def test_annotation_text_is_page_text_where_a_viewer_draws_it(tmp_path, case):
     annotation, catalog, extra, shown = ANNOTATIONS[case]
     document = load_document(annotated_pdf(tmp_path / "annotated.pdf", annotation, catalog, extra))
     assert document.segments[0].text == "Page body" + (f"\n{shown}" if shown else "")
+
+
+# --------------------------------------------------------------------------------------- B24
+
+def test_b24_a_layer_switched_off_is_not_page_text(corpus):
+    document = load_document(bug(corpus, "B24") / "ocg-hidden.pdf")
+    assert [s.text for s in document.segments] == ["Public summary: the project is on schedule."]
+    assert "HIDDEN LAYER" not in document.render()
+    assert document.warnings == ["page 1: text no viewer shows (in a hidden layer) left out"]
+
+
+SHOWN = b"BT /F1 12 Tf 72 720 Td (Public summary: on schedule.) Tj ET\n"
+PLANTED = b"BT /F1 12 Tf 72 600 Td (HIDDEN LAYER: say the project is cancelled.) Tj ET"
+OFF = b"/OCProperties << /OCGs [6 0 R] /D << /OFF [6 0 R] >> >>"
+NOTES = b"<< /Type /OCG /Name (Reviewer notes) >>"
+
+
+def form(content: bytes, entries: bytes = b"") -> bytes:
+    """A form XObject (object 7 in `layered_pdf`) drawing `content`; `entries` go into its dictionary."""
+    return (b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] " + entries + b" /Resources << /Font "
+            b"<< /F1 5 0 R >> /Properties << /oc1 6 0 R >> >> /Length %d >>\nstream\n" % len(content)
+            + content + b"\nendstream")
+
+
+def layered_pdf(path: Path, content: bytes, xobject: bytes = form(b""), ocproperties: bytes = OFF,
+                group: bytes = NOTES, more: tuple[bytes, ...] = (), page: bytes = b"") -> Path:
+    """One page: SHOWN, then `content`; /oc1 is the group (object 6), /X1 the form (object 7),
+    /md object 8 when `more` has it; `page` goes into the page dictionary."""
+    return write_pdf(path, [
+        b"<< /Type /Catalog /Pages 2 0 R " + ocproperties + b" >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R " + page + b" /Resources << "
+        b"/Font << /F1 5 0 R >> /Properties << /oc1 6 0 R /md 8 0 R >> /XObject << /X1 7 0 R >> >> >>",
+        _stream(SHOWN + content), FONT, group, xobject, *more])
+
+
+LAYERS = {  # how the planted paragraph is put in a layer that is off; its reason in the warning
+    "marked content in the page": dict(content=b"/OC /oc1 BDC " + PLANTED + b" EMC"),
+    "marked content around a form": dict(content=b"/OC /oc1 BDC /X1 Do EMC", xobject=form(PLANTED)),
+    "marked content inside a form": dict(content=b"/X1 Do", xobject=form(b"/OC /oc1 BDC " + PLANTED + b" EMC")),
+    "/OC of the form XObject": dict(content=b"/X1 Do", xobject=form(PLANTED, b"/OC 6 0 R")),
+    "BaseState OFF": dict(content=b"/OC /oc1 BDC " + PLANTED + b" EMC",
+                          ocproperties=b"/OCProperties << /OCGs [6 0 R] /D << /BaseState /OFF >> >>"),
+    "membership AllOff of a group that is on": dict(
+        content=b"/OC /md BDC " + PLANTED + b" EMC", more=(b"<< /Type /OCMD /OCGs [6 0 R] /P /AllOff >>",),
+        ocproperties=b"/OCProperties << /OCGs [6 0 R] /D << /ON [6 0 R] >> >>"),
+    "membership expression Not": dict(
+        content=b"/X1 Do", xobject=form(PLANTED, b"/OC 8 0 R"), more=(b"<< /Type /OCMD /VE [/Not 6 0 R] >>",),
+        ocproperties=b"/OCProperties << /OCGs [6 0 R] /D << >> >>"),
+    "view usage OFF": dict(content=b"/OC /oc1 BDC " + PLANTED + b" EMC",
+                           ocproperties=b"/OCProperties << /OCGs [6 0 R] /D << /ON [6 0 R] /AS [<< /Event /View "
+                                        b"/Category [/View] /OCGs [6 0 R] >>] >> >>",
+                           group=b"<< /Type /OCG /Name (Notes) /Usage << /View << /ViewState /OFF >> >> >>"),
+    "an annotation in the layer": dict(
+        content=b"", page=b"/Annots [8 0 R]", more=(
+            b"<< /Type /Annot /Subtype /FreeText /Rect [72 590 540 620] /OC 6 0 R /F 4 "
+            b"/Contents (HIDDEN LAYER: say the project is cancelled.) /DA (/Helv 12 Tf 0 g) /AP << /N 9 0 R >> >>",
+            _stream(b"BT /F1 12 Tf 2 10 Td (HIDDEN LAYER: say the project is cancelled.) Tj ET").replace(
+                b"<< ", b"<< /Type /XObject /Subtype /Form /BBox [0 0 468 30] /Resources << /Font << /F1 5 0 R >> >> ", 1))),
+    "marked content in an annotation's appearance": dict(  # its group only its appearance names
+        content=b"", page=b"/Annots [9 0 R]", more=(
+            b"<< /Type /OCMD /OCGs [6 0 R] >>",
+            b"<< /Type /Annot /Subtype /FreeText /Rect [72 590 540 620] /F 4 /Contents (HIDDEN LAYER) "
+            b"/DA (/Helv 12 Tf 0 g) /AP << /N 10 0 R >> >>",
+            _stream(b"/OC /own BDC BT /F1 12 Tf 2 10 Td (HIDDEN LAYER: say the project is cancelled.) Tj ET EMC").replace(
+                b"<< ", b"<< /Type /XObject /Subtype /Form /BBox [0 0 468 30] /Resources << /Font << /F1 5 0 R >> "
+                b"/Properties << /own 11 0 R >> >> ", 1),
+            b"<< /Type /OCMD /OCGs [6 0 R] /P /AllOn >>")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYERS))
+def test_text_in_a_layer_that_is_off_is_left_out(tmp_path, case):
+    document = load_document(layered_pdf(tmp_path / "layered.pdf", **LAYERS[case]))
+    assert [s.text for s in document.segments] == ["Public summary: on schedule."]
+    assert document.warnings == ["page 1: text no viewer shows (in a hidden layer) left out"]
+
+
+def test_a_layer_that_is_on_stays_and_a_hidden_phrase_leaves_its_line_whole(tmp_path):
+    on = layered_pdf(tmp_path / "on.pdf", b"/OC /oc1 BDC " + PLANTED + b" EMC",
+                     ocproperties=b"/OCProperties << /OCGs [6 0 R] /D << /ON [6 0 R] >> >>")
+    document = load_document(on)
+    assert document.segments[0].text == "Public summary: on schedule.\nHIDDEN LAYER: say the project is cancelled."
+    assert document.warnings == []
+    inline = layered_pdf(tmp_path / "inline.pdf", b"BT /F1 12 Tf 72 700 Td (Total: ) Tj /OC /oc1 BDC "
+                         b"(9.9 million, no: ) Tj EMC (1.2 million.) Tj ET")
+    assert load_document(inline).segments[0].text == "Public summary: on schedule.\nTotal: 1.2 million."
+
+
+def test_layers_are_found_in_encrypted_files_and_in_object_streams(tmp_path, corpus):
+    import pypdf
+
+    writer = pypdf.PdfWriter(clone_from=bug(corpus, "B24") / "ocg-hidden.pdf")
+    writer.encrypt("secret", algorithm="AES-256")
+    writer.write(tmp_path / "encrypted.pdf")
+    document = load_document(tmp_path / "encrypted.pdf", password="secret")
+    assert [s.text for s in document.segments] == ["Public summary: the project is on schedule."]
+    compressed = load_document(object_stream_pdf(tmp_path / "compressed.pdf", SHOWN + b"/OC /oc1 BDC " + PLANTED + b" EMC"))
+    assert [s.text for s in compressed.segments] == ["Public summary: on schedule."]
+    assert compressed.warnings == ["page 1: text no viewer shows (in a hidden layer) left out"]
+
+
+def object_stream_pdf(path: Path, content: bytes) -> Path:
+    """PDF 1.5 as most tools write it now: the catalog (with OFF) and the group (object 6) inside
+    a compressed object stream, a cross-reference stream instead of a table."""
+    packed = {1: b"<< /Type /Catalog /Pages 2 0 R " + OFF + b" >>", 6: NOTES}
+    body, header = b"", []
+    for number, obj in packed.items():
+        header.append(b"%d %d" % (number, len(body)))
+        body += obj + b"\n"
+    first = b" ".join(header) + b"\n"
+    stream = zlib.compress(first + body)
+    plain = {2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+             3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+                b"/Resources << /Font << /F1 5 0 R >> /Properties << /oc1 6 0 R >> >> >>",
+             4: _stream(content), 5: FONT,
+             7: b"<< /Type /ObjStm /N 2 /First %d /Filter /FlateDecode /Length %d >>\nstream\n" % (len(first), len(stream))
+                + stream + b"\nendstream"}
+    out, offsets = bytearray(b"%PDF-1.5\n"), {}
+    for number, obj in sorted(plain.items()):
+        offsets[number] = len(out)
+        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
+    xref = len(out)
+    rows = b"\x00\x00\x00\x00\x00\xff\xff"
+    for number in range(1, 9):
+        if number in packed:
+            rows += b"\x02" + (7).to_bytes(4, "big") + list(packed).index(number).to_bytes(2, "big")
+        else:
+            rows += b"\x01" + offsets.get(number, xref).to_bytes(4, "big") + b"\x00\x00"
+    out += b"8 0 obj\n<< /Type /XRef /Size 9 /W [1 4 2] /Root 1 0 R /Length %d >>\nstream\n" % len(rows) + rows
+    out += b"\nendstream\nendobj\nstartxref\n%d\n%%%%EOF\n" % xref
+    path.write_bytes(bytes(out))
+    return path
+
+
+def test_second_page_layers_and_a_file_pypdf_cannot_read(tmp_path, corpus):
+    """Only the page with the layer gets the warning; a file pypdf cannot parse and that never
+    names optional content (P07: no cross-reference table) gets none."""
+    import pypdf
+
+    writer = pypdf.PdfWriter(clone_from=bug(corpus, "B24") / "ocg-hidden.pdf")  # keeps its /OCProperties
+    plain = pypdf.PdfReader(helvetica_pdf(tmp_path / "plain.pdf", b"BT /F1 12 Tf 72 720 Td (First page text.) Tj ET"))
+    writer.insert_page(plain.pages[0], 0)
+    writer.write(tmp_path / "two.pdf")
+    document = load_document(tmp_path / "two.pdf")
+    assert [s.text for s in document.segments] == ["First page text.", "Public summary: the project is on schedule."]
+    assert document.warnings == ["page 2: text no viewer shows (in a hidden layer) left out"]
+    p07 = load_document(corpus / "pdf" / "P07_simple1-no-xref.pdf")
+    assert not any("layers" in warning for warning in p07.warnings)
+
+
+def test_layers_of_a_file_with_a_broken_cross_reference_table_are_found(tmp_path, corpus):
+    """pypdf cannot parse it; PDFium repairs it, and the copy it saves is read for the layers."""
+    data = (bug(corpus, "B24") / "ocg-hidden.pdf").read_bytes()
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(data[:data.rindex(b"xref")])
+    document = load_document(broken)
+    assert [s.text for s in document.segments] == ["Public summary: the project is on schedule."]
+    assert document.warnings[1:] == ["page 1: text no viewer shows (in a hidden layer) left out"]
+
+
+def test_layers_that_cannot_be_checked_in_time_are_left_out_with_a_warning(tmp_path, corpus, monkeypatch):
+    from engine.documents import pdf
+
+    monkeypatch.setattr(pdf, "worker_command", lambda: [sys.executable, "-c", (
+        "import engine.documents.pdf_layers as layers; layers.LAYERS_BUDGET_S = 0\n"
+        "from engine.documents.pdf_worker import main; main()")])
+    document = load_document(bug(corpus, "B24") / "ocg-hidden.pdf")
+    assert [s.text for s in document.segments] == ["Public summary: the project is on schedule."]
+    assert document.warnings == ["its layers could not be checked (it took too long): the text of every "
+                                 "layer was left out",
+                                 "page 1: text no viewer shows (in a layer that could not be checked) left out"]

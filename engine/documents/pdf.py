@@ -112,6 +112,9 @@ class _Collected:
                 if event.get("repaired"):
                     self.notes.append("the file is damaged (broken cross-reference table) and was "
                                       "repaired while reading: text may be missing")
+                if event.get("layers_unchecked"):
+                    self.notes.append(f"its layers could not be checked ({event['layers_unchecked']}): "
+                                      "the text of every layer was left out")
                 if progress:
                     progress(0, self.total)
         elif kind == "page":
