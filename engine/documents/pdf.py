@@ -58,9 +58,11 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
 
     Pages without text are not segments: blank pages are silent, pages with images only get a
     "no text layer (scanned?)" warning, pages whose text is noise are left out with a warning.
-    Text that no viewer shows (outside the page box, invisible, white on white: B14) is never
-    page text; "pages 1-3: text no viewer shows (outside the page) left out" says where. Words
-    hyphenated at line ends are joined (`engine.documents.hyphenation`, B28).
+    Text that no viewer shows (outside the page box, invisible, white on white: B14; in a layer
+    the default view switches off: B24) is never page text; "pages 1-3: text no viewer shows
+    (outside the page) left out" says where. Form values and annotations a viewer draws are page
+    text, also without an appearance stream (B03, B27). Words hyphenated at line ends are joined
+    (`engine.documents.hyphenation`, B28).
     Raises EmptyFileError, NotPdfError, PasswordRequiredError, WrongPasswordError,
     UnsupportedEncryptionError, DamagedPdfError, SuspiciousPdfError, NoTextLayerError,
     UnreadableTextError, FileNotReadableError, or Cancelled.
