@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
 
 from engine.attended import AttendedSpan
 from engine.documents import Document
+from engine.documents.hyphenation import HYPHENS
 
 HIGHLIGHT = QColor(255, 200, 0)
 ZOOM_STEP = 1.25
@@ -44,14 +45,15 @@ class Highlight:
 
 
 def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | None:
-    """Character range (start, end) of `passage` in `page_text`, ignoring white space; of several
-    occurrences, the one starting nearest `near` (where the passage starts in the segment text: a
-    page may repeat a sentence). When the whole passage is not found, its longest leading part of
-    at least `SHORTEST_MATCH` characters that is (a line break PDFium and the reader put
-    differently). None: not on the page."""
-    kept = [i for i, ch in enumerate(page_text) if not ch.isspace()]
+    """Character range (start, end) of `passage` in `page_text`, ignoring white space and hyphens
+    (the segment text joins words hyphenated at line ends, which PDFium marks with U+FFFE:
+    `engine.documents.hyphenation`); of several occurrences, the one starting nearest `near`
+    (where the passage starts in the segment text: a page may repeat a sentence). When the whole
+    passage is not found, its longest leading part of at least `SHORTEST_MATCH` characters that
+    is (a line break PDFium and the reader put differently). None: not on the page."""
+    kept = [i for i, ch in enumerate(page_text) if not _skipped(ch)]
     compact = "".join(page_text[i] for i in kept)
-    target = "".join(passage.split())
+    target = "".join(ch for ch in passage if not _skipped(ch))
     length = len(target)
     while length >= min(SHORTEST_MATCH, len(target)) and length > 0:
         found, at = [], compact.find(target[:length])
@@ -63,6 +65,10 @@ def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | Non
             return kept[at], kept[at + length - 1] + 1
         length //= 2 if length > 2 * SHORTEST_MATCH else length + 1  # halve, then give up
     return None
+
+
+def _skipped(char: str) -> bool:
+    return char.isspace() or char in HYPHENS or char == "\ufffe"
 
 
 def alpha_for(share: float, strongest: float) -> int:

@@ -98,6 +98,22 @@ def test_a_pdf_passage_is_drawn_over_its_characters_and_a_text_passage_marks_its
     assert not pane.isVisible()
 
 
+def test_a_passage_with_words_joined_across_line_ends_is_drawn_over_all_its_lines(qtbot, corpus):
+    """B28: the segment text says "document" where the page prints "docu-" / "ment" (PDFium:
+    "docu\ufffement"); the highlight still covers the sentence down to its last line."""
+    pdf = next((corpus / "bugs").glob("B28-*")) / "hyphen.pdf"
+    segment = load_document(pdf).segments[0]
+    assert "document" in segment.text
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.resize(500, 700)
+    pane.show_pdf_page(pdf, 1, [AttendedSpan(0, segment.label, 1, None, 0, len(segment.text), 0.9)], segment.text)
+    for word in ("committee", "budget"):
+        left, bottom, right, top = sentence_box(pdf, 1, word)
+        centre = ((left + right) / 2, (bottom + top) / 2)
+        assert any(inside(centre * 2, r.box) for r in pane.rectangles), f"{word} is highlighted"
+
+
 def _has_pygments() -> bool:
     try:
         import pygments  # noqa: F401

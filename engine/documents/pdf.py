@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -29,6 +30,7 @@ from engine.documents import (
     PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
     _reason,
 )
+from engine.documents.hyphenation import join_hyphenated_lines
 from engine.documents.names import display_name
 from engine.documents.text import is_unreliable, measure, normalize_and_count, normalize_text
 from engine.errors import Cancelled
@@ -56,8 +58,11 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
 
     Pages without text are not segments: blank pages are silent, pages with images only get a
     "no text layer (scanned?)" warning, pages whose text is noise are left out with a warning.
-    Text that no viewer shows (outside the page box, invisible, white on white: B14) is never
-    page text; "pages 1-3: text no viewer shows (outside the page) left out" says where.
+    Text that no viewer shows (outside the page box, invisible, white on white: B14; in a layer
+    the default view switches off: B24) is never page text; "pages 1-3: text no viewer shows
+    (outside the page) left out" says where. Form values and annotations a viewer draws are page
+    text, also without an appearance stream (B03, B27). Words hyphenated at line ends are joined
+    (`engine.documents.hyphenation`, B28).
     Raises EmptyFileError, NotPdfError, PasswordRequiredError, WrongPasswordError,
     UnsupportedEncryptionError, DamagedPdfError, SuspiciousPdfError, NoTextLayerError,
     UnreadableTextError, FileNotReadableError, or Cancelled.
@@ -109,6 +114,9 @@ class _Collected:
                 if event.get("repaired"):
                     self.notes.append("the file is damaged (broken cross-reference table) and was "
                                       "repaired while reading: text may be missing")
+                if event.get("layers_unchecked"):
+                    self.notes.append(f"its layers could not be checked ({event['layers_unchecked']}): "
+                                      "the text of every layer was left out")
                 if progress:
                     progress(0, self.total)
         elif kind == "page":
@@ -161,8 +169,12 @@ class _Collected:
                             "map?), left out")
         warnings += [f"{_pages(pages)}: text no viewer shows ({reason}) left out"
                      for reason, pages in sorted(self.hidden.items())]
+        # Joined once all pages are in: whether a line-end hyphen is a compound's is told by the
+        # whole document (B28).
+        texts = join_hyphenated_lines([segment.text for segment in self.segments])
+        segments = [replace(segment, text=text) for segment, text in zip(self.segments, texts)]
         return Document(title=self.title.split("\n", 1)[0] or display_name(self.path.stem),
-                        source=str(self.path), kind="pdf", segments=self.segments,
+                        source=str(self.path), kind="pdf", segments=segments,
                         warnings=warnings, pages=self.total)
 
     def _no_text_error(self) -> Exception:

@@ -5,7 +5,8 @@ draws: outside the page's visible box (B14 in docs/REAL_WORLD_INPUTS.md: printer
 the CropBox, a planted "note to the assistant" at x = -400), in an invisible render mode
 (`3 Tr`, or `7 Tr`, clip only; except over an image, where it is a scan's OCR layer), fully
 transparent, too small to see (a 0.1 pt font or a text
-matrix that shrinks a 12 pt font to 0.12 pt), or white on a white page. Extractors return all
+matrix that shrinks a 12 pt font to 0.12 pt), white on a white page, or in a layer the document's
+default view switches off (B24; `engine.documents.pdf_layers` marks those). Extractors return all
 of it as page text, spliced into the visible lines, which is how planted instructions reach a
 model. `visible_text` drops it and says how many characters it dropped.
 
@@ -24,6 +25,8 @@ import ctypes
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
+
+from engine.documents.pdf_layers import HIDDEN_REASON, UNCHECKED_REASON, hidden_text_objects
 
 MIN_EM_PT = 1.0
 """A character whose em box (PDFium's loose box: the font's ascent to descent at its drawn size)
@@ -46,7 +49,8 @@ class PageText:
     """A page's visible text (PDFium's order and spacing) and the characters left out, by reason.
 
     hidden: reason → number of characters, reasons "outside the page", "invisible render mode",
-    "transparent", "too small to see", "same colour as the page"; empty when nothing was hidden.
+    "transparent", "too small to see", "same colour as the page", "in a hidden layer", "in a layer
+    that could not be checked"; empty when nothing was hidden.
     glyphs_reversed: the same text with the letters of each multi-letter right-to-left glyph in
     the opposite order, or None when the page has no such glyph. Which of the two is right PDFium
     does not say (it reverses a ToUnicode string of several letters, but not the letters it
@@ -69,10 +73,12 @@ def visible_box(page: Any) -> tuple[float, float, float, float]:
     return page.get_bbox()
 
 
-def visible_text(page: Any, textpage: Any, pdfium: Any) -> PageText:
+def visible_text(page: Any, textpage: Any, pdfium: Any, layers: str | None = None) -> PageText:
     """The text of `page` (a pypdfium2 `PdfPage`, `textpage` its `PdfTextPage`) as a viewer
     shows it: hidden characters left out; with `glyphs_reversed` when glyphs of several
-    right-to-left letters may be in the wrong order.
+    right-to-left letters may be in the wrong order. `layers`: "marked" when the page is of a
+    copy that `pdf_layers.mark_hidden_layers` marked (its marked text objects are hidden too),
+    "unchecked" when the layers could not be checked (the text of every layer is left out).
 
     Whitespace and the characters PDFium generated (spaces, line breaks) share the verdict of
     the character before them. Where hidden characters are cut out, the visible pieces on either
@@ -84,9 +90,11 @@ def visible_text(page: Any, textpage: Any, pdfium: Any) -> PageText:
     """
     raw = pdfium.raw
     text = _pdfium_text(textpage, 0, textpage.count_chars())
-    if not (_may_hide(page, textpage, raw) or any(_is_rtl(ch) for ch in text)):
+    layer_hidden = hidden_text_objects(page, raw, every_layer=layers == "unchecked") if layers else set()
+    if not (layer_hidden or _may_hide(page, textpage, raw) or any(_is_rtl(ch) for ch in text)):
         return PageText(text, {})
-    reasons, clusters = _characters(page, textpage, raw)
+    reasons, clusters = _characters(page, textpage, raw, layer_hidden,
+                                    UNCHECKED_REASON if layers == "unchecked" else HIDDEN_REASON)
     counts: dict[str, int] = {}
     for reason in reasons:
         if reason:
@@ -147,9 +155,11 @@ def _may_hide(page: Any, textpage: Any, raw: Any) -> bool:
     return False
 
 
-def _characters(page: Any, textpage: Any, raw: Any) -> tuple[list[str], dict[int, int]]:
+def _characters(page: Any, textpage: Any, raw: Any, layer_hidden: set[int],
+                layer_reason: str) -> tuple[list[str], dict[int, int]]:
     """(why each character is hidden, "" when shown; {first index: length} of every glyph that
-    gave several characters among which a right-to-left letter)."""
+    gave several characters among which a right-to-left letter). `layer_hidden`: addresses of
+    the text objects in layers that are off, left out for `layer_reason`."""
     left, bottom, right, top = visible_box(page)
     handle = textpage.raw
     modes: dict[int, int] = {}
@@ -174,7 +184,9 @@ def _characters(page: Any, textpage: Any, raw: Any) -> tuple[list[str], dict[int
             clusters[cluster_start] = index + 1 - cluster_start
         previous_box = this_box
         reason = ""
-        if box.right <= left or box.left >= right or box.top <= bottom or box.bottom >= top:
+        if layer_hidden and _text_object(raw, handle, index) in layer_hidden:
+            reason = layer_reason
+        elif box.right <= left or box.left >= right or box.top <= bottom or box.bottom >= top:
             reason = "outside the page"
         elif box.right - box.left < MIN_EM_PT and box.top - box.bottom < MIN_EM_PT:
             reason = "too small to see"
@@ -209,6 +221,11 @@ def _image_boxes(page: Any, raw: Any) -> list[tuple[float, float, float, float]]
     Images inside form XObjects count with their bounds in the form's space, which is the page's
     for the usual unscaled form."""
     return [obj.get_bounds() for obj in page.get_objects(filter=[raw.FPDF_PAGEOBJ_IMAGE], max_depth=3)]
+
+
+def _text_object(raw: Any, handle: Any, index: int) -> int:
+    """Address of the text object that drew character `index` (0: none)."""
+    return ctypes.cast(raw.FPDFText_GetTextObject(handle, index), ctypes.c_void_p).value or 0
 
 
 def _render_mode(raw: Any, handle: Any, index: int, cache: dict[int, int]) -> int:

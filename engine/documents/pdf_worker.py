@@ -7,7 +7,8 @@ the app's process, because a hostile file can take unbounded time and memory: PD
 cap set below PDFium aborts within 2 s instead, and the parent reports the page as suspicious.
 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
-Events:   {"event": "open", "pages": int, "title": str, "repaired": bool}
+Events:   {"event": "open", "pages": int, "title": str, "repaired": bool,
+           "layers_unchecked": why the layers could not be checked (str) | null}
           {"event": "page", "page": int (1-based), "text": str,
            "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int,
            "hidden": {reason: characters left out because no viewer shows them}}
@@ -26,8 +27,10 @@ glyphs through the embedded font's own cmap. The best of the three is kept; the 
 only when all of them fail.
 
 Only what a viewer shows is page text (`engine.documents.pdf_visible`): text outside the visible
-page box, invisible, transparent, too small or white on white is left out, and a page where any
-was left out gets no second or third opinion, since those extractors cannot leave it out.
+page box, invisible, transparent, too small, white on white or in a layer that is switched off
+(`engine.documents.pdf_layers`: then PDFium reads a marked copy of the file) is left out, and a
+page where any was left out gets no second or third opinion, since those extractors cannot
+leave it out. Annotations are drawn into the page as a viewer shows them (`_with_annotations`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
+from engine.documents.pdf_layers import HIDDEN_REASON, LayersUnchecked, MarkedLayers, mark_hidden_layers
 from engine.documents.pdf_visible import visible_text
 from engine.documents.text import TextQuality, is_unreliable, measure, same_content
 
@@ -173,13 +177,32 @@ def _uses_type3(page: Any, pdfium: Any) -> bool:
     return False
 
 
-def _with_form_fields(document: Any, index: int, page: Any, pdfium: Any) -> Any:
-    """The page with its annotations' appearances (filled AcroForm fields, stamps) drawn into its
-    content, as a viewer shows it: typed values live only in widget annotations, which PDFium's
-    text of the page leaves out. Changes the document in memory only (it is never saved)."""
+def _with_annotations(document: Any, index: int, page: Any, pdfium: Any) -> Any:
+    """The page with its annotations drawn into its content, as a viewer shows them: typed form
+    values (B03) and FreeText notes live only in annotations, which PDFium's text of the page
+    leaves out. One without an appearance stream (B27) first gets the one a viewer makes: PDFium
+    makes it for widgets when the page loads in the form environment (`extract` opens it), and
+    for FreeText and other markup when it draws the page's annotations (the 1x1 render here).
+    Annotations a viewer does not draw on screen (Hidden, NoView) stay out. Changes the
+    document in memory only (it is never saved)."""
     raw = pdfium.raw
-    if not raw.FPDFPage_GetAnnotCount(page.raw):
+    count = raw.FPDFPage_GetAnnotCount(page.raw)
+    if not count:
         return page
+    for number in range(count):
+        annotation = raw.FPDFPage_GetAnnot(page.raw, number)
+        if not annotation:
+            continue
+        flags = raw.FPDFAnnot_GetFlags(annotation)
+        if flags & raw.FPDF_ANNOT_FLAG_NOVIEW:  # printed, never shown: flattening skips Hidden only
+            raw.FPDFAnnot_SetFlags(annotation, flags | raw.FPDF_ANNOT_FLAG_HIDDEN)
+        raw.FPDFPage_CloseAnnot(annotation)
+    bitmap = raw.FPDFBitmap_Create(1, 1, 0)
+    if bitmap:
+        try:
+            raw.FPDF_RenderPageBitmap(bitmap, page.raw, 0, 0, 1, 1, 0, raw.FPDF_ANNOT)
+        finally:
+            raw.FPDFBitmap_Destroy(bitmap)
     if raw.FPDFPage_Flatten(page.raw, raw.FLAT_NORMALDISPLAY) != raw.FLATTEN_SUCCESS:
         return page
     page.close()
@@ -197,7 +220,8 @@ class _PageTooLarge(Exception):
         self.chars = chars
 
 
-def _pdfium_page_text(page: Any, pdfium: Any, index: int, second: _PypdfPages) -> tuple[str, dict[str, int]]:
+def _pdfium_page_text(page: Any, pdfium: Any, index: int, second: _PypdfPages,
+                      layers: str | None = None) -> tuple[str, dict[str, int]]:
     """PDFium's text of what a viewer shows on the page (`pdf_visible`), and the characters left
     out by reason. Where PDFium may have reversed the letters of right-to-left ligature glyphs,
     the order whose words pypdf also finds is kept: pypdf does not reorder inside a glyph (B19).
@@ -207,7 +231,7 @@ def _pdfium_page_text(page: Any, pdfium: Any, index: int, second: _PypdfPages) -
         # Counted before anything is left out: text drawn off the page is still the page's bulk.
         if textpage.count_chars() > MAX_PAGE_CHARS:
             raise _PageTooLarge(textpage.count_chars())
-        shown = visible_text(page, textpage, pdfium)
+        shown = visible_text(page, textpage, pdfium, layers)
     finally:
         textpage.close()
     if shown.glyphs_reversed is not None:
@@ -236,6 +260,15 @@ def _open_document(pdfium: Any, path: str, password: str | None) -> tuple[Any, d
         return None, {"event": "error", "code": code, "page": None, "detail": str(exc)}
 
 
+def _hidden_layers(path: str, password: str | None, document: Any) -> tuple[MarkedLayers | None, str | None]:
+    """(The copy with the layers that are off marked, or None; why they could not be checked,
+    or None)."""
+    try:
+        return mark_hidden_layers(path, password, document), None
+    except LayersUnchecked as unchecked:
+        return None, str(unchecked)
+
+
 def _title(document: Any) -> str:
     try:
         return str(document.get_metadata_value("Title") or "")
@@ -252,9 +285,19 @@ def extract(path: str, password: str | None, start_page: int,
     if error is not None:
         emit(error)
         return
-    total = len(document)
-    emit({"event": "open", "pages": total, "title": _title(document),
-          "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(document.raw)})
+    total, opened = len(document), document
+    layers, unchecked = _hidden_layers(path, password, document)
+    if layers is not None:
+        try:
+            document = pdfium.PdfDocument(layers.data, password=password)
+        except pdfium.PdfiumError:
+            layers, unchecked = None, "PDFium could not read them"
+    layer_check = "marked" if layers is not None else "unchecked" if unchecked else None
+    # Before any page is loaded: widgets get their missing appearances as each page loads (B27).
+    document.init_forms()
+    emit({"event": "open", "pages": total, "title": _title(opened),
+          "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(opened.raw),
+          "layers_unchecked": unchecked})
     second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
     for index in range(start_page, total):
         try:
@@ -263,13 +306,16 @@ def extract(path: str, password: str | None, start_page: int,
             emit({"event": "error", "code": "page_unreadable", "page": index + 1,
                   "detail": str(exc)})
             return
-        page = _with_form_fields(document, index, page, pdfium)
+        page = _with_annotations(document, index, page, pdfium)
         try:
-            (text, hidden), extractor = _pdfium_page_text(page, pdfium, index, second), "pdfium"
+            (text, hidden), extractor = _pdfium_page_text(page, pdfium, index, second, layer_check), "pdfium"
         except _PageTooLarge as large:
             emit({"event": "error", "code": "page_too_large", "page": index + 1,
                   "detail": f"{large.chars} characters"})
             return
+        if layers is not None and layers.hidden_annotations.get(index):
+            hidden = dict(hidden)
+            hidden[HIDDEN_REASON] = hidden.get(HIDDEN_REASON, 0) + layers.hidden_annotations[index]
         # A page without text objects (P16's 12 blank pages) has nothing pypdf could find either.
         # Nor is it asked where text was hidden: it would give the hidden text back (B14).
         has_text = bool(text.strip()) or _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_TEXT) > 0
