@@ -15,6 +15,7 @@ question together in the user message made it recite the document).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 INSTRUCTIONS = (
@@ -74,3 +75,34 @@ def question_suffix(layout: ChatLayout, question: str) -> tuple[str, str, str]:
 def follow_up_suffix(layout: ChatLayout, question: str) -> tuple[str, str, str]:
     """(template, user text, template) after an answer (already in the cache) for a follow-up."""
     return layout.after_answer, question.strip(), layout.after_user
+
+
+@dataclass(frozen=True)
+class PrefixEncoding:
+    """The prompt prefix of a document: `ids`; `segment_starts`, the first token of each segment;
+    `token_chars`, the character offset in `Document.render()` of each document-text token (empty
+    when the tokenizer gives no offsets); `head_tokens` before the text; `text_tokens` of it."""
+
+    ids: list[int]
+    segment_starts: list[int]
+    token_chars: list[int]
+    head_tokens: int
+    text_tokens: int
+
+
+def encode_document(tokenizer, layout: ChatLayout, document) -> PrefixEncoding:
+    """Token ids of `document`'s prefix (`document_prefix`), with where each segment and the text
+    start in them; special-token strings in the document are split into ordinary tokens."""
+    head, text, tail = document_prefix(layout, document.render())
+    ids = tokenizer(head, add_special_tokens=False)["input_ids"] if head else []
+    encoded = tokenizer(text, add_special_tokens=False, split_special_tokens=True,
+                        return_offsets_mapping=bool(getattr(tokenizer, "is_fast", False)))
+    starts: list[int] = []
+    token_chars: list[int] = []
+    if "offset_mapping" in encoded:
+        token_chars = [begin for begin, _ in encoded["offset_mapping"]]
+        starts = [len(ids) + bisect.bisect_left(token_chars, marker) for marker, _ in document.offsets()]
+    head_tokens, text_tokens = len(ids), len(encoded["input_ids"])
+    ids += encoded["input_ids"]
+    ids += tokenizer(tail, add_special_tokens=False)["input_ids"]
+    return PrefixEncoding(ids, starts, token_chars, head_tokens, text_tokens)

@@ -23,7 +23,6 @@ Cancel: set the `cancel` event; prefill and decoding stop between two layers (we
 
 from __future__ import annotations
 
-import bisect
 import enum
 import json
 import os
@@ -31,7 +30,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,10 +52,11 @@ from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
 from engine.prompt_lookup import PromptLookup
-from engine.prompt import chat_layout, document_prefix, follow_up_suffix, question_suffix
+from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
 from engine.reasoning import ReasoningSplitter, Split, split_reasoning
 from engine.settings import CachePolicy, EngineSettings
+from engine.evidence.select import Selection, Turn, select
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
 from engine.threads import apply_threads
@@ -79,19 +79,6 @@ DRAFT_START_TOKENS = 4
 def refresh_recall(answer_tokens: int) -> bool:
     """Whether recall selects again before feeding answer token number `answer_tokens` (1-based)."""
     return answer_tokens <= RECALL_EVERY_TOKEN_UNTIL or answer_tokens % RECALL_REFRESH_TOKENS == 0
-
-
-@dataclass(frozen=True)
-class PrefixEncoding:
-    """The prompt prefix of a document: `ids`; `segment_starts`, the first token of each segment;
-    `token_chars`, the character offset in `Document.render()` of each document-text token (empty
-    when the tokenizer gives no offsets); `head_tokens` before the text; `text_tokens` of it."""
-
-    ids: list[int]
-    segment_starts: list[int]
-    token_chars: list[int]
-    head_tokens: int
-    text_tokens: int
 
 
 class Phase(enum.Enum):
@@ -185,7 +172,10 @@ class DocumentSession:
         self._segment_starts: list[int] = []   # first token of each segment of the open document
         self._text_range = (0, 0)              # prefix tokens of the document text: [first, end)
         self._token_chars: list[int] = []      # render() offset of each text token (the attended passages)
-        self._spans: DocumentSpans | None = None  # its spans and full-text index (recall proposes from them)
+        self._spans: DocumentSpans | None = None  # its spans, full-text index and structure (selection reads them)
+        self._needs_recall = False  # the cache does not keep the whole document: questions recall spans
+        self._turns: list[Turn] = []  # the conversation's questions and the spans they read (follow-ups)
+        self._turn = Turn("", ())
         self._document_ids: list[int] | None = None      # the open document's prefix tokens
         self._prompt_lookup: PromptLookup | None = None  # draft index over them (speculative decoding)
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
@@ -273,7 +263,8 @@ class DocumentSession:
         self._archive, self._segment_starts = archive, segment_starts
         self._token_chars = encoding.token_chars  # the attended passages' characters (engine.attended)
         self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
-        self._spans = self._document_spans(document, encoding, key, recall_warnings) if layout is not None else None
+        self._spans = self._document_spans(document, encoding, key, recall_warnings)
+        self._needs_recall, self._turns = layout is not None, []
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit
         self.report = OpenReport(
@@ -296,6 +287,7 @@ class DocumentSession:
         if self._spans is not None:
             self._spans.close()
         self._spans, self._text_range, self._token_chars = None, (0, 0), []
+        self._needs_recall, self._turns = False, []
         self._document_ids, self._prompt_lookup = None, None
         if self._own_archive is not None:
             self._own_archive.unlink(missing_ok=True)
@@ -330,7 +322,8 @@ class DocumentSession:
         prefilled_for_this, self._prefilled_for_next = self._prefilled_for_next, False
         suffix_ids = self._encode(suffix)
         decoder = self.model.decoder
-        recaller = self._recaller(question)
+        history = self._turns if follow_up else []
+        recaller = self._recaller(question, history)
         reselecting = recaller is not None and recaller.reselects
         limit = max_new_tokens or self.settings.max_new_tokens
         lookup = self._lookup(suffix_ids)
@@ -368,6 +361,7 @@ class DocumentSession:
         split = built.finish()
         if stop is not StopReason.CANCELLED:
             self._conversation = cache  # a follow-up continues from here
+            self._turns = [*history, self._turn]
         sources, passages = self._sources(cache, recaller) if recaller else ([], [])
         return Answer(
             question=question, text=split.answer, token_ids=built.generated,
@@ -427,20 +421,7 @@ class DocumentSession:
 
     def _encode_document(self, document: Document) -> PrefixEncoding:
         """Token ids of the document prefix, with where each segment and the text start in them."""
-        head, text, tail = document_prefix(self.layout, document.render())
-        tokenizer = self.model.tokenizer
-        ids = tokenizer(head, add_special_tokens=False)["input_ids"] if head else []
-        encoded = tokenizer(text, add_special_tokens=False, split_special_tokens=True,
-                            return_offsets_mapping=bool(getattr(tokenizer, "is_fast", False)))
-        starts: list[int] = []
-        token_chars: list[int] = []
-        if "offset_mapping" in encoded:
-            token_chars = [begin for begin, _ in encoded["offset_mapping"]]
-            starts = [len(ids) + bisect.bisect_left(token_chars, marker) for marker, _ in document.offsets()]
-        head_tokens, text_tokens = len(ids), len(encoded["input_ids"])
-        ids += encoded["input_ids"]
-        ids += tokenizer(tail, add_special_tokens=False)["input_ids"]
-        return PrefixEncoding(ids, starts, token_chars, head_tokens, text_tokens)
+        return encode_document(self.model.tokenizer, self.layout, document)
 
     def _document_spans(self, document: Document, encoding: PrefixEncoding, key: str,
                         warnings: list[RecallNotice | str]) -> DocumentSpans | None:
@@ -525,24 +506,46 @@ class DocumentSession:
         its spans from the text for each question; block recall is off."""
         return RecallNotice(RecallGap.REREAD if self.settings.recall.selection == "spans" else RecallGap.OFF, why)
 
-    def _recaller(self, question: str) -> RecallHook | None:
-        """How this question recalls: the spans the full-text index proposes (`SpanRecaller`), or,
-        when the question shares no word with the document (or selection is "blocks"), archive
-        blocks chosen layer by layer by the question's attention (`Recaller`). None: recall is off."""
+    def select(self, question: str, *, after: Sequence[str] = ()) -> Selection:
+        """The spans `question` would read about the open document (`engine.evidence.select`),
+        best first with what chose each, without answering it. `after`: earlier questions of the
+        conversation, oldest first (the last one's spans are kept for a follow-up). Raises
+        HalamanError when no document is open or its spans could not be built."""
+        if self._spans is None:
+            raise HalamanError("no document is open, or its text index could not be built: open a document first")
+        history: list[Turn] = []
+        for earlier in after:
+            chosen = self._select(earlier, history)
+            history.append(Turn(earlier, chosen.chosen_index))
+        return self._select(question, history)
+
+    def _select(self, question: str, history: Sequence[Turn]) -> Selection:
         recall = self.settings.recall
-        if recall.recall_tokens < 1 or (self._archive is None and self._spans is None):
+        room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
+        return select(self._spans, question, budget_tokens=max(0, min(recall.recall_tokens, room)),
+                      max_spans=recall.max_spans, history=history)
+
+    def _recaller(self, question: str, history: Sequence[Turn]) -> RecallHook | None:
+        """How this question recalls: the spans `engine.evidence.select` chooses (`SpanRecaller`),
+        or with selection "blocks", archive blocks chosen layer by layer by the question's attention
+        (`Recaller`). None: recall is off, or the cache keeps the whole document. Remembers the
+        spans read as the conversation's last turn."""
+        recall = self.settings.recall
+        self._turn = Turn(question, ())
+        if recall.recall_tokens < 1 or not self._needs_recall or (self._archive is None and self._spans is None):
             return None
         if recall.selection == "spans" and self._spans is not None:
             began = time.perf_counter()
-            hits = self._spans.candidates(question)
-            chosen = self._spans.choose(hits, recall.recall_tokens, recall.max_spans) if hits else []
-            if chosen:
-                positions = torch.tensor(self._spans.recall_positions(chosen))
+            selection = self._select(question, history)
+            if selection.chosen:
+                self._turn = Turn(question, selection.chosen_index)
+                positions = torch.tensor(self._spans.recall_positions(selection.chosen))
                 if self._archive is not None:
                     hook = SpanRecaller(self._archive, positions, focus=recall.focus)
                 else:
                     hook = SpanRecaller.reread(self._reread(positions), positions, self._spans.n_tokens)
-                hook.stats.spans = tuple(self._span_label(span) for span in chosen)
+                hook.stats.spans = tuple(self._span_label(span) for span in selection.chosen)
+                hook.stats.signals = tuple(c.signal for c in selection.reasons())
                 hook.stats.score_s = time.perf_counter() - began
                 return hook
         if self._archive is None:

@@ -107,14 +107,15 @@ class RecallSettings:
     archive_bits: bits per archived value, 4 (default) or 2 (smaller, less exact).
     block_tokens: tokens per archive block, the unit that is scored and recalled, default 32; must
         divide the prefill chunk.
-    recall_tokens: tokens per layer and KV head that a question may bring back (whole blocks),
-        default 1024; 0 = no recall. They are held beside the snapshot while the question is
-        answered, so the KV memory mark grows by them (`halaman estimate`).
-    selection: "spans" (default): the document's full-text index (BM25) proposes the spans (pages,
-        parts of files) that share the question's words and they are recalled whole
-        (`engine.kvcache.span_recall`); a question that shares no word with the document falls back
-        to "blocks": each layer's attention picks archive blocks (`engine.kvcache.recall`).
-    max_spans: at most this many spans per question (default 2; within recall_tokens).
+    recall_tokens: tokens per layer and KV head that a question may bring back, default 6144 (and
+        never more than the model's positions leave beside the question and the answer); 0 = no
+        recall. They are held beside the snapshot while the question is answered, so the KV memory
+        mark grows by them (`halaman estimate`).
+    selection: "spans" (default): the spans (pages, parts of files) `engine.evidence.select`
+        chooses with the document's structure, the conversation and the question's words are
+        recalled whole (`engine.kvcache.span_recall`); "blocks": each layer's attention picks
+        archive blocks (`engine.kvcache.recall`).
+    max_spans: at most this many spans per question (default 12; within recall_tokens).
     focus: with span recall, answer from the recalled spans only: the snapshot's other document
         tokens are hidden while the question is answered (default on).
     """
@@ -122,9 +123,9 @@ class RecallSettings:
     archive: bool = True
     archive_bits: int = 4
     block_tokens: int = 32
-    recall_tokens: int = 1024
+    recall_tokens: int = 6144
     selection: str = "spans"
-    max_spans: int = 2
+    max_spans: int = 12
     focus: bool = True
 
     def validate(self, chunk_tokens: int | None = None) -> None:

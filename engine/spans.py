@@ -1,10 +1,10 @@
-"""A document's spans (its pages, or parts of long pages and files) in token space, and which of
-them a question recalls.
+"""A document's spans (its pages, or parts of long pages and files) in token space, with their
+full-text index and the document's structure.
 
 `DocumentSpans.build` cuts every segment into spans (`engine.text_index.split_spans`), maps each to
-the token range it occupies in the prompt prefix, and opens (or rebuilds) the full-text index of
-their texts. `choose` answers "which spans should this question read?": the BM25 best span, plus
-the next best while they score close to it and fit the recall budget, in document order.
+the token range it occupies in the prompt prefix, opens (or rebuilds) the full-text index of their
+texts, and reads the document's structure (sections, contents, named sections:
+`engine.evidence`). Which spans a question reads is `engine.evidence.select`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.documents import Document
+from engine.evidence.named_sections import NamedSections
+from engine.evidence.structure import DocumentStructure
 from engine.text_index import Hit, TextIndex, load_or_build, split_spans
 
-# A further span is recalled only when its BM25 score is at least this share of the best one.
-RELATIVE_SCORE = 0.8
 # Candidates read from the index per question.
 CANDIDATES = 8
 
@@ -59,6 +59,8 @@ class DocumentSpans:
     head_tokens: prompt tokens before the document text (template head + instructions);
     text_end: the first token after the document text (the template tail starts there);
     n_tokens: tokens of the whole prefix. rebuilt: the index was (re)built at this open.
+    structure / named: the document's sections, contents and opening, and its named sections
+    (None when built without the document's structure).
     """
 
     spans: list[Span]
@@ -67,6 +69,11 @@ class DocumentSpans:
     text_end: int
     n_tokens: int
     rebuilt: bool
+    structure: DocumentStructure | None = None
+    named: NamedSections | None = None
+    token_chars: Sequence[int] = ()   # render() offset of each document-text token
+    bodies: Sequence[int] = ()        # render() offset of each segment's text
+    by_segment: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # segment -> its span indices
 
     @classmethod
     def build(cls, document: Document, token_chars: Sequence[int], head_tokens: int, text_tokens: int,
@@ -88,29 +95,30 @@ class DocumentSpans:
                 spans.append(Span(i, token_at(first), token_at(body + end), start, end, *marker_tokens))
                 texts.append(f"{segment.label}\n{segment.text[start:end]}")
         index, rebuilt = load_or_build(texts, index_path)
-        return cls(spans, index, head_tokens, head_tokens + text_tokens, n_tokens, rebuilt)
+        structure = DocumentStructure.of(document)
+        named = NamedSections.of(document, exclude=frozenset(structure.contents))
+        by_segment: dict[int, list[int]] = {}
+        for k, span in enumerate(spans):
+            by_segment.setdefault(span.segment, []).append(k)
+        return cls(spans, index, head_tokens, head_tokens + text_tokens, n_tokens, rebuilt, structure, named,
+                   token_chars, [body for _, body in document.offsets()], by_segment)
+
+    def of_segment(self, segment: int) -> list[int]:
+        """Indices of the spans of `segment`, in order."""
+        return self.by_segment.get(segment, [])
+
+    def char_at(self, span: Span, token: int) -> int:
+        """The character offset in `span`'s segment text at which prefix token `token` starts (its
+        segment's text length at or past the segment's end)."""
+        k = token - self.head_tokens
+        if not self.token_chars or k >= len(self.token_chars):
+            return span.char_end
+        return max(0, min(self.token_chars[k] - self.bodies[span.segment], span.char_end))
 
     def candidates(self, question: str, limit: int = CANDIDATES) -> list[Hit]:
         """The best `limit` spans for the question's words (BM25), best first; empty when the
         question shares no word with the document."""
         return self.index.search(question, limit)
-
-    def choose(self, hits: Sequence[Hit], budget_tokens: int, max_spans: int) -> list[Span]:
-        """Spans to recall for the ranked `hits`: the best one (cut to the budget if it is longer),
-        then each next hit scoring at least RELATIVE_SCORE of the best while at most `max_spans`
-        spans and `budget_tokens` tokens (the template's head and tail included) are used. In
-        document order."""
-        room = budget_tokens - self.head_tokens - (self.n_tokens - self.text_end)
-        chosen: list[Span] = []
-        for hit in hits[:max_spans]:
-            span = self.spans[hit.span]
-            if chosen and (hit.score < RELATIVE_SCORE * hits[0].score or span.tokens > room):
-                break
-            if not chosen and span.tokens > room:
-                span = dataclasses.replace(span, token_end=span.token_start + max(room - span.marker_tokens, 0))
-            chosen.append(span)
-            room -= span.tokens
-        return sorted(chosen, key=lambda s: s.token_start)
 
     def recall_positions(self, chosen: Sequence[Span]) -> list[int]:
         """Prefix token positions to recall for `chosen`: the template head (instructions), each

@@ -111,6 +111,15 @@ def _word_terms(word: str) -> list[str]:
     return [w for w in dict.fromkeys(found) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
 
 
+def compounds(text: str) -> list[str]:
+    """Adjacent words of `text` written as one ("pool size" → poolsize, "file name" → filename):
+    code joins the words of a name that a question writes apart (`DEFAULT_POOLSIZE`)."""
+    words = [w.lower() for w in _WORD.findall(unicodedata.normalize("NFKC", text))]
+    return list(dict.fromkeys(a + b for a, b in zip(words, words[1:])
+                              if a.isalpha() and b.isalpha() and len(a) > 2 and len(b) > 2
+                              and a not in STOPWORDS and b not in STOPWORDS))
+
+
 def split_spans(text: str, max_chars: int = SPAN_MAX_CHARS) -> list[tuple[int, int]]:
     """Character ranges `[(start, end)]` covering `text` in order, each at most `max_chars` long,
     cut at blank lines where possible, else at line ends, else hard."""
@@ -219,6 +228,7 @@ class TextIndex:
         words = [w for w in every if w not in QUESTION_WORDS] or every
         if not words:
             return []
+        words += [c for c in compounds(query) if c not in words]
         match = " OR ".join(f'"{w}"' for w in words)  # quoted: a question is never FTS5 syntax
         rows = self._db.execute("SELECT rowid, -bm25(spans, 1.0, ?) AS score FROM spans WHERE spans MATCH ? "
                                 "ORDER BY score DESC LIMIT ?", (DEFINITION_WEIGHT, match, limit)).fetchall()

@@ -267,7 +267,6 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
 
 def test_a_part_of_a_long_file_is_recalled_under_its_path():
     from engine.spans import DocumentSpans
-    from engine.text_index import Hit
 
     lines = "\n".join(f"value_{i} = {i}  # setting number {i}" for i in range(300))
     document = Document(title="repo", source="", kind="repo",
@@ -276,7 +275,7 @@ def test_a_part_of_a_long_file_is_recalled_under_its_path():
     spans = DocumentSpans.build(document, list(range(len(rendered))), 0, len(rendered), len(rendered), None)  # a token a character
     assert len(spans.spans) > 2 and spans.spans[0].token_start == 0
     second = spans.spans[1]
-    chosen = spans.choose([Hit(1, 1.0)], budget_tokens=4096, max_spans=2)
+    chosen = [second]
     positions = spans.recall_positions(chosen)
     marker = "=== src/big.py ===\n"
     assert rendered.startswith(marker)

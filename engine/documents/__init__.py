@@ -98,6 +98,19 @@ class Segment:
     path: str | None
 
 
+@dataclass(frozen=True)
+class OutlineEntry:
+    """One entry of a PDF's outline (its bookmarks, as a viewer's sidebar shows them).
+
+    title: the entry's text (normalised, one line; document text, so untrusted: shown as plain
+    text only). level: 0 for top-level entries. page: the 1-based physical page it points to.
+    """
+
+    title: str
+    level: int
+    page: int
+
+
 @dataclass
 class Document:
     """A loaded document: its segments in reading order plus what the user should know.
@@ -105,7 +118,8 @@ class Document:
     kind: "pdf" | "repo" | "text". source: absolute path of the file or folder.
     warnings: user-facing lines, e.g. "page 7: no text layer (scanned?)" or
     "skipped (minified): static/vendor.min.js". pages: PDFs only, total page count including
-    blank pages and pages that were left out.
+    blank pages and pages that were left out. outline: a PDF's bookmarks in document order
+    (empty when it has none, and for other kinds); not part of `render()`, so of no prefix key.
     """
 
     title: str
@@ -114,6 +128,7 @@ class Document:
     segments: list[Segment]
     warnings: list[str] = field(default_factory=list)
     pages: int | None = None
+    outline: list[OutlineEntry] = field(default_factory=list)
 
     def marker(self, segment: Segment) -> str:
         """The line before `segment` in `render()`: "[page 12]" or "=== src/app.py ===". """
@@ -230,7 +245,7 @@ def _reason(exc: BaseException) -> str:
 
 
 __all__ = [
-    "Document", "Segment", "load_document", "ProgressCallback", "FileNotReadableError",
+    "Document", "Segment", "OutlineEntry", "load_document", "ProgressCallback", "FileNotReadableError",
     "EmptyFileError", "NotTextError", "NoTextFilesError", "NotPdfError", "PasswordRequiredError",
     "WrongPasswordError", "UnsupportedEncryptionError", "DamagedPdfError", "SuspiciousPdfError",
     "NoTextLayerError", "UnreadableTextError", "PointerFileError",

@@ -26,7 +26,7 @@ from typing import IO, Any, Iterator
 
 from engine.documents import (
     DamagedPdfError, Document, EmptyFileError, FileNotReadableError, NoTextLayerError,
-    NotPdfError, PasswordRequiredError, ProgressCallback, Segment, SuspiciousPdfError,
+    NotPdfError, OutlineEntry, PasswordRequiredError, ProgressCallback, Segment, SuspiciousPdfError,
     PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
     _reason,
 )
@@ -104,13 +104,15 @@ class _Collected:
         self.unreadable: list[int] = []
         self.failed: list[tuple[int, str]] = []
         self.notes: list[str] = []
-        self.hidden: dict[str, list[int]] = {}  # reason -> pages where text no viewer shows was left out
+        self.hidden: dict[str, list[int]] = {}
+        self.outline: list[OutlineEntry] = []  # reason -> pages where text no viewer shows was left out
 
     def apply(self, event: dict[str, Any], progress: ProgressCallback | None) -> None:
         kind = event.get("event")
         if kind == "open":
             if self.total is None:
                 self.total, self.title = int(event["pages"]), normalize_text(event["title"] or "")
+                self.outline = _outline_entries(event.get("outline") or [])
                 if event.get("repaired"):
                     self.notes.append("the file is damaged (broken cross-reference table) and was "
                                       "repaired while reading: text may be missing")
@@ -175,7 +177,7 @@ class _Collected:
         segments = [replace(segment, text=text) for segment, text in zip(self.segments, texts)]
         return Document(title=self.title.split("\n", 1)[0] or display_name(self.path.stem),
                         source=str(self.path), kind="pdf", segments=segments,
-                        warnings=warnings, pages=self.total)
+                        warnings=warnings, pages=self.total, outline=self.outline)
 
     def _no_text_error(self) -> Exception:
         name = display_name(self.path.name)
@@ -190,6 +192,17 @@ class _Collected:
                 "run OCR on it first (e.g. ocrmypdf --force-ocr)")
         return NoTextLayerError(
             f"{name} has no text layer (scanned?): run OCR on it first (e.g. ocrmypdf)")
+
+
+def _outline_entries(raw: list) -> list[OutlineEntry]:
+    """The worker's [level, title, 0-based page] rows as entries: titles normalised to one line,
+    empty ones dropped."""
+    entries = []
+    for level, title, index in raw:
+        text = " ".join(normalize_text(str(title)).split())
+        if text:
+            entries.append(OutlineEntry(title=text, level=int(level), page=int(index) + 1))
+    return entries
 
 
 def _pages(numbers: list[int]) -> str:

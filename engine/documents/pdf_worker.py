@@ -269,6 +269,30 @@ def _hidden_layers(path: str, password: str | None, document: Any) -> tuple[Mark
         return None, str(unchecked)
 
 
+MAX_OUTLINE_ENTRIES = 5000
+MAX_OUTLINE_DEPTH = 8
+MAX_OUTLINE_TITLE_CHARS = 300
+
+
+def _outline(document: Any) -> list[list]:
+    """The bookmarks as [level, title, 0-based page]: PDFium's outline walk (it stops at cycles),
+    capped in entries, depth and title length, since a hostile file can make it huge; entries that
+    point at no page of this document are left out."""
+    entries: list[list] = []
+    try:
+        for bookmark in document.get_toc(max_depth=MAX_OUTLINE_DEPTH):
+            if len(entries) >= MAX_OUTLINE_ENTRIES:
+                break
+            dest = bookmark.get_dest()
+            index = dest.get_index() if dest is not None else None
+            if index is None or not 0 <= index < len(document):
+                continue
+            entries.append([int(bookmark.level), str(bookmark.get_title() or "")[:MAX_OUTLINE_TITLE_CHARS], int(index)])
+    except Exception:  # noqa: BLE001 - a broken outline must not cost the text
+        pass
+    return entries
+
+
 def _title(document: Any) -> str:
     try:
         return str(document.get_metadata_value("Title") or "")
@@ -297,7 +321,7 @@ def extract(path: str, password: str | None, start_page: int,
     document.init_forms()
     emit({"event": "open", "pages": total, "title": _title(opened),
           "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(opened.raw),
-          "layers_unchecked": unchecked})
+          "layers_unchecked": unchecked, "outline": _outline(opened)})
     second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
     for index in range(start_page, total):
         try:

@@ -39,6 +39,7 @@ class RecallStats:
     refreshes: int = 0           # selections made again with the answer's own queries
     question_s: float = 0.0      # seconds of the selection at the question (what it adds to the TTFT)
     spans: tuple[str, ...] = ()  # span recall: the spans recalled whole ("page 55"), in document order
+    signals: tuple[str, ...] = ()  # what chose each of `spans` (structure, section, conversation, words, map)
 
     @property
     def seconds(self) -> float:

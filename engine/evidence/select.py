@@ -1,0 +1,192 @@
+"""Which spans a question reads: every signal's candidates in one ranked list, then as many of them
+as the question needs and the recall budget allows, in document order.
+
+Signals, strongest first (`Candidate.signal`):
+- structure: what the question names through the document's structure ("chapter 8", "the
+  preface", "which chapter …": the contents) — `engine.evidence.structure`;
+- section: a section named by its subject ("working capital": the balance sheet) —
+  `engine.evidence.named_sections`;
+- conversation: a follow-up keeps the spans its previous question read (a pronoun names nothing
+  the index can find: "What did he do next?");
+- words: BM25 over the spans' words and the names they define (`engine.text_index`);
+- map: a question about the whole document ("What is this book about?", "What is this project?")
+  reads its opening (title page, preface, README) and its contents, as does one that shares no word
+  with it (before, such questions fell back to block recall at 1–3 tokens/s).
+
+How much: the structural and section candidates are taken whole (a section's first pages); the
+words add their best span and the next ones while they score within RELATIVE_SCORE of the best
+(more pages beside the one that answers cost the small default model as much as a missed page);
+everything within `budget_tokens`, and at most `max_spans` spans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.spans import DocumentSpans, Span
+
+RELATIVE_SCORE = 0.8
+"""A further words candidate is read only when its BM25 score is at least this share of the best."""
+WORD_CANDIDATES = 50
+"""Spans the full-text index is asked for (ranked; `halaman find` lists them)."""
+WORDS_BESIDE_STRUCTURE = 2
+"""Words spans read beside section or conversation ones (the best, and a close second)."""
+WORDS_BESIDE_REFERENCE = 1
+"""Words spans read beside what the question names through the structure ("chapter 8"): its best."""
+SECTION_PAGES = 2
+"""Pages read of each section a question names by its subject: its best page and a continuation."""
+CONTENTS_PAGES = 2
+"""Contents pages read for a question about the contents: the one that lists what it names first."""
+
+_THING = (r"(document|book|paper|report|file|project|library|repository|repo|package|code ?base|filing|article|manual|"
+          r"thesis|text|program|application|app|tool|module|framework|guide|note|notes|presentation|deck|contract|letter)")
+# A question about the document as a whole: what it is or is about, who it is for or by, its summary.
+# Not "What does the book call …?": a lookup that names the document is not about all of it.
+_WHOLE = re.compile(
+    rf"\b(what|which)\s+(is|are|was)\s+(this|the|these)\s+{_THING}\b\s*(about|for|\?|\.|$)"
+    rf"|\bwho\s+(is|was|are)\s+(this|the)\s+{_THING}\s+(for|written|meant|intended|aimed|by)\b"
+    rf"|\bwho\s+(wrote|published|authored|made|maintains)\s+(this|the)\s+{_THING}\b"
+    rf"|\bwhat\s+(does|do|did)\s+(this|the)\s+{_THING}\s+(do|cover|describe|teach|explain|say|offer|provide)\s*(\?|$)"
+    rf"|\bwhat\s+(is|was)\s+(this|it)\s+(about|for)\b|\bwhat('s| is) (this|it)\s*\?"
+    rf"|\b(summari[sz]e|summary of|overview of|outline of|gist of|tl;?dr)\s+(of\s+)?(this|the|it)\b\s*({_THING}|\?|\.|$)"
+    rf"|\bmain\s+(idea|topic|point|purpose|theme|subject)s?\s+of\s+(this|the)\s+{_THING}"
+    rf"|\b(purpose|goal|aim|subject|topic)\s+of\s+(this|the)\s+{_THING}", re.I)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ranked span: `span` (index into `DocumentSpans.spans`), `signal` (structure, section,
+    conversation, words, map), `why` (what chose it: "chapter 8", "balance sheet", "words
+    (BM25 12.3)") and `score` (the signal's own: BM25 for words, else 1.0 falling with rank)."""
+
+    span: int
+    signal: str
+    why: str
+    score: float
+
+
+@dataclass
+class Selection:
+    """What a question reads: `ranked`, every candidate best first (each span once, under the
+    strongest signal that proposed it); `chosen`, the spans read, in document order (a span cut to
+    fit the budget has its token and character ends cut with it)."""
+
+    ranked: list[Candidate]
+    chosen: list[Span]
+    chosen_index: tuple[int, ...] = ()  # the chosen spans' indices in `DocumentSpans.spans`, same order
+
+    def reasons(self) -> list[Candidate]:
+        """The candidate behind each chosen span, in the order of `chosen`."""
+        by_span = {c.span: c for c in self.ranked}
+        return [by_span[i] for i in self.chosen_index]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """An earlier question of the conversation and the spans (indices) it read."""
+
+    question: str
+    spans: tuple[int, ...]
+
+
+def asks_about_whole(question: str) -> bool:
+    """Whether the question is about the document as a whole ("What is this library for?")."""
+    return bool(_WHOLE.search(question))
+
+
+def select(spans: DocumentSpans, question: str, *, budget_tokens: int, max_spans: int,
+           history: Sequence[Turn] = ()) -> Selection:
+    """The spans `question` reads (see the module docstring). `history`: earlier turns of the
+    conversation, oldest first; the last one's spans are kept for a follow-up. `budget_tokens`
+    counts the template's head and tail besides the spans (as `DocumentSpans.recall_positions`
+    recalls them). Raises nothing: an empty selection means nothing of the document fits."""
+    ranked = _ranked(spans, question, history)
+    chosen = _choose(spans, ranked, budget_tokens, max_spans)
+    return Selection(ranked, [span for _, span in chosen], tuple(i for i, _ in chosen))
+
+
+def _ranked(spans: DocumentSpans, question: str, history: Sequence[Turn]) -> list[Candidate]:
+    found: list[Candidate] = []
+    structure, named = spans.structure, spans.named
+    words = spans.candidates(question, WORD_CANDIDATES)
+    if structure is not None:
+        contents_hits = []
+        for k, hit in enumerate(structure.references(question)):
+            if hit.why == "contents":
+                contents_hits.append(hit)
+            else:
+                found += [Candidate(i, "structure", hit.why, 1.0 / (1 + k)) for i in spans.of_segment(hit.segment)[:1 + hit.rank]]
+        # The contents page that lists what the question names first, then those sharing its words
+        # ("Which chapter is about files?" → the page listing "14. Files"; "files" is no query word).
+        contents_hits.sort(key=lambda h: (h.rank > 0, -structure.shared_words(h.segment, question), h.rank))
+        for k, hit in enumerate(contents_hits[:1 if contents_hits and contents_hits[0].rank == 0 else CONTENTS_PAGES]):
+            found += [Candidate(i, "structure", "contents", 0.9 / (1 + k)) for i in spans.of_segment(hit.segment)]
+    if named is not None:
+        for kind in named.asked(question):
+            pages = _with_continuation(named.pages[kind.name], SECTION_PAGES)
+            for k, segment in enumerate(pages):
+                found += [Candidate(i, "section", kind.title, 0.8 / (1 + k)) for i in spans.of_segment(segment)]
+    if history:
+        found += [Candidate(i, "conversation", "previous question", 0.7) for i in history[-1].spans]
+    whole = asks_about_whole(question)
+    if (whole or not words) and structure is not None:
+        found += [Candidate(i, "map", "contents" if s in structure.contents else "the document's opening", 0.5)
+                  for s in [*structure.opening, *structure.contents[:1]] for i in spans.of_segment(s)[:2]]
+    found += [Candidate(hit.span, "words", f"words (BM25 {hit.score:.1f})", hit.score) for hit in words]
+    seen: set[int] = set()
+    return [c for c in found if not (c.span in seen or seen.add(c.span))]
+
+
+def _with_continuation(pages: list[int], limit: int) -> list[int]:
+    """The best page of a section and the pages next to it that are of the same section (a
+    statement over two pages), up to `limit`."""
+    if not pages:
+        return []
+    chosen = [pages[0]]
+    for page in sorted(pages[1:], key=lambda p: abs(p - pages[0])):
+        if len(chosen) < limit and abs(page - pages[0]) == 1:
+            chosen.append(page)
+    return chosen
+
+
+def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, max_spans: int) -> list[tuple[int, Span]]:
+    """(span index, span) of the candidates read, in document order."""
+    room = budget_tokens - spans.head_tokens - (spans.n_tokens - spans.text_end)
+    chosen: list[tuple[int, Span]] = []
+    words_taken, best_words, others, referenced = 0, None, False, False
+    for candidate in ranked:
+        if len(chosen) >= max_spans or room <= 0:
+            break
+        if candidate.signal == "words":
+            best_words = candidate.score if best_words is None else best_words
+            if words_taken and candidate.score < RELATIVE_SCORE * best_words:
+                continue
+            if others and words_taken >= (WORDS_BESIDE_REFERENCE if referenced else WORDS_BESIDE_STRUCTURE):
+                continue
+            words_taken += 1
+        else:
+            others = others or candidate.signal != "map"
+            referenced = referenced or candidate.signal == "structure"
+        span = spans.spans[candidate.span]
+        if span.tokens > room:
+            if chosen:
+                continue  # a smaller later candidate may still fit
+            span = cut_to(spans, span, room)
+            if span is None:
+                break
+        chosen.append((candidate.span, span))
+        room -= span.tokens
+    return sorted(chosen, key=lambda pair: pair[1].token_start)
+
+
+def cut_to(spans: DocumentSpans, span: Span, room: int) -> Span | None:
+    """`span` shortened to `room` tokens (its marker line included), its character end moved with
+    its token end, so it is never labelled as the whole page; None when not one token of text fits."""
+    keep = room - span.marker_tokens
+    if keep < 1:
+        return None
+    token_end = span.token_start + keep
+    return dataclasses.replace(span, token_end=token_end, char_end=max(span.char_start, spans.char_at(span, token_end)))
