@@ -1,7 +1,8 @@
 """A document's spans (its pages, or parts of long pages and files) in token space, with their
 full-text index and the document's structure.
 
-`DocumentSpans.build` cuts every segment into spans (`engine.text_index.split_spans`), maps each to
+`DocumentSpans.build` cuts every segment into spans (a code file at its definitions, found by
+tree-sitter, prose at blank lines: `engine.evidence.code_units`), maps each to
 the token range it occupies in the prompt prefix, opens (or rebuilds) the full-text index of their
 texts, and reads the document's structure (sections, contents, named sections:
 `engine.evidence`). Which spans a question reads is `engine.evidence.select`.
@@ -18,7 +19,8 @@ from pathlib import Path
 from engine.documents import Document
 from engine.evidence.named_sections import NamedSections
 from engine.evidence.structure import DocumentStructure
-from engine.text_index import Hit, TextIndex, load_or_build, split_spans
+from engine.evidence.code_units import indexed_names, segment_spans
+from engine.text_index import Hit, TextIndex, load_or_build
 
 # Candidates read from the index per question.
 CANDIDATES = 8
@@ -84,17 +86,21 @@ class DocumentSpans:
         `index_path` (in memory when None); a missing or damaged one is rebuilt there."""
         spans: list[Span] = []
         texts: list[str] = []
+        defs: list[tuple[str, ...]] = []
 
         def token_at(offset: int) -> int:
             return head_tokens + bisect.bisect_left(token_chars, offset)
 
         for i, (segment, (marker, body)) in enumerate(zip(document.segments, document.offsets(), strict=True)):
             marker_tokens = (token_at(marker), token_at(body))
-            for start, end in split_spans(segment.text):
+            # A single file's segment has no path: its label is the file name ("auth.py").
+            for piece in segment_spans(segment.path or segment.label, segment.text):
+                start, end = piece.start, piece.end
                 first = marker if start == 0 else body + start
                 spans.append(Span(i, token_at(first), token_at(body + end), start, end, *marker_tokens))
                 texts.append(f"{segment.label}\n{segment.text[start:end]}")
-        index, rebuilt = load_or_build(texts, index_path)
+                defs.append(indexed_names(piece))
+        index, rebuilt = load_or_build(texts, index_path, defs)
         structure = DocumentStructure.of(document)
         named = NamedSections.of(document, exclude=frozenset(structure.contents))
         by_segment: dict[int, list[int]] = {}

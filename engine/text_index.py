@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-INDEX_FORMAT = "halaman-spans-2"
+INDEX_FORMAT = "halaman-spans-3"
 SPAN_MAX_CHARS = 2400
 """Longest span in characters (about 600 tokens of English): most book pages are one span; a longer
 page or file is split at blank lines, then at line ends."""
@@ -60,30 +60,11 @@ _UNSPACED = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 DEFINITION_WEIGHT = 3.0
-"""BM25 weight of the `defs` column (names a span defines) against 1.0 for its text, so the file
+"""BM25 weight of the `defs` column (names a span defines, from tree-sitter:
+`engine.evidence.code_units`) against 1.0 for its text, so the file
 that defines `TooManyRedirects` outranks the one that raises it (a code search engine's usual symbol
 boost, as Zoekt and Sourcegraph rank symbol matches). Measured on the requests-dev questions:
 docs/BENCHMARKS.md §6."""
-
-# A name defined at the start of a line: a keyword of the common languages' definitions (Python,
-# JavaScript / TypeScript, Go, Rust, C / C++, Java / Kotlin, Ruby, Perl, shell functions) with its
-# modifiers, a module-level assignment (`NAME = …`, `NAME: type = …`), or a C macro.
-_DEFINITION = re.compile(
-    r"^[ \t]*(?:(?:export|default|public|private|protected|internal|static|async|abstract|final|sealed|open|data"
-    r"|inline|extern|unsafe|pub(?:\([^)\n]*\))?)\s+)*"
-    r"(?:def|class|function\*?|fn|func(?:\s*\([^)\n]*\))?|struct|enum|union|interface|trait|impl|type|typedef|module"
-    r"|object|record|sub|macro_rules!|const|let|var|val)\s+\*?([A-Za-z_$][\w$]*)"
-    r"|^([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?=(?!=)"
-    r"|^#[ \t]*define[ \t]+(\w+)",
-    re.MULTILINE,
-)
-
-
-def defined_names(text: str) -> list[str]:
-    """Names `text` defines at the start of a line (functions, classes, types, constants, macros;
-    see `_DEFINITION`), in order, once each. Prose yields few or none."""
-    return list(dict.fromkeys(next(g for g in match.groups() if g) for match in _DEFINITION.finditer(text)))
-
 
 def terms(text: str) -> list[str]:
     """The index terms of `text` in order (see the module docstring); stopwords and one-letter
@@ -138,11 +119,14 @@ def split_spans(text: str, max_chars: int = SPAN_MAX_CHARS) -> list[tuple[int, i
     return spans
 
 
-def spans_digest(texts: Sequence[str]) -> str:
-    """SHA-256 over the format and the spans' texts: what an index built from them must carry."""
+def spans_digest(texts: Sequence[str], defs: Sequence[Sequence[str]] | None = None) -> str:
+    """SHA-256 over the format, the spans' texts and the names they define: what an index built
+    from them must carry."""
     digest = hashlib.sha256(INDEX_FORMAT.encode())
-    for text in texts:
+    for k, text in enumerate(texts):
         digest.update(b"\0" + text.encode("utf-8", "surrogatepass"))
+        if defs is not None:
+            digest.update(b"\1" + " ".join(defs[k]).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
@@ -166,10 +150,12 @@ class TextIndex:
         self.n_spans = n_spans
 
     @classmethod
-    def build(cls, texts: Sequence[str], path: Path | None = None) -> TextIndex:
+    def build(cls, texts: Sequence[str], path: Path | None = None,
+              defs: Sequence[Sequence[str]] | None = None) -> TextIndex:
         """Index `texts` in memory (`path` None) or in the SQLite file `path`, written to a temp
         file in its folder and renamed into place (a crash never leaves half an index there).
-        Raises sqlite3.Error / OSError when the file cannot be written."""
+        `defs[k]`: the names text k defines (its `defs` column; none when None). Raises
+        sqlite3.Error / OSError when the file cannot be written."""
         target = ":memory:" if path is None else str(path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"))
         db = sqlite3.connect(target, check_same_thread=False)
         try:
@@ -178,9 +164,10 @@ class TextIndex:
                 "CREATE VIRTUAL TABLE spans USING fts5(terms, defs, tokenize = 'porter unicode61 remove_diacritics 2');"
             )
             db.executemany("INSERT INTO spans (rowid, terms, defs) VALUES (?, ?, ?)",
-                           ((i, " ".join(terms(t)), " ".join(terms(" ".join(defined_names(t)))))
+                           ((i, " ".join(terms(t)), " ".join(terms(" ".join(defs[i]))) if defs is not None else "")
                             for i, t in enumerate(texts)))
-            db.executemany("INSERT INTO meta VALUES (?, ?)", [("digest", spans_digest(texts)), ("n_spans", str(len(texts)))])
+            db.executemany("INSERT INTO meta VALUES (?, ?)",
+                           [("digest", spans_digest(texts, defs)), ("n_spans", str(len(texts)))])
             db.commit()
             if path is None:
                 return cls(db, len(texts))
@@ -192,7 +179,7 @@ class TextIndex:
                 with contextlib.suppress(OSError):
                     os.unlink(target)
             raise
-        return cls.open(path, spans_digest(texts))
+        return cls.open(path, spans_digest(texts, defs))
 
     @classmethod
     def open(cls, path: Path, digest: str) -> TextIndex:
@@ -239,21 +226,23 @@ class TextIndex:
         self._db.close()
 
 
-def load_or_build(texts: Sequence[str], path: Path | None) -> tuple[TextIndex, bool]:
-    """The index of `texts`: opened from `path` when it is there and intact, else (re)built there
-    (in memory when `path` is None, or when the file cannot be written). Returns (index, rebuilt)."""
+def load_or_build(texts: Sequence[str], path: Path | None,
+                  defs: Sequence[Sequence[str]] | None = None) -> tuple[TextIndex, bool]:
+    """The index of `texts` (and the names `defs` they define): opened from `path` when it is there
+    and intact, else (re)built there (in memory when `path` is None, or when the file cannot be
+    written). Returns (index, rebuilt)."""
     if path is not None:
         with contextlib.suppress(IndexDamaged):
-            return TextIndex.open(path, spans_digest(texts)), False
+            return TextIndex.open(path, spans_digest(texts, defs)), False
         with contextlib.suppress(OSError, sqlite3.Error):
             path.unlink(missing_ok=True)
-            return TextIndex.build(texts, path), True
-    return TextIndex.build(texts, None), True
+            return TextIndex.build(texts, path, defs), True
+    return TextIndex.build(texts, None, defs), True
 
 
-def rank(texts: Sequence[str], query: str) -> list[float]:
+def rank(texts: Sequence[str], query: str, defs: Sequence[Sequence[str]] | None = None) -> list[float]:
     """BM25 score of every text for `query` (0 where no term matches), through an in-memory index."""
-    index = TextIndex.build(texts)
+    index = TextIndex.build(texts, None, defs)
     try:
         scores = [0.0] * len(texts)
         for hit in index.search(query, limit=len(texts)):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from engine.documents import Document, Segment
+from engine.evidence.code_units import code_spans, indexed_names, segment_spans
 from engine.kvcache.archive import Archive
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.prefix_store import PrefixStore
@@ -20,7 +21,6 @@ from engine.settings import CachePolicy, EngineSettings, RecallSettings
 from engine.text_index import (
     IndexDamaged,
     TextIndex,
-    defined_names,
     load_or_build,
     rank,
     spans_digest,
@@ -92,11 +92,14 @@ def test_without_focus_the_snapshot_stays_visible_beside_the_recalled_page(smol)
         assert torch.equal(recalled.valid[head], ~torch.isin(recalled.index[head], held[head]))
 
 
-def test_a_question_sharing_no_word_with_the_document_falls_back_to_block_recall(smol):
+def test_a_question_sharing_no_word_with_the_document_reads_its_opening_not_block_recall(smol):
+    # Block recall scored every archive block per layer and decoded at 1-3 tokens/s; a question whose
+    # words point nowhere now reads the document's opening pages (the "map" signal) as spans.
     session = DocumentSession(smol, settings(), None)
     session.open(book())
     answer = session.ask("Qzxv wkpt?")
-    assert answer.recall is not None and answer.recall.spans == () and answer.recall.blocks_scored > 0
+    assert answer.recall is not None and answer.recall.blocks_scored == 0
+    assert answer.recall.spans[0] == "page 1" and set(answer.recall.signals) == {"map"}
 
 
 def test_span_recall_reads_exactly_the_archived_tokens_in_every_layer(smol, store):
@@ -151,33 +154,67 @@ def test_terms_split_identifiers_and_scripts_without_spaces():
     assert max(range(3), key=rank(chinese, "数据库什么时候备份？").__getitem__) == 1
 
 
-def test_defined_names_in_the_common_languages_and_none_in_prose():
-    code = ("import os\nDEFAULT_REDIRECT_LIMIT: int = 30\nclass TooManyRedirects(RequestException):\n"
-            "    async def fetch(self):\n        total = 0\n        if total == 1: pass\n"
-            "func (r *Reader) Read(p []byte) int {\npub(crate) fn parse_args() {}\nexport default class Viewer {}\n"
-            "const limit = 3;\n#define MAX_PAGES 288\nstruct Page {\n")
-    assert defined_names(code) == ["DEFAULT_REDIRECT_LIMIT", "TooManyRedirects", "fetch", "Read", "parse_args",
-                                   "Viewer", "limit", "MAX_PAGES", "Page"]
-    assert defined_names("The answer = 42, said the class teacher.\nLet it be.\nx == y") == []
+def test_tree_sitter_names_the_definitions_of_the_common_languages_and_none_in_prose():
+    files = {
+        "a.py": ("import os\nDEFAULT_REDIRECT_LIMIT: int = 30\nos.environ['X'] = '1'\n"
+                 "class TooManyRedirects(RequestException):\n    retries = 3\n    async def fetch(self):\n"
+                 "        total = 0\n\n@cache\ndef parse_args():\n    pass\n"),
+        "b.go": "package main\n\ntype Reader struct { n int }\n\nconst Limit = 3\n\nfunc (r *Reader) Read(p []byte) int { return 0 }\n",
+        "c.rs": "pub(crate) fn parse_args() {}\nstruct Page { n: u32 }\nimpl Page { fn new() -> Self { Page { n: 0 } } }\n",
+        "d.js": "export default class Viewer { render() {} }\nconst limit = 3;\nfunction open(path) { return path }\n",
+        "e.c": "#define MAX_PAGES 288\nstruct Page { int n; };\nint main(int argc, char **argv) { return 0; }\n",
+    }
+    names = {name: [n for span in code_spans(name, text) for n in span.names] for name, text in files.items()}
+    assert names == {
+        "a.py": ["DEFAULT_REDIRECT_LIMIT", "TooManyRedirects", "TooManyRedirects.retries", "TooManyRedirects.fetch",
+                 "parse_args"],  # `total` is local to fetch; os.environ[...] names nothing of its own
+        "b.go": ["Reader", "Limit", "Read"],
+        "c.rs": ["parse_args", "Page", "Page.n", "Page.new"],
+        "d.js": ["Viewer", "Viewer.render", "limit", "open"],
+        "e.c": ["MAX_PAGES", "Page", "Page.n", "main"],
+    }
+    prose = "The answer = 42, said the class teacher.\nLet it be.\nx == y"
+    assert code_spans("notes.txt", prose) is None and [s.names for s in segment_spans("notes.txt", prose)] == [()]
+
+
+def test_a_big_class_is_cut_at_its_methods_and_every_span_starts_a_line():
+    methods = "".join(f"    # step {i}\n    def step_{i}(self):\n        return {i}  # " + "x" * 300 + "\n\n"
+                      for i in range(12))
+    text = f'"""Steps."""\n\nclass Pipeline:\n    """Many steps."""\n\n{methods}\nLIMIT = 3\n'
+    spans = code_spans("src/pipeline.py", text, max_chars=1000)
+    assert [(s.start, s.end) for s in spans] == list(zip([0] + [s.end for s in spans[:-1]], [s.end for s in spans]))
+    assert spans[-1].end == len(text) and all(s.end - s.start <= 1000 for s in spans)
+    for span in spans[1:]:
+        assert text[span.start - 1] == "\n" and text[span.start:].lstrip().startswith(("# step", "LIMIT")), span
+    named = {n: span for span in spans for n in span.names}
+    assert {f"Pipeline.step_{i}" for i in range(12)} <= named.keys() and "LIMIT" in named
+    for i in range(12):  # each method's span holds its comment and its whole body
+        span = named[f"Pipeline.step_{i}"]
+        assert f"# step {i}\n    def step_{i}" in text[span.start:span.end] and f"return {i}" in text[span.start:span.end]
 
 
 def test_the_span_that_defines_a_name_outranks_spans_that_use_it():
     uses = ["    links = parse_header_links(header)  # parse the Link header into links\n" * 3,
             "for link in parse_header_links(value):\n    headers.append(link)  # link headers\n"]
     defines = 'def parse_header_links(value):\n    """Return a list of parsed link headers."""\n    return []\n'
-    scores = rank([*uses, defines], "Which file defines the function that parses Link headers?")
+    texts = [*uses, defines]
+    defs = [[name for span in code_spans("x.py", text) for name in span.names] for text in texts]
+    question = "Which file defines the function that parses Link headers?"
+    scores = rank(texts, question, defs)
     assert max(range(3), key=scores.__getitem__) == 2, scores
+    without = rank(texts, question)
+    assert max(range(3), key=without.__getitem__) != 2, "the defs column is what lifts the definition"
 
 
 def test_in_a_real_repository_the_defining_file_is_ranked_first(corpus):
     from engine.documents import load_document
 
     document = load_document(corpus / "repos" / "requests-2.34.2")
-    pieces = [(segment.path, f"{segment.label}\n{segment.text[a:b]}") for segment in document.segments
-              for a, b in split_spans(segment.text)]
+    pieces = [(segment.path, f"{segment.label}\n{segment.text[s.start:s.end]}", s)
+              for segment in document.segments for s in segment_spans(segment.path, segment.text)]
     for question, path in (("Which file defines the function that parses Link headers?", "requests/utils.py"),
                            ("Which class implements HTTP Digest authentication?", "requests/auth.py")):
-        scores = rank([text for _, text in pieces], question)
+        scores = rank([text for _, text, _ in pieces], question, [indexed_names(names) for _, _, names in pieces])
         assert pieces[max(range(len(pieces)), key=scores.__getitem__)][0] == path, question
 
 
@@ -186,8 +223,10 @@ def test_words_that_say_where_the_answer_is_do_not_rank_a_span(corpus):
     from engine.documents import load_document
 
     (segment,) = load_document(corpus / "repos" / "requests-2.34.2" / "requests" / "auth.py").segments
-    parts = [segment.text[a:b] for a, b in split_spans(segment.text)]
-    scores = rank([f"auth.py\n{part}" for part in parts], "Which file defines HTTPDigestAuth?")
+    pieces = segment_spans(segment.label, segment.text)
+    parts = [segment.text[p.start:p.end] for p in pieces]
+    scores = rank([f"auth.py\n{part}" for part in parts], "Which file defines HTTPDigestAuth?",
+                  [indexed_names(p) for p in pieces])
     assert "class HTTPDigestAuth" in parts[max(range(len(parts)), key=scores.__getitem__)], scores
     assert rank(["a page about files", "nothing"], "Which file?")[0] > 0, "a question of only such words still searches"
 
