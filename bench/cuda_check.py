@@ -44,7 +44,12 @@ def documents(tokenizer) -> list:
         if tokens > P16_TOKENS:
             break
         kept.append(segment)
-    return [p05, dataclasses.replace(p16, segments=kept, title=f"{p16.title} (first {len(kept)} pages)")]
+    first = dataclasses.replace(p16, segments=kept)
+    # The per-page estimate misses tokens merged across page boundaries; the rendered text decides.
+    while len(tokenizer(first.render(), add_special_tokens=False)["input_ids"]) > P16_TOKENS:
+        kept.pop()
+        first = dataclasses.replace(p16, segments=kept)
+    return [p05, dataclasses.replace(first, title=f"{p16.title} (first {len(kept)} pages)")]
 
 
 def gauge(memory) -> dict:

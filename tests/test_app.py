@@ -687,7 +687,7 @@ def test_an_answer_lists_the_files_it_attended_to_and_they_survive_a_restart(mak
 
     repo = recall_repo(tmp_path)
     window = make_window(RECALL)
-    assert "Recall brings back up to 1,024 tokens per question" in window.memory_panel.budget.text()
+    assert f"Recall brings back up to {RECALL.recall.recall_tokens:,} tokens per question" in window.memory_panel.budget.text()
     assert drop(window, repo).isAccepted()
     wait_open(qtbot, window)
     record = window.library.find(str(repo.resolve()))
