@@ -2,6 +2,7 @@
 when `halaman` gets no arguments and hands everything else to `main` here).
 
     halaman ask book.pdf "What is chapter 3 about?"      stream an answer, then a short report
+    halaman find book.pdf "What is chapter 3 about?"     the pages a question would read, and why (no read needed)
     halaman estimate --model llama-3.2-3b --tokens 131072  KV memory: full vs. compressed
     halaman cache list | clear                            the prefix-cache store on disk
     halaman models [pull ID | use ID]                     models that fit this machine; download, choose
@@ -76,6 +77,19 @@ def _parser() -> argparse.ArgumentParser:
     _cloud_flags(ask)
     ask.set_defaults(handler=_cmd_ask)
 
+    find = sub.add_parser("find", help="the pages or parts of files a question would read, best first, and why")
+    find.add_argument("path", help="a PDF, a code folder or a text file")
+    find.add_argument("question")
+    find.add_argument("--after", action="append", default=[], metavar="PREVIOUS",
+                      help="an earlier question of the conversation (repeat, oldest first): the question is its follow-up")
+    find.add_argument("--limit", type=int, default=10, help="rows besides the chosen ones (default 10)")
+    find.add_argument("--json", action="store_true", help="print the rows as JSON")
+    find.add_argument("--password", help="password of an encrypted PDF")
+    find.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
+    find.add_argument("--include-generated", action="store_true",
+                      help="also read a folder's lock files and generated or vendored files")
+    find.set_defaults(handler=_cmd_find)
+
     est = sub.add_parser("estimate", help="KV-cache memory of a model: full vs. compressed")
     est.add_argument("--model", default="default", help="a model as for ask, or a known shape: " + ", ".join(_known_shapes()))
     est.add_argument("--tokens", type=int, required=True, help="document length in tokens")
@@ -101,10 +115,10 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--position-mode", choices=("auto", "original", "compact"), dest="position_mode")
     group.add_argument("--chunk", type=int, dest="chunk_tokens", help="prefill chunk in tokens")
     recall = parser.add_argument_group(
-        "recall: the pages the full-text index proposes, from the on-disk archive (or re-read from the text when "
-        "the archive does not fit the disk budget); defaults from settings.toml")
+        "recall: the pages chosen for the question (structure, conversation, words: see `halaman find`), from the "
+        "on-disk archive (or re-read from the text when the archive does not fit the disk budget); defaults from settings.toml")
     recall.add_argument("--recall-tokens", type=int, dest="recall_tokens",
-                        help="tokens per layer and KV head a question may bring back (default 1,024; 0 = none)")
+                        help="tokens per layer and KV head a question may bring back (default 6,144; 0 = none)")
     recall.add_argument("--archive-bits", type=int, choices=(2, 4), dest="archive_bits", help="bits per archived value")
     recall.add_argument("--recall-block", type=int, dest="block_tokens", help="tokens per archive block")
     recall.add_argument("--no-archive", action="store_true", help="do not keep the archive (answers use the snapshot only)")
@@ -160,7 +174,8 @@ def recall_line(stats, recall: RecallSettings, gap: RecallGap | None = None, pai
         return "off (the cache keeps the whole document: nothing to recall)"
     if stats.spans:
         each = f"{stats.tokens_recalled // pairs:,} tokens per layer and KV head, " if pairs else ""
-        return (f"{', '.join(stats.spans)} recalled whole from the full-text index's proposal: "
+        chosen = [f"{span} ({signal})" for span, signal in zip(stats.spans, stats.signals, strict=True)] if stats.signals else stats.spans
+        return (f"{', '.join(chosen)} recalled whole: "
                 f"{each}{stats.tokens_recalled:,} in all; "
                 f"{format_bytes(stats.bytes_read)} read; {stats.seconds * 1000:.0f} ms")
     return (f"{stats.tokens_recalled:,} tokens in {stats.blocks_recalled:,} blocks (per layer and KV head, all summed) "
@@ -237,6 +252,37 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         print("attended spans  " + attended_spans_text(answer, document))
     if args.cloud or args.cloud_auto:
         return _ask_cloud_after(args, workspace, answer, cancel)
+    return 0
+
+
+def _cmd_find(args: argparse.Namespace) -> int:
+    import json
+
+    from engine.documents import load_document
+    from engine.session import reading_progress
+    from engine.workspace import Workspace
+
+    settings = _settings_from(args)
+    if not Path(args.path).exists():
+        raise HalamanError(f"{args.path}: no such file or folder; check the path")
+    if not args.question.strip():
+        raise HalamanError("the question is empty: type a question about the document")
+    bar = _ProgressBar()
+    try:
+        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
+                                 include_generated=settings.include_generated_files)
+        workspace = Workspace(settings)
+        workspace.ensure_model(progress=bar.update)
+    finally:
+        bar.close()
+    rows = workspace.find(args.question, document=document, after=args.after, limit=args.limit)
+    if args.json:
+        print(json.dumps([asdict(row) for row in rows], indent=1, ensure_ascii=False))
+        return 0
+    for row in rows:
+        where = row.label if row.whole else f"{row.label} lines {row.line_start}–{row.line_end}"
+        mark = "read" if row.chosen else "    "
+        print(f"{row.rank:>3}. {mark}  {where}  ({row.tokens:,} tokens)  {row.why}")
     return 0
 
 

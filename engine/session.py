@@ -506,24 +506,40 @@ class DocumentSession:
         its spans from the text for each question; block recall is off."""
         return RecallNotice(RecallGap.REREAD if self.settings.recall.selection == "spans" else RecallGap.OFF, why)
 
-    def select(self, question: str, *, after: Sequence[str] = ()) -> Selection:
-        """The spans `question` would read about the open document (`engine.evidence.select`),
-        best first with what chose each, without answering it. `after`: earlier questions of the
-        conversation, oldest first (the last one's spans are kept for a follow-up). Raises
-        HalamanError when no document is open or its spans could not be built."""
-        if self._spans is None:
+    @property
+    def spans(self) -> DocumentSpans | None:
+        """The open document's spans, text index and structure (None: no document, or no index)."""
+        return self._spans
+
+    def spans_of(self, document: Document) -> DocumentSpans:
+        """`document`'s spans, full-text index (in memory) and structure, without reading it into a
+        KV cache: selection needs only its text and the tokenizer (`halaman find` on a document not
+        read yet). Raises HalamanError when the tokenizer gives no character offsets."""
+        encoding = self._encode_document(document)
+        if not encoding.token_chars:
+            raise HalamanError(f"{self.model.name}'s tokenizer gives no character offsets: spans cannot be found")
+        return DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
+                                   len(encoding.ids), None)
+
+    def select(self, question: str, *, after: Sequence[str] = (), spans: DocumentSpans | None = None) -> Selection:
+        """The spans `question` would read (`engine.evidence.select`), best first with what chose
+        each, without answering it: about `spans` (from `spans_of`), else the open document.
+        `after`: earlier questions of the conversation, oldest first (the last one's spans are kept
+        for a follow-up). Raises HalamanError when no document is open or its spans could not be built."""
+        spans = spans if spans is not None else self._spans
+        if spans is None:
             raise HalamanError("no document is open, or its text index could not be built: open a document first")
         history: list[Turn] = []
         for earlier in after:
-            chosen = self._select(earlier, history)
+            chosen = self._select(earlier, history, spans)
             history.append(Turn(earlier, chosen.chosen_index))
-        return self._select(question, history)
+        return self._select(question, history, spans)
 
-    def _select(self, question: str, history: Sequence[Turn]) -> Selection:
+    def _select(self, question: str, history: Sequence[Turn], spans: DocumentSpans | None = None) -> Selection:
         recall = self.settings.recall
         room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
-        return select(self._spans, question, budget_tokens=max(0, min(recall.recall_tokens, room)),
-                      max_spans=recall.max_spans, history=history)
+        return select(spans if spans is not None else self._spans, question,
+                      budget_tokens=max(0, min(recall.recall_tokens, room)), max_spans=recall.max_spans, history=history)
 
     def _recaller(self, question: str, history: Sequence[Turn]) -> RecallHook | None:
         """How this question recalls: the spans `engine.evidence.select` chooses (`SpanRecaller`),

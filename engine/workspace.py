@@ -27,7 +27,7 @@ import enum
 import gc
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from engine.attended import AttendedSpan
 from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
 from engine.documents import Document, PasswordRequiredError, WrongPasswordError
+from engine.evidence.select import FoundSpan, found_spans
 from engine.errors import CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError
 from engine.kvcache.recall import RecallStats
 from engine.memory import MemoryReport
@@ -371,6 +372,22 @@ class Workspace:
         when no document is open or the question is empty."""
         self.ensure_model()
         return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
+
+    def find(self, question: str, *, document: Document | None = None, after: Sequence[str] = (),
+             limit: int = 10) -> list[FoundSpan]:
+        """The spans `question` would read, best first, with what chose each (`halaman find`):
+        about `document` (its spans built from its text, no read needed), else the open document.
+        `after`: earlier questions, oldest first, for a follow-up. Raises HalamanError when there
+        is neither."""
+        self.ensure_model()
+        if document is not None and (self.session.document is None or self.session.document is not document):
+            spans = self.session.spans_of(document)
+        elif self.session.document is not None:
+            document, spans = self.session.document, self.session.spans
+        else:
+            raise HalamanError("no document is open: open a document first")
+        selection = self.session.select(question, after=after, spans=spans)
+        return found_spans(selection, spans, document, limit)
 
     def ask_cloud(self, question: str, *, reason: str = "user asked", on_text: Callable[[str], None] | None = None,
                   cancel: threading.Event | None = None, confirm: Callable[[CloudPlan], bool] | None = None,

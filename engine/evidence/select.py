@@ -190,3 +190,47 @@ def cut_to(spans: DocumentSpans, span: Span, room: int) -> Span | None:
         return None
     token_end = span.token_start + keep
     return dataclasses.replace(span, token_end=token_end, char_end=max(span.char_start, spans.char_at(span, token_end)))
+
+
+@dataclass(frozen=True)
+class FoundSpan:
+    """One row of `halaman find`: a ranked candidate as a reader finds it. `label` ("page 12",
+    "src/app.py"), `page` / `path` (one of them None), `char_start` / `char_end` in its segment's
+    text, `line_start` / `line_end` (1-based, inclusive, in that text), `whole` (the span is its
+    whole page or file), `tokens`, `signal` and `why` (what chose it), `score`, `chosen` (whether
+    the question reads it)."""
+
+    rank: int
+    label: str
+    page: int | None
+    path: str | None
+    char_start: int
+    char_end: int
+    line_start: int
+    line_end: int
+    whole: bool
+    tokens: int
+    signal: str
+    why: str
+    score: float
+    chosen: bool
+
+
+def found_spans(selection: Selection, spans: DocumentSpans, document, limit: int = 10) -> list[FoundSpan]:
+    """The chosen spans and the best other candidates, at most max(limit, chosen) rows, best
+    first (`halaman find`, the window's list)."""
+    chosen = set(selection.chosen_index)
+    cut = {i: span for i, span in zip(selection.chosen_index, selection.chosen, strict=True)}
+    rows: list[FoundSpan] = []
+    for candidate in selection.ranked:
+        if len(rows) >= max(limit, len(chosen)) and candidate.span not in chosen:
+            continue
+        span = cut.get(candidate.span, spans.spans[candidate.span])
+        segment = document.segments[span.segment]
+        line_start = segment.text.count("\n", 0, span.char_start) + 1
+        line_end = line_start + segment.text.count("\n", span.char_start, max(span.char_start, span.char_end - 1))
+        whole = span.char_start == 0 and span.char_end == len(segment.text)
+        rows.append(FoundSpan(len(rows) + 1, segment.label, segment.page, segment.path, span.char_start, span.char_end,
+                              line_start, line_end, whole, span.tokens, candidate.signal, candidate.why,
+                              round(candidate.score, 3), candidate.span in chosen))
+    return rows

@@ -1,0 +1,128 @@
+"""Evidence selection (engine.evidence): what a question reads, chosen with the document's structure,
+the conversation and the question's words, checked on real documents against independent
+references (pypdf's own page text for where a chapter starts, the file's own lines)."""
+
+import json
+import re
+
+import pytest
+from pypdf import PdfReader
+
+from engine.documents import load_document
+from engine.evidence.select import asks_about_whole, found_spans
+from engine.session import DocumentSession
+from engine.settings import EngineSettings
+
+BOOK = "pdf/P16_thinkpython2.pdf"
+
+
+@pytest.fixture(scope="module")
+def book(smol, corpus):
+    """Think Python (288 pages, an outline whose entries carry no chapter numbers), its spans
+    built from its text as `halaman find` builds them (no read into a KV cache)."""
+    document = load_document(corpus / BOOK)
+    session = DocumentSession(smol, EngineSettings(), None)
+    spans = session.spans_of(document)
+    yield session, document, spans
+    spans.close()
+
+
+def chapter_starts(path) -> dict[int, int]:
+    """Chapter number -> the 1-based page whose text pypdf reads as starting "Chapter<k>"."""
+    starts = {}
+    for page, pdf_page in enumerate(PdfReader(path).pages, 1):
+        found = re.match(r"\s*Chapter\s*(\d+)\s*\n", pdf_page.extract_text() or "")
+        if found:
+            starts.setdefault(int(found.group(1)), page)
+    return starts
+
+
+def chosen_pages(session, spans, document, question, after=()):
+    selection = session.select(question, after=after, spans=spans)
+    return [document.segments[span.segment].page for span in selection.chosen], selection
+
+
+def test_halaman_find_puts_chapter_ks_first_page_first(smol, corpus, capsys):
+    from engine.cli import main
+
+    starts = chapter_starts(corpus / BOOK)
+    assert len(starts) >= 19
+    assert main(["find", str(corpus / BOOK), "What is chapter 8 about?", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["page"] == starts[8] and rows[0]["chosen"] and rows[0]["signal"] == "structure"
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_every_chapter_resolves_to_the_page_that_starts_it(book, corpus):
+    session, document, spans = book
+    starts = chapter_starts(corpus / BOOK)
+    for k, page in sorted(starts.items()):
+        for question in (f"What is chapter {k} about?", f"Summarize ch. {k}."):
+            selection = session.select(question, spans=spans)
+            first = spans.spans[selection.ranked[0].span]
+            assert document.segments[first.segment].page == page, (question, selection.ranked[:3])
+
+
+@pytest.mark.parametrize(("question", "page"), [
+    ("What is the title of chapter 7?", 15),    # the contents page that lists chapter 7
+    ("Which chapter of the book is about files?", 17),
+])
+def test_a_question_about_the_contents_reads_the_contents_page(book, question, page):
+    session, document, spans = book
+    pages, _ = chosen_pages(session, spans, document, question)
+    assert page in pages, pages
+
+
+def test_a_follow_up_that_names_nothing_keeps_the_previous_questions_page(book):
+    session, document, spans = book
+    first = "Which built-in type maps keys to values?"
+    follow = "Can you give an example of it?"
+    pages, _ = chosen_pages(session, spans, document, first)
+    assert 143 in pages  # "Dictionaries" starts there
+    alone, _ = chosen_pages(session, spans, document, follow)
+    assert 143 not in alone, "without the conversation its words point elsewhere"
+    after, selection = chosen_pages(session, spans, document, follow, after=[first])
+    assert 143 in after and "conversation" in {c.signal for c in selection.reasons()}
+
+
+def test_a_question_about_the_whole_book_reads_its_opening_not_block_recall(book):
+    session, document, spans = book
+    assert asks_about_whole("What is this book about?") and not asks_about_whole("What does the book call a method?")
+    pages, selection = chosen_pages(session, spans, document, "What is this book about?")
+    assert 1 in pages and {c.signal for c in selection.reasons()} >= {"map"}
+
+
+def test_a_balance_sheet_question_reads_the_balance_sheet(smol, corpus):
+    """FinanceBench's Netflix question: its words match the MD&A pages; the balance sheet is named
+    by the question's subject ("current liabilities")."""
+    document = load_document(corpus / "financebench-dev" / "pdfs" / "NETFLIX_2017_10K.pdf")
+    session = DocumentSession(smol, EngineSettings(), None)
+    spans = session.spans_of(document)
+    try:
+        pages, selection = chosen_pages(session, spans, document,
+                                        "What is the FY2017 year end total current liabilities for Netflix? "
+                                        "Answer in USD thousands, based on the balance sheet.")
+        balance = [i for i, s in enumerate(document.segments)
+                   if re.search(r"CONSOLIDATED BALANCE SHEETS", s.text[:400], re.I) and "Total current liabilities" in s.text]
+        assert balance and document.segments[balance[0]].page in pages, pages
+    finally:
+        spans.close()
+
+
+def test_found_rows_give_the_lines_of_the_file_that_defines_the_class(smol, corpus):
+    repo = corpus / "repos" / "requests-2.34.2"
+    document = load_document(repo)
+    session = DocumentSession(smol, EngineSettings(), None)
+    spans = session.spans_of(document)
+    try:
+        selection = session.select("Which class implements HTTP Digest authentication?", spans=spans)
+        rows = found_spans(selection, spans, document, limit=5)
+    finally:
+        spans.close()
+    top = rows[0]
+    assert top.path == "requests/auth.py" and top.chosen
+    segment = next(s for s in document.segments if s.path == "requests/auth.py")
+    lines = segment.text.split("\n")
+    shown = "\n".join(lines[top.line_start - 1 : top.line_end])
+    assert "class HTTPDigestAuth" in shown
+    assert shown.strip() == segment.text[top.char_start : top.char_end].strip()
