@@ -4,8 +4,10 @@ the part that answers (its ceiling) and against chunk retrieval (what desktop pe
     python bench/doc_qa.py --set P16-dev --set requests-dev [--arms whole oracle lexical union]
 
 Question sets (docs/bench/questions/*.json, copied from the test corpus): each question names the
-page or file that states its answer and the strings accepted as a hit; a hit is an accepted string
-in the answer as a whole word, case-insensitive ("10" does not match "1024").
+page(s) or file that state its answer and the strings accepted as a hit; a hit is an accepted string
+in the answer as a whole word, case-insensitive ("10" does not match "1024"); with `groups`, one of
+each group. A `follow_up` question continues the previous answer in every arm (the oracle and
+lexical arms ask the previous question first in their own context, then the follow-up).
 
 arms, on the same questions in one run, all with the app's default settings and model:
   whole    the engine over the whole document (a prefix-cache hit after the first read; the read is
@@ -38,17 +40,27 @@ ORACLE_CHARS = 3000
 LEXICAL_CHARS = 3000
 
 
-def hit(answer: str, accept: list[str]) -> bool:
-    """Whether any accepted string occurs in `answer` as a whole word (case-insensitive)."""
-    return any(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", answer, flags=re.IGNORECASE) for a in accept)
+def hit(answer: str, question: dict) -> bool:
+    """Whether one accepted string of every group (`groups`, else `accept` as one group) occurs in
+    `answer` as a whole word (case-insensitive)."""
+    groups = question.get("groups") or [question["accept"]]
+    return all(any(re.search(rf"(?<!\w){re.escape(a)}(?!\w)", answer, flags=re.IGNORECASE) for a in group)
+               for group in groups)
+
+
+def answer_segments(document, question: dict) -> list[int]:
+    """Indices of the segments that state the answer (the question's pages, or its file)."""
+    pages = question.get("pages") or ([question["page"]] if "page" in question else [])
+    found = [i for i, s in enumerate(document.segments)
+             if (s.page is not None and s.page in pages) or ("file" in question and s.path == question["file"])]
+    if not found:
+        raise ValueError(f"no segment for {question}")
+    return found
 
 
 def answer_segment(document, question: dict) -> int:
-    """Index of the segment that states the answer (the question's page or file)."""
-    for i, segment in enumerate(document.segments):
-        if ("page" in question and segment.page == question["page"]) or ("file" in question and segment.path == question["file"]):
-            return i
-    raise ValueError(f"no segment for {question}")
+    """Index of the first segment that states the answer."""
+    return answer_segments(document, question)[0]
 
 
 def part_document(document, segment, text: str, label: str | None = None):
@@ -58,15 +70,24 @@ def part_document(document, segment, text: str, label: str | None = None):
                     segments=[Segment(text=text, label=label or segment.label, page=segment.page, path=segment.path)])
 
 
-def oracle_document(document, question: dict):
-    segment = document.segments[answer_segment(document, question)]
-    text = segment.text
-    anchor = question.get("anchor")
-    if anchor and anchor in text and len(text) > ORACLE_CHARS:
-        middle = text.index(anchor)
-        start = max(0, middle - ORACLE_CHARS // 2)
-        text = text[start:start + ORACLE_CHARS]
-    return part_document(document, segment, text)
+def oracle_document(document, question: dict, previous: dict | None = None):
+    """Only what states the answer: its pages in order (and the previous question's, for a
+    follow-up), or ORACLE_CHARS of its file around its anchor."""
+    from engine.documents import Document
+
+    asked = [q for q in (previous, question) if q is not None]
+    indices = sorted({i for q in asked for i in answer_segments(document, q)})
+    segments = []
+    for i in indices:
+        segment = document.segments[i]
+        text = segment.text
+        anchors = [q["anchor"] for q in asked if q.get("anchor") and q.get("file") == segment.path and q["anchor"] in text]
+        if anchors and len(text) > ORACLE_CHARS:
+            middle = text.index(anchors[-1])
+            start = max(0, middle - ORACLE_CHARS // 2)
+            text = text[start:start + ORACLE_CHARS]
+        segments.append(part_document(document, segment, text).segments[0])
+    return Document(title=document.title, source=document.source, kind=document.kind, pages=document.pages, segments=segments)
 
 
 def lexical_document(document, question: dict):
@@ -91,18 +112,21 @@ def arm_settings(base, arm: str):
     return base
 
 
-def ask_row(session, question: dict, arm: str, answer_label: str, max_new_tokens: int | None) -> dict:
+def ask_row(session, question: dict, arm: str, answer_labels: list[str], max_new_tokens: int | None,
+            follow_up: bool = False) -> dict:
     began = time.perf_counter()
-    answer = session.ask(question["q"], max_new_tokens=max_new_tokens)
+    answer = session.ask(question["q"], max_new_tokens=max_new_tokens, follow_up=follow_up)
     stats = answer.recall
     sources = [s.label for s in answer.sources]
     spans = list(stats.spans) if stats else []
+    answer_label = answer_labels[0]
     return {
-        "arm": arm, "q": question["q"], "hit": hit(answer.text, question["accept"]), "answer": answer.text.strip(),
-        "answer_segment": answer_label,
-        "recalled": any(s.split(" (characters")[0] == answer_label for s in spans) if spans else None,
+        "arm": arm, "kind": question.get("kind", ""), "q": question["q"], "hit": hit(answer.text, question),
+        "answer": answer.text.strip(), "answer_segment": "; ".join(answer_labels),
+        "recalled": all(label in {s.split(" (characters")[0] for s in spans} for label in answer_labels) if spans else None,
         "spans": "; ".join(spans), "source_rank": sources.index(answer_label) + 1 if answer_label in sources else None,
-        "sources": "; ".join(sources), "ttft_s": answer.time_to_first_token_s,
+        "sources": "; ".join(sources), "signals": "; ".join(stats.signals) if stats else "",
+        "ttft_s": answer.time_to_first_token_s,
         "decode_tokens_per_s": answer.decode_tokens_per_s, "recall_s": stats.question_s if stats else 0.0,
         "answer_tokens": len(answer.token_ids), "seconds": time.perf_counter() - began,
     }
@@ -122,15 +146,23 @@ def run_set(name: str, arms: list[str], workspace_settings, store, model, limit:
             report = session.open(document)
             print(f"[{name}/{arm}] {report.document_tokens:,} tokens, prefix hit {report.prefix_hit}, "
                   f"open {report.seconds:.1f} s", flush=True)
+        previous = None
         for question in questions:
-            label = document.segments[answer_segment(document, question)].label
+            labels = [document.segments[i].label for i in answer_segments(document, question)]
+            follow = bool(question.get("follow_up")) and previous is not None
             if arm in ("oracle", "lexical"):
-                part, chosen = (oracle_document(document, question), None) if arm == "oracle" else lexical_document(document, question)
+                if arm == "oracle":
+                    part, chosen = oracle_document(document, question, previous if follow else None), None
+                else:
+                    part, chosen = lexical_document(document, question)
                 session = DocumentSession(model, workspace_settings, None)
                 session.open(part)
-            row = ask_row(session, question, arm, label, max_new_tokens)
+                if follow:  # the conversation so far, in this arm's own context
+                    session.ask(previous["q"], max_new_tokens=max_new_tokens)
+            row = ask_row(session, question, arm, labels, max_new_tokens, follow_up=follow)
+            previous = question
             if arm == "lexical":
-                row["spans"], row["recalled"] = chosen.label, chosen.label == label
+                row["spans"], row["recalled"] = chosen.label, chosen.label in labels
             row["set"] = name
             rows.append(row)
             print(f"[{name}/{arm}] {'HIT ' if row['hit'] else 'miss'} {question['q'][:60]!r} -> {row['answer'][:70]!r} "
@@ -184,8 +216,8 @@ def main() -> None:
         rows += run_set(name, args.arms, settings, store, model, args.limit, args.max_new_tokens)
     meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
             "model": model.label, "weights": model.weights_label, "settings": "app defaults"}
-    columns = ["set", "arm", "q", "hit", "answer", "answer_segment", "spans", "recalled", "source_rank", "sources",
-               "ttft_s", "decode_tokens_per_s", "recall_s", "answer_tokens"]
+    columns = ["set", "arm", "kind", "q", "hit", "answer", "answer_segment", "spans", "signals", "recalled", "source_rank",
+               "sources", "ttft_s", "decode_tokens_per_s", "recall_s", "answer_tokens"]
     common.write_results(args.name, rows, columns, meta)
     common.write_results(f"{args.name}_summary", summary(rows), list(summary(rows)[0]), meta)
 
