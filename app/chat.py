@@ -112,9 +112,24 @@ def recall_text(message: MessageRecord) -> str:
     # The selection at the question is what recall adds to the time to first token; the refreshes
     # during the answer are part of its tokens/s.
     cost = f"{float(recall.get('question_s') or recall.get('seconds') or 0.0) * 1000:,.0f} ms"
-    spans = ", ".join(recall.get("spans") or ())
-    what = f"recall {spans} · " if spans else "recall "
+    spans = read_spans(recall.get("spans") or (), recall.get("reasons") or ())
+    what = f"read {spans} · recall " if spans else "recall "
     return f"{what}{tokens:,} tokens in {cost}" if tokens is not None else f"{what}{cost}"
+
+
+def read_spans(spans, reasons) -> str:
+    """'page 105, page 106 (chapter 8); page 15 (matching words)': the spans an answer read with
+    why each was chosen, neighbours with the same reason under one; the spans alone for answers
+    stored before reasons were."""
+    if len(reasons) != len(spans):
+        return ", ".join(spans)
+    groups: list[tuple[str, list[str]]] = []
+    for span, reason in zip(spans, reasons, strict=True):
+        if groups and groups[-1][0] == reason:
+            groups[-1][1].append(span)
+        else:
+            groups.append((reason, [span]))
+    return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in groups)
 
 
 def footer_text(message: MessageRecord) -> str:
@@ -333,5 +348,5 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-__all__ = ["ChatView", "citations", "cite_href", "link_citations", "sources_line", "attended_line", "recall_text", "footer_text",
+__all__ = ["ChatView", "citations", "cite_href", "link_citations", "sources_line", "attended_line", "recall_text", "read_spans", "footer_text",
            "looks_like_citation", "normalise_label"]

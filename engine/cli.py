@@ -174,7 +174,8 @@ def recall_line(stats, recall: RecallSettings, gap: RecallGap | None = None, pai
         return "off (the cache keeps the whole document: nothing to recall)"
     if stats.spans:
         each = f"{stats.tokens_recalled // pairs:,} tokens per layer and KV head, " if pairs else ""
-        chosen = [f"{span} ({signal})" for span, signal in zip(stats.spans, stats.signals, strict=True)] if stats.signals else stats.spans
+        chosen = ([f"{span} ({reason})" for span, reason in zip(stats.spans, stats.reasons, strict=True)]
+                  if len(stats.reasons) == len(stats.spans) else stats.spans)
         return (f"{', '.join(chosen)} recalled whole: "
                 f"{each}{stats.tokens_recalled:,} in all; "
                 f"{format_bytes(stats.bytes_read)} read; {stats.seconds * 1000:.0f} ms")

@@ -562,6 +562,7 @@ class DocumentSession:
                     hook = SpanRecaller.reread(self._reread(positions), positions, self._spans.n_tokens)
                 hook.stats.spans = tuple(self._span_label(span) for span in selection.chosen)
                 hook.stats.signals = tuple(c.signal for c in selection.reasons())
+                hook.stats.reasons = tuple(c.reason for c in selection.reasons())
                 hook.stats.score_s = time.perf_counter() - began
                 return hook
         if self._archive is None:

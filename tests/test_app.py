@@ -753,7 +753,7 @@ def test_a_document_read_without_an_archive_says_recall_re_reads_its_pages(make_
     assert "it has no archive" in second.banner.text
     ask(qtbot, second, "What is the secret code of the vault?")
     lines = second.chat.toPlainText().strip().splitlines()
-    assert " · recall src/vault.py · " in lines[-1] and "recall off" not in lines[-1]
+    assert " · read src/vault.py (matching words) · recall " in lines[-1] and "recall off" not in lines[-1]
     assert any(line.startswith("Attended:") and "src/vault.py" in line for line in lines)
 
     # Block recall needs the archive: with it, recall is off for this document.

@@ -182,6 +182,19 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
     again.close()
 
 
+def test_the_footer_says_which_spans_an_answer_read_and_why():
+    from app.chat import read_spans
+    from engine.workspace import recall_record
+    from engine.kvcache.recall import RecallStats
+    from engine.settings import RecallSettings
+
+    stats = RecallStats(tokens_recalled=90 * 600, spans=("page 15", "page 105", "page 106"), signals=("words", "structure", "structure"),
+                        reasons=("matching words", "chapter 8", "chapter 8"), score_s=0.002)
+    record = _answer_record(recall_json=recall_record(stats, RecallSettings(), heads=90))
+    assert " · read page 15 (matching words); page 105, page 106 (chapter 8) · recall 600 tokens in 2 ms" in footer_text(record)
+    assert read_spans(["page 1", "page 2"], []) == "page 1, page 2"  # stored before reasons were
+
+
 def test_the_footer_says_what_recall_cost_or_that_it_was_off():
     from app.chat import recall_text
     from engine.workspace import recall_record

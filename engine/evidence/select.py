@@ -67,6 +67,12 @@ class Candidate:
     why: str
     score: float
 
+    @property
+    def reason(self) -> str:
+        """`why` in a reader's words: "chapter 8", "balance sheet", "previous question", "matching
+        words" (no score), "the document's opening"."""
+        return "matching words" if self.signal == "words" else self.why
+
 
 @dataclass
 class Selection:

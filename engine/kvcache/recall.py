@@ -40,6 +40,7 @@ class RecallStats:
     question_s: float = 0.0      # seconds of the selection at the question (what it adds to the TTFT)
     spans: tuple[str, ...] = ()  # span recall: the spans recalled whole ("page 55"), in document order
     signals: tuple[str, ...] = ()  # what chose each of `spans` (structure, section, conversation, words, map)
+    reasons: tuple[str, ...] = ()  # each of `spans`'s reason in a reader's words ("chapter 8", "matching words")
 
     @property
     def seconds(self) -> float:
