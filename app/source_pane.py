@@ -21,9 +21,10 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QSyntaxHighlighter, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea, QStackedWidget,
+from PySide6.QtWidgets import (QHBoxLayout, QPlainTextEdit, QPushButton, QScrollArea, QStackedWidget,
                                QTextEdit, QVBoxLayout, QWidget)
 
+from app.untrusted import escape, plain_label, rich_label
 from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.documents.hyphenation import HYPHENS
@@ -202,7 +203,7 @@ class SourcePane(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("sourcePane")
-        self.title = QLabel()
+        self.title = rich_label()
         self.title.setWordWrap(True)
         self.previous_button = QPushButton("◀ Previous")
         self.next_button = QPushButton("Next ▶")
@@ -217,7 +218,7 @@ class SourcePane(QWidget):
             bar.addWidget(button)
         bar.addStretch(1)
         bar.addWidget(self.close_button)
-        self.page_label = QLabel()
+        self.page_label = plain_label()
         self.page_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter)
         self.scroll = PageScroll()
         self.scroll.setWidget(self.page_label)
@@ -260,7 +261,7 @@ class SourcePane(QWidget):
                 return
             except (pdfium.PdfiumError, OSError) as error:
                 self.show_text_file(document.source, segment.text, own)
-                self.title.setText(f"<b>{segment.label}</b> — the PDF could not be rendered ({error}); its text:")
+                self.title.setText(f"<b>{escape(segment.label)}</b> — the PDF could not be rendered ({escape(str(error))}); its text:")
                 return
         path = Path(document.source) / segment.path if segment.path else Path(document.source)
         self.show_text_file(path, segment.text, own)
@@ -272,7 +273,7 @@ class SourcePane(QWidget):
         pypdfium2.PdfiumError when the file cannot be read."""
         self.passages, self.current, self.page = list(passages), 0, page
         self._pdf_path, self._page_text = str(pdf_path), page_text
-        self.title.setText(f"<b>{Path(pdf_path).name}</b> — page {page}")
+        self.title.setText(f"<b>{escape(Path(pdf_path).name)}</b> — page {page}")
         self.stack.setCurrentWidget(self.scroll)
         self.marked_lines = []
         self._render()
@@ -331,7 +332,7 @@ class SourcePane(QWidget):
         """Show `text` (the file as the model read it) with the lines of `passages` (character
         ranges of `text`, strongest first) marked, scrolled to the strongest."""
         self.passages, self.current, self.page, self.rectangles = list(passages), 0, None, []
-        self.title.setText(f"<b>{Path(path).name}</b> — {path}")
+        self.title.setText(f"<b>{escape(Path(path).name)}</b> — {escape(str(path))}")
         if self._colours is not None:
             self._colours.setDocument(None)
         self.code.setPlainText(text)
