@@ -1,4 +1,4 @@
-"""The window shows text it did not write as that text (B20 in docs/REAL_WORLD_INPUTS.md).
+"""The window shows text it did not write as that text (B20, B21 in docs/REAL_WORLD_INPUTS.md).
 
 A document's title, a file's name, a warning and a model's answer may be written as markup. Qt
 would render such a string as rich text and read the images it names from disk (a device, a named
@@ -26,11 +26,13 @@ from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLabel  # noqa: E402
 
 from app import dialogs  # noqa: E402
+from app.chat import images_as_text  # noqa: E402
+from app.library import Library  # noqa: E402
 from app.open_flow import warning_note  # noqa: E402
 from engine.cloud import CloudPlan  # noqa: E402
 from engine.documents import load_document  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
-from window_driver import Probe, add_document, hover, pick, window_without_model  # noqa: E402
+from window_driver import Probe, add_document, hover, pick, stream_answer, window_without_model  # noqa: E402
 
 
 @pytest.fixture
@@ -98,6 +100,52 @@ def test_every_label_of_the_window_says_whether_it_shows_plain_or_rich_text(qtbo
     guessing = [label.objectName() or label.text() for label in window.findChildren(QLabel)
                 if label.textFormat() == Qt.TextFormat.AutoText]
     assert guessing == []
+
+
+def test_images_in_markdown_become_text_that_names_them():
+    assert images_as_text("Here is the chart: ![chart](/dev/zero)") == r"Here is the chart: \[image not shown: chart\]"
+    assert images_as_text('![](a.png "title") and ![ x ](file:///x)') == r"\[image not shown\] and \[image not shown: x\]"
+    assert images_as_text("![x][ref]\n\n[ref]: /dev/zero") == "!\\[x][ref]\n\n[ref]: /dev/zero", "a reference is a link"
+    assert images_as_text("![a [b] c](/dev/zero)") == "!\\[a [b] c](/dev/zero)"
+    code = "Write `![x](y.png)` or\n```\n![z](/dev/zero)\n```"
+    assert images_as_text(code) == code
+    assert images_as_text("No image [page 2], ![half") == "No image [page 2], !\\[half"
+
+
+def test_b21_images_an_answer_names_are_never_opened_streamed_or_reopened(qtbot, home, tmp_path, probe):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Revenue rose 12 % in 2024.\n", encoding="utf-8")
+    other = tmp_path / "other.txt"
+    other.write_text("Nothing here.\n", encoding="utf-8")
+    window = window_without_model(qtbot)
+    other_id = add_document(window, other, load_document(other))
+    document_id = add_document(window, notes, load_document(notes))
+    pick(window, document_id)
+    answers = {
+        f"Here is the chart: ![chart]({probe.path})": "Here is the chart: [image not shown: chart]",
+        "Relative: ![x](probe)": "Relative: [image not shown: x]",
+        f"As a file URL: ![y](file://{probe.path})": "As a file URL: [image not shown: y]",
+        f'In HTML: <img src="{probe.path}"> and <img src="probe">': f'In HTML: <img src="{probe.path}"> and <img src="probe">',
+        "By reference: ![z][chart]\n\n[chart]: probe": "By reference: ![z]chart",
+    }
+    for answer, shown in answers.items():
+        stream_answer(qtbot, window, document_id, "Show the chart", answer)
+        window.grab()
+        assert not probe.opened, answer
+        assert shown in window.chat.toPlainText()
+    pick(window, other_id)
+    pick(window, document_id)
+    window.grab()
+    assert not probe.opened, "the saved conversation shown again"
+    assert all(shown in window.chat.toPlainText() for shown in answers.values())
+    window.close()
+
+    again = window_without_model(qtbot, library=Library())
+    pick(again, document_id)
+    again.grab()
+    assert not probe.opened, "the saved conversation in a new window"
+    assert all(shown in again.chat.toPlainText() for shown in answers.values())
+    again.close()
 
 
 def test_dialogs_quote_titles_names_and_questions_as_typed(qtbot, home, probe):
