@@ -12,12 +12,12 @@ the command line (`engine.cli`) and the window's worker (`app.worker`) make.
 
 Everything that decides something about the engine lives here, once: where the prefix store is
 (`prefix_store_dir`), what a settings change implies (`SettingsChange.between`), how far the budget
-drops after an out-of-memory (`lowered_budget`), whether an exception is one (`out_of_memory`), and
+drops after an out-of-memory (`lowered_budget`; whether an exception is one: `engine.errors.out_of_memory`),
 how an answer is stored in the library (`answer_record`), what kind of failure an exception is
 (`error_kind`). Callers act on the results.
 
 Not thread-safe: one caller at a time (the window runs it on its worker thread only). The pure
-functions (`SettingsChange.between`, `lowered_budget`, `out_of_memory`, `answer_record`) read only
+functions (`SettingsChange.between`, `lowered_budget`, `answer_record`, `error_kind`) read only
 their arguments and may be called from any thread.
 """
 
@@ -39,7 +39,8 @@ from engine.attended import AttendedSpan
 from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
 from engine.documents import Document, PasswordRequiredError, WrongPasswordError
-from engine.errors import CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError
+from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
+                           out_of_memory)
 from engine.kvcache.recall import RecallStats
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, load_model
@@ -261,19 +262,6 @@ def lowered_budget(settings: EngineSettings) -> EngineSettings:
     sink = min(policy.sink_tokens, budget - window)
     return settings.replace(cache=policy.replace(budget_tokens=budget, window_tokens=window,
                                                  residual_tokens=residual, sink_tokens=sink))
-
-
-# torch.OutOfMemoryError is the name since torch 2.5; torch.cuda's is the same class.
-_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-
-
-def out_of_memory(exc: BaseException) -> str | None:
-    """"GPU" or "system" when `exc` says that memory ran out there; None for any other exception."""
-    if isinstance(exc, _OUT_OF_MEMORY):
-        return "GPU"
-    if isinstance(exc, MemoryError):
-        return "system"
-    return None
 
 
 def error_kind(exc: BaseException) -> ErrorKind:
