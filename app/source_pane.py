@@ -68,6 +68,12 @@ def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | Non
     return None
 
 
+def utf16_offset(text: str, index: int) -> int:
+    """Where character `index` of `text` is in UTF-16 code units, the unit of QTextDocument's
+    positions: a character beyond U+FFFF (an emoji) takes two, so code-point offsets drift after one."""
+    return index + sum(1 for char in text[:index] if ord(char) > 0xFFFF)
+
+
 def _skipped(char: str) -> bool:
     return char.isspace() or char in HYPHENS or char == "\ufffe"
 
@@ -342,8 +348,9 @@ class SourcePane(QWidget):
             self._colours.rehighlight()  # now: a new highlighter colours a document's text only later
         self.stack.setCurrentWidget(self.code)
         document = self.code.document()
-        self._lines = [(document.findBlock(p.char_start).blockNumber(),
-                        document.findBlock(max(p.char_start, p.char_end - 1)).blockNumber()) for p in passages]
+        self._lines = [(document.findBlock(utf16_offset(text, p.char_start)).blockNumber(),
+                        document.findBlock(utf16_offset(text, max(p.char_start, p.char_end - 1))).blockNumber())
+                       for p in passages]
         strongest = max((p.share for p in passages), default=1.0)
         selections, marked = [], set()
         for passage, (first, last) in zip(passages, self._lines, strict=True):
