@@ -401,7 +401,8 @@ class Workspace:
         made once). Raises SettingsError for invalid settings (nothing changes)."""
         new.validate()
         old, self.settings = self.settings, new
-        if (old.prefix_cache_disk_bytes, old.prefix_cache) != (new.prefix_cache_disk_bytes, new.prefix_cache):
+        store_changed = (old.prefix_cache_disk_bytes, old.prefix_cache) != (new.prefix_cache_disk_bytes, new.prefix_cache)
+        if store_changed:
             self._close_store()
         if change is None:
             change = SettingsChange.between(old, new)
@@ -412,7 +413,8 @@ class Workspace:
             self.session = DocumentSession(self.model, new, self.prefix_store())
         elif self.session is not None:
             self.session.settings = new  # answer length, temperature, recall budget: read at the next ask
-            self.session.store = self.prefix_store()
+            if store_changed:  # the store under its new disk budget; one the session turned off after an error stays off
+                self.session.store = self.prefix_store()
         return change
 
     # ------------------------------------------------------------ prefix store
