@@ -431,7 +431,8 @@ class Workspace:
         return self._store
 
     def prefix_entries(self) -> list[PrefixEntry] | None:
-        """The stored prefixes, least recently used first; None when the store cannot be used."""
+        """The stored prefixes, most recently used first (`halaman cache list` prints them so); None when
+        the store cannot be used. Raises CacheStoreError when its index cannot be read."""
         store = self.prefix_store(even_if_off=True)
         return store.entries() if store is not None else None
 

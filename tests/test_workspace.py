@@ -189,3 +189,16 @@ def test_a_settings_change_that_reopens_nothing_keeps_a_failed_prefix_store_off(
     assert workspace.session.store is None
     assert workspace.session.settings.max_new_tokens == 12 and workspace.ask("Which room?").text
     workspace.shutdown()
+
+
+def test_prefix_entries_come_most_recently_used_first_as_documented(home):
+    workspace = Workspace(SMALL)
+    store = workspace.prefix_store()
+    first, second = "a" * 64, "b" * 64
+    store.put(first, {"k": torch.zeros(4)}, {}, n_tokens=4, label="first")
+    store.put(second, {"k": torch.ones(4)}, {}, n_tokens=4, label="second")
+    assert [e.label for e in workspace.prefix_entries()] == ["second", "first"]
+    assert store.get(first) is not None  # a hit: used last
+    assert [e.label for e in workspace.prefix_entries()] == ["first", "second"]
+    assert "most recently used first" in Workspace.prefix_entries.__doc__
+    workspace.shutdown()
