@@ -14,6 +14,11 @@ The model is told to cite "[page 12]" or "[src/app.py]"; `link_citations` turns 
 `cite:` links (never inside code). Both lines link each label the same way, so clicking a cited or
 an attended label emits `citation_clicked(label, message_id)`: the link carries the answer's id
 (`cite:page%2012#42`), so that the source pane shows that answer's attended passages.
+
+An answer is untrusted text: it is Markdown without HTML, its images become text that names them
+(`images_as_text`), and the view loads no resource at all (`ChatView.loadResource`). An image an
+answer named used to be read from disk: `![chart](/dev/zero)` read until the app died, a named pipe
+froze it, and a saved conversation did both again on every reopen (B21).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import re
 from urllib.parse import quote, unquote
 
 from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
-from PySide6.QtGui import QColor, QDesktopServices, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtGui import (QColor, QDesktopServices, QImage, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
+                           QTextFormat)
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.library import MessageRecord
@@ -31,6 +37,8 @@ from engine.workspace import RecallOff
 
 CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
 _CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)
+_IMAGE = re.compile(r"!\[([^\[\]\n]*)\]\([^)\n]*\)")
+MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
 RENDER_EVERY_MS = 50
 
 
@@ -68,6 +76,18 @@ def link_citations(text: str, message_id: int | None = None) -> str:
         return f"[[{label}]]({cite_href(label, message_id)})" if looks_like_citation(label) else match.group(0)
 
     return "".join(part if part.startswith("`") else CITATION.sub(link, part) for part in _CODE.split(text))
+
+
+def images_as_text(text: str) -> str:
+    """Markdown with each image written as text that names it (`[image not shown: chart]`), code
+    spans and blocks untouched. An image written another way (a reference, brackets in its text)
+    loses its "!" and is a link, which the view never follows to a file."""
+    def placeholder(match: re.Match) -> str:
+        alt = match.group(1).strip()
+        return "\\[image not shown" + (f": {alt}" if alt else "") + "\\]"
+
+    return "".join(part if part.startswith("`") else _IMAGE.sub(placeholder, part).replace("![", "!\\[")
+                   for part in _CODE.split(text))
 
 
 CITED_TIP = "Pages or files the answer's text cites, checked against the document"
@@ -267,7 +287,7 @@ class ChatView(QTextBrowser):
     def _markdown(self, text: str, message_id: int | None = None) -> None:
         cursor = self._end_cursor()
         start = cursor.position()
-        cursor.insertMarkdown(link_citations(text, message_id))
+        cursor.insertMarkdown(link_citations(images_as_text(text), message_id), MARKDOWN)
         block = self.document().findBlock(start)
         code_format = None
         while block.isValid():
@@ -300,6 +320,11 @@ class ChatView(QTextBrowser):
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+    def loadResource(self, kind: int, url: QUrl) -> QImage:
+        """Nothing, for every image or style sheet the text names. An empty answer would make Qt
+        read the file itself."""
+        return QImage()
 
     def viewportEvent(self, event) -> bool:
         """Tooltips of the text under the mouse (the 'title' of a Cited / Attended label): a
@@ -348,5 +373,6 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-__all__ = ["ChatView", "citations", "cite_href", "link_citations", "sources_line", "attended_line", "recall_text", "read_spans", "footer_text",
+__all__ = ["ChatView", "citations", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
+           "read_spans", "footer_text",
            "looks_like_citation", "normalise_label"]

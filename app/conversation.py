@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QStackedWidget, QVBoxLayout, QWidget,
+    QCheckBox, QFrame, QHBoxLayout, QLineEdit, QPushButton, QStackedWidget, QVBoxLayout, QWidget,
 )
 
 from app.chat import ChatView
+from app.untrusted import plain_label
 
 
 class DropArea(QFrame):
@@ -26,10 +27,10 @@ class DropArea(QFrame):
         super().__init__(parent)
         self.setObjectName("dropArea")
         self.setAcceptDrops(False)
-        title = QLabel("Drop a PDF, a code folder or a text file here")
+        title = plain_label("Drop a PDF, a code folder or a text file here")
         title.setObjectName("dropTitle")
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        hint = QLabel("Halaman reads the whole document once, keeps a compressed KV cache of it,\n"
+        hint = plain_label("Halaman reads the whole document once, keeps a compressed KV cache of it,\n"
                       "and answers questions with a small model on this computer.")
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         hint.setObjectName("dropHint")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
 
+from app.untrusted import literal_rich_text
 from engine.cloud import CloudPlan
 
 READ, SUBFOLDER, DONT_READ = "read", "subfolder", "don't read"
@@ -18,6 +20,7 @@ def confirm_cloud(parent: QWidget, plan: CloudPlan, answer: Callable[[bool], Non
     box = QMessageBox(parent)
     box.setIcon(QMessageBox.Icon.Question)
     box.setWindowTitle("Send to the cloud?")
+    box.setTextFormat(Qt.TextFormat.PlainText)
     cut = " (cut to fit the endpoint's context)" if plan.was_cut else ""
     box.setText(f"Send this question and part of “{plan.document_title}” to {plan.endpoint} (model {plan.model})?")
     info = (f"Question: {plan.question}\n"
@@ -25,7 +28,7 @@ def confirm_cloud(parent: QWidget, plan: CloudPlan, answer: Callable[[bool], Non
             f"{len(plan.segments_sent)} pages/files{cut}")
     if plan.warnings:
         info += "\n\n" + "\n".join(f"• {w}" for w in plan.warnings)
-    box.setInformativeText(info)
+    box.setInformativeText(literal_rich_text(info))
     box.setDetailedText("Segments sent:\n" + "\n".join(plan.segments_sent))
     send = box.addButton("Send", QMessageBox.ButtonRole.AcceptRole)
     box.addButton("Don't send", QMessageBox.ButtonRole.RejectRole)
@@ -42,6 +45,7 @@ def confirm_long_read(parent: QWidget, name: str, estimate: str, *, folder: bool
     box = QMessageBox(parent)
     box.setIcon(QMessageBox.Icon.Question)
     box.setWindowTitle("This will take a while")
+    box.setTextFormat(Qt.TextFormat.PlainText)
     box.setText(f"Reading {name} is a long prefill: {estimate}.")
     box.setInformativeText("The KV cache is saved when it is done, so this happens once per document and model. "
                            + ("A subfolder reads faster and is often all a question needs." if folder else
@@ -62,7 +66,7 @@ def confirm_long_read(parent: QWidget, name: str, estimate: str, *, folder: bool
 def ask_password(parent: QWidget, name: str, wrong: bool) -> str | None:
     """Ask for a PDF password (modal). None if the user cancels."""
     prompt = f"That password does not open {name}. Try again:" if wrong else f"{name} is protected by a password:"
-    text, ok = QInputDialog.getText(parent, "Password needed", prompt, QLineEdit.EchoMode.Password)
+    text, ok = QInputDialog.getText(parent, "Password needed", literal_rich_text(prompt), QLineEdit.EchoMode.Password)
     return text if ok else None
 
 

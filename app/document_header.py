@@ -7,9 +7,10 @@ Intent out: `open_clicked()`. State in: `show_document(title, info, can_open)`, 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from app.library import DocumentRecord
+from app.untrusted import plain_label
 from engine.session import OpenReport
 from engine.units import format_bytes, size_ratio
 
@@ -43,9 +44,9 @@ class DocumentHeader(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("docHeader")
-        self.title = QLabel("No document open")
+        self.title = plain_label("No document open")
         self.title.setObjectName("docTitle")
-        self.info = QLabel("")
+        self.info = plain_label()
         self.info.setObjectName("docInfo")
         self.info.setWordWrap(True)
         self.open_button = QPushButton("Open")

@@ -16,9 +16,10 @@ import threading
 import traceback
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QtMsgType, Signal, qInstallMessageHandler
+from PySide6.QtCore import QObject, Qt, QtMsgType, Signal, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
+from app.untrusted import literal_rich_text
 from engine import paths
 
 log = logging.getLogger("halaman")
@@ -65,8 +66,9 @@ class ErrorReporter(QObject):
         box = QMessageBox(self.parent_widget)
         box.setIcon(QMessageBox.Icon.Critical)
         box.setWindowTitle("Halaman — unexpected error")
+        box.setTextFormat(Qt.TextFormat.PlainText)
         box.setText("Something went wrong that Halaman did not expect. Your documents and chat history are safe.")
-        box.setInformativeText(f"{message}\n\nDetails were written to {log_path()}.")
+        box.setInformativeText(literal_rich_text(f"{message}\n\nDetails were written to {log_path()}."))
         box.setDetailedText(details)
         box.open()  # non-blocking: the app keeps running
         self.dialogs = [d for d in self.dialogs if d.isVisible()] + [box]

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QSizePolicy, QVBoxLayout, QWidget
 
-from engine.units import format_bytes
+from app.untrusted import plain_label, rich_label
 from engine.memory import MemoryReport
+from engine.units import format_bytes
 
 AMBER_AT = 0.80
 RED_AT = 0.92
@@ -169,20 +170,19 @@ class MemoryGauge(QWidget):
         self.report: MemoryReport | None = None
         self.level = "ok"
         self.updates = 0
-        self.title = QLabel("Memory")
+        self.title = plain_label("Memory")
         self.title.setObjectName("gaugeTitle")
-        self.used = QLabel("")
+        self.used = rich_label()
         self.used.setObjectName("gaugeUsed")
         self.device_bar = _Bar(18)
-        self.legend = QLabel("No model loaded yet.")
+        self.legend = rich_label()
+        self.legend.setText("No model loaded yet.")
         self.legend.setObjectName("gaugeLegend")
-        self.legend.setTextFormat(Qt.TextFormat.RichText)
-        self.kv_title = QLabel("")
+        self.kv_title = plain_label()
         self.kv_title.setObjectName("gaugeTitle")
         self.kv_bar = _Bar(12)
-        self.kv_legend = QLabel("")
+        self.kv_legend = rich_label()
         self.kv_legend.setObjectName("gaugeLegend")
-        self.kv_legend.setTextFormat(Qt.TextFormat.RichText)
         top = QHBoxLayout()
         top.addWidget(self.title, 1)
         top.addWidget(self.used)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from app.library import CACHED, STALE, Library
+from app.untrusted import literal_rich_text, plain_label
 from engine.settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class LibraryPanel(QWidget):
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setAcceptDrops(False)
-        title = QLabel("Library")
+        title = plain_label("Library")
         title.setObjectName("sectionTitle")
         add_file = QPushButton("Open…")
         add_file.clicked.connect(self.open_file_requested)
@@ -99,7 +100,7 @@ class LibraryPanel(QWidget):
                 item.setData(TEXT_ROLE, item.text())
                 item.setData(ID_ROLE, row.id)
                 item.setData(PATH_ROLE, row.path)
-                item.setToolTip(f"{row.title}\n{row.path}\nprefix cache: {row.status}")
+                item.setToolTip(literal_rich_text(f"{row.title}\n{row.path}\nprefix cache: {row.status}"))
                 if row.is_open:
                     font = item.font()
                     font.setBold(True)
@@ -145,12 +146,12 @@ class LibraryPanel(QWidget):
             if item.data(PATH_ROLE) == path:
                 name = item.text().split("\n")[0]
                 item.setText(f"{name}\n{text}")
-                item.setToolTip(f"{name}\n{path}\n{text}")
+                item.setToolTip(literal_rich_text(f"{name}\n{path}\n{text}"))
                 return
         item = QListWidgetItem(f"{title}\n{text}")
         item.setData(ID_ROLE, None)
         item.setData(PATH_ROLE, path)
-        item.setToolTip(f"{title}\n{path}\n{text}")
+        item.setToolTip(literal_rich_text(f"{title}\n{path}\n{text}"))
         self.list.insertItem(0, item)
         if self.list.currentItem() is None:  # never take the highlight from a document the user picked
             self.list.setCurrentItem(item)

@@ -9,9 +9,10 @@ what a question may recall: `engine.estimate.kv_peak_bytes`, the gauge's mark).
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.gauge import MemoryGauge
+from app.untrusted import plain_label
 from engine.errors import HalamanError
 from engine.estimate import estimate, kv_peak_bytes
 from engine.memory import MemoryReport
@@ -59,7 +60,7 @@ class MemoryPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.gauge = MemoryGauge()
-        self.budget = QLabel()
+        self.budget = plain_label()
         self.budget.setObjectName("estimate")
         self.budget.setWordWrap(True)
         layout = QVBoxLayout(self)

@@ -14,10 +14,11 @@ import threading
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QTableWidget,
+    QAbstractItemView, QHBoxLayout, QHeaderView, QProgressBar, QPushButton, QTableWidget,
     QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
+from app.untrusted import plain_label
 from engine.errors import Cancelled, HalamanError
 from engine.models.catalog import CatalogModel, DeviceMemory, detect_memory, fit, load_catalog
 from engine.models.download import DownloadProgress, downloaded_folder, partial_bytes, pull
@@ -74,7 +75,7 @@ class ModelList(QWidget):
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
         self.bar.setVisible(False)
-        self.status = QLabel()
+        self.status = plain_label()
         self.status.setObjectName("modelStatus")
         self.status.setWordWrap(True)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.units import fmt_duration
+from app.untrusted import plain_label
 from engine.session import Phase, Progress
 
 TICK_MS = 500
@@ -22,7 +23,7 @@ class Banner(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("banner")
-        self.label = QLabel()
+        self.label = plain_label()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.action = QPushButton()
@@ -73,7 +74,7 @@ class ProgressPanel(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("progressPanel")
-        self.label = QLabel()
+        self.label = plain_label()
         self.label.setObjectName("progressLabel")
         self.bar = QProgressBar()
         self.bar.setTextVisible(False)

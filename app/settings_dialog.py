@@ -15,11 +15,12 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QApplication, QDialog, QDialogButtonBox, QFrame, QGroupBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget,
+    QApplication, QDialog, QDialogButtonBox, QFrame, QGroupBox, QHBoxLayout, QScrollArea, QVBoxLayout, QWidget,
 )
 
 from app.model_list import ModelList
 from app.settings_sections import CacheSection, CloudSection, ModelSection, PrefixSection, RecallSection, model_kind
+from app.untrusted import escape, plain_label
 from engine import secrets
 from engine.errors import HalamanError, SettingsError
 from engine.estimate import KNOWN_SHAPES, estimate
@@ -66,7 +67,7 @@ class SettingsDialog(QDialog):
         self.finished.connect(self.model_list.cancel)  # closing the dialog stops a download (it can resume)
         models_box = QGroupBox("Models to download (sizes, and whether each fits this machine with the budget below)")
         QVBoxLayout(models_box).addWidget(self.model_list)
-        self.error = QLabel()
+        self.error = plain_label()
         self.error.setObjectName("settingsError")
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #C62828; font-weight: 600;")
@@ -183,7 +184,7 @@ class SettingsDialog(QDialog):
             archive_tokens = self.document_tokens or ARCHIVE_PER_TOKENS
             archive = estimate(self.profile, policy, archive_tokens, recall).archive_bytes
         except HalamanError as exc:
-            self.cache.budget_info.setText(str(exc))
+            self.cache.budget_info.setText(escape(str(exc)))
             self.recall.info.setText("")
             return
         recalled = (f" + {format_bytes(at_budget.recall_bytes)} recalled while a question is answered"

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
+    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
     QPushButton, QSpinBox,
 )
 
+from app.untrusted import plain_label, rich_label
 from engine import secrets
 from engine.errors import SettingsError
 from engine.settings import EngineSettings
@@ -154,7 +155,7 @@ class CacheSection(Section):
     def __init__(self) -> None:
         super().__init__("KV cache (per layer and KV head)")
         self.budget = _spin(16, 1 << 20, 256, " tokens")
-        self.budget_info = QLabel()
+        self.budget_info = rich_label()
         self.budget_info.setWordWrap(True)
         self.budget_info.setObjectName("budgetInfo")
         self.sink = _spin(0, 1 << 16, 1, " tokens")
@@ -196,7 +197,7 @@ class RecallSection(Section):
         self.tokens.setToolTip("Tokens per layer and KV head a question may bring back from the archive; 0 = off")
         self.block = _spin(1, 1 << 16, 16, " tokens")
         self.block.setToolTip("The unit that is scored and recalled; must divide the prefill chunk")
-        self.info = QLabel()
+        self.info = rich_label()
         self.info.setWordWrap(True)
         self.info.setObjectName("recallInfo")
         self.form.addRow(self.archive)
@@ -234,7 +235,7 @@ class PrefixSection(Section):
         super().__init__("Prefix cache on disk")
         self.enabled = QCheckBox("Save each document's cache and reuse it next time")
         self.disk = _spin(0, 1 << 20, 256, " MiB")
-        self.usage = QLabel("—")
+        self.usage = plain_label("—")
         self.clear_button = QPushButton("Clear")
         self.clear_button.setToolTip("Delete every saved prefix cache (documents will be prefilled again)")
         self.clear_button.clicked.connect(self.clear_requested)
@@ -271,7 +272,7 @@ class CloudSection(Section):
         self.model = QLineEdit()
         self.key = QLineEdit()
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.key_state = QLabel()
+        self.key_state = plain_label()
         self.threshold = QDoubleSpinBox()
         self.threshold.setRange(-20.0, 0.0)
         self.threshold.setSingleStep(0.1)
@@ -280,7 +281,7 @@ class CloudSection(Section):
         self.confirm = QCheckBox("Show what would be sent and ask before sending")
         for label, widget in (("Endpoint URL", self.url), ("Model name", self.model), ("API key", self.key),
                               ("", self.key_state), ("Escalation threshold", self.threshold),
-                              ("", QLabel("mean log-probability per token of the local answer"))):
+                              ("", plain_label("mean log-probability per token of the local answer"))):
             self.form.addRow(label, widget)
         self.form.addRow(self.auto)
         self.form.addRow(self.confirm)

@@ -21,9 +21,10 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QSyntaxHighlighter, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea, QStackedWidget,
+from PySide6.QtWidgets import (QHBoxLayout, QPlainTextEdit, QPushButton, QScrollArea, QStackedWidget,
                                QTextEdit, QVBoxLayout, QWidget)
 
+from app.untrusted import escape, plain_label, rich_label
 from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.documents.hyphenation import HYPHENS
@@ -65,6 +66,12 @@ def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | Non
             return kept[at], kept[at + length - 1] + 1
         length //= 2 if length > 2 * SHORTEST_MATCH else length + 1  # halve, then give up
     return None
+
+
+def utf16_offset(text: str, index: int) -> int:
+    """Where character `index` of `text` is in UTF-16 code units, the unit of QTextDocument's
+    positions: a character beyond U+FFFF (an emoji) takes two, so code-point offsets drift after one."""
+    return index + sum(1 for char in text[:index] if ord(char) > 0xFFFF)
 
 
 def _skipped(char: str) -> bool:
@@ -202,7 +209,7 @@ class SourcePane(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("sourcePane")
-        self.title = QLabel()
+        self.title = rich_label()
         self.title.setWordWrap(True)
         self.previous_button = QPushButton("◀ Previous")
         self.next_button = QPushButton("Next ▶")
@@ -217,7 +224,7 @@ class SourcePane(QWidget):
             bar.addWidget(button)
         bar.addStretch(1)
         bar.addWidget(self.close_button)
-        self.page_label = QLabel()
+        self.page_label = plain_label()
         self.page_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter)
         self.scroll = PageScroll()
         self.scroll.setWidget(self.page_label)
@@ -260,7 +267,7 @@ class SourcePane(QWidget):
                 return
             except (pdfium.PdfiumError, OSError) as error:
                 self.show_text_file(document.source, segment.text, own)
-                self.title.setText(f"<b>{segment.label}</b> — the PDF could not be rendered ({error}); its text:")
+                self.title.setText(f"<b>{escape(segment.label)}</b> — the PDF could not be rendered ({escape(str(error))}); its text:")
                 return
         path = Path(document.source) / segment.path if segment.path else Path(document.source)
         self.show_text_file(path, segment.text, own)
@@ -272,7 +279,7 @@ class SourcePane(QWidget):
         pypdfium2.PdfiumError when the file cannot be read."""
         self.passages, self.current, self.page = list(passages), 0, page
         self._pdf_path, self._page_text = str(pdf_path), page_text
-        self.title.setText(f"<b>{Path(pdf_path).name}</b> — page {page}")
+        self.title.setText(f"<b>{escape(Path(pdf_path).name)}</b> — page {page}")
         self.stack.setCurrentWidget(self.scroll)
         self.marked_lines = []
         self._render()
@@ -331,7 +338,7 @@ class SourcePane(QWidget):
         """Show `text` (the file as the model read it) with the lines of `passages` (character
         ranges of `text`, strongest first) marked, scrolled to the strongest."""
         self.passages, self.current, self.page, self.rectangles = list(passages), 0, None, []
-        self.title.setText(f"<b>{Path(path).name}</b> — {path}")
+        self.title.setText(f"<b>{escape(Path(path).name)}</b> — {escape(str(path))}")
         if self._colours is not None:
             self._colours.setDocument(None)
         self.code.setPlainText(text)
@@ -341,8 +348,9 @@ class SourcePane(QWidget):
             self._colours.rehighlight()  # now: a new highlighter colours a document's text only later
         self.stack.setCurrentWidget(self.code)
         document = self.code.document()
-        self._lines = [(document.findBlock(p.char_start).blockNumber(),
-                        document.findBlock(max(p.char_start, p.char_end - 1)).blockNumber()) for p in passages]
+        self._lines = [(document.findBlock(utf16_offset(text, p.char_start)).blockNumber(),
+                        document.findBlock(utf16_offset(text, max(p.char_start, p.char_end - 1))).blockNumber())
+                       for p in passages]
         strongest = max((p.share for p in passages), default=1.0)
         selections, marked = [], set()
         for passage, (first, last) in zip(passages, self._lines, strict=True):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
 
 from app import dialogs
 from app.answer_stream import AnswerStream
@@ -17,6 +17,7 @@ from app.memory_panel import MemoryPanel
 from app.notices import Banner, ProgressPanel
 from app.source_pane import SourcePane
 from app.style import STYLE
+from app.untrusted import plain_label
 
 GAUGE_IDLE_MS = 2000      # gauge refresh while idle (MainWindow makes it faster while work runs)
 
@@ -61,7 +62,7 @@ def build_panels(window) -> None:
     window.splitter.setSizes([330, 790])
     window.splitter.setChildrenCollapsible(False)
     window.setCentralWidget(window.splitter)
-    window.model_status = QLabel("Loading the model…")
+    window.model_status = plain_label("Loading the model…")
     window.statusBar().addWidget(window.model_status, 1)
     window.setStyleSheet(STYLE)
     window.resize(1100, 720)

@@ -43,12 +43,12 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
-from engine.errors import ErrorKind
+from engine.errors import ErrorKind, out_of_memory
 from engine.memory import MemoryReport, remeasure
 from engine.models.loader import LoadedModel
 from engine.session import Progress
 from engine.settings import EngineSettings
-from engine.workspace import ModelInfo, SettingsChange, Workspace, error_kind, out_of_memory
+from engine.workspace import ModelInfo, SettingsChange, Workspace, error_kind
 
 log = logging.getLogger(__name__)
 

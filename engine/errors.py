@@ -6,6 +6,7 @@ window. Anything else escaping the engine is a bug.
 """
 
 import enum
+import sys
 
 
 class ErrorKind(enum.Enum):
@@ -44,6 +45,30 @@ class CacheStoreError(HalamanError):
     """The prefix-cache store on disk could not be used."""
 
 
+class OutOfMemory(HalamanError):
+    """Memory ran out during an engine call: `where` is "GPU" or "system". A lower KV budget
+    (`engine.workspace.lowered_budget`) or fewer other programs may let it through."""
+
+    def __init__(self, action: str, where: str) -> None:
+        super().__init__(f"{action} ran out of {where} memory: lower the KV budget or close other programs, then retry")
+        self.where = where
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """"GPU" or "system" when `exc` says that memory ran out there (torch's out-of-memory error,
+    MemoryError, an `OutOfMemory`); None for any other exception."""
+    if isinstance(exc, OutOfMemory):
+        return exc.where
+    torch = sys.modules.get("torch")  # not imported: no torch error to recognise, and none is imported for it
+    # torch.OutOfMemoryError is the name since torch 2.5; torch.cuda's is the same class.
+    torch_oom = getattr(torch, "OutOfMemoryError", None) or getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if torch_oom is not None and isinstance(exc, torch_oom):
+        return "GPU"
+    if isinstance(exc, MemoryError):
+        return "system"
+    return None
+
+
 class Cancelled(HalamanError):
     """The user cancelled a running prefill or generation."""
 
@@ -52,9 +77,10 @@ class Cancelled(HalamanError):
 
 
 def halaman_errors_only(action: str):
-    """Decorator for engine entry points: an exception that is not a HalamanError (a bug, or
-    MemoryError) leaves the call as a HalamanError whose one line names `action` ("opening the
-    document") and the exception's type; the original is chained (`__cause__`) for the log."""
+    """Decorator for engine entry points: nothing but a HalamanError leaves the call. Running out of
+    memory (`out_of_memory`) raises OutOfMemory naming `action` ("opening the document"), so callers
+    can offer a lower budget; any other exception (a bug) raises a HalamanError whose one line names
+    `action` and the exception's type, the original chained (`__cause__`) for the log."""
     import functools
 
     def wrap(function):
@@ -64,11 +90,14 @@ def halaman_errors_only(action: str):
                 return function(*args, **kwargs)
             except HalamanError:
                 raise
-            except MemoryError:
-                raise HalamanError(f"{action} ran out of memory: close other programs or lower the cache budget") from None
             except Exception as error:  # noqa: BLE001 - the boundary: nothing else may escape
-                first_line = str(error).splitlines()[0][:200] if str(error) else ""
-                raise HalamanError(f"{action} failed with an internal error ({type(error).__name__}: {first_line}): "
-                                   "please report it with the log") from error
+                where = out_of_memory(error)
+                if where is None:
+                    first_line = str(error).splitlines()[0][:200] if str(error) else ""
+                    raise HalamanError(f"{action} failed with an internal error ({type(error).__name__}: {first_line}): "
+                                       "please report it with the log") from error
+            # Raised outside the handler, without the original: its traceback holds the failed
+            # call's frames and the tensors they allocated, which the retry needs back.
+            raise OutOfMemory(action, where)
         return call
     return wrap

@@ -471,17 +471,26 @@ class DocumentSession:
             return None
 
     def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, warnings: list[RecallNotice | str]) -> Archive | None:
-        """Finish the archive, move it into the prefix store beside the snapshot, and open it."""
+        """Finish the archive, move it into the prefix store beside the snapshot, and open it. One
+        that cannot be opened is not kept: not in the store either, where the next prefix-cache hit
+        would find it."""
+        stored = False
         try:
             sha256, size = writer.finish()
             path = writer.path
             if saved:
                 path = self.store.put_archive(key, writer.path, sha256=sha256, size_bytes=size)
+                stored = True
             else:  # no store, or the snapshot was not stored: keep the archive for this session only
                 self._own_archive = path
             return Archive.open(path, expect=writer.layout)
         except (OSError, ArchiveError, HalamanError) as error:
             writer.abort()
+            if stored:
+                try:
+                    self.store.drop_archive(key)
+                except CacheStoreError:
+                    pass  # still indexed: the next hit checks its checksum and drops it then
             warnings.append(self._without_archive(f"its archive was not kept ({error})"))
             return None
 

@@ -12,12 +12,12 @@ the command line (`engine.cli`) and the window's worker (`app.worker`) make.
 
 Everything that decides something about the engine lives here, once: where the prefix store is
 (`prefix_store_dir`), what a settings change implies (`SettingsChange.between`), how far the budget
-drops after an out-of-memory (`lowered_budget`), whether an exception is one (`out_of_memory`), and
+drops after an out-of-memory (`lowered_budget`; whether an exception is one: `engine.errors.out_of_memory`),
 how an answer is stored in the library (`answer_record`), what kind of failure an exception is
 (`error_kind`). Callers act on the results.
 
 Not thread-safe: one caller at a time (the window runs it on its worker thread only). The pure
-functions (`SettingsChange.between`, `lowered_budget`, `out_of_memory`, `answer_record`) read only
+functions (`SettingsChange.between`, `lowered_budget`, `answer_record`, `error_kind`) read only
 their arguments and may be called from any thread.
 """
 
@@ -39,8 +39,9 @@ from engine.attended import AttendedSpan
 from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
 from engine.documents import Document, PasswordRequiredError, WrongPasswordError
+from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
+                           out_of_memory)
 from engine.evidence.select import FoundSpan, found_spans
-from engine.errors import CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError
 from engine.kvcache.recall import RecallStats
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, load_model
@@ -264,19 +265,6 @@ def lowered_budget(settings: EngineSettings) -> EngineSettings:
                                                  residual_tokens=residual, sink_tokens=sink))
 
 
-# torch.OutOfMemoryError is the name since torch 2.5; torch.cuda's is the same class.
-_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-
-
-def out_of_memory(exc: BaseException) -> str | None:
-    """"GPU" or "system" when `exc` says that memory ran out there; None for any other exception."""
-    if isinstance(exc, _OUT_OF_MEMORY):
-        return "GPU"
-    if isinstance(exc, MemoryError):
-        return "system"
-    return None
-
-
 def error_kind(exc: BaseException) -> ErrorKind:
     """Which `ErrorKind` `exc` is (pure: reads only its argument; the most specific kind wins)."""
     if isinstance(exc, Cancelled):
@@ -430,7 +418,8 @@ class Workspace:
         made once). Raises SettingsError for invalid settings (nothing changes)."""
         new.validate()
         old, self.settings = self.settings, new
-        if (old.prefix_cache_disk_bytes, old.prefix_cache) != (new.prefix_cache_disk_bytes, new.prefix_cache):
+        store_changed = (old.prefix_cache_disk_bytes, old.prefix_cache) != (new.prefix_cache_disk_bytes, new.prefix_cache)
+        if store_changed:
             self._close_store()
         if change is None:
             change = SettingsChange.between(old, new)
@@ -441,7 +430,8 @@ class Workspace:
             self.session = DocumentSession(self.model, new, self.prefix_store())
         elif self.session is not None:
             self.session.settings = new  # answer length, temperature, recall budget: read at the next ask
-            self.session.store = self.prefix_store()
+            if store_changed:  # the store under its new disk budget; one the session turned off after an error stays off
+                self.session.store = self.prefix_store()
         return change
 
     # ------------------------------------------------------------ prefix store
@@ -458,7 +448,8 @@ class Workspace:
         return self._store
 
     def prefix_entries(self) -> list[PrefixEntry] | None:
-        """The stored prefixes, least recently used first; None when the store cannot be used."""
+        """The stored prefixes, most recently used first (`halaman cache list` prints them so); None when
+        the store cannot be used. Raises CacheStoreError when its index cannot be read."""
         store = self.prefix_store(even_if_off=True)
         return store.entries() if store is not None else None
 

@@ -515,20 +515,22 @@ def test_a_low_confidence_local_answer_escalates_to_the_cloud_by_itself(make_win
 
 
 def test_out_of_memory_offers_to_lower_the_budget_and_retry(make_window, qtbot, tmp_path, monkeypatch):
+    """Memory runs out inside the engine's open (where its boundary turns what is raised into a
+    HalamanError), as a real prefill does, not above it."""
     import torch
 
-    from engine.workspace import Workspace
+    from engine.session import DocumentSession
 
-    real_open = Workspace.open
+    real_encode = DocumentSession._encode_document
     calls = []
 
-    def open_once_out_of_memory(self, path, **kwargs):
+    def encode_once_out_of_memory(self, document):
         calls.append(self.settings.cache.budget_tokens)
         if len(calls) == 1:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_open(self, path, **kwargs)
+        return real_encode(self, document)
 
-    monkeypatch.setattr(Workspace, "open", open_once_out_of_memory)
+    monkeypatch.setattr(DocumentSession, "_encode_document", encode_once_out_of_memory)
     window = make_window()
     window.open_path(str(text_doc(tmp_path)))
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=30_000)

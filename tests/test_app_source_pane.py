@@ -98,6 +98,16 @@ def test_a_pdf_passage_is_drawn_over_its_characters_and_a_text_passage_marks_its
     assert not pane.isVisible()
 
 
+def test_lines_after_emoji_are_marked_where_the_passage_is(qtbot, tmp_path):
+    """Passages are code-point offsets; Qt counts UTF-16 units, two for each emoji before them."""
+    text = "".join(f"note {i} \U0001f642\U0001f642\U0001f642\U0001f642\n" for i in range(30)) + "the answer is here\nlast\n"
+    at = text.index("the answer")
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.show_text_file(tmp_path / "notes.txt", text, [AttendedSpan(0, "notes.txt", None, None, at, at + 18, 0.7)])
+    assert pane.marked_lines == [31] and pane.code.textCursor().blockNumber() == 30
+
+
 def test_a_passage_with_words_joined_across_line_ends_is_drawn_over_all_its_lines(qtbot, corpus):
     """B28: the segment text says "document" where the page prints "docu-" / "ment" (PDFium:
     "docu\ufffement"); the highlight still covers the sentence down to its last line."""

@@ -118,6 +118,27 @@ def test_the_archive_is_reused_on_a_prefix_hit_and_a_damaged_one_is_dropped_with
     assert store.archive(entry.key) is None and not path.exists()
 
 
+class DamagingStore(PrefixStore):
+    """A real store on a disk that damages each archive right after it is moved into place (a bad
+    sector, another program writing there): it is stored and indexed, but cannot be opened."""
+
+    def put_archive(self, key, temp, *, sha256, size_bytes):
+        path = super().put_archive(key, temp, sha256=sha256, size_bytes=size_bytes)
+        path.write_bytes(path.read_bytes()[:64])
+        return path
+
+
+def test_an_archive_that_cannot_be_opened_after_it_was_stored_is_dropped_from_the_store(smol, tmp_path):
+    store = DamagingStore(tmp_path / "prefix", disk_budget_bytes=512 * 1024**2)
+    report = DocumentSession(smol, settings(), store).open(haystack())
+    assert any("its archive was not kept" in w for w in report.warnings)
+    [entry] = store.entries()
+    assert entry.archive_bytes == 0 and store.archive(entry.key) is None, "the warning says it was not kept"
+    assert not list(store.root.glob("*.archive.safetensors"))
+    again = DocumentSession(smol, settings(), store).open(haystack())
+    assert again.prefix_hit and any("it has no archive" in w for w in again.warnings)
+
+
 @pytest.mark.parametrize("selection", ["blocks", "spans"])
 def test_sources_name_the_page_whose_recalled_tokens_were_attended(smol, selection):
     session = DocumentSession(smol, settings(selection=selection), None)

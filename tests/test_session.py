@@ -5,12 +5,14 @@ import time
 from collections import Counter
 
 import pytest
+import torch
 
 from engine.documents import DocumentError, load_document
-from engine.errors import Cancelled, HalamanError, SettingsError
+from engine.errors import Cancelled, ErrorKind, HalamanError, OutOfMemory, SettingsError
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession, Phase
 from engine.settings import CachePolicy, EngineSettings
+from engine.workspace import error_kind
 
 SMALL = EngineSettings(cache=CachePolicy(budget_tokens=512, window_tokens=128, residual_tokens=64, chunk_tokens=256), max_new_tokens=24)
 
@@ -177,6 +179,30 @@ def test_bad_input_gives_one_line_errors(smol, corpus, tmp_path):
         session.ask("   ")
     with pytest.raises(SettingsError, match="sink"):
         SMALL.cache.replace(budget_tokens=100, window_tokens=128)
+
+
+@pytest.mark.parametrize("raised,where", [(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "GPU"),
+                                           (MemoryError(), "system")], ids=["gpu", "system"])
+def test_running_out_of_memory_while_opening_is_reported_as_out_of_memory(smol, tmp_path, raised, where):
+    """Raised inside `open` (here where the prefill reports its first chunk), not above it: the
+    boundary used to turn it into "an internal error", so the window never offered a lower budget."""
+    doc = tmp_path / "d.txt"
+    doc.write_text("Halaman reads whole documents. " * 40)
+    session = DocumentSession(smol, SMALL)
+
+    def run_out(progress):
+        if progress.phase is Phase.PREFILL:
+            raise raised
+
+    with pytest.raises(OutOfMemory) as error:
+        session.open(str(doc), progress=run_out)
+    assert error_kind(error.value) is ErrorKind.OOM and error.value.where == where
+    assert str(error.value) == (f"opening the document ran out of {where} memory: lower the KV budget or close other "
+                                "programs, then retry")
+    assert error.value.__context__ is None, "the failed prefill's frames (and their tensors) are let go"
+    with pytest.raises(HalamanError, match="no document is open"):
+        session.ask("What?")
+    assert session.open(str(doc)).document_tokens > 0
 
 
 def test_prefill_eta_follows_chunks_that_slow_down_as_the_cache_fills():

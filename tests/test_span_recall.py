@@ -13,11 +13,14 @@ import torch
 
 from engine.documents import Document, Segment
 from engine.evidence.code_units import code_spans, indexed_names, segment_spans
+from engine.evidence.select import select
 from engine.kvcache.archive import Archive
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.prefix_store import PrefixStore
+from engine.prompt import chat_layout, encode_document
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
+from engine.spans import DocumentSpans
 from engine.text_index import (
     IndexDamaged,
     TextIndex,
@@ -100,6 +103,27 @@ def test_a_question_sharing_no_word_with_the_document_reads_its_opening_not_bloc
     answer = session.ask("Qzxv wkpt?")
     assert answer.recall is not None and answer.recall.blocks_scored == 0
     assert answer.recall.spans[0] == "page 1" and set(answer.recall.signals) == {"map"}
+
+
+def test_a_span_cut_to_the_recall_budget_ends_where_its_tokens_end_and_none_is_chosen_without_room(smol):
+    """The best span is bigger than the budget leaves: it is read cut, its character end moved with
+    its token end (it used to keep the whole page's and be labelled as all of it); with no room for
+    one token of its text, nothing is chosen (it used to be an empty span)."""
+    document = book()
+    encoding = encode_document(smol.tokenizer, chat_layout(smol.tokenizer), document)
+    spans = DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
+                                len(encoding.ids), None)
+    around = spans.head_tokens + spans.n_tokens - spans.text_end  # the template's head and tail, recalled too
+    whole = select(spans, QUESTION, budget_tokens=10_000, max_spans=1)
+    [best] = whole.chosen
+    page = document.segments[best.segment].text
+    assert page[best.char_start:best.char_end].strip() == page.strip(), "the needle's page, whole"
+
+    [cut] = select(spans, QUESTION, budget_tokens=around + best.tokens - 20, max_spans=1).chosen
+    assert cut.token_end == best.token_end - 20 and cut.tokens == best.tokens - 20
+    assert best.char_start < cut.char_end < best.char_end
+    assert page[cut.char_start:cut.char_end] == page[best.char_start:spans.char_at(best, cut.token_end)]
+    assert select(spans, QUESTION, budget_tokens=around + best.marker_tokens, max_spans=1).chosen == []
 
 
 def test_span_recall_reads_exactly_the_archived_tokens_in_every_layer(smol, store):

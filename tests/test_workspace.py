@@ -168,3 +168,37 @@ def test_workspace_goes_on_without_an_unusable_prefix_store(home):
     assert workspace.prefix_entries() is None
     [notice] = workspace.notices
     assert notice.startswith("the prefix cache cannot be used (")
+
+
+def test_a_settings_change_that_reopens_nothing_keeps_a_failed_prefix_store_off(smol, home, tmp_path):
+    """The store fails while the document is saved (its folder became a file); the session goes on
+    without it. A new answer length needs nothing reopened and must not hand the session the failed
+    store again."""
+    doc = tmp_path / "notes.md"
+    doc.write_text("The meeting is on Tuesday at 10 in room 4. The code word is PELICAN.\n")
+    workspace = Workspace(SMALL, lambda _settings: smol)
+    workspace.ensure_model()
+    folder = prefix_store_dir()
+    folder.rename(tmp_path / "moved")
+    folder.write_text("a file where the cache folder should be")
+    opened = workspace.open(str(doc))
+    assert any(w.startswith("the prefix cache stopped working and is off for this session") for w in opened.report.warnings)
+    assert workspace.session.store is None
+
+    assert workspace.apply_settings(SMALL.replace(max_new_tokens=12)) is SettingsChange.NOTHING
+    assert workspace.session.store is None
+    assert workspace.session.settings.max_new_tokens == 12 and workspace.ask("Which room?").text
+    workspace.shutdown()
+
+
+def test_prefix_entries_come_most_recently_used_first_as_documented(home):
+    workspace = Workspace(SMALL)
+    store = workspace.prefix_store()
+    first, second = "a" * 64, "b" * 64
+    store.put(first, {"k": torch.zeros(4)}, {}, n_tokens=4, label="first")
+    store.put(second, {"k": torch.ones(4)}, {}, n_tokens=4, label="second")
+    assert [e.label for e in workspace.prefix_entries()] == ["second", "first"]
+    assert store.get(first) is not None  # a hit: used last
+    assert [e.label for e in workspace.prefix_entries()] == ["first", "second"]
+    assert "most recently used first" in Workspace.prefix_entries.__doc__
+    workspace.shutdown()
