@@ -53,6 +53,13 @@ QUESTION_WORDS = frozenset(
     "declared located contain contains mentioned".split()
 )
 
+# The document naming itself ("What does the book call …?", "Which classes does the library
+# provide?"): it says where, not what, and the spans that say "book" most (a preface, a title page)
+# would win for it. Only with a determiner, so "Which book does the author cite?" keeps its word.
+_SELF_REFERENCE = re.compile(
+    r"\b(?:the|this|that|your|its)\s+(?:book|paper|report|article|manual|guide|document|library|project|repository|"
+    r"repo|package|code ?base|filing|thesis)\b", re.IGNORECASE)
+
 _WORD = re.compile(r"\w+")
 # Scripts written without spaces between words: CJK ideographs, kana, Hangul, Thai, Lao, Khmer, Myanmar.
 _UNSPACED = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
@@ -207,15 +214,18 @@ class TextIndex:
             raise
 
     def search(self, query: str, limit: int = 8) -> list[Hit]:
-        """The best `limit` spans for the words of `query` but its QUESTION_WORDS (unless it has
-        no others), best first (BM25, k1 = 1.2, b = 0.75; Robertson & Zaragoza 2009; the names a
+        """The best `limit` spans for the words of `query` but its QUESTION_WORDS and the
+        document's name for itself ("the book"; unless it has no others), best first (BM25, k1 = 1.2, b = 0.75; Robertson & Zaragoza 2009; the names a
         span defines weigh DEFINITION_WEIGHT times its text). Empty when no term of the query
         occurs in any span."""
-        every = list(dict.fromkeys(terms(query)))
+        asked = _SELF_REFERENCE.sub(" ", query)
+        if not terms(asked):
+            asked = query
+        every = list(dict.fromkeys(terms(asked)))
         words = [w for w in every if w not in QUESTION_WORDS] or every
         if not words:
             return []
-        words += [c for c in compounds(query) if c not in words]
+        words += [c for c in compounds(asked) if c not in words]
         match = " OR ".join(f'"{w}"' for w in words)  # quoted: a question is never FTS5 syntax
         rows = self._db.execute("SELECT rowid, -bm25(spans, 1.0, ?) AS score FROM spans WHERE spans MATCH ? "
                                 "ORDER BY score DESC LIMIT ?", (DEFINITION_WEIGHT, match, limit)).fetchall()

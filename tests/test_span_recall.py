@@ -255,6 +255,15 @@ def test_words_that_say_where_the_answer_is_do_not_rank_a_span(corpus):
     assert rank(["a page about files", "nothing"], "Which file?")[0] > 0, "a question of only such words still searches"
 
 
+def test_the_document_naming_itself_does_not_rank_a_span():
+    preface = "This book is for beginners. The book teaches Python; each chapter of the book ends with exercises."
+    glossary = "fruitful function: A function that returns a value. void function: A function that returns None."
+    scores = rank([preface, glossary], "What does the book call a function that returns a value?")
+    assert scores[1] > scores[0] == 0, scores  # "the book" says where to look, not what to find
+    assert rank([preface, glossary], "Which book does this chapter recommend?")[0] > 0, "a book without a determiner is a word"
+    assert rank([preface, glossary], "What is this book?")[0] > 0, "a question of nothing else still searches"
+
+
 def test_split_spans_cover_the_text_at_line_ends():
     text = "\n".join(f"line {i} " + "x" * 50 for i in range(200))
     spans = split_spans(text, max_chars=1000)
