@@ -59,7 +59,7 @@ from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
-from engine.threads import apply_threads
+from engine.threads import ThreadGovernor, apply_threads
 from engine.units import format_bytes
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
@@ -227,8 +227,10 @@ class DocumentSession:
         archive = None
         threads = 0
         if cache is None:
+            governor = None
             if self.model.device.type == "cpu":  # the load may have changed since the model loaded
                 threads = apply_threads(self.settings.threads)
+                governor = ThreadGovernor(self.settings.threads)  # and it changes during a long read
             rate_key = RateKey(self.model.label, self.model.device.type, self.model.weights_label, threads)
             if before_prefill is not None:
                 plan = read_time.plan_read(len(prefix_ids), rate_key, self.model.parameters)
@@ -241,7 +243,7 @@ class DocumentSession:
             clock = PrefillClock(policy.budget_tokens)
             try:
                 self.model.decoder.prefill(
-                    torch.tensor(prefix_ids), cache, cancel=cancel, archive=writer,
+                    torch.tensor(prefix_ids), cache, cancel=cancel, archive=writer, governor=governor,
                     progress=lambda done, total, elapsed: notify(clock(done, total, elapsed)),
                 )
             except BaseException:

@@ -24,6 +24,7 @@ from engine.kvcache.cache import CacheShape, CompressedCache
 from engine.kvcache.recall import Recaller
 from engine.models.int4_cpu import Int4Linear, can_fuse, fuse
 from engine.settings import CachePolicy
+from engine.threads import ThreadGovernor
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -182,13 +183,15 @@ class CompressedDecoder:
         cancel: threading.Event | None = None,
         archive: ArchiveWriter | None = None,
         recaller: Recaller | None = None,
+        governor: ThreadGovernor | None = None,
     ) -> torch.Tensor:
         """Feed `token_ids` `[n]` in chunks of `policy.chunk_tokens`; returns the last logits `[1, vocab]`.
 
         Memory peaks at budget + one chunk: each chunk attends to the compressed cache plus itself
         and the cache is evicted back to the budget before the next chunk.
         `archive` receives every chunk (see `forward`); `recaller` recalls with the first chunk's
-        queries (a question is one chunk). Raises ValueError for an empty input, Cancelled when
+        queries (a question is one chunk); `governor` re-decides the CPU threads after each chunk
+        (`engine.threads.ThreadGovernor`). Raises ValueError for an empty input, Cancelled when
         `cancel` is set.
         """
         n = int(token_ids.numel())
@@ -200,6 +203,8 @@ class CompressedDecoder:
         for first in range(0, n, step):
             logits = self.forward(token_ids[first : first + step], cache, cancel=cancel, archive=archive,
                                   recaller=recaller if first == 0 else None)
+            if governor is not None:
+                governor.step()
             if progress is not None:
                 progress(min(first + step, n), n, time.perf_counter() - began)
         if n > step:  # a document, not a question: give the chunk-sized buffer back
