@@ -1,8 +1,8 @@
 """Shared helpers of the KV-cache benchmarks: environment, model, prompts, metrics, tables, plots.
 
 Every script calls `setup()` first: it pins torch to `--threads` (default 1; on a shared 2-core
-machine two OpenMP threads fighting other processes made our chunked prefill ~8x slower, see
-docs/BENCHMARKS.md), points HALAMAN_HOME at a reusable scratch folder (bench/.home unless set) so the
+machine two OpenMP threads fighting other processes made our chunked prefill several times
+slower), points HALAMAN_HOME at a reusable scratch folder (bench/.home unless set) so the
 one-off GGUF conversion is cached, and keeps transformers offline and quiet.
 """
 
@@ -54,6 +54,24 @@ def setup(threads: int = 1) -> None:
     hf_logging.disable_progress_bar()
     OUT.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
+
+
+def selection_flags(parser) -> None:
+    """--words-relative / --words-at-most: how many spans the words alone may add to a question's
+    reading (engine.evidence.select's RELATIVE_SCORE and WORDS_AT_MOST), to measure other limits."""
+    parser.add_argument("--words-relative", type=float, help="a further words span is read above this share of the best")
+    parser.add_argument("--words-at-most", type=int, help="words spans read when nothing else chose any")
+
+
+def apply_selection_flags(args) -> dict:
+    """Set the limits `selection_flags` parsed; returns the limits in force, for the results' meta."""
+    import engine.evidence.select as select
+
+    if args.words_relative is not None:
+        select.RELATIVE_SCORE = args.words_relative
+    if args.words_at_most is not None:
+        select.WORDS_AT_MOST = args.words_at_most
+    return {"words_relative": select.RELATIVE_SCORE, "words_at_most": select.WORDS_AT_MOST}
 
 
 def corpus_dir() -> Path:

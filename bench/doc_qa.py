@@ -200,8 +200,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--name", default="doc_qa")
     parser.add_argument("--weights", default="auto", help="auto (the app's), int4, full, 4bit")
+    common.selection_flags(parser)
     args = parser.parse_args()
     common.setup(args.threads)
+    limits = common.apply_selection_flags(args)
 
     from engine.models.loader import load_model
     from engine.prefix_store import PrefixStore
@@ -215,7 +217,7 @@ def main() -> None:
     for name in args.sets or ["P16-dev", "requests-dev"]:
         rows += run_set(name, args.arms, settings, store, model, args.limit, args.max_new_tokens)
     meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
-            "model": model.label, "weights": model.weights_label, "settings": "app defaults"}
+            "model": model.label, "weights": model.weights_label, "settings": "app defaults", **limits}
     columns = ["set", "arm", "kind", "q", "hit", "answer", "answer_segment", "spans", "signals", "recalled", "source_rank",
                "sources", "ttft_s", "decode_tokens_per_s", "recall_s", "answer_tokens"]
     common.write_results(args.name, rows, columns, meta)

@@ -226,8 +226,10 @@ def main() -> None:
     parser.add_argument("--set", action="append", dest="sets", help=f"question set (default: all of {', '.join(SETS)})")
     parser.add_argument("--before", default="cb17472", help="the commit whose selection is the 'before' arm")
     parser.add_argument("--name", default="evidence")
+    common.selection_flags(parser)
     args = parser.parse_args()
     common.setup(1)
+    limits = common.apply_selection_flags(args)
 
     from transformers import AutoTokenizer
 
@@ -245,7 +247,8 @@ def main() -> None:
     for name in args.sets or SETS:
         rows += run_set(name, before, tokenizer, layout, settings, doc_key)
     meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
-            "before": args.before, "recall_tokens": settings.recall.recall_tokens, "max_spans": settings.recall.max_spans}
+            "before": args.before, "recall_tokens": settings.recall.recall_tokens, "max_spans": settings.recall.max_spans,
+            **limits}
     columns = ["set", "arm", "document", "kind", "q", "evidence", "found_any", "found_all", "rank", "tokens", "chosen",
                "select_s", "index_build_s", "document_tokens"]
     common.write_results(args.name, rows, columns, meta)
