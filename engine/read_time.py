@@ -28,11 +28,10 @@ from engine.units import format_duration
 # A read planned to take at least this long (seconds) is a long read: the caller is asked first.
 LONG_READ_S = 600.0
 # Prefills shorter than this (tokens) are not recorded: their rate is dominated by fixed costs and
-# by a cache that is not full yet (2k tokens ran at 326 tokens/s, the whole 129k book at 144,
-# docs/BENCHMARKS.md section 5a).
+# by a cache that is not full yet, so they would promise a long read too much.
 MIN_MEASURED_TOKENS = 2048
 # Measurements kept per key; the plan uses their median. One read while another process shared
-# the cores (92 tokens/s against 144, BENCHMARKS 5a) then does not set the next estimate alone,
+# the cores then does not set the next estimate alone,
 # and a lasting change (a new machine load, a new build) takes over after two reads.
 RATES_KEPT = 3
 # Keys kept in the file, least recently measured dropped first (models x devices x weights x threads).
@@ -41,8 +40,9 @@ RATES_FILE = "read_speed.json"
 _FORMAT = 1
 
 # The guess when nothing is measured: whole-read prefill rates of the embedded SmolLM2-135M
-# (tokens/s), scaled by the model's size. CPU: 144 tokens/s, the 129,024-token book on 2 threads of
-# a 2-core Xeon, float32 weights (docs/BENCHMARKS.md section 5a; per 512-token chunk 176-189).
+# (tokens/s), scaled by the model's size. CPU: the whole-book rate of the float32 attention path that a
+# CPU without AVX-512 BF16 takes, the slower of the two (the int4 path's is in docs/BENCHMARKS.md §5),
+# so a read is more likely warned about than not.
 # CUDA: not measured (BENCHMARKS has no GPU run); 2,000 is an assumption, on the low side for a
 # model this small, so a GPU read is more likely warned about than not.
 DEFAULT_TOKENS_PER_S = {"cpu": 144.0, "cuda": 2000.0}

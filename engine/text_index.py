@@ -2,9 +2,9 @@
 
 Recall at book length starts here (`engine.session`): the question's words find the spans (pages,
 or parts of long pages and files) that may answer it, and the session recalls those spans whole
-from the archive. The same ranking cuts a document for the cloud (`engine.cloud.plan`). At 131k
-tokens the question's attention put the page that answers it at a median rank of ~81 of 288, BM25
-over the pages put it first for 10 of 11 questions (docs/BENCHMARKS.md §6).
+from the archive. The same ranking cuts a document for the cloud (`engine.cloud.plan`). The words
+find the page that answers far more often than the question's own attention does on the default
+model (docs/BENCHMARKS.md §7).
 
 Terms (`terms`): words in any script, lower-cased, after NFKC; identifiers are also split
 (`parse_header_links` → parse, header, links; `HTTPDigestAuth` → http, digest, auth); CJK, Thai and
@@ -71,7 +71,7 @@ DEFINITION_WEIGHT = 3.0
 `engine.evidence.code_units`) against 1.0 for its text, so the file
 that defines `TooManyRedirects` outranks the one that raises it (a code search engine's usual symbol
 boost, as Zoekt and Sourcegraph rank symbol matches). Measured on the requests-dev questions:
-docs/BENCHMARKS.md §6."""
+docs/BENCHMARKS.md §7."""
 
 def terms(text: str) -> list[str]:
     """The index terms of `text` in order (see the module docstring); stopwords and one-letter

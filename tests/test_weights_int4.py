@@ -1,5 +1,5 @@
 """CPU low-bit weights (`engine.models.int4_cpu`): exact on GGUF's Q4_1 / Q8_0 grids, and the embedded
-model's int4 logits close to float32's on real text (docs/BENCHMARKS.md, section 5e)."""
+model's int4 logits close to float32's on real text (docs/BENCHMARKS.md §3)."""
 
 import pytest
 import torch

@@ -278,7 +278,7 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
     A query whose every key is masked (not reachable: a chunk always sees itself) gets a zero
     output here and NaN on the materialised path.
     Summing the scores from a subsample of queries instead (every 2nd to 8th) was cheaper but made
-    the continuation probe's KL 5-20 % worse at 75-90 % dropped (docs/BENCHMARKS.md, section 5g).
+    the continuation probe's KL worse at 75-90 % dropped (`bench/prefill_attention.py`).
     """
     kv_heads, group, chunk, head_dim = query.shape
     bf16 = torch.bfloat16

@@ -20,7 +20,7 @@ The kernel is built for a few rows (a decode step): at a prefill chunk's 512 row
 projections no faster than float32, and a read 8 % slower. On a CPU with AVX-512 BF16 an
 `Int4Linear` therefore also keeps its weight dequantized to bfloat16 and runs chunks of more than
 `KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there; without AVX-512 BF16
-bfloat16 matmuls were slower than float32 (docs/BENCHMARKS.md, section 5d), so chunks take the kernel.
+bfloat16 matmuls were slower than float32, so chunks take the kernel.
 """
 
 from __future__ import annotations

@@ -6,12 +6,11 @@ Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub i
 once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`
 or without quantization; "int4" then replaces every linear layer in place
 (`engine.models.int4_cpu.quantize_for_cpu`). bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA
-but dequantizes every matrix on every call on a CPU. Tried and left (docs/BENCHMARKS.md, section
-5e): torchao 0.18's `quantize_` with `Int8WeightOnlyConfig` / `Int8DynamicActivationInt8WeightConfig`
-ran the LM head 6x slower than float32 in eager mode and no faster compiled; torch's x86 dynamic
-int8 linear (`torch.ao.quantization.quantize_dynamic`) ran it 10x faster but quantizes activations
-per tensor: on the default model +2 % perplexity for the LM head alone and +9 % for every layer
-even one token at a time (SmolLM2's outlier activations).
+but dequantizes every matrix on every call on a CPU. Tried and left: torchao 0.18's `quantize_`
+with `Int8WeightOnlyConfig` / `Int8DynamicActivationInt8WeightConfig` ran the LM head slower than
+float32 in eager mode and no faster compiled; torch's x86 dynamic int8 linear
+(`torch.ao.quantization.quantize_dynamic`) ran it much faster but quantizes activations per tensor,
+which costs the default model perplexity even one token at a time (SmolLM2's outlier activations).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: i
     on torch's int4 CPU kernel) when the full weights take at most `FULL_WEIGHTS_RAM_SHARE` of
     `ram_bytes`, else NF4. On the default model, which ships as a Q4_1 GGUF, int4 is its own
     weights again (perplexity within 0.1 % of float32) and decodes faster than float32
-    (docs/BENCHMARKS.md, section 5e); bitsandbytes' CPU path dequantizes each weight matrix on every
+    (docs/BENCHMARKS.md §3); bitsandbytes' CPU path dequantizes each weight matrix on every
     call, so NF4 decoded 1.5x slower than float32 there.
     Raises ValueError for another value of `weights`, and for "int4" on a GPU (the kernel is torch's
     CPU one).
