@@ -9,8 +9,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from app.library import DocumentRecord
 from app.untrusted import plain_label
+from engine.library import DocumentRecord
 from engine.session import OpenReport
 from engine.units import format_bytes, size_ratio
 

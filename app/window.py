@@ -8,7 +8,7 @@ settings `app.settings_flow`; both report into the window's `DocumentState` (`ap
 Drops (PDF, folder, text file) work anywhere.
 
 What a result implies (a settings change, an answer's library record, a lower budget) the engine
-decides (`engine.workspace`). The library and the chat history (`app.library`) are touched only on
+decides (`engine.workspace`). The library and the chat history (`engine.library`) are touched only on
 the GUI thread (here, in `app.answer_stream` and `app.library_panel.library_rows`).
 """
 
@@ -26,7 +26,6 @@ from app.ask_flow import AskFlow
 from app.chat import normalise_label
 from app.document_header import document_info
 from app.document_state import DocumentState
-from app.library import Library
 from app.library_panel import library_rows
 from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
@@ -37,6 +36,7 @@ from app.worker import ConfirmRequest, EngineClient, Job, JobError
 from engine.documents import OPEN_DIALOG_SUFFIXES
 from engine.errors import ErrorKind, HalamanError
 from engine.estimate import KNOWN_SHAPES
+from engine.library import Library
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings, load_settings
 from engine.units import format_bytes

@@ -25,9 +25,9 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.gauge import AMBER_AT, RED_AT, level_for  # noqa: E402
-from app.library import CACHED, STALE, Library  # noqa: E402
 from app.window import MainWindow  # noqa: E402
 from engine.kvcache.cache import MemoryBreakdown  # noqa: E402
+from engine.library import CACHED, STALE, Library  # noqa: E402
 from engine.memory import MemoryReport  # noqa: E402
 from engine.settings import CachePolicy, EngineSettings, load_settings, save_settings, settings_path  # noqa: E402
 

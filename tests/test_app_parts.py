@@ -13,11 +13,12 @@ import pytest  # noqa: E402
 
 pytest.importorskip("PySide6")
 
-from app.chat import citations, footer_text, link_citations, sources_line  # noqa: E402
-from app.library import CACHED, NOT_CACHED, STALE, Library, MessageRecord  # noqa: E402
+from app.chat import footer_text, link_citations, sources_line  # noqa: E402
 from app.worker import describe_error  # noqa: E402
+from engine.citations import citations  # noqa: E402
 from engine.documents import DamagedPdfError, PasswordRequiredError  # noqa: E402
 from engine.errors import Cancelled, ModelError  # noqa: E402
+from engine.library import CACHED, NOT_CACHED, STALE, Library, MessageRecord  # noqa: E402
 from engine.settings import CachePolicy, EngineSettings  # noqa: E402
 
 

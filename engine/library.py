@@ -12,9 +12,10 @@
 Schemas 2 and 3 only add columns to `messages`; an older file is migrated in place when it is opened
 (ALTER TABLE ... ADD COLUMN: old rows read back with those fields None, nothing is rewritten).
 
-Used from the GUI thread only (no engine calls, no model): the worker never touches it. Every
-change is committed at once, so closing the window, or a crash, loses at most the answer being
-streamed — and that is written as it streams (`update_message`).
+It lives in the engine (no Qt, no model) so that the command line can share it; the window uses
+it from its GUI thread only (its worker never touches it). Every change is committed at once, so
+closing the window, or a crash, loses at most the answer being streamed — and that is written as
+it streams (`update_message`).
 
 Prefix-cache status of a document, as the sidebar shows it:
     cached       the prefix store holds the key recorded when it was last opened, the file is
