@@ -23,13 +23,13 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow
 from app import dialogs
 from app import operations as ops
 from app.ask_flow import AskFlow
-from app.chat import normalise_label
 from app.document_header import document_info
 from app.document_state import DocumentState
 from app.library_panel import library_rows
 from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
 from app.settings_flow import SettingsFlow
+from app.source_flow import SourceFlow
 from app.window_layout import GAUGE_IDLE_MS, build_menu, build_panels
 from app.window_store import WindowStore
 from app.worker import ConfirmRequest, EngineClient, Job, JobError
@@ -78,6 +78,7 @@ class MainWindow(QMainWindow):
         self.reader = OpenFlow(self)
         self.settings_flow = SettingsFlow(self)
         self.asker = AskFlow(self)
+        self.sources = SourceFlow(self)
         build_menu(self)
         self._connect()
         self.refresh_library()
@@ -234,6 +235,7 @@ class MainWindow(QMainWindow):
     def show_current(self) -> None:
         """Show the current document in the header and the chat."""
         state, record = self.state, self.state.current
+        self.sources.follow(record.id if record else None)
         if record is None:
             self.conversation.show_empty()
             self.header.show_nothing()
@@ -277,25 +279,13 @@ class MainWindow(QMainWindow):
         self.show_current()
 
     def show_citation(self, label: str, message_id: int | None = None) -> None:
-        """Show the cited page or file of the open document in the source pane, with the attended
-        passages of the answer `message_id` (the one whose link was clicked) highlighted."""
-        document = self.state.document
-        labels = [s.label for s in document.segments] if document else []
-        found = label if label in labels else normalise_label(label)
-        if found not in labels:
-            self.statusBar().showMessage(f"“{label}” is not a page or file of the open document.", 6000)
-            return
-        message = self.library.message(message_id) if message_id is not None else None
-        self.open_source_pane()
-        self.source_pane.show_segment(document, labels.index(found), message.passages if message else [])
+        """Show the cited page or file in the source pane, from the document answer `message_id`
+        belongs to (`SourceFlow.show_citation`)."""
+        self.sources.show_citation(label, message_id)
 
     def open_source_pane(self) -> None:
-        """Show the source pane beside the chat, as wide as it was last (else half the chat)."""
-        if self.source_pane.isHidden():
-            self.source_pane.show()
-            side, chat, pane = self.splitter.sizes()
-            width = min(self.store.pane_width or (chat + pane) // 2, (chat + pane) - 200)
-            self.splitter.setSizes([side, chat + pane - width, width])
+        """Show the source pane beside the chat (`SourceFlow.open_pane`)."""
+        self.sources.open_pane()
 
     # =============================================================== settings
     @property

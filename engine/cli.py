@@ -462,10 +462,23 @@ def attended_spans_text(answer, document) -> str:
     from engine.attended import PASSAGE_MIN_SHARE, describe
 
     if answer.passages:
-        return "\n                ".join(describe(p, document) for p in answer.passages)
+        return "\n                ".join(describe(p, document, file_lines=_file_lines(document, p.segment_index))
+                                         for p in answer.passages)
     if answer.sources:  # block recall spreads the attention over many tokens: no line reaches the floor
         return f"none: no sentence or line got {PASSAGE_MIN_SHARE:.0%} of the recalled attention"
     return "none (recall off, or nothing recalled was attended)"
+
+
+def _file_lines(document, index: int) -> list[int] | None:
+    """The file's own line numbers for segment `index` of a folder or a text file (None for a PDF
+    page, or when the file no longer aligns with what was read)."""
+    from engine.documents.lines import file_line_numbers
+
+    segment = document.segments[index]
+    if document.kind == "pdf":
+        return None
+    path = Path(document.source) / segment.path if segment.path else Path(document.source)
+    return file_line_numbers(path, segment.text)
 
 
 def prefill_rate_text(progress) -> str:
