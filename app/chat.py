@@ -130,26 +130,32 @@ def read_spans(spans, reasons) -> str:
     return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in groups)
 
 
+LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them against the page"
+
+
 def footer_text(message: MessageRecord) -> str:
-    """'local · TTFT 0.30 s · 3.2 tokens/s · prefix cache hit · 12 tokens · recall 1,024 tokens in 12 ms'
-    (cloud: endpoint, model, reason)."""
+    """'answered here by SmolLM2 · first words after 0.30 s · 3.2 tokens/s · saved reading reused ·
+    12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
+    model, endpoint, why); a low-confidence local answer says so (`LOW_CONFIDENCE`)."""
     parts: list[str] = []
     if message.source == "cloud":
-        parts.append(f"cloud · {message.endpoint or '?'} · model {message.model or '?'}")
+        parts.append(f"answered by the cloud: model {message.model or '?'} at {message.endpoint or '?'}")
         if message.reason:
-            parts.append(f"reason: {message.reason}")
+            parts.append(f"why: {message.reason}")
     else:
-        parts.append("local" + (f" · {message.model}" if message.model else ""))
+        parts.append("answered here" + (f" by {message.model}" if message.model else ""))
     if message.ttft_s is not None:
-        parts.append(f"TTFT {message.ttft_s:.2f} s")
+        parts.append(f"first words after {message.ttft_s:.2f} s")
     if message.tokens_per_s is not None:
         parts.append(f"{message.tokens_per_s:.1f} tokens/s")
     if message.source != "cloud" and message.prefix_hit is not None:
-        parts.append("prefix cache hit" if message.prefix_hit else "prefix cache miss (document prefilled)")
+        parts.append("saved reading of the document reused" if message.prefix_hit else "document read for this answer")
     if message.tokens is not None:
         parts.append(f"{message.tokens} tokens")
     if message.source != "cloud" and recall_text(message):
         parts.append(recall_text(message))
+    if message.source != "cloud" and message.low_confidence:
+        parts.append(LOW_CONFIDENCE)
     if message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
         parts.append("cancelled")
     elif message.state == "interrupted":
@@ -346,4 +352,4 @@ def _html(text: str) -> str:
 
 
 __all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
-           "read_spans", "footer_text"]
+           "read_spans", "footer_text", "LOW_CONFIDENCE"]

@@ -142,12 +142,12 @@ class ProgressPanel(QFrame):
             else:
                 self.set_busy("Reading the document…")
         elif event.phase is Phase.TOKENIZING:
-            self.set_busy("Tokenizing…")
+            self.set_busy("Splitting the text into tokens…")
         elif event.phase is Phase.LOADING_CACHE:
             if event.done >= event.total:
-                self.set_progress("Prefix cache hit — restoring the saved KV cache, no prefill needed", 1, 1)
+                self.set_progress("Restoring its saved reading: no need to read it again", 1, 1)
             else:
-                self.set_busy("Looking for a saved prefix cache…")
+                self.set_busy("Looking for a saved reading of this document…")
         elif event.phase is Phase.PREFILL:
             self._show_prefill(event)
             if event.done < event.total:
@@ -158,9 +158,9 @@ class ProgressPanel(QFrame):
         self.set_busy(text)
 
     def _show_prefill(self, event: Progress, since_s: float = 0.0) -> None:
-        eta = fmt_duration(max(0.0, event.eta_s - since_s)) if event.eta_s is not None else "estimating…"
-        self.set_progress(f"Prefill {event.done:,} / {event.total:,} tokens · {event.tokens_per_s:,.1f} tokens/s · ETA {eta}",
-                          event.done, event.total)
+        left = f"{fmt_duration(max(0.0, event.eta_s - since_s))} left" if event.eta_s is not None else "estimating the time left…"
+        self.set_progress(f"Reading the document: {event.done:,} of {event.total:,} tokens · "
+                          f"{event.tokens_per_s:,.1f} tokens/s · {left}", event.done, event.total)
 
     def _tick(self) -> None:
         if self._last_prefill is not None:

@@ -120,10 +120,10 @@ class OpenFlow:
         w.chat.labels = set(w.state.segments)
         w.refresh_library(select=doc_id)
         if report.prefix_hit:
-            w.statusBar().showMessage(f"Prefix cache hit: {report.title} was ready in {report.seconds:.1f} s, no prefill needed.", 10000)
+            w.statusBar().showMessage(f"{report.title} was ready in {report.seconds:.1f} s: its saved reading was reused.", 10000)
         else:
             w.statusBar().showMessage(
-                f"Read {report.title}: prefilled {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
+                f"Read {report.title}: {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
                 f"({report.prefill_tokens_per_s:,.0f} tokens/s).", 10000)
         if report.warnings:
             w.banner.show_message("warning", warning_note(report.warnings, str(report.recall_notice) if report.recall_notice else None))

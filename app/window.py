@@ -23,8 +23,9 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow
 from app import dialogs
 from app import operations as ops
 from app.ask_flow import AskFlow
-from app.document_header import document_info
+from app.document_header import document_info, info_tooltip
 from app.document_state import DocumentState
+from app.first_run import say_once_if_demo
 from app.library_panel import library_rows
 from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
@@ -130,6 +131,7 @@ class MainWindow(QMainWindow):
             f"({info.weights_label}) · loaded in {info.load_seconds:.1f} s"
         )
         self.memory_panel.show_budget(self.settings, self.profile())
+        say_once_if_demo(self)
 
     def _model_failed(self, error: JobError) -> None:
         if self.closed:
@@ -250,7 +252,8 @@ class MainWindow(QMainWindow):
         status = None if is_open or being_read else self.library.status(record, self.cache_status, self.settings)
         info = document_info(record, state.report if is_open else None,
                              estimate=self.estimate_text(record.tokens) if record.tokens else "", not_open_status=status)
-        self.header.show_document(record.title, info, can_open=not is_open and not being_read)
+        self.header.show_document(record.title, info, can_open=not is_open and not being_read,
+                                  tooltip=info_tooltip(state.report if is_open else None))
         self.update_input()
 
     def open_current(self) -> None:
