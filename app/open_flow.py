@@ -54,6 +54,7 @@ class OpenFlow:
             w.show_current()
         else:
             w.header.show_document(name, "Reading…", can_open=False)
+            w.conversation.show_document(None)
             w.sources.follow(None)
             w.chat.clear()
             w.conversation.show_chat()

@@ -301,9 +301,13 @@ class CloudSection(Section):
     """The cloud fallback (checkable: off, nothing leaves this computer): endpoint, model, API key
     (kept in the OS keyring, `typed_key`), when to escalate, whether to ask before sending."""
 
+    OFF_TITLE = "Cloud fallback (off: nothing leaves this computer)"
+    ON_TITLE = "Cloud fallback (on: questions may be sent to the endpoint below)"
+
     def __init__(self) -> None:
-        super().__init__("Cloud fallback (off: nothing leaves this computer)")
+        super().__init__(self.OFF_TITLE)
         self.setCheckable(True)
+        self.toggled.connect(lambda on: self.setTitle(self.ON_TITLE if on else self.OFF_TITLE))
         self.url = QLineEdit()
         self.url.setPlaceholderText("https://api.example.com/v1")
         self.model = QLineEdit()
@@ -342,6 +346,15 @@ class CloudSection(Section):
             self.loaded.cloud, enabled=self.isChecked(), base_url=self.url.text().strip(), model=self.model.text().strip(),
             escalation_threshold=round(self.threshold.value(), 2), auto_escalate=self.auto.isChecked(),
             ask_before_sending=self.confirm.isChecked())}
+
+    def missing(self) -> str | None:
+        """What is still to be typed for the cloud to be usable (a hint, not an error: the user
+        has just ticked it), None when nothing is or the cloud is off."""
+        if not self.isChecked():
+            return None
+        wanted = [name for name, field in (("the endpoint URL", self.url), ("the model name", self.model))
+                  if not field.text().strip()]
+        return f"To use the cloud fallback, enter {' and '.join(wanted)}." if wanted else None
 
     def typed_key(self) -> str:
         """The API key typed in (to store in the keyring on Save), "" when none was."""

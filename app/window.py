@@ -237,6 +237,7 @@ class MainWindow(QMainWindow):
     def show_current(self) -> None:
         """Show the current document in the header and the chat."""
         state, record = self.state, self.state.current
+        self.conversation.show_document(record.id if record else None)
         self.sources.follow(record.id if record else None)
         if record is None:
             self.conversation.show_empty()
@@ -329,7 +330,7 @@ class MainWindow(QMainWindow):
         """Enable the ask bar when a question can be asked, and say why not when it cannot."""
         state = self.state
         if state.opening is not None:
-            hint = "Reading the document — you can ask as soon as it is ready (Esc to cancel)"
+            hint = "Reading the document — type your question; Ask works as soon as it is ready (Esc to cancel)"
         elif state.live is not None:
             hint = "Answering… (Esc to stop)"
         elif state.current is not None and not state.is_open(state.current):
@@ -338,7 +339,8 @@ class MainWindow(QMainWindow):
             hint = f"Ask about {state.current.title}…"
         else:
             hint = "Open or drop a document to ask about it"
-        self.conversation.set_ready(state.ready, hint, cloud=self.settings.cloud.enabled)
+        self.conversation.set_ready(state.ready, hint, cloud=self.settings.cloud.enabled,
+                                    typing=state.opening is not None or state.live is not None)
         self.action_cancel.setEnabled(self.client.busy)
 
     # ================================================================ closing

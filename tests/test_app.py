@@ -139,7 +139,7 @@ def test_drop_a_pdf_then_ask_streams_an_answer_with_a_footer(make_window, qtbot,
     pdf = corpus / "pdf" / "P01_minimal-document.pdf"
     assert drop(window, pdf).isAccepted()
     assert window.state.opening == str(pdf.resolve())
-    assert not window.conversation.question.isEnabled()  # no questions while the document is read
+    assert not window.conversation.ask_button.isEnabled()  # no questions while the document is read
     wait_open(qtbot, window)
 
     record = window.library.find(str(pdf.resolve()))
@@ -558,7 +558,7 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     bigger = window.settings.replace(cache=window.settings.cache.replace(budget_tokens=640))
     save_settings(bigger)
     window.apply_settings(bigger)  # what the dialog's Save does
-    assert window.state.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
+    assert window.state.opening == str(doc.resolve()) and not window.conversation.ask_button.isEnabled()
     wait_open(qtbot, window)
     qtbot.waitUntil(lambda: not window.client.busy, timeout=30_000)
     assert window.client.workspace.settings.cache.budget_tokens == 640  # no restart
@@ -576,7 +576,7 @@ def test_a_cache_policy_change_reopens_the_document_and_only_its_prefix_cache_mi
     assert window.state.opening is None and window.state.open_id == record_id and window.conversation.question.isEnabled()
     # The archive's format is written while reading: the workspace says REOPEN_DOCUMENT, the window reopens.
     window.apply_settings(fewer.replace(recall=fewer.recall.replace(archive_bits=2)))
-    assert window.state.opening == str(doc.resolve()) and not window.conversation.question.isEnabled()
+    assert window.state.opening == str(doc.resolve()) and not window.conversation.ask_button.isEnabled()
     wait_open(qtbot, window)
     assert window.state.open_id == record_id
 

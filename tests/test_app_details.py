@@ -6,14 +6,68 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
 
+from importlib import metadata  # noqa: E402
+
 import pytest  # noqa: E402
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
 from engine.documents import load_document  # noqa: E402
-from test_app import home, pick, text_doc  # noqa: E402,F401  (fixture)
+from test_app import home, make_window, pick, text_doc, wait_open  # noqa: E402,F401  (fixtures)
 from window_driver import add_document, window_without_model  # noqa: E402
+
+
+def test_the_follow_up_box_starts_unticked_for_another_document(qtbot, home, tmp_path):
+    """Item 13: a follow-up continues the conversation shown; ticked for one document, it must not
+    carry over to the next one's first question."""
+    window = window_without_model(qtbot)
+    first, second = text_doc(tmp_path, "first.txt"), text_doc(tmp_path, "second.txt")
+    first_id = add_document(window, first, load_document(first))
+    second_id = add_document(window, second, load_document(second))
+    pick(window, first_id)
+    window.conversation.follow_up.setChecked(True)
+    pick(window, first_id)  # the same document again: still ticked
+    assert window.conversation.follow_up.isChecked()
+    pick(window, second_id)
+    assert not window.conversation.follow_up.isChecked()
+    window.close()
+
+
+def test_about_says_which_version_is_installed():
+    """Item 13: Help › About names the version."""
+    from app.dialogs import about_text
+
+    assert f"<b>Halaman</b> {metadata.version('halaman')}<br>" in about_text()
+
+
+def test_typing_while_another_document_is_read_stays_in_the_question_box(make_window, qtbot, tmp_path):
+    """Item 9: the question box had the keyboard when a second read began; it was disabled, the
+    keyboard went to a button, and a typed space opened the Open dialog. Now the next question
+    can be typed while the document is read, and only Ask waits for it."""
+    window = make_window()
+    window.open_path(str(text_doc(tmp_path)))
+    wait_open(qtbot, window)
+    window.activateWindow()
+    question = window.conversation.question
+    question.setFocus()
+    qtbot.waitUntil(question.hasFocus, timeout=5_000)
+    long = tmp_path / "long.txt"
+    long.write_text("The quick brown fox jumps over the lazy dog near the river bank. " * 300, encoding="utf-8")
+    window.open_path(str(long))
+    assert window.state.opening is not None
+    assert QApplication.focusWidget() is question, QApplication.focusWidget()
+    qtbot.keyClicks(question, "What does the fox do")
+    qtbot.keyClick(question, Qt.Key.Key_Return)  # not sent while the document is read
+    assert window.state.live is None and question.text() == "What does the fox do"
+    assert not window.conversation.ask_button.isEnabled() and QApplication.activeModalWidget() is None
+    window.cancel_work()
+    qtbot.waitUntil(lambda: window.state.opening is None and not window.client.busy, timeout=10_000)
+    assert QApplication.activeModalWidget() is None
+    window.close()
 
 
 def test_the_source_pane_empties_when_the_chat_moves_to_another_document(qtbot, home, tmp_path):

@@ -532,3 +532,28 @@ def test_the_cache_policys_terms_are_under_a_collapsed_advanced_section_each_exp
     qtbot.mouseClick(cache.advanced_toggle, Qt.MouseButton.LeftButton)
     assert not cache.sink.isVisible()
 
+
+def test_ticking_the_cloud_fallback_asks_for_its_endpoint_and_keeps_the_estimates(qtbot, tmp_path, memory_keyring):
+    """Issue 32, item 10: ticking the box is not an error; its title follows it; the memory
+    estimates, which the cloud does not change, stay."""
+    from app.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(EngineSettings(), settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(dialog)
+    budget, recall = dialog.cache.budget_info.text(), dialog.recall.info.text()
+    off = dialog.cloud.title()
+    assert budget and recall and "off: nothing leaves this computer" in off
+    dialog.cloud.setChecked(True)
+    assert dialog.error.text() == "To use the cloud fallback, enter the endpoint URL and the model name."
+    assert "C62828" not in dialog.error.styleSheet(), "a hint, not a red error"
+    assert "nothing leaves" not in dialog.cloud.title() and "on:" in dialog.cloud.title()
+    assert (dialog.cache.budget_info.text(), dialog.recall.info.text()) == (budget, recall)
+    dialog.cloud.url.setText("http://127.0.0.1:9/v1")
+    assert dialog.error.text() == "To use the cloud fallback, enter the model name."
+    dialog.cloud.model.setText("tiny-cloud")
+    assert dialog.error.text() == ""
+    dialog.cloud.model.setText("")
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()  # still incomplete: refused, in red
+    assert not dialog.saved and dialog.error.text() and "C62828" in dialog.error.styleSheet()
+    dialog.cloud.setChecked(False)
+    assert dialog.error.text() == "" and dialog.cloud.title() == off
