@@ -141,7 +141,7 @@ def test_recall_line_says_why_recall_is_off():
 def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):
     # The 24-page book of tests/test_span_recall.py as one text file: recall finds the needle's
     # span, and the first attended passage printed is the sentence that holds it.
-    from test_span_recall import COMBINATION, QUESTION, book
+    from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, book
 
     doc = tmp_path / f"book-{uuid.uuid4().hex}.txt"
     doc.write_text("\n\n".join(segment.text for segment in book().segments) + "\n")
@@ -151,7 +151,8 @@ def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):
     assert out.returncode == 0, out.stderr
     spans = out.stdout.split("attended spans  ")[1].splitlines()
     assert f"the combination of the observatory safe is {COMBINATION}" in spans[0], out.stdout
-    assert spans[0].startswith(doc.name + ", characters ") and " %): \"" in spans[0], spans[0]
+    # one page a line, a blank line between two: the needle's page is the file's line 2k - 1
+    assert spans[0].startswith(f"{doc.name}, line {2 * NEEDLE_PAGE - 1}, characters ") and " %): \"" in spans[0], spans[0]
 
 
 def test_the_prefill_bar_shows_the_sessions_rate_and_time_left_not_tqdms(capsys):
