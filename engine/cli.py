@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.cli_history import add_history_command, record_answer
 from engine.cli_models import add_models_command, print_warning
 from engine.errors import HalamanError
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
@@ -69,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="prompt-lookup drafts from the document per decode pass (0 = off, the default)")
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
+    ask.add_argument("--no-history", action="store_true",
+                     help="keep the question and answer out of the app's history (`halaman history export`)")
     ask.add_argument("--show-spans", action="store_true", dest="show_spans",
                      help="print the passages the answer attended to most (page or file, characters, share, text)")
     ask.add_argument("--include-generated", action="store_true",
@@ -100,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=("list", "clear"))
     cache.set_defaults(handler=_cmd_cache)
     add_models_command(sub)
+    add_history_command(sub)
     _self_test_command(sub)
     return parser
 
@@ -219,15 +223,18 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         return True  # a command line warns and goes on: it may run with no one to answer a prompt
 
     try:
-        report = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill).report
+        opened = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill)
     finally:
         bar.close()
+    report = opened.report
     for warning in report.warnings[:10]:
         print(f"warning: {warning}", file=err)
     if len(report.warnings) > 10:
         print(f"warning: ... and {len(report.warnings) - 10} more", file=err)
     answer = workspace.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
     print()
+    if not args.no_history:
+        record_answer(opened, args.question, workspace.answer_record(answer))
     policy = settings.cache
     profile = workspace.model.profile if workspace.model is not None else None
     pairs = profile.num_layers * profile.kv_heads if profile is not None else 0

@@ -184,18 +184,20 @@ def file_signature(path: str | Path) -> str | None:
 
 
 class Library:
-    """The library and chat history. `path` defaults to `library.sqlite` in the data dir."""
+    """The library and chat history. `path` defaults to `library.sqlite` in the data dir.
+    `interrupt_streaming`: mark answers left "streaming" as "interrupted" (the window, at its
+    start; not a reader such as `halaman history export`, which may run beside a window that streams)."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, interrupt_streaming: bool = True) -> None:
         self.path = Path(path or library_path())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=10)
         self.db = sqlite_utils.Database(conn, execute_plugins=False)
         self.db.enable_wal()
         self._ensure_schema()
-        # An answer that was streaming when the app died is kept, marked as interrupted.
-        self.db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
-        conn.commit()
+        if interrupt_streaming:  # an answer that was streaming when the app died is kept, marked as interrupted
+            self.db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
+            conn.commit()
 
     def close(self) -> None:
         self.db.conn.close()

@@ -47,6 +47,15 @@ def test_ask_twice_second_is_a_prefix_cache_hit(tmp_path):
     assert answer(first) == answer(second)
     listing = run("cache", "list")
     assert doc.stem in listing.stdout
+    # Both questions joined the app's history, which exports them with their answers (issue 32).
+    history = run("history", "export", str(doc))
+    assert history.returncode == 0, history.stderr
+    assert history.stdout.count("**Question:** What does version 2.4 add?") == 2
+    assert answer(first).strip().splitlines()[0].strip()[:20] in history.stdout
+    unrecorded = run(*args, "--no-history")
+    assert unrecorded.returncode == 0, unrecorded.stderr
+    again = run("history", "export", str(doc)).stdout
+    assert again.splitlines()[3:] == history.stdout.splitlines()[3:]  # all but the time of export
 
 
 def test_ask_about_this_repository(tmp_path):
