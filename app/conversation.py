@@ -30,9 +30,11 @@ class DropArea(QFrame):
         title = plain_label("Drop a PDF, a code folder or a text file here")
         title.setObjectName("dropTitle")
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        hint = plain_label("Halaman reads the whole document once, keeps a compressed KV cache of it,\n"
-                      "and answers questions with a small model on this computer.")
+        hint = plain_label("Halaman reads the whole document once, keeps a compressed KV cache of it, "
+                           "and answers questions with a small model on this computer.")
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        for label in (title, hint):  # wrapped: unwrapped, they kept the window from getting narrower
+            label.setWordWrap(True)
         hint.setObjectName("dropHint")
         open_file = QPushButton("Open file…")
         open_file.clicked.connect(self.open_file_requested)

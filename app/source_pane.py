@@ -23,7 +23,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PySide6.QtCore import QRect, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QTextCursor, QTextFormat
-from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QStackedWidget, QTextEdit, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QScrollArea, QStackedWidget, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
 from app.code_view import CodeColours, CodeView, lexer_for
 from app.untrusted import escape, plain_label, rich_label
@@ -86,6 +86,12 @@ def alpha_for(share: float, strongest: float) -> int:
     return int(40 + 160 * (share / strongest if strongest > 0 else 1.0))
 
 
+def _button(text: str) -> QToolButton:
+    button = QToolButton()
+    button.setText(text)
+    return button
+
+
 class PageScroll(QScrollArea):
     """The scroll area of a PDF page; says when its viewport's width changed (the page is
     rendered at that width)."""
@@ -114,11 +120,13 @@ class SourcePane(QWidget):
         self.setObjectName("sourcePane")
         self.title = rich_label()
         self.title.setWordWrap(True)
-        self.previous_button = QPushButton("◀ Previous")
-        self.next_button = QPushButton("Next ▶")
-        self.zoom_out_button = QPushButton("−")
-        self.zoom_in_button = QPushButton("+")
-        self.close_button = QPushButton("✕")
+        # Tool buttons: a push button is at least 80 px wide in most styles, and five of them kept
+        # the window with the pane open wider than a small screen.
+        self.previous_button = _button("◀ Previous")
+        self.next_button = _button("Next ▶")
+        self.zoom_out_button = _button("−")
+        self.zoom_in_button = _button("+")
+        self.close_button = _button("✕")
         self.close_button.setToolTip("Close the source pane")
         bar = QHBoxLayout()
         for button in (self.previous_button, self.next_button, self.zoom_out_button, self.zoom_in_button):

@@ -93,3 +93,30 @@ def test_the_source_pane_empties_when_the_chat_moves_to_another_document(qtbot, 
     window.open_path(str(text_doc(tmp_path, "third.txt")))  # a new document read (it fails here: no model)
     assert pane.empty and "first.txt" not in pane.title.text()
     window.close()
+
+
+def test_with_the_source_pane_open_the_window_fits_a_small_screen_and_the_memory_text_is_not_clipped(qtbot, home, tmp_path):
+    """Item 7: with the pane open the window could not be narrower than 1,266 px, so a citation
+    widened a 1,024 px window off a small screen; the memory panel clipped its text."""
+    from PySide6.QtWidgets import QLabel
+
+    from engine.kvcache.cache import MemoryBreakdown
+    from engine.memory import MemoryReport
+
+    window = window_without_model(qtbot)
+    window.resize(1024, 700)
+    path = text_doc(tmp_path)
+    document_id = add_document(window, path, load_document(path))
+    pick(window, document_id)
+    window.chat.citation_clicked.emit(path.name, None)
+    qtbot.waitUntil(lambda: window.source_pane.isVisible() and path.name in window.source_pane.title.text(), timeout=20_000)
+    assert window.minimumSizeHint().width() <= 1024 and window.width() == 1024
+    window.gauge.set_report(MemoryReport("cpu", 400 << 20, MemoryBreakdown(codes_bytes=37 << 20, residual_bytes=1 << 20),
+                                         150 << 20, 16 << 30, 9 << 30, 48 << 20))
+    side = window.splitter.sizes()[0]
+    window.splitter.setSizes([window.splitter.widget(0).minimumSizeHint().width(), *window.splitter.sizes()[1:]])
+    qtbot.waitUntil(lambda: window.splitter.sizes()[0] < side or side <= 300, timeout=5_000)
+    for label in window.memory_panel.findChildren(QLabel):
+        if label.isVisible() and label.text():
+            assert label.wordWrap() or label.sizeHint().width() <= label.width(), label.text()
+    window.close()
