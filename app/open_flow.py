@@ -75,7 +75,9 @@ class OpenFlow:
         if opening is None or event.phase is Phase.LOADING_MODEL:
             return
         w.library_panel.set_reading(opening, Path(opening).name, reading_text(event))
-        if event.phase is Phase.PREFILL and self._estimate_shown_for != event.total:
+        # The header may show another library document meanwhile: the read's numbers are not its own.
+        shows_the_read = w.state.current is None or w.state.being_read(w.state.current)
+        if event.phase is Phase.PREFILL and shows_the_read and self._estimate_shown_for != event.total:
             self._estimate_shown_for = event.total
             w.header.set_info(f"{event.total:,} tokens · {w.estimate_text(event.total)}")
 

@@ -120,3 +120,26 @@ def test_with_the_source_pane_open_the_window_fits_a_small_screen_and_the_memory
         if label.isVisible() and label.text():
             assert label.wordWrap() or label.sizeHint().width() <= label.width(), label.text()
     window.close()
+
+
+def test_a_reads_numbers_stay_out_of_another_documents_header(make_window, qtbot, tmp_path):
+    """Item 13: while one document is read, the header of another one the user looks at showed the
+    read's token count and memory estimate as if they were its own."""
+    window = make_window()
+    notes = text_doc(tmp_path)
+    window.open_path(str(notes))
+    wait_open(qtbot, window)
+    notes_id = window.state.open_id
+    long = tmp_path / "long.txt"
+    long.write_text("The quick brown fox jumps over the lazy dog near the river bank. " * 300, encoding="utf-8")
+    window.open_path(str(long))
+    pick(window, notes_id)  # looked at while the long one is read
+    assert window.header.title.text() == "notes.txt"
+    qtbot.waitUntil(lambda: window.progress.label.text().startswith("Reading the document:")
+                    and window.progress.bar.maximum() > 1000, timeout=60_000)  # the long one's prefill
+    total = window.progress.bar.maximum()
+    assert f"{total:,} tokens" not in window.header.info.text(), window.header.info.text()
+    assert window.header.title.text() == "notes.txt"
+    window.cancel_work()
+    qtbot.waitUntil(lambda: window.state.opening is None and not window.client.busy, timeout=10_000)
+    window.close()
