@@ -143,3 +143,24 @@ def test_a_reads_numbers_stay_out_of_another_documents_header(make_window, qtbot
     window.cancel_work()
     qtbot.waitUntil(lambda: window.state.opening is None and not window.client.busy, timeout=10_000)
     window.close()
+
+
+def test_a_short_document_kept_whole_still_shows_what_its_answer_attended(make_window, qtbot, tmp_path):
+    """Item 4: a document small enough to be kept whole is never recalled, and its answers had no
+    "Attended:" line and no highlights: click-to-check disappeared exactly for short documents."""
+    from test_app import SMALL, ask
+
+    window = make_window(SMALL.replace(cache=SMALL.cache.replace(budget_tokens=1024)))  # room for the notes and a question
+    notes = text_doc(tmp_path)
+    window.open_path(str(notes))
+    wait_open(qtbot, window)
+    ask(qtbot, window, "When is the meeting?")
+    answer = window.library.messages(window.state.open_id)[-1]
+    assert "off" in answer.recall, "kept whole: nothing recalled"
+    assert [source.label for source in answer.sources] == ["notes.txt"] and answer.passages
+    assert "Attended: notes.txt (100 %)" in window.chat.toPlainText().splitlines()
+    window.chat.citation_clicked.emit("notes.txt", answer.id)
+    pane = window.source_pane
+    qtbot.waitUntil(lambda: pane.isVisible() and "notes.txt" in pane.title.text(), timeout=10_000)
+    assert pane.marked_lines == [1] and pane.passages
+    window.close()
