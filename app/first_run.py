@@ -14,6 +14,8 @@ from engine.settings import EngineSettings
 DEMO_NOTICE = ("Halaman is answering with its built-in model, a small demo: it finds the right pages, but its "
                "answers often get details wrong. A bigger model that fits this computer answers much better.")
 CHOOSE = "Choose a model…"
+DEMO_STATUS = " · a small demo model: Settings › Model lists bigger ones"
+"""What the status bar adds to the built-in model's line, at every start (the notice is said once)."""
 
 
 def demo_model_only(settings: EngineSettings, models: list[CatalogModel] | None = None) -> bool:

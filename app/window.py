@@ -25,7 +25,7 @@ from app import operations as ops
 from app.ask_flow import AskFlow
 from app.document_header import document_info, info_tooltip
 from app.document_state import DocumentState
-from app.first_run import say_once_if_demo
+from app.first_run import DEMO_STATUS, say_once_if_demo
 from app.library_panel import library_rows
 from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
@@ -128,7 +128,7 @@ class MainWindow(QMainWindow):
         threads = f", {info.threads} thread{'s' if info.threads != 1 else ''}" if info.threads else ""
         self.model_status.setText(
             f"Model: {info.label} on {info.device.upper()}{threads} · weights {format_bytes(info.weight_bytes)} "
-            f"({info.weights_label}) · loaded in {info.load_seconds:.1f} s"
+            f"({info.weights_label}) · loaded in {info.load_seconds:.1f} s" + DEMO_STATUS * (self.settings.model == "default")
         )
         self.memory_panel.show_budget(self.settings, self.profile())
         say_once_if_demo(self)
