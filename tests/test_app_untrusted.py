@@ -32,7 +32,7 @@ from engine.cloud import CloudPlan  # noqa: E402
 from engine.documents import load_document  # noqa: E402
 from engine.library import Library  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
-from window_driver import Probe, add_document, hover, pick, stream_answer, window_without_model  # noqa: E402
+from window_driver import Probe, add_document, hover, notes_and_other, pick, stream_answer, window_without_model  # noqa: E402
 
 
 @pytest.fixture
@@ -113,14 +113,7 @@ def test_images_in_markdown_become_text_that_names_them():
 
 
 def test_b21_images_an_answer_names_are_never_opened_streamed_or_reopened(qtbot, home, tmp_path, probe):
-    notes = tmp_path / "notes.txt"
-    notes.write_text("Revenue rose 12 % in 2024.\n", encoding="utf-8")
-    other = tmp_path / "other.txt"
-    other.write_text("Nothing here.\n", encoding="utf-8")
-    window = window_without_model(qtbot)
-    other_id = add_document(window, other, load_document(other))
-    document_id = add_document(window, notes, load_document(notes))
-    pick(window, document_id)
+    window, document_id, other_id = notes_and_other(qtbot, tmp_path)
     answers = {
         f"Here is the chart: ![chart]({probe.path})": "Here is the chart: [image not shown: chart]",
         "Relative: ![x](probe)": "Relative: [image not shown: x]",

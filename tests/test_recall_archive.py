@@ -255,3 +255,40 @@ def test_recall_settings_validate_and_round_trip(tmp_path):
         RecallSettings(archive_bits=3).validate()
     with pytest.raises(SettingsError, match="divide"):
         EngineSettings(cache=CachePolicy(chunk_tokens=500)).validate()
+
+
+def test_a_decode_step_reads_recalled_tokens_from_the_int8_workspace_as_from_the_tensors(rope):
+    """On a CPU with bfloat16 attention (int4 weights) the decode workspace holds the recalled
+    tokens as bfloat16 keys and int8 values too: the step's output is the float32 one's within
+    the roundings' few per mille, and the same workspace serves the next step."""
+    from engine.kvcache.cache import int8_workspace
+    from engine.kvcache.decode_workspace import Bf16Int8Workspace
+
+    if not int8_workspace(torch.bfloat16, torch.device("cpu")):
+        pytest.skip("this CPU has no bfloat16 prefill path, so decoding keeps float32")
+    shape = CacheShape(num_layers=1, kv_heads=HEADS, head_dim=DIM, query_heads=HEADS * GROUP)
+    policy = CachePolicy(budget_tokens=64, sink_tokens=4, window_tokens=16, residual_tokens=16, kv_bits=4, chunk_tokens=32)
+    layer = LayerKV(shape, policy, store_dtype=torch.float16, device=torch.device("cpu"))
+    gen = torch.Generator().manual_seed(5)
+    all_k, all_v = torch.randn((HEADS, 400, DIM), generator=gen), torch.randn((HEADS, 400, DIM), generator=gen)
+    for start in range(0, 128, 32):
+        layer.attend(torch.randn((HEADS * GROUP, 32, DIM), generator=gen), all_k[:, start:start + 32],
+                     all_v[:, start:start + 32], start=start, rope=rope, compact_positions=False, scaling=DIM**-0.5)
+        layer.compress(start + 32, 0)
+    index = torch.arange(128, 400).expand(HEADS, -1).contiguous()  # a span read again, in focus
+    recalled = RecalledTokens(index=index, valid=torch.ones_like(index, dtype=torch.bool), keys=all_k[:, 128:400],
+                              values=all_v[:, 128:400], fields={}, focus_from=400)
+    layer.set_recalled(recalled, compact_positions=False)
+    for step in range(2):
+        query = torch.randn((HEADS * GROUP, 1, DIM), generator=gen)
+        new_k, new_v = torch.randn((HEADS, 1, DIM), generator=gen), torch.randn((HEADS, 1, DIM), generator=gen)
+        kwargs = dict(start=400 + step, rope=rope, compact_positions=False, scaling=DIM**-0.5, pending=True,
+                      attention_dtype=torch.bfloat16)
+        plain = layer.attend(query, new_k, new_v, reuse_workspace=False, **kwargs)
+        layer._pending = None
+        held = layer.attend(query, new_k, new_v, reuse_workspace=True, **kwargs)
+        assert isinstance(layer._workspace["rk"], Bf16Int8Workspace) and layer._workspace["rk"] is layer._workspace["rv"]
+        error = float((held - plain).norm() / plain.norm())
+        assert 1e-5 < error < 1.5e-2, error  # really rounded, but only by a few per mille
+        layer.commit_pending(1)
+    assert layer.workspace_bytes() >= layer._workspace["rk"].nbytes > 0

@@ -30,7 +30,7 @@ from engine.errors import HalamanError  # noqa: E402
 from engine.library import Library  # noqa: E402
 from engine.settings import settings_path  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
-from window_driver import add_document, hover, pick, stream_answer, window_without_model  # noqa: E402
+from window_driver import add_document, hover, notes_and_other, pick, stream_answer, window_without_model  # noqa: E402
 
 SHOWN_WITHIN_S = 1.0
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -87,14 +87,7 @@ def test_b20(qtbot, home, corpus):
 def test_b21(qtbot, home, corpus, tmp_path):
     out = build(bug(corpus, "B21") / "build.sh", tmp_path / "b21")
     to_dev_zero, to_pipe, saved = (out / "answers.txt").read_text(encoding="utf-8").splitlines()
-    notes = tmp_path / "notes.txt"
-    notes.write_text("Revenue rose 12 % in 2024.\n", encoding="utf-8")
-    other = tmp_path / "other.txt"
-    other.write_text("Nothing here.\n", encoding="utf-8")
-    window = window_without_model(qtbot)
-    other_id = add_document(window, other, load_document(other))
-    document_id = add_document(window, notes, load_document(notes))
-    pick(window, document_id)
+    window, document_id, other_id = notes_and_other(qtbot, tmp_path)
     for answer, shown in ((to_dev_zero, "Here is the chart: [image not shown: chart]"), (to_pipe, "Here: [image not shown: x]")):
         assert stream_answer(qtbot, window, document_id, "Show the chart", answer) < SHOWN_WITHIN_S, answer
         window.grab()

@@ -48,6 +48,22 @@ def add_document(window: MainWindow, path: Path | str, document: Document) -> in
     return document_id
 
 
+def notes_and_other(qtbot, folder: Path) -> tuple[MainWindow, int, int]:
+    """A window without a model whose library holds two text files written into `folder`, the
+    first ("notes.txt") selected: (window, its id, the other's id)."""
+    from engine.documents import load_document
+
+    notes = folder / "notes.txt"
+    notes.write_text("Revenue rose 12 % in 2024.\n", encoding="utf-8")
+    other = folder / "other.txt"
+    other.write_text("Nothing here.\n", encoding="utf-8")
+    window = window_without_model(qtbot)
+    other_id = add_document(window, other, load_document(other))
+    document_id = add_document(window, notes, load_document(notes))
+    pick(window, document_id)
+    return window, document_id, other_id
+
+
 def pick(window: MainWindow, document_id: int) -> None:
     """Click a document in the library list (the panel emits `selected`)."""
     items = [window.library_panel.list.item(row) for row in range(window.library_panel.list.count())]

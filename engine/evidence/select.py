@@ -32,6 +32,8 @@ RELATIVE_SCORE = 0.8
 """A further words candidate is read only when its BM25 score is at least this share of the best."""
 WORD_CANDIDATES = 50
 """Spans the full-text index is asked for (ranked; `halaman find` lists them)."""
+WORDS_AT_MOST = 3
+"""Words spans read when nothing else chose any (the best and those within RELATIVE_SCORE of it)."""
 WORDS_BESIDE_STRUCTURE = 2
 """Words spans read beside section or conversation ones (the best, and a close second)."""
 WORDS_BESIDE_REFERENCE = 1
@@ -170,7 +172,7 @@ def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, m
             best_words = candidate.score if best_words is None else best_words
             if words_taken and candidate.score < RELATIVE_SCORE * best_words:
                 continue
-            if others and words_taken >= (WORDS_BESIDE_REFERENCE if referenced else WORDS_BESIDE_STRUCTURE):
+            if words_taken >= (WORDS_AT_MOST if not others else WORDS_BESIDE_REFERENCE if referenced else WORDS_BESIDE_STRUCTURE):
                 continue
             words_taken += 1
         else:

@@ -230,14 +230,18 @@ class LayerKV:
         return keys, values
 
     def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
-                     reuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotated keys and values of the recalled tokens, kept in the workspace until the set changes."""
+                     reuse: bool, int8: bool = False) -> tuple:
+        """Rotated keys and values of the recalled tokens `[kv_heads, R, head_dim]`, kept in the
+        workspace until the set changes; there, with `int8`, as a `Bf16Int8Workspace` (both parts):
+        with focus a decode step reads little else, so the recalled tokens set its speed."""
         ws = self._valid_workspace(dtype, reuse)
         if ws is not None and ws.get("recalled") is recalled and "rk" in ws:
             return ws["rk"], ws["rv"]
         cos, sin = rope.lookup(positions.long())
         keys, values = apply_rope(recalled.keys.to(dtype), cos, sin), recalled.values.to(dtype)
         if ws is not None:
+            if int8:
+                keys = values = Bf16Int8Workspace(keys, values)
             ws.update(recalled=recalled, rk=keys, rv=values)
         return keys, values
 
@@ -281,7 +285,8 @@ class LayerKV:
         """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
         tokens) plus the recalled tokens themselves, 0 if none."""
         ws = self._workspace or {}
-        held = sum(ws[name].nbytes for name in ("held", "rk", "rv") if name in ws)
+        parts = {id(ws[name]): ws[name] for name in ("held", "rk", "rv") if name in ws}  # rk is rv when int8
+        held = sum(part.nbytes for part in parts.values())
         held += sum(t.nbytes for t in ((ws.get("tail") or {}).get(name) for name in "kv") if t is not None)
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
@@ -374,7 +379,8 @@ class LayerKV:
         q = rotate(query.view(heads, self.shape.group, chunk, -1), query_rope[:, None] if query_rope.dim() == 3 else query_rope)
         keys, values, masks = [stable_k], [stable_v], [stable_mask]
         if recalled is not None:
-            recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace)
+            recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace,
+                                                       int8=int8_workspace(attention_dtype, device))
             if compact_positions and focus_from is None and self._workspace is not None:
                 self._workspace["positions"] = (stable_pos, recalled_pos, offset)
             keys.append(recalled_k)
