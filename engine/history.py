@@ -77,10 +77,8 @@ def conversation_markdown(record: DocumentRecord, messages: list[MessageRecord],
     if document is None:
         lines += ["_The document could not be read now: its citations are not checked and nothing is quoted._", ""]
     for message in messages:
-        lines.append("---")
-        lines.append("")
-        if message.role == "user":
-            lines += [f"**Question:** {message.text}", ""]
+        if message.role == "user":  # a rule before each question: one exchange per part
+            lines += ["---", "", f"**Question:** {message.text}", ""]
             continue
         lines += [f"**Answer** ({answered_by(message)}):", "", cite(message.text or "_(no answer)_", title, labels), ""]
         attended = [p for p in message.passages if document is not None and 0 <= p.segment_index < len(document.segments)
