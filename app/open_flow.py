@@ -44,7 +44,9 @@ class OpenFlow:
         job = ops.open_document(path, name=name, password=password)
         job.on_progress = lambda event: self._progress(job, event)
         job.on_done = lambda result: self._opened(job, result)
-        job.on_error = lambda error: self._failed(job, path, password, error)
+        # What was open before this read replaced it: a cancelled read opens it again.
+        previous = state.open_path if state.open_id is not None and state.open_path != path else None
+        job.on_error = lambda error: self._failed(job, path, password, error, previous)
         state.reading(path, record, job)
         w.library_panel.select(record.id if record else None)
         w.library_panel.set_reading(path, name, "reading…")
@@ -135,7 +137,7 @@ class OpenFlow:
         w.conversation.question.setFocus()
         w.refresh_cache_status()
 
-    def _failed(self, job: Job, path: str, password: str | None, error: JobError) -> None:
+    def _failed(self, job: Job, path: str, password: str | None, error: JobError, previous: str | None = None) -> None:
         w = self.window
         if w.closed or not w.state.read_ended(job):
             return  # superseded by a newer open (which cancelled this one)
@@ -146,7 +148,11 @@ class OpenFlow:
         name = Path(path).name
         if w.state.current is None:
             w.setWindowTitle("Halaman")
-        if error.kind is ErrorKind.CANCELLED:
+        if error.kind is ErrorKind.CANCELLED and previous is not None and Path(previous).exists():
+            # The read had replaced the open document; without it nothing would be open at all.
+            w.statusBar().showMessage(f"Cancelled reading {name}; opening {Path(previous).name} again.", 8000)
+            self.open_path(previous)
+        elif error.kind is ErrorKind.CANCELLED:
             w.header.set_info("Opening was cancelled." if w.state.current else "Reading was cancelled: nothing was kept.")
             w.statusBar().showMessage(f"Cancelled reading {name}.", 8000)
         elif error.kind is ErrorKind.PASSWORD:
