@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QProgressBar, QPushButton, QV
 
 from app.units import fmt_duration
 from app.untrusted import plain_label
-from engine.session import Phase, Progress
+from engine.session import CONVERTING_MODEL_UNIT, Phase, Progress
 
 TICK_MS = 500
 """How often the ETA counts down between two progress events (a prefill chunk can take a minute)."""
@@ -92,6 +92,7 @@ class ProgressPanel(QFrame):
         self.model_name = "the model"
         self._last_prefill: tuple[Progress, float] | None = None
         self._loading_since: float | None = None
+        self._converting = False             # the model being loaded is converted first
         self.timer = QTimer(self)
         self.timer.setInterval(TICK_MS)
         self.timer.timeout.connect(self._tick)
@@ -135,6 +136,7 @@ class ProgressPanel(QFrame):
         self._last_prefill = self._loading_since = None
         if event.phase is Phase.LOADING_MODEL:
             self._loading_since = time.monotonic()
+            self._converting = event.unit == CONVERTING_MODEL_UNIT
             self._tick()
         elif event.phase is Phase.READING:
             if event.total > 1:
@@ -168,5 +170,5 @@ class ProgressPanel(QFrame):
             self._show_prefill(event, time.monotonic() - at)
         if self._loading_since is not None:
             elapsed = time.monotonic() - self._loading_since
-            self.set_busy(f"Loading the model ({self.model_name}) — {fmt_duration(elapsed)} "
-                          "(the first start converts it once)")
+            first = " (its first start converts it, once)" if self._converting else ""
+            self.set_busy(f"Loading the model ({self.model_name}) — {fmt_duration(elapsed)}{first}")

@@ -100,9 +100,14 @@ class Progress:
     phase: Phase
     done: int
     total: int
-    unit: str                  # "pages", "files", "tokens"
+    unit: str                  # "pages", "files", "tokens"; "model" or CONVERTING_MODEL_UNIT
     tokens_per_s: float = 0.0
     eta_s: float | None = None
+
+
+CONVERTING_MODEL_UNIT = "model, converted first"
+"""The unit of a LOADING_MODEL `Progress` when the model is converted before it loads (a GGUF file's
+first load): the window says so only then."""
 
 
 class RecallGap(enum.Enum):

@@ -46,11 +46,11 @@ from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind,
 from engine.evidence.select import FoundSpan, found_spans
 from engine.kvcache.recall import RecallStats
 from engine.memory import MemoryReport
-from engine.models.loader import LoadedModel, load_model
+from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
 from engine.read_time import ReadPlan
-from engine.session import DocumentSession, OpenReport, Phase, Progress
+from engine.session import CONVERTING_MODEL_UNIT, DocumentSession, OpenReport, Phase, Progress
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
@@ -319,7 +319,8 @@ class Workspace:
         for it. Raises ModelError (and whatever the model factory raises)."""
         if self.model is None:
             if progress is not None:
-                progress(Progress(Phase.LOADING_MODEL, 0, 0, "model"))
+                converting = conversion_pending(self.settings.model)
+                progress(Progress(Phase.LOADING_MODEL, 0, 0, CONVERTING_MODEL_UNIT if converting else "model"))
             self.model = self.model_factory(self.settings)
             self.session = None
             if self.on_model_loaded is not None:

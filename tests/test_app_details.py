@@ -164,3 +164,22 @@ def test_a_short_document_kept_whole_still_shows_what_its_answer_attended(make_w
     qtbot.waitUntil(lambda: pane.isVisible() and "notes.txt" in pane.title.text(), timeout=10_000)
     assert pane.marked_lines == [1] and pane.passages
     window.close()
+
+
+def test_loading_says_the_model_is_converted_only_when_it_is(qtbot, smol, tmp_path, monkeypatch):
+    """Item 13: "(the first start converts it once)" was shown at every start, converted or not."""
+    from app.notices import ProgressPanel
+    from engine.models.loader import conversion_pending
+    from engine.session import CONVERTING_MODEL_UNIT, Phase, Progress
+
+    assert not conversion_pending("default"), "the session's model was converted here already"
+    assert not conversion_pending("HuggingFaceTB/SmolLM2-360M-Instruct") and not conversion_pending("/no/such.gguf")
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "fresh"))
+    assert conversion_pending("default"), "a fresh cache has no converted copy"
+    panel = ProgressPanel()
+    qtbot.addWidget(panel)
+    panel.show_event(Progress(Phase.LOADING_MODEL, 0, 0, "model"))
+    assert panel.label.text().startswith("Loading the model") and "convert" not in panel.label.text()
+    panel.show_event(Progress(Phase.LOADING_MODEL, 0, 0, CONVERTING_MODEL_UNIT))
+    assert "its first start converts it, once" in panel.label.text()
+    panel.finish()
