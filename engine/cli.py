@@ -12,6 +12,7 @@ when `halaman` gets no arguments and hands everything else to `main` here).
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 import threading
 from dataclasses import asdict
@@ -234,7 +235,10 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     answer = workspace.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
     print()
     if not args.no_history:
-        record_answer(opened, args.question, workspace.answer_record(answer))
+        try:
+            record_answer(opened, args.question, workspace.answer_record(answer))
+        except (sqlite3.Error, OSError) as exc:  # the answer is printed already: say it was not kept, do not fail
+            print(f"halaman: the answer was not kept in the history ({exc})", file=err)
     policy = settings.cache
     profile = workspace.model.profile if workspace.model is not None else None
     pairs = profile.num_layers * profile.kv_heads if profile is not None else 0

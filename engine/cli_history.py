@@ -49,7 +49,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def record_answer(opened: OpenResult, question: str, answer: AnswerRecord) -> None:
     """Keep `question` and its `answer` about the document `opened` in the app's history (its
-    library row made or refreshed as the window's open does). Raises sqlite3.Error when the
+    library row made or refreshed as the window's open does). Raises sqlite3.Error or OSError when the
     history file cannot be written."""
     report = opened.report
     files = len(opened.document.segments) if report.kind == "repo" else None

@@ -179,3 +179,17 @@ def test_the_prefill_bar_shows_the_sessions_rate_and_time_left_not_tqdms(capsys)
     assert "351 tokens/s, 3 s left" in err
     assert set(re.findall(r"([\d.,]+[kMG]?|\?) ?tokens/s", err)) <= {"364", "351"}, err
     assert ", , " not in err
+
+
+def test_an_answer_the_history_cannot_keep_is_still_answered(tmp_path):
+    # The history's folder cannot be made (a file stands where it goes): `ask` answers and says the
+    # answer was not kept, instead of failing after the answer.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "data").write_text("not a folder")
+    doc = tmp_path / "note.md"
+    doc.write_text("# Note\n\nThe meeting is on Tuesday.\n")
+    out = subprocess.run([*HALAMAN, "ask", str(doc), "When is the meeting?", "--max-new-tokens", "8"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "HALAMAN_HOME": str(home)}, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "--- report ---" in out.stdout and "the answer was not kept in the history" in out.stderr
