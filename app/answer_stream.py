@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from app.chat import ChatView
-from app.library import Library
 from app.notices import ProgressPanel
 from app.units import fmt_duration
 from app.worker import Job, JobError
 from engine.answer import StopReason
 from engine.errors import ErrorKind
+from engine.library import Library
 from engine.workspace import AnswerOutcome
 
 SAVE_PARTIAL_EVERY_S = 2.0

@@ -31,36 +31,14 @@ from PySide6.QtGui import (QColor, QDesktopServices, QImage, QTextBlockFormat, Q
                            QTextFormat)
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
-from app.library import MessageRecord
 from engine.answer import Source, StopReason
+from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
+from engine.library import MessageRecord
 from engine.workspace import RecallOff
 
-CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
-_CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)
 _IMAGE = re.compile(r"!\[([^\[\]\n]*)\]\([^)\n]*\)")
 MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
 RENDER_EVERY_MS = 50
-
-
-def looks_like_citation(label: str) -> bool:
-    """"page 12", "pages 3-4", "p. 7", "src/app.py", "README.md" — not "[x]" or "[1]"."""
-    label = label.strip()
-    return bool(re.fullmatch(r"(pages?|p\.)\s*\d+([\s,–-]+\d+)*", label, re.I)) or bool(
-        re.fullmatch(r"[\w.\-/ ]*[\w\-]\.[A-Za-z0-9]{1,10}|[\w.\-]+(/[\w.\-]+)+", label)
-    )
-
-
-def citations(text: str) -> list[str]:
-    """Citation labels in `text`, in order of first appearance, outside code."""
-    found: list[str] = []
-    for part in _CODE.split(text):
-        if part.startswith("`"):
-            continue
-        for match in CITATION.finditer(part):
-            label = match.group(1).strip()
-            if looks_like_citation(label) and label not in found:
-                found.append(label)
-    return found
 
 
 def cite_href(label: str, message_id: int | None = None) -> str:
@@ -75,7 +53,7 @@ def link_citations(text: str, message_id: int | None = None) -> str:
         label = match.group(1).strip()
         return f"[[{label}]]({cite_href(label, message_id)})" if looks_like_citation(label) else match.group(0)
 
-    return "".join(part if part.startswith("`") else CITATION.sub(link, part) for part in _CODE.split(text))
+    return "".join(part if part.startswith("`") else CITATION.sub(link, part) for part in CODE.split(text))
 
 
 def images_as_text(text: str) -> str:
@@ -87,7 +65,7 @@ def images_as_text(text: str) -> str:
         return "\\[image not shown" + (f": {alt}" if alt else "") + "\\]"
 
     return "".join(part if part.startswith("`") else _IMAGE.sub(placeholder, part).replace("![", "!\\[")
-                   for part in _CODE.split(text))
+                   for part in CODE.split(text))
 
 
 CITED_TIP = "Pages or files the answer's text cites, checked against the document"
@@ -152,26 +130,32 @@ def read_spans(spans, reasons) -> str:
     return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in groups)
 
 
+LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them against the page"
+
+
 def footer_text(message: MessageRecord) -> str:
-    """'local · TTFT 0.30 s · 3.2 tokens/s · prefix cache hit · 12 tokens · recall 1,024 tokens in 12 ms'
-    (cloud: endpoint, model, reason)."""
+    """'answered here by SmolLM2 · first words after 0.30 s · 3.2 tokens/s · saved reading reused ·
+    12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
+    model, endpoint, why); a low-confidence local answer says so (`LOW_CONFIDENCE`)."""
     parts: list[str] = []
     if message.source == "cloud":
-        parts.append(f"cloud · {message.endpoint or '?'} · model {message.model or '?'}")
+        parts.append(f"answered by the cloud: model {message.model or '?'} at {message.endpoint or '?'}")
         if message.reason:
-            parts.append(f"reason: {message.reason}")
+            parts.append(f"why: {message.reason}")
     else:
-        parts.append("local" + (f" · {message.model}" if message.model else ""))
+        parts.append("answered here" + (f" by {message.model}" if message.model else ""))
     if message.ttft_s is not None:
-        parts.append(f"TTFT {message.ttft_s:.2f} s")
+        parts.append(f"first words after {message.ttft_s:.2f} s")
     if message.tokens_per_s is not None:
         parts.append(f"{message.tokens_per_s:.1f} tokens/s")
     if message.source != "cloud" and message.prefix_hit is not None:
-        parts.append("prefix cache hit" if message.prefix_hit else "prefix cache miss (document prefilled)")
+        parts.append("saved reading of the document reused" if message.prefix_hit else "document read for this answer")
     if message.tokens is not None:
         parts.append(f"{message.tokens} tokens")
     if message.source != "cloud" and recall_text(message):
         parts.append(recall_text(message))
+    if message.source != "cloud" and message.low_confidence:
+        parts.append(LOW_CONFIDENCE)
     if message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
         parts.append("cancelled")
     elif message.state == "interrupted":
@@ -363,16 +347,9 @@ def _code_block_format() -> QTextBlockFormat:
     return fmt
 
 
-def normalise_label(label: str) -> str:
-    """'p. 7' / 'pages 7' -> 'page 7'; other labels stripped."""
-    m = re.fullmatch(r"(?:pages?|p\.)\s*(\d+)", label.strip(), re.I)
-    return f"page {m.group(1)}" if m else label.strip()
-
-
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-__all__ = ["ChatView", "citations", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
-           "read_spans", "footer_text",
-           "looks_like_citation", "normalise_label"]
+__all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
+           "read_spans", "footer_text", "LOW_CONFIDENCE"]

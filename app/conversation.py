@@ -2,7 +2,7 @@
 
 Intents out (signals): `ask_requested(question, follow_up)`, `ask_cloud_requested(question)`,
 `citation_clicked(label, message_id)`, `open_file_requested()`, `open_folder_requested()`. State in:
-`set_ready(...)`, `show_empty()`, `show_chat()`; the chat itself is `chat` (`app.chat.ChatView`).
+`set_ready(...)`, `show_document(id)`, `show_empty()`, `show_chat()`; the chat itself is `chat` (`app.chat.ChatView`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ class DropArea(QFrame):
         title = plain_label("Drop a PDF, a code folder or a text file here")
         title.setObjectName("dropTitle")
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        hint = plain_label("Halaman reads the whole document once, keeps a compressed KV cache of it,\n"
-                      "and answers questions with a small model on this computer.")
+        hint = plain_label("Halaman reads the whole document once, keeps a compressed KV cache of it, "
+                           "and answers questions with a small model on this computer.")
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        for label in (title, hint):  # wrapped: unwrapped, they kept the window from getting narrower
+            label.setWordWrap(True)
         hint.setObjectName("dropHint")
         open_file = QPushButton("Open file…")
         open_file.clicked.connect(self.open_file_requested)
@@ -102,13 +104,31 @@ class Conversation(QWidget):
         self.question.returnPressed.connect(self._ask)
         self.ask_button.clicked.connect(self._ask)
         self.cloud_button.clicked.connect(lambda: self.ask_cloud_requested.emit(self.question.text().strip()))
+        self.document_id: int | None = None   # the library document the chat shows
 
-    def set_ready(self, ready: bool, hint: str, *, cloud: bool) -> None:
+    def show_document(self, document_id: int | None) -> None:
+        """The chat shows library document `document_id` (None: none, or a new file being read). A
+        follow-up continues the conversation shown, so another document's starts unticked."""
+        if document_id != self.document_id:
+            self.follow_up.setChecked(False)
+        self.document_id = document_id
+
+    def set_ready(self, ready: bool, hint: str, *, cloud: bool, typing: bool = False) -> None:
         """Enable the ask bar when a question can be asked now; `hint` is the placeholder; `cloud`:
-        the cloud fallback is on in Settings (its button shows)."""
+        the cloud fallback is on in Settings (its button shows); `typing`: the next question may be
+        typed already (a read or an answer is under way), only not sent.
+
+        A question box disabled under the user's fingers hands the keyboard to the next widget in
+        the focus chain, often a button that a typed space presses (the Open dialog opened, the
+        rest of the question went into its file name): the box stays enabled while a question is
+        coming, and the keyboard goes to the chat, which ignores typing, when it is disabled."""
         self.cloud_button.setVisible(cloud)
-        for widget in (self.question, self.ask_button, self.cloud_button, self.follow_up):
+        for widget in (self.ask_button, self.cloud_button, self.follow_up):
             widget.setEnabled(ready)
+        enabled = ready or typing
+        if not enabled and self.question.hasFocus():
+            self.chat.setFocus()
+        self.question.setEnabled(enabled)
         self.question.setPlaceholderText(hint)
 
     def take_question(self) -> str:
@@ -125,5 +145,5 @@ class Conversation(QWidget):
 
     def _ask(self) -> None:
         question = self.question.text().strip()
-        if question:
+        if question and self.ask_button.isEnabled():  # Enter in a question typed ahead waits for Ask
             self.ask_requested.emit(question, self.follow_up.isChecked())

@@ -5,6 +5,7 @@ user's choice to a callback; the box is returned so tests can press its buttons.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import metadata
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
@@ -70,7 +71,15 @@ def ask_password(parent: QWidget, name: str, wrong: bool) -> str | None:
     return text if ok else None
 
 
+def about_text() -> str:
+    """What Help › About says: the name, the installed version and what Halaman does."""
+    try:
+        version = metadata.version("halaman")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        version = "not installed"
+    return (f"<b>Halaman</b> {version}<br>Ask questions about whole documents with a small local model "
+            "over a compressed (sink + window + heavy-hitter, INT4) KV cache.")
+
+
 def show_about(parent: QWidget) -> None:
-    QMessageBox.about(parent, "About Halaman",
-                      "<b>Halaman</b><br>Ask questions about whole documents with a small local model "
-                      "over a compressed (sink + window + heavy-hitter, INT4) KV cache.")
+    QMessageBox.about(parent, "About Halaman", about_text())

@@ -1,7 +1,8 @@
 """The header above the chat: the document's title, one line about it (size, tokens, KV cache or
 its estimate, prefix-cache status) and an Open button when it is not the open one.
 
-Intent out: `open_clicked()`. State in: `show_document(title, info, can_open)`, `set_info(text)`.
+Intent out: `open_clicked()`. State in: `show_document(title, info, can_open, tooltip)`, `set_info(text)`.
+The info line speaks of reading and memory; the technical terms are in its tooltip (`info_tooltip`).
 """
 
 from __future__ import annotations
@@ -9,31 +10,44 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from app.library import DocumentRecord
 from app.untrusted import plain_label
+from engine.library import CACHED, NOT_CACHED, STALE, DocumentRecord
 from engine.session import OpenReport
 from engine.units import format_bytes, size_ratio
 
 
+STATUS_WORDS = {CACHED: "its saved reading is ready", STALE: "its saved reading is out of date: it will be read again",
+                NOT_CACHED: "it will be read when opened"}
+
+
 def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate: str, not_open_status: str | None) -> str:
-    """"12 pages · 5,231 tokens · KV cache 1.2 MiB vs 58 MiB full FP16 (48×) · prefilled · …".
+    """"12 pages · 5,231 tokens · kept in 1.2 MiB of memory (48.0× smaller than uncompressed) · read just now",
+    in plain words (the KV cache is "memory", a prefix-cache hit "its saved reading").
 
     `report`: the open report when this document is the open one (else None: `estimate`, the KV
     estimate for its tokens, is shown instead). `not_open_status`: its prefix-cache status when it
-    is neither open nor being opened ("cached", "stale", "not cached"), else None."""
+    is neither open nor being opened (`engine.library`'s CACHED, STALE, NOT_CACHED), else None."""
     parts = [record.size_text]
     if record.tokens:
         parts.append(f"{record.tokens:,} tokens")
     if report is not None:
-        parts.append(f"KV cache {format_bytes(report.kv.total_bytes)} vs {format_bytes(report.full_fp16_bytes)} full FP16 "
-                     f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)})")
-        parts.append("prefix cache hit" if report.prefix_hit else "prefilled")
-        parts.append(f"positions {report.position_mode}")
+        parts.append(f"kept in {format_bytes(report.kv.total_bytes)} of memory "
+                     f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)} than uncompressed)")
+        parts.append("its saved reading reused" if report.prefix_hit else "read just now")
     elif record.tokens:
         parts.append(estimate)
     if not_open_status is not None:
-        parts.append(f"prefix cache: {not_open_status} — not open")
+        parts.append(f"not open: {STATUS_WORDS.get(not_open_status, not_open_status)}")
     return " · ".join(p for p in parts if p)
+
+
+def info_tooltip(report: OpenReport | None) -> str:
+    """The technical words behind the info line, for whoever wants them: the KV cache against a full
+    FP16 one, the prefix cache, the position mode."""
+    if report is None:
+        return ""
+    return (f"KV cache {format_bytes(report.kv.total_bytes)} vs {format_bytes(report.full_fp16_bytes)} full FP16; "
+            f"prefix cache {'hit' if report.prefix_hit else 'miss (prefilled)'}; positions {report.position_mode}")
 
 
 class DocumentHeader(QWidget):
@@ -61,9 +75,10 @@ class DocumentHeader(QWidget):
         layout.addLayout(titles, 1)
         layout.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignTop)
 
-    def show_document(self, title: str, info: str, *, can_open: bool) -> None:
+    def show_document(self, title: str, info: str, *, can_open: bool, tooltip: str = "") -> None:
         self.title.setText(title)
         self.info.setText(info)
+        self.info.setToolTip(tooltip)
         self.open_button.setVisible(can_open)
 
     def show_nothing(self) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.answer_stream import AnswerStream, LiveAnswer
-from app.library import DocumentRecord
 from app.worker import Job
 from engine.documents import Document
+from engine.library import DocumentRecord
 from engine.session import OpenReport
 
 

@@ -183,6 +183,8 @@ class MemoryGauge(QWidget):
         self.kv_bar = _Bar(12)
         self.kv_legend = rich_label()
         self.kv_legend.setObjectName("gaugeLegend")
+        for label in (self.title, self.used, self.legend, self.kv_title, self.kv_legend):
+            label.setWordWrap(True)  # the sidebar can be narrow: wrap, never clip ("KV cache 37.1 Mi…")
         top = QHBoxLayout()
         top.addWidget(self.title, 1)
         top.addWidget(self.used)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
-from app.library import CACHED, STALE, Library
 from app.untrusted import literal_rich_text, plain_label
+from engine.library import CACHED, STALE, Library
 from engine.settings import EngineSettings
 
 if TYPE_CHECKING:

@@ -22,27 +22,35 @@ from engine.units import format_bytes, size_ratio
 
 
 def budget_text(settings: EngineSettings, profile: ModelProfile) -> str:
-    """"Budget 4,096 tokens (sink 4 + window 512 + heavy hitters), INT4: at most 33.0 MiB of KV
-    cache at rest per document, whatever its length; 48.1 MiB at its peak … Recall …".
+    """"A document keeps at most 33.0 MiB of memory (4,096 tokens), whatever its length; 48.1 MiB at
+    the peak … Recall …", in plain words (`budget_tip` holds the cache policy's terms).
     Raises HalamanError for settings the estimate refuses."""
     policy = settings.cache
     at_budget = estimate(profile, policy, policy.budget_tokens, settings.recall)
     recall = (f" Recall brings back up to {settings.recall.recall_tokens:,} tokens per question "
               f"(+{format_bytes(at_budget.recall_bytes)} while answering)." if at_budget.recall_bytes else " Recall is off.")
-    return (f"Budget {policy.budget_tokens:,} tokens (sink {policy.sink_tokens} + window {policy.window_tokens:,} "
-            f"+ heavy hitters), INT{policy.kv_bits}: at most {format_bytes(at_budget.compressed_bytes)} of KV cache "
-            f"at rest per document, whatever its length; {format_bytes(kv_peak_bytes(profile, policy, settings.recall))} at its peak "
+    return (f"A document keeps at most {format_bytes(at_budget.compressed_bytes)} of memory "
+            f"({policy.budget_tokens:,} tokens), whatever its length; "
+            f"{format_bytes(kv_peak_bytes(profile, policy, settings.recall))} at the peak "
             f"(reading a chunk, or answering with recall).{recall}")
 
 
+def budget_tip(settings: EngineSettings) -> str:
+    """The terms behind `budget_text`, for whoever wants them: the KV budget and its policy."""
+    policy = settings.cache
+    return (f"KV cache budget {policy.budget_tokens:,} tokens per layer and KV head: sink {policy.sink_tokens} + "
+            f"window {policy.window_tokens:,} + heavy hitters, INT{policy.kv_bits} (Settings › Advanced).")
+
+
 def document_estimate(settings: EngineSettings, profile: ModelProfile, tokens: int, memory: MemoryReport | None) -> str:
-    """The KV estimate for a document of `tokens` tokens, and whether it fits the free memory."""
+    """The KV estimate for a document of `tokens` tokens, in plain words ("memory once read"), and
+    whether it fits the free memory."""
     try:
         est = estimate(profile, settings.cache, tokens, settings.recall)
     except HalamanError as exc:
         return str(exc)
-    text = (f"KV estimate: {format_bytes(est.compressed_bytes)} compressed vs {format_bytes(est.full_bytes)} full FP16 "
-            f"({size_ratio(est.full_bytes, est.compressed_bytes)})")
+    text = (f"memory once read: ≈ {format_bytes(est.compressed_bytes)} "
+            f"({size_ratio(est.full_bytes, est.compressed_bytes)} than the {format_bytes(est.full_bytes)} uncompressed)")
     if est.archive_bytes:
         text += f" · archive on disk: {format_bytes(est.archive_bytes)}"
     if memory is not None:
@@ -74,5 +82,6 @@ class MemoryPanel(QWidget):
     def show_budget(self, settings: EngineSettings, profile: ModelProfile) -> None:
         try:
             self.budget.setText(budget_text(settings, profile))
+            self.budget.setToolTip(budget_tip(settings))
         except HalamanError as exc:
             self.budget.setText(str(exc))

@@ -20,12 +20,24 @@ from PySide6.QtWidgets import (
 
 from app.untrusted import plain_label
 from engine.errors import Cancelled, HalamanError
-from engine.models.catalog import CatalogModel, DeviceMemory, detect_memory, fit, load_catalog
+from engine.models.catalog import CatalogModel, DeviceMemory, Fit, detect_memory, fit, load_catalog
 from engine.models.download import DownloadProgress, downloaded_folder, partial_bytes, pull
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
 COLUMNS = ("Model", "Parameters", "Download", "Weights", "KV / token", "Fits", "On disk")
+WEIGHTS_COLUMN = COLUMNS.index("Weights")
+WEIGHTS_HEADER_TIP = ("The memory the weights take once loaded on this machine, not the download: on a CPU, int4 "
+                      "also keeps a bfloat16 copy of the layers that reading a document uses and the embeddings in "
+                      "float32, so a small model can take more than it downloads.")
+
+
+def weights_tip(verdict: Fit) -> str:
+    """The Weights cell's tooltip: what its bytes are made of (int4 on a CPU), else how they are held."""
+    if not verdict.weights_parts:
+        return f"{format_bytes(verdict.weights_bytes)} as {verdict.weights_label} weights, loaded on this machine"
+    parts = "\n".join(f"  {format_bytes(size)}: {what}" for what, size in verdict.weights_parts)
+    return f"{format_bytes(verdict.weights_bytes)} once loaded ({verdict.weights_label}):\n{parts}"
 
 
 class _Relay(QObject):
@@ -61,6 +73,7 @@ class ModelList(QWidget):
         self.table = QTableWidget(len(self.models), len(COLUMNS))
         self.table.setObjectName("modelTable")
         self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.horizontalHeaderItem(WEIGHTS_COLUMN).setToolTip(WEIGHTS_HEADER_TIP)
         self.table.verticalHeader().setVisible(False)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -109,6 +122,8 @@ class ModelList(QWidget):
                 item = QTableWidgetItem(text)
                 item.setToolTip(f"{model.repo}: {verdict.reason}" + (" (gated: accept its licence on the hub and "
                                                                      "log in with `hf auth login`)" if model.gated else ""))
+                if column == WEIGHTS_COLUMN:
+                    item.setToolTip(weights_tip(verdict))
                 if column == 5 and not verdict.fits:
                     item.setForeground(Qt.GlobalColor.darkRed)
                 self.table.setItem(row, column, item)

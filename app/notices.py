@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QProgressBar, QPushButton, QV
 
 from app.units import fmt_duration
 from app.untrusted import plain_label
-from engine.session import Phase, Progress
+from engine.session import CONVERTING_MODEL_UNIT, Phase, Progress
 
 TICK_MS = 500
 """How often the ETA counts down between two progress events (a prefill chunk can take a minute)."""
@@ -92,6 +92,7 @@ class ProgressPanel(QFrame):
         self.model_name = "the model"
         self._last_prefill: tuple[Progress, float] | None = None
         self._loading_since: float | None = None
+        self._converting = False             # the model being loaded is converted first
         self.timer = QTimer(self)
         self.timer.setInterval(TICK_MS)
         self.timer.timeout.connect(self._tick)
@@ -135,6 +136,7 @@ class ProgressPanel(QFrame):
         self._last_prefill = self._loading_since = None
         if event.phase is Phase.LOADING_MODEL:
             self._loading_since = time.monotonic()
+            self._converting = event.unit == CONVERTING_MODEL_UNIT
             self._tick()
         elif event.phase is Phase.READING:
             if event.total > 1:
@@ -142,12 +144,12 @@ class ProgressPanel(QFrame):
             else:
                 self.set_busy("Reading the document…")
         elif event.phase is Phase.TOKENIZING:
-            self.set_busy("Tokenizing…")
+            self.set_busy("Splitting the text into tokens…")
         elif event.phase is Phase.LOADING_CACHE:
             if event.done >= event.total:
-                self.set_progress("Prefix cache hit — restoring the saved KV cache, no prefill needed", 1, 1)
+                self.set_progress("Restoring its saved reading: no need to read it again", 1, 1)
             else:
-                self.set_busy("Looking for a saved prefix cache…")
+                self.set_busy("Looking for a saved reading of this document…")
         elif event.phase is Phase.PREFILL:
             self._show_prefill(event)
             if event.done < event.total:
@@ -158,9 +160,9 @@ class ProgressPanel(QFrame):
         self.set_busy(text)
 
     def _show_prefill(self, event: Progress, since_s: float = 0.0) -> None:
-        eta = fmt_duration(max(0.0, event.eta_s - since_s)) if event.eta_s is not None else "estimating…"
-        self.set_progress(f"Prefill {event.done:,} / {event.total:,} tokens · {event.tokens_per_s:,.1f} tokens/s · ETA {eta}",
-                          event.done, event.total)
+        left = f"{fmt_duration(max(0.0, event.eta_s - since_s))} left" if event.eta_s is not None else "estimating the time left…"
+        self.set_progress(f"Reading the document: {event.done:,} of {event.total:,} tokens · "
+                          f"{event.tokens_per_s:,.1f} tokens/s · {left}", event.done, event.total)
 
     def _tick(self) -> None:
         if self._last_prefill is not None:
@@ -168,5 +170,5 @@ class ProgressPanel(QFrame):
             self._show_prefill(event, time.monotonic() - at)
         if self._loading_since is not None:
             elapsed = time.monotonic() - self._loading_since
-            self.set_busy(f"Loading the model ({self.model_name}) — {fmt_duration(elapsed)} "
-                          "(the first start converts it once)")
+            first = " (its first start converts it, once)" if self._converting else ""
+            self.set_busy(f"Loading the model ({self.model_name}) — {fmt_duration(elapsed)}{first}")

@@ -44,7 +44,9 @@ class OpenFlow:
         job = ops.open_document(path, name=name, password=password)
         job.on_progress = lambda event: self._progress(job, event)
         job.on_done = lambda result: self._opened(job, result)
-        job.on_error = lambda error: self._failed(job, path, password, error)
+        # What was open before this read replaced it: a cancelled read opens it again.
+        previous = state.open_path if state.open_id is not None and state.open_path != path else None
+        job.on_error = lambda error: self._failed(job, path, password, error, previous)
         state.reading(path, record, job)
         w.library_panel.select(record.id if record else None)
         w.library_panel.set_reading(path, name, "reading…")
@@ -54,6 +56,8 @@ class OpenFlow:
             w.show_current()
         else:
             w.header.show_document(name, "Reading…", can_open=False)
+            w.conversation.show_document(None)
+            w.sources.follow(None)
             w.chat.clear()
             w.conversation.show_chat()
         w.setWindowTitle(f"Halaman — {name}")
@@ -73,7 +77,9 @@ class OpenFlow:
         if opening is None or event.phase is Phase.LOADING_MODEL:
             return
         w.library_panel.set_reading(opening, Path(opening).name, reading_text(event))
-        if event.phase is Phase.PREFILL and self._estimate_shown_for != event.total:
+        # The header may show another library document meanwhile: the read's numbers are not its own.
+        shows_the_read = w.state.current is None or w.state.being_read(w.state.current)
+        if event.phase is Phase.PREFILL and shows_the_read and self._estimate_shown_for != event.total:
             self._estimate_shown_for = event.total
             w.header.set_info(f"{event.total:,} tokens · {w.estimate_text(event.total)}")
 
@@ -119,10 +125,10 @@ class OpenFlow:
         w.chat.labels = set(w.state.segments)
         w.refresh_library(select=doc_id)
         if report.prefix_hit:
-            w.statusBar().showMessage(f"Prefix cache hit: {report.title} was ready in {report.seconds:.1f} s, no prefill needed.", 10000)
+            w.statusBar().showMessage(f"{report.title} was ready in {report.seconds:.1f} s: its saved reading was reused.", 10000)
         else:
             w.statusBar().showMessage(
-                f"Read {report.title}: prefilled {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
+                f"Read {report.title}: {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
                 f"({report.prefill_tokens_per_s:,.0f} tokens/s).", 10000)
         if report.warnings:
             w.banner.show_message("warning", warning_note(report.warnings, str(report.recall_notice) if report.recall_notice else None))
@@ -131,7 +137,7 @@ class OpenFlow:
         w.conversation.question.setFocus()
         w.refresh_cache_status()
 
-    def _failed(self, job: Job, path: str, password: str | None, error: JobError) -> None:
+    def _failed(self, job: Job, path: str, password: str | None, error: JobError, previous: str | None = None) -> None:
         w = self.window
         if w.closed or not w.state.read_ended(job):
             return  # superseded by a newer open (which cancelled this one)
@@ -142,7 +148,11 @@ class OpenFlow:
         name = Path(path).name
         if w.state.current is None:
             w.setWindowTitle("Halaman")
-        if error.kind is ErrorKind.CANCELLED:
+        if error.kind is ErrorKind.CANCELLED and previous is not None and Path(previous).exists():
+            # The read had replaced the open document; without it nothing would be open at all.
+            w.statusBar().showMessage(f"Cancelled reading {name}; opening {Path(previous).name} again.", 8000)
+            self.open_path(previous)
+        elif error.kind is ErrorKind.CANCELLED:
             w.header.set_info("Opening was cancelled." if w.state.current else "Reading was cancelled: nothing was kept.")
             w.statusBar().showMessage(f"Cancelled reading {name}.", 8000)
         elif error.kind is ErrorKind.PASSWORD:

@@ -129,11 +129,13 @@ class SettingsDialog(QDialog):
         for section in self.sections:
             section.load(settings)
 
-    def values(self) -> EngineSettings:
-        """The settings the sections describe, validated. Raises SettingsError with the engine's message."""
+    def values(self, *, but=None) -> EngineSettings:
+        """The settings the sections describe (`but` that section's as they were loaded), validated.
+        Raises SettingsError with the engine's message."""
         fields = {}
         for section in self.sections:
-            fields.update(section.values())
+            if section is not but:
+                fields.update(section.values())
         settings = dataclasses.replace(self.original, **fields)
         settings.validate()
         return settings
@@ -155,26 +157,35 @@ class SettingsDialog(QDialog):
                 secrets.save_api_key(settings.cloud.base_url, key)
             save_settings(settings, self.settings_file)
         except HalamanError as exc:
-            self.error.setText(str(exc))
+            self._say(str(exc), error=True)
             return
         except OSError as exc:
-            self.error.setText(f"cannot write the settings file ({exc.strerror or exc}); check the config folder's permissions")
+            self._say(f"cannot write the settings file ({exc.strerror or exc}); check the config folder's permissions",
+                      error=True)
             return
         self.cloud.key.clear()
         self.saved = settings
         super().accept()
 
     def _changed(self, *_args) -> None:
+        """Check the settings as they are typed. A cloud fallback just ticked, its endpoint not
+        typed yet, is a hint (`CloudSection.missing`), not an error, and the memory estimates,
+        which do not depend on it, stay."""
+        hint = self.cloud.missing()
         try:
-            settings = self.values()
+            settings = self.values(but=None if hint is None else self.cloud)
         except HalamanError as exc:
-            self.error.setText(str(exc))
+            self._say(str(exc), error=True)
             self.cache.budget_info.setText("")
             self.recall.info.setText("")
             return
-        self.error.setText("")
+        self._say(hint or "", error=False)
         self._show_budget(settings)
         self.model_list.set_settings(settings)
+
+    def _say(self, text: str, *, error: bool) -> None:
+        self.error.setText(text)
+        self.error.setStyleSheet("color: #C62828; font-weight: 600;" if error else "color: #555;")
 
     def _show_budget(self, settings: EngineSettings) -> None:
         policy, recall = settings.cache, settings.recall

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
-    QPushButton, QSpinBox,
+    QPushButton, QSpinBox, QToolButton, QWidget,
 )
 
 from app.untrusted import plain_label, rich_label
@@ -149,11 +149,26 @@ class ModelSection(Section):
             self.path.setText(path)
 
 
+TERMS = {
+    "budget": ("How many of the document's tokens the model keeps in memory (per layer and KV head, the "
+               "KV cache); the rest stays on disk, and a question brings back the pages it needs."),
+    "sink": ("Attention sinks: the document's first tokens, always kept. Models lean on them whatever they "
+             "read (StreamingLLM), and answers degrade without them."),
+    "window": "Recent window: the last tokens read, always kept, so the text just before the question stays exact.",
+    "residual": ("16-bit residual: the newest tokens stay unpacked (16-bit) until this many have arrived, then "
+                 "they are packed to the KV bits together."),
+    "kv_bits": ("KV bits: how many bits each kept key and value takes. 4 bits take a quarter of the memory of "
+                "16, for a small loss of accuracy."),
+}
+
+
 class CacheSection(Section):
-    """The KV cache policy per layer and KV head; `budget_info` says what it takes in memory."""
+    """The KV cache policy per layer and KV head; `budget_info` says what it takes in memory. The
+    budget is in view; the terms of the policy (sinks, window, residual, KV bits) are under
+    `advanced`, collapsed until `advanced_toggle` opens it, each explained in its tooltip (`TERMS`)."""
 
     def __init__(self) -> None:
-        super().__init__("KV cache (per layer and KV head)")
+        super().__init__("Memory for the document (KV cache)")
         self.budget = _spin(16, 1 << 20, 256, " tokens")
         self.budget_info = rich_label()
         self.budget_info.setWordWrap(True)
@@ -162,11 +177,33 @@ class CacheSection(Section):
         self.window_tokens = _spin(1, 1 << 20, 64, " tokens")
         self.residual = _spin(0, 1 << 16, 16, " tokens")
         self.kv_bits = _combo(((4, "4 bits (INT4)"), (8, "8 bits (INT8)"), (16, "16 bits (float16)")))
-        for label, widget in (("Budget", self.budget), ("", self.budget_info), ("Attention sinks", self.sink),
-                              ("Recent window", self.window_tokens), ("16-bit residual", self.residual),
-                              ("KV bits", self.kv_bits)):
-            self.form.addRow(label, widget)
+        self.advanced_toggle = QToolButton()
+        self.advanced_toggle.setText("Advanced: how the cache is kept")
+        self.advanced_toggle.setCheckable(True)
+        self.advanced_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.advanced_toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.advanced_toggle.setAutoRaise(True)
+        self.advanced = QWidget()
+        advanced = QFormLayout(self.advanced)
+        advanced.setContentsMargins(0, 0, 0, 0)
+        self.form.addRow("Tokens kept", self.budget)
+        self.form.addRow("", self.budget_info)
+        self.form.addRow(self.advanced_toggle)
+        self.form.addRow(self.advanced)
+        for key, label, widget in (("sink", "Attention sinks", self.sink), ("window", "Recent window", self.window_tokens),
+                                   ("residual", "16-bit residual", self.residual), ("kv_bits", "KV bits", self.kv_bits)):
+            widget.setToolTip(TERMS[key])
+            advanced.addRow(label, widget)
+            advanced.labelForField(widget).setToolTip(TERMS[key])
+        self.budget.setToolTip(TERMS["budget"])
+        self.form.labelForField(self.budget).setToolTip(TERMS["budget"])
+        self.advanced.setVisible(False)
+        self.advanced_toggle.toggled.connect(self._show_advanced)
         self._emit_on(self.budget, self.sink, self.window_tokens, self.residual, self.kv_bits)
+
+    def _show_advanced(self, shown: bool) -> None:
+        self.advanced.setVisible(shown)
+        self.advanced_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
 
     def load(self, settings: EngineSettings) -> None:
         super().load(settings)
@@ -264,9 +301,13 @@ class CloudSection(Section):
     """The cloud fallback (checkable: off, nothing leaves this computer): endpoint, model, API key
     (kept in the OS keyring, `typed_key`), when to escalate, whether to ask before sending."""
 
+    OFF_TITLE = "Cloud fallback (off: nothing leaves this computer)"
+    ON_TITLE = "Cloud fallback (on: questions may be sent to the endpoint below)"
+
     def __init__(self) -> None:
-        super().__init__("Cloud fallback (off: nothing leaves this computer)")
+        super().__init__(self.OFF_TITLE)
         self.setCheckable(True)
+        self.toggled.connect(lambda on: self.setTitle(self.ON_TITLE if on else self.OFF_TITLE))
         self.url = QLineEdit()
         self.url.setPlaceholderText("https://api.example.com/v1")
         self.model = QLineEdit()
@@ -305,6 +346,15 @@ class CloudSection(Section):
             self.loaded.cloud, enabled=self.isChecked(), base_url=self.url.text().strip(), model=self.model.text().strip(),
             escalation_threshold=round(self.threshold.value(), 2), auto_escalate=self.auto.isChecked(),
             ask_before_sending=self.confirm.isChecked())}
+
+    def missing(self) -> str | None:
+        """What is still to be typed for the cloud to be usable (a hint, not an error: the user
+        has just ticked it), None when nothing is or the cloud is off."""
+        if not self.isChecked():
+            return None
+        wanted = [name for name, field in (("the endpoint URL", self.url), ("the model name", self.model))
+                  if not field.text().strip()]
+        return f"To use the cloud fallback, enter {' and '.join(wanted)}." if wanted else None
 
     def typed_key(self) -> str:
         """The API key typed in (to store in the keyring on Save), "" when none was."""

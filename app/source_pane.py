@@ -5,8 +5,10 @@ PDF pages are rendered by PDFium (pypdfium2) at the pane's width; a passage is f
 text of the page by its characters without white space (the segment text is the normalised page
 text, so offsets differ but the characters do not), and PDFium's rectangles of those characters
 are drawn over the page, more opaque for a larger share. Code and text files are shown as the model
-read them, with line numbers (and Pygments' colours where it is installed), the attended lines
-marked and the strongest scrolled to.
+read them (`app.code_view`: the file's own line numbers, Pygments' colours where it is installed),
+the attended lines marked and the strongest scrolled to. Previous / Next go through every passage
+the answer attended, from page to page (an answer over the whole document attends several), and a
+note under them says which passage is shown and where the others are, or why there are none.
 
 For tests the pane exposes what it drew: `rectangles` (page coordinates, PDF points, origin bottom
 left) and `marked_lines` (1-based).
@@ -19,19 +21,20 @@ from pathlib import Path
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
-from PySide6.QtCore import QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QSyntaxHighlighter, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import (QHBoxLayout, QPlainTextEdit, QPushButton, QScrollArea, QStackedWidget,
-                               QTextEdit, QVBoxLayout, QWidget)
+from PySide6.QtCore import QRect, Qt, Signal
+from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QTextCursor, QTextFormat
+from PySide6.QtWidgets import QHBoxLayout, QScrollArea, QStackedWidget, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
+from app.code_view import CodeColours, CodeView, lexer_for
 from app.untrusted import escape, plain_label, rich_label
 from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.documents.hyphenation import HYPHENS
+from engine.documents.lines import file_line_numbers
 
 HIGHLIGHT = QColor(255, 200, 0)
 ZOOM_STEP = 1.25
-COLOUR_MAX_LINES = 2_000  # longer files are shown uncoloured: Pygments took 0.5 s for 3,000 lines here
+COLOUR_MAX_LINES = 2_000  # longer files are shown uncoloured: Pygments colours them too slowly for a click
 SHORTEST_MATCH = 12  # characters (white space left out) a partial match of a passage needs
 
 
@@ -83,104 +86,10 @@ def alpha_for(share: float, strongest: float) -> int:
     return int(40 + 160 * (share / strongest if strongest > 0 else 1.0))
 
 
-class CodeColours(QSyntaxHighlighter):
-    """Syntax colours from Pygments, when it is installed (it comes with rich and pytest; Halaman
-    does not require it), line by line: a string spanning lines is coloured as code after its
-    first line, which a viewer for checking sources can afford."""
-
-    def __init__(self, document, lexer) -> None:
-        super().__init__(document)
-        from pygments.styles import get_style_by_name
-
-        self.lexer, self.style, self.formats = lexer, get_style_by_name("default"), {}
-
-    def _format(self, kind) -> QTextCharFormat | None:
-        if kind not in self.formats:
-            colour = self.style.style_for_token(kind)["color"]
-            fmt = None
-            if colour:
-                fmt = QTextCharFormat()
-                fmt.setForeground(QColor(f"#{colour}"))
-            self.formats[kind] = fmt
-        return self.formats[kind]
-
-    def highlightBlock(self, text: str) -> None:
-        at = 0
-        for kind, value in self.lexer.get_tokens(text):
-            fmt = self._format(kind)
-            if fmt is not None:
-                self.setFormat(at, len(value), fmt)
-            at += len(value)
-
-
-def lexer_for(path: str | Path):
-    """A Pygments lexer for a file name, None for plain text or without Pygments."""
-    try:
-        from pygments.lexers import get_lexer_for_filename
-        from pygments.util import ClassNotFound
-    except ImportError:
-        return None
-    try:
-        lexer = get_lexer_for_filename(str(path), stripnl=False, ensurenl=False)
-    except ClassNotFound:
-        return None
-    return None if lexer.name == "Text only" else lexer
-
-
-class LineNumbers(QWidget):
-    """The line-number margin of a `CodeView` (Qt's code editor example)."""
-
-    def __init__(self, view: CodeView) -> None:
-        super().__init__(view)
-        self.view = view
-
-    def sizeHint(self) -> QSize:
-        return QSize(self.view.margin_width(), 0)
-
-    def paintEvent(self, event) -> None:
-        self.view.paint_numbers(self, event)
-
-
-class CodeView(QPlainTextEdit):
-    """Read-only text with line numbers in the margin."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setReadOnly(True)
-        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.numbers = LineNumbers(self)
-        self.blockCountChanged.connect(lambda _n: self.setViewportMargins(self.margin_width(), 0, 0, 0))
-        self.updateRequest.connect(self._update_numbers)
-        self.setViewportMargins(self.margin_width(), 0, 0, 0)
-
-    def margin_width(self) -> int:
-        return 12 + self.fontMetrics().horizontalAdvance("9") * len(str(max(1, self.blockCount())))
-
-    def _update_numbers(self, rect: QRect, dy: int) -> None:
-        if dy:
-            self.numbers.scroll(0, dy)
-        else:
-            self.numbers.update(0, rect.y(), self.numbers.width(), rect.height())
-
-    def resizeEvent(self, event) -> None:
-        super().resizeEvent(event)
-        area = self.contentsRect()
-        self.numbers.setGeometry(QRect(area.left(), area.top(), self.margin_width(), area.height()))
-
-    def paint_numbers(self, widget: QWidget, event) -> None:
-        painter = QPainter(widget)
-        painter.fillRect(event.rect(), QColor("#f0f0f0"))
-        painter.setPen(QColor("#888"))
-        block = self.firstVisibleBlock()
-        top = round(self.blockBoundingGeometry(block).translated(self.contentOffset()).top())
-        height = self.fontMetrics().height()
-        while block.isValid() and top <= event.rect().bottom():
-            if block.isVisible():
-                painter.drawText(0, top, widget.width() - 6, height, Qt.AlignmentFlag.AlignRight,
-                                 str(block.blockNumber() + 1))
-            top += round(self.blockBoundingRect(block).height())
-            block = block.next()
-        painter.end()
+def _button(text: str) -> QToolButton:
+    button = QToolButton()
+    button.setText(text)
+    return button
 
 
 class PageScroll(QScrollArea):
@@ -211,14 +120,14 @@ class SourcePane(QWidget):
         self.setObjectName("sourcePane")
         self.title = rich_label()
         self.title.setWordWrap(True)
-        self.previous_button = QPushButton("◀ Previous")
-        self.next_button = QPushButton("Next ▶")
-        self.zoom_out_button = QPushButton("−")
-        self.zoom_in_button = QPushButton("+")
-        self.close_button = QPushButton("✕")
+        # Tool buttons: a push button is at least 80 px wide in most styles, and five of them kept
+        # the window with the pane open wider than a small screen.
+        self.previous_button = _button("◀ Previous")
+        self.next_button = _button("Next ▶")
+        self.zoom_out_button = _button("−")
+        self.zoom_in_button = _button("+")
+        self.close_button = _button("✕")
         self.close_button.setToolTip("Close the source pane")
-        self.previous_button.setToolTip("The previous attended passage")
-        self.next_button.setToolTip("The next attended passage (by share)")
         bar = QHBoxLayout()
         for button in (self.previous_button, self.next_button, self.zoom_out_button, self.zoom_in_button):
             bar.addWidget(button)
@@ -237,6 +146,10 @@ class SourcePane(QWidget):
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.title)
         layout.addLayout(bar)
+        self.note = plain_label()
+        self.note.setObjectName("sourceNote")
+        self.note.setWordWrap(True)
+        layout.addWidget(self.note)
         layout.addWidget(self.stack, 1)
         self.previous_button.clicked.connect(lambda: self.step(-1))
         self.next_button.clicked.connect(lambda: self.step(1))
@@ -244,8 +157,11 @@ class SourcePane(QWidget):
         self.zoom_out_button.clicked.connect(lambda: self.set_zoom(self.zoom / ZOOM_STEP))
         self.close_button.clicked.connect(self.close_pane)
         self.zoom = 1.0
-        self.passages: list[AttendedSpan] = []
-        self.current = 0                      # the passage scrolled to
+        self.document: Document | None = None     # the document shown, when shown by `show_segment`
+        self.segment_index: int | None = None
+        self.answer_passages: list[AttendedSpan] = []  # all the answer attended in that document, strongest first
+        self.passages: list[AttendedSpan] = []  # those on the page or in the file shown
+        self.current = 0                      # the passage scrolled to (in `passages`)
         self.page: int | None = None          # 1-based page shown, None for a text file
         self.rectangles: list[Highlight] = []
         self.marked_lines: list[int] = []
@@ -254,30 +170,56 @@ class SourcePane(QWidget):
         self._scale = 1.0
         self._lines: list[tuple[int, int]] = []  # per passage: first and last line (0-based)
         self._colours: CodeColours | None = None
+        self.clear()
 
-    def show_segment(self, document: Document, index: int, passages: list[AttendedSpan]) -> None:
+    def clear(self) -> None:
+        """Show nothing (at start, or when the chat moves to another document), open or not."""
+        self.empty = True
+        self.document, self.segment_index, self.answer_passages, self.passages = None, None, [], []
+        self.page, self.rectangles, self.marked_lines, self.current = None, [], [], 0
+        self.title.setText("Nothing shown yet")
+        self.page_label.clear()
+        if self._colours is not None:
+            self._colours.setDocument(None)
+            self._colours = None
+        self.code.show_text("", None)
+        self.code.setExtraSelections([])
+        self.stack.setCurrentWidget(self.scroll)
+        self._update_buttons()
+
+    def show_segment(self, document: Document, index: int, passages: list[AttendedSpan], *,
+                     focus: AttendedSpan | None = None) -> None:
         """Show segment `index` of `document` (a PDF page, or a file as the model read it) with
-        those of `passages` that lie in it. A PDF that PDFium cannot read any more (moved,
-        replaced) is shown as its page's text instead."""
+        those of `passages` (an answer's, strongest first) that lie in it; Previous / Next go
+        through all of them, from page to page. `focus`: the passage to scroll to (default: the
+        strongest shown). A PDF that PDFium cannot read any more (moved, replaced) is shown as its
+        page's text instead."""
         segment = document.segments[index]
-        own = [p for p in passages if p.segment_index == index and p.label == segment.label]
+        answer = [p for p in passages if 0 <= p.segment_index < len(document.segments)
+                  and document.segments[p.segment_index].label == p.label]  # stored with another reading: not shown
+        own = [p for p in answer if p.segment_index == index]
         if document.kind == "pdf" and segment.page is not None:
             try:
                 self.show_pdf_page(document.source, segment.page, own, segment.text)
-                return
             except (pdfium.PdfiumError, OSError) as error:
-                self.show_text_file(document.source, segment.text, own)
+                self.show_text_file(document.source, segment.text, own, numbered=False)
                 self.title.setText(f"<b>{escape(segment.label)}</b> — the PDF could not be rendered ({escape(str(error))}); its text:")
-                return
-        path = Path(document.source) / segment.path if segment.path else Path(document.source)
-        self.show_text_file(path, segment.text, own)
+        else:
+            path = Path(document.source) / segment.path if segment.path else Path(document.source)
+            self.show_text_file(path, segment.text, own)
+        self.document, self.segment_index, self.answer_passages = document, index, answer
+        if focus in own:
+            self.current = own.index(focus)
+            self._scroll_to_current()
+        self._update_buttons()
 
     # ------------------------------------------------------------------ PDF
     def show_pdf_page(self, pdf_path: str | Path, page: int, passages: list[AttendedSpan], page_text: str = "") -> None:
         """Show 1-based `page` of the PDF with `passages` (of that page, strongest first)
         highlighted; `page_text` is the segment text the passages' characters index. Raises
         pypdfium2.PdfiumError when the file cannot be read."""
-        self.passages, self.current, self.page = list(passages), 0, page
+        self.passages, self.current, self.page, self.empty = list(passages), 0, page, False
+        self.document, self.segment_index, self.answer_passages = None, None, list(passages)
         self._pdf_path, self._page_text = str(pdf_path), page_text
         self.title.setText(f"<b>{escape(Path(pdf_path).name)}</b> — page {page}")
         self.stack.setCurrentWidget(self.scroll)
@@ -334,14 +276,17 @@ class SourcePane(QWidget):
                      max(1, round((right - left) * s)), max(1, round((top - bottom) * s)))
 
     # ----------------------------------------------------------------- text
-    def show_text_file(self, path: str | Path, text: str, passages: list[AttendedSpan]) -> None:
-        """Show `text` (the file as the model read it) with the lines of `passages` (character
-        ranges of `text`, strongest first) marked, scrolled to the strongest."""
-        self.passages, self.current, self.page, self.rectangles = list(passages), 0, None, []
+    def show_text_file(self, path: str | Path, text: str, passages: list[AttendedSpan], *, numbered: bool = True) -> None:
+        """Show `text` (the file at `path` as the model read it) with the lines of `passages`
+        (character ranges of `text`, strongest first) marked, scrolled to the strongest; the lines
+        are numbered as in the file on disk where it can be aligned with `text` (`numbered`:
+        `path` is that file, not a PDF whose page's text is shown)."""
+        self.passages, self.current, self.page, self.rectangles, self.empty = list(passages), 0, None, [], False
+        self.document, self.segment_index, self.answer_passages = None, None, list(passages)
         self.title.setText(f"<b>{escape(Path(path).name)}</b> — {escape(str(path))}")
         if self._colours is not None:
             self._colours.setDocument(None)
-        self.code.setPlainText(text)
+        self.code.show_text(text, file_line_numbers(path, text) if numbered else None)
         lexer = lexer_for(path) if text.count("\n") <= COLOUR_MAX_LINES else None
         self._colours = CodeColours(self.code.document(), lexer) if lexer is not None else None
         if self._colours is not None:
@@ -371,10 +316,19 @@ class SourcePane(QWidget):
 
     # ------------------------------------------------------------ passages
     def step(self, delta: int) -> None:
-        """Go to the next (1) or previous (-1) passage, by share."""
-        if self.passages:
-            self.current = (self.current + delta) % len(self.passages)
+        """Go to the answer's next (1) or previous (-1) passage, by share, showing its page or file
+        when it is on another one."""
+        ordered = self.answer_passages
+        if len(ordered) < 2:
+            return
+        here = ordered.index(self.passages[self.current]) if self.passages else (-1 if delta > 0 else 0)
+        target = ordered[(here + delta) % len(ordered)]
+        if target in self.passages:
+            self.current = self.passages.index(target)
             self._scroll_to_current()
+            self._update_buttons()
+        elif self.document is not None:
+            self.show_segment(self.document, target.segment_index, ordered, focus=target)
 
     def set_zoom(self, zoom: float) -> None:
         """Zoom a PDF page: 1.0 fits the pane's width (clamped to 0.5..4)."""
@@ -400,8 +354,30 @@ class SourcePane(QWidget):
             self.scroll.ensureVisible(self._to_pixels(boxes[0]).center().x(), self._to_pixels(boxes[0]).center().y(), 40, 120)
 
     def _update_buttons(self) -> None:
-        for button in (self.previous_button, self.next_button):
-            button.setEnabled(len(self.passages) > 1)
+        """Previous / Next go through the answer's passages, enabled when there are two or more;
+        the note under them says which passage is shown and where the others are, or why there is
+        nothing to step through."""
+        ordered, steps = self.answer_passages, len(self.answer_passages) > 1
+        if self.empty:
+            note = "Click a page or file under an answer (Cited or Attended) to show it here."
+        elif not ordered:
+            note = ("No highlights: this answer recorded no attended passages (a cloud answer, an answer from "
+                    "before highlights were kept, or one that read the document without recall).")
+        else:
+            places = list(dict.fromkeys(p.label for p in ordered))
+            where = ", ".join(places)
+            if self.passages:
+                note = (f"Passage {ordered.index(self.passages[self.current]) + 1} of {len(ordered)} this answer "
+                        f"attended most (on {where}).")
+            else:
+                note = f"This answer attended nothing here; its {len(ordered)} passage{'s' if len(ordered) > 1 else ''}: {where}."
+            if len(ordered) == 1 and self.passages:
+                note += " Only one: nothing to step through."
+        self.note.setText(note)
+        for button, what in ((self.previous_button, "The previous attended passage"),
+                             (self.next_button, "The next attended passage, by share, on this page or another")):
+            button.setEnabled(steps)
+            button.setToolTip(what if steps else f"Nothing to step through. {note}")
         for button in (self.zoom_in_button, self.zoom_out_button):
             button.setEnabled(self.page is not None)
 

@@ -8,7 +8,7 @@ settings `app.settings_flow`; both report into the window's `DocumentState` (`ap
 Drops (PDF, folder, text file) work anywhere.
 
 What a result implies (a settings change, an answer's library record, a lower budget) the engine
-decides (`engine.workspace`). The library and the chat history (`app.library`) are touched only on
+decides (`engine.workspace`). The library and the chat history (`engine.library`) are touched only on
 the GUI thread (here, in `app.answer_stream` and `app.library_panel.library_rows`).
 """
 
@@ -23,20 +23,21 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow
 from app import dialogs
 from app import operations as ops
 from app.ask_flow import AskFlow
-from app.chat import normalise_label
-from app.document_header import document_info
+from app.document_header import document_info, info_tooltip
 from app.document_state import DocumentState
-from app.library import Library
+from app.first_run import DEMO_STATUS, say_once_if_demo
 from app.library_panel import library_rows
 from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
 from app.settings_flow import SettingsFlow
+from app.source_flow import SourceFlow
 from app.window_layout import GAUGE_IDLE_MS, build_menu, build_panels
 from app.window_store import WindowStore
 from app.worker import ConfirmRequest, EngineClient, Job, JobError
 from engine.documents import OPEN_DIALOG_SUFFIXES
 from engine.errors import ErrorKind, HalamanError
 from engine.estimate import KNOWN_SHAPES
+from engine.library import Library
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings, load_settings
 from engine.units import format_bytes
@@ -78,6 +79,7 @@ class MainWindow(QMainWindow):
         self.reader = OpenFlow(self)
         self.settings_flow = SettingsFlow(self)
         self.asker = AskFlow(self)
+        self.sources = SourceFlow(self)
         build_menu(self)
         self._connect()
         self.refresh_library()
@@ -126,9 +128,10 @@ class MainWindow(QMainWindow):
         threads = f", {info.threads} thread{'s' if info.threads != 1 else ''}" if info.threads else ""
         self.model_status.setText(
             f"Model: {info.label} on {info.device.upper()}{threads} · weights {format_bytes(info.weight_bytes)} "
-            f"({info.weights_label}) · loaded in {info.load_seconds:.1f} s"
+            f"({info.weights_label}) · loaded in {info.load_seconds:.1f} s" + DEMO_STATUS * (self.settings.model == "default")
         )
         self.memory_panel.show_budget(self.settings, self.profile())
+        say_once_if_demo(self)
 
     def _model_failed(self, error: JobError) -> None:
         if self.closed:
@@ -234,6 +237,8 @@ class MainWindow(QMainWindow):
     def show_current(self) -> None:
         """Show the current document in the header and the chat."""
         state, record = self.state, self.state.current
+        self.conversation.show_document(record.id if record else None)
+        self.sources.follow(record.id if record else None)
         if record is None:
             self.conversation.show_empty()
             self.header.show_nothing()
@@ -248,7 +253,8 @@ class MainWindow(QMainWindow):
         status = None if is_open or being_read else self.library.status(record, self.cache_status, self.settings)
         info = document_info(record, state.report if is_open else None,
                              estimate=self.estimate_text(record.tokens) if record.tokens else "", not_open_status=status)
-        self.header.show_document(record.title, info, can_open=not is_open and not being_read)
+        self.header.show_document(record.title, info, can_open=not is_open and not being_read,
+                                  tooltip=info_tooltip(state.report if is_open else None))
         self.update_input()
 
     def open_current(self) -> None:
@@ -277,25 +283,13 @@ class MainWindow(QMainWindow):
         self.show_current()
 
     def show_citation(self, label: str, message_id: int | None = None) -> None:
-        """Show the cited page or file of the open document in the source pane, with the attended
-        passages of the answer `message_id` (the one whose link was clicked) highlighted."""
-        document = self.state.document
-        labels = [s.label for s in document.segments] if document else []
-        found = label if label in labels else normalise_label(label)
-        if found not in labels:
-            self.statusBar().showMessage(f"“{label}” is not a page or file of the open document.", 6000)
-            return
-        message = self.library.message(message_id) if message_id is not None else None
-        self.open_source_pane()
-        self.source_pane.show_segment(document, labels.index(found), message.passages if message else [])
+        """Show the cited page or file in the source pane, from the document answer `message_id`
+        belongs to (`SourceFlow.show_citation`)."""
+        self.sources.show_citation(label, message_id)
 
     def open_source_pane(self) -> None:
-        """Show the source pane beside the chat, as wide as it was last (else half the chat)."""
-        if self.source_pane.isHidden():
-            self.source_pane.show()
-            side, chat, pane = self.splitter.sizes()
-            width = min(self.store.pane_width or (chat + pane) // 2, (chat + pane) - 200)
-            self.splitter.setSizes([side, chat + pane - width, width])
+        """Show the source pane beside the chat (`SourceFlow.open_pane`)."""
+        self.sources.open_pane()
 
     # =============================================================== settings
     @property
@@ -336,7 +330,7 @@ class MainWindow(QMainWindow):
         """Enable the ask bar when a question can be asked, and say why not when it cannot."""
         state = self.state
         if state.opening is not None:
-            hint = "Reading the document — you can ask as soon as it is ready (Esc to cancel)"
+            hint = "Reading the document — type your question; Ask works as soon as it is ready (Esc to cancel)"
         elif state.live is not None:
             hint = "Answering… (Esc to stop)"
         elif state.current is not None and not state.is_open(state.current):
@@ -345,7 +339,8 @@ class MainWindow(QMainWindow):
             hint = f"Ask about {state.current.title}…"
         else:
             hint = "Open or drop a document to ask about it"
-        self.conversation.set_ready(state.ready, hint, cloud=self.settings.cloud.enabled)
+        self.conversation.set_ready(state.ready, hint, cloud=self.settings.cloud.enabled,
+                                    typing=state.opening is not None or state.live is not None)
         self.action_cancel.setEnabled(self.client.busy)
 
     # ================================================================ closing

@@ -12,6 +12,7 @@ from app import dialogs
 from app.answer_stream import AnswerStream
 from app.conversation import Conversation
 from app.document_header import DocumentHeader
+from app.export_flow import export_conversation
 from app.library_panel import LibraryPanel
 from app.memory_panel import MemoryPanel
 from app.notices import Banner, ProgressPanel
@@ -77,11 +78,15 @@ def build_menu(window) -> None:
     menu = window.menuBar().addMenu("&File")
     window.action_open = QAction("&Open…", window, shortcut=QKeySequence.StandardKey.Open, triggered=window.choose_file)
     window.action_open_folder = QAction("Open &Folder…", window, shortcut=QKeySequence("Ctrl+Shift+O"), triggered=lambda: window.choose_folder())
+    window.action_export = QAction("&Export Conversation…", window, shortcut=QKeySequence("Ctrl+E"),
+                                   triggered=lambda: export_conversation(window))
+    window.action_export.setToolTip("The conversation shown, as Markdown: citations as [document, page N], "
+                                    "with the sentences each answer attended quoted")
     window.action_settings = QAction("&Settings…", window, shortcut=QKeySequence("Ctrl+,"), triggered=window.show_settings)
     window.action_settings.setMenuRole(QAction.MenuRole.PreferencesRole)
     window.action_cancel = QAction("&Cancel", window, shortcut=QKeySequence(Qt.Key.Key_Escape), triggered=window.cancel_work)
     quit_action = QAction("&Quit", window, shortcut=QKeySequence.StandardKey.Quit, triggered=window.close)
-    for action in (window.action_open, window.action_open_folder, None, window.action_settings, window.action_cancel, None, quit_action):
+    for action in (window.action_open, window.action_open_folder, window.action_export, None, window.action_settings, window.action_cancel, None, quit_action):
         menu.addSeparator() if action is None else menu.addAction(action)
     help_menu = window.menuBar().addMenu("&Help")
     help_menu.addAction(QAction("Open the &log folder", window, triggered=window.open_log_folder))

@@ -1,6 +1,7 @@
 """Window state kept across runs, in Qt's QSettings as napari keeps its window geometry (the engine's
 settings are TOML, `engine.settings`): the window's geometry and splitter, whether the source pane
-is open and how wide, and the folder the file dialogs start in. window.ini in the config folder.
+is open and how wide, the folder the file dialogs start in, and whether the first-run notice was
+said. window.ini in the config folder.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ class WindowStore:
     @pane_width.setter
     def pane_width(self, width: int) -> None:
         self.settings.setValue("source_pane/width", width)
+
+    @property
+    def demo_notice_shown(self) -> bool:
+        """The window has said that the built-in model is a small demo (`app.first_run`)."""
+        return self.settings.value("first_run/demo_notice") in (True, "true")  # IniFormat reads booleans back as text
+
+    @demo_notice_shown.setter
+    def demo_notice_shown(self, shown: bool) -> None:
+        self.settings.setValue("first_run/demo_notice", shown)
+        self.settings.sync()
 
     def save(self, window) -> None:
         """Keep `window`'s geometry, its splitter and its source pane (open or not, its width)."""

@@ -119,10 +119,18 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
                                   per_unit[seg, unit] / total))
     return spans
 
-def describe(span: AttendedSpan, document: Document, width: int = 120) -> str:
+def describe(span: AttendedSpan, document: Document, width: int = 120, file_lines: list[int] | None = None) -> str:
     """One line for a person: 'page 12, characters 340–520 (41 %): "…text…"' (the text's white
-    space collapsed, cut to about `width` characters)."""
+    space collapsed, cut to about `width` characters). `file_lines`: for a file, the line number
+    on disk of each line of its segment's text (`engine.documents.lines.file_line_numbers`); the
+    passage's lines are then named as the file numbers them ('src/app.py, lines 127–128, …')."""
     text = " ".join(span.text(document).split())
     if len(text) > width:
         text = text[:width - 1].rstrip() + "…"
-    return f"{span.label}, characters {span.char_start:,}–{span.char_end:,} ({span.share * 100:.0f} %): \"{text}\""
+    where = span.label
+    if file_lines is not None:
+        segment_text = document.segments[span.segment_index].text
+        first = file_lines[segment_text.count("\n", 0, span.char_start)]
+        last = file_lines[segment_text.count("\n", 0, max(span.char_start, span.char_end - 1))]
+        where += f", line {first:,}" if first == last else f", lines {first:,}–{last:,}"
+    return f"{where}, characters {span.char_start:,}–{span.char_end:,} ({span.share * 100:.0f} %): \"{text}\""

@@ -12,12 +12,14 @@ when `halaman` gets no arguments and hands everything else to `main` here).
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.cli_history import add_history_command, record_answer
 from engine.cli_models import add_models_command, print_warning
 from engine.errors import HalamanError
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
@@ -69,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="prompt-lookup drafts from the document per decode pass (0 = off, the default)")
     ask.add_argument("--max-new-tokens", type=int)
     ask.add_argument("--no-prefix-cache", action="store_true", help="neither read nor write the prefix cache")
+    ask.add_argument("--no-history", action="store_true",
+                     help="keep the question and answer out of the app's history (`halaman history export`)")
     ask.add_argument("--show-spans", action="store_true", dest="show_spans",
                      help="print the passages the answer attended to most (page or file, characters, share, text)")
     ask.add_argument("--include-generated", action="store_true",
@@ -100,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=("list", "clear"))
     cache.set_defaults(handler=_cmd_cache)
     add_models_command(sub)
+    add_history_command(sub)
     _self_test_command(sub)
     return parser
 
@@ -219,15 +224,21 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         return True  # a command line warns and goes on: it may run with no one to answer a prompt
 
     try:
-        report = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill).report
+        opened = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill)
     finally:
         bar.close()
+    report = opened.report
     for warning in report.warnings[:10]:
         print(f"warning: {warning}", file=err)
     if len(report.warnings) > 10:
         print(f"warning: ... and {len(report.warnings) - 10} more", file=err)
     answer = workspace.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
     print()
+    if not args.no_history:
+        try:
+            record_answer(opened, args.question, workspace.answer_record(answer))
+        except (sqlite3.Error, OSError) as exc:  # the answer is printed already: say it was not kept, do not fail
+            print(f"halaman: the answer was not kept in the history ({exc})", file=err)
     policy = settings.cache
     profile = workspace.model.profile if workspace.model is not None else None
     pairs = profile.num_layers * profile.kv_heads if profile is not None else 0
@@ -462,10 +473,23 @@ def attended_spans_text(answer, document) -> str:
     from engine.attended import PASSAGE_MIN_SHARE, describe
 
     if answer.passages:
-        return "\n                ".join(describe(p, document) for p in answer.passages)
+        return "\n                ".join(describe(p, document, file_lines=_file_lines(document, p.segment_index))
+                                         for p in answer.passages)
     if answer.sources:  # block recall spreads the attention over many tokens: no line reaches the floor
         return f"none: no sentence or line got {PASSAGE_MIN_SHARE:.0%} of the recalled attention"
     return "none (recall off, or nothing recalled was attended)"
+
+
+def _file_lines(document, index: int) -> list[int] | None:
+    """The file's own line numbers for segment `index` of a folder or a text file (None for a PDF
+    page, or when the file no longer aligns with what was read)."""
+    from engine.documents.lines import file_line_numbers
+
+    segment = document.segments[index]
+    if document.kind == "pdf":
+        return None
+    path = Path(document.source) / segment.path if segment.path else Path(document.source)
+    return file_line_numbers(path, segment.text)
 
 
 def prefill_rate_text(progress) -> str:

@@ -108,10 +108,16 @@ QUESTION_RESERVE_TOKENS = 512
 needs an archive, and in the position range when deciding whether it fits the model's context."""
 
 
+def kept_whole(n_tokens: int, policy: CachePolicy) -> bool:
+    """Whether the cache keeps a document of `n_tokens` whole, with room for a question: nothing is
+    evicted, so there is nothing to recall."""
+    return n_tokens + QUESTION_RESERVE_TOKENS <= policy.budget_tokens
+
+
 def archive_needed(n_tokens: int, policy: CachePolicy, recall: RecallSettings) -> bool:
     """Whether reading `n_tokens` writes an archive: the archive is on and the cache cannot keep the
     whole document with room for a question (otherwise there is nothing to recall)."""
-    return recall.archive and n_tokens + QUESTION_RESERVE_TOKENS > policy.budget_tokens
+    return recall.archive and not kept_whole(n_tokens, policy)
 
 
 def archive_fits(archive_bytes: int, disk_budget_bytes: int) -> bool:

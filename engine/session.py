@@ -43,7 +43,8 @@ from engine.attended import AttendedSpan, attended_spans
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
-from engine.estimate import QUESTION_RESERVE_TOKENS, archive_fits, archive_needed, full_cache_bytes, kv_peak_bytes
+from engine.estimate import (QUESTION_RESERVE_TOKENS, archive_fits, archive_needed, full_cache_bytes, kept_whole,
+                             kv_peak_bytes)
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
@@ -99,9 +100,14 @@ class Progress:
     phase: Phase
     done: int
     total: int
-    unit: str                  # "pages", "files", "tokens"
+    unit: str                  # "pages", "files", "tokens"; "model" or CONVERTING_MODEL_UNIT
     tokens_per_s: float = 0.0
     eta_s: float | None = None
+
+
+CONVERTING_MODEL_UNIT = "model, converted first"
+"""The unit of a LOADING_MODEL `Progress` when the model is converted before it loads (a GGUF file's
+first load): the window says so only then."""
 
 
 class RecallGap(enum.Enum):
@@ -174,6 +180,7 @@ class DocumentSession:
         self._token_chars: list[int] = []      # render() offset of each text token (the attended passages)
         self._spans: DocumentSpans | None = None  # its spans, full-text index and structure (selection reads them)
         self._needs_recall = False  # the cache does not keep the whole document: questions recall spans
+        self._kept_whole = False    # it does: what an answer attended is read off the cache's own scores
         self._turns: list[Turn] = []  # the conversation's questions and the spans they read (follow-ups)
         self._turn = Turn("", ())
         self._document_ids: list[int] | None = None      # the open document's prefix tokens
@@ -267,6 +274,7 @@ class DocumentSession:
         self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
         self._spans = self._document_spans(document, encoding, key, recall_warnings)
         self._needs_recall, self._turns = layout is not None, []
+        self._kept_whole = kept_whole(len(prefix_ids), policy)
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit
         self.report = OpenReport(
@@ -289,7 +297,7 @@ class DocumentSession:
         if self._spans is not None:
             self._spans.close()
         self._spans, self._text_range, self._token_chars = None, (0, 0), []
-        self._needs_recall, self._turns = False, []
+        self._needs_recall, self._turns, self._kept_whole = False, [], False
         self._document_ids, self._prompt_lookup = None, None
         if self._own_archive is not None:
             self._own_archive.unlink(missing_ok=True)
@@ -326,6 +334,8 @@ class DocumentSession:
         decoder = self.model.decoder
         history = self._turns if follow_up else []
         recaller = self._recaller(question, history)
+        # A document the cache keeps whole is never recalled: its attention is the scores' growth.
+        scores_before = cache.score_snapshot() if recaller is None and self._kept_whole else None
         reselecting = recaller is not None and recaller.reselects
         limit = max_new_tokens or self.settings.max_new_tokens
         lookup = self._lookup(suffix_ids)
@@ -364,7 +374,12 @@ class DocumentSession:
         if stop is not StopReason.CANCELLED:
             self._conversation = cache  # a follow-up continues from here
             self._turns = [*history, self._turn]
-        sources, passages = self._sources(cache, recaller) if recaller else ([], [])
+        if recaller is not None:
+            sources, passages = self._sources(recaller.token_attention([layer.recalled for layer in cache.layers]).double())
+        elif scores_before is not None:
+            sources, passages = self._sources(cache.attention_since(scores_before, self.report.document_tokens))
+        else:
+            sources, passages = [], []
         return Answer(
             question=question, text=split.answer, token_ids=built.generated,
             prompt_tokens=self.report.document_tokens + len(suffix_ids),
@@ -597,14 +612,16 @@ class DocumentSession:
         whole = span.char_start == 0 and span.char_end == len(segment.text)
         return segment.label if whole else f"{segment.label} (characters {span.char_start:,}–{span.char_end:,})"
 
-    def _sources(self, cache: CompressedCache, recaller: RecallHook) -> tuple[list[Source], list[AttendedSpan]]:
-        """Pages / files whose recalled tokens received the most attention, with their share; and
-        the sentences / lines within them that received it (`engine.attended.attended_spans`)."""
+    def _sources(self, mass: torch.Tensor) -> tuple[list[Source], list[AttendedSpan]]:
+        """Pages / files whose tokens received the most of `mass` (`[document tokens]` float64,
+        the attention each prefix token received while the question and the answer were fed: its
+        recalled copy's, or for a document kept whole its own), with their share; and the
+        sentences / lines within them that received it (`engine.attended.attended_spans`)."""
         if self.document is None or not self._segment_starts:
             return [], []
         n_doc = self.report.document_tokens
         # float64: a float32 total and per-page sums added in another order can give a share > 1
-        mass = recaller.token_attention([layer.recalled for layer in cache.layers]).double()
+        mass = mass.double()
         first, end = self._text_range
         mass[:first] = 0  # the template and the instructions are nobody's page
         mass[end:] = 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import gc
 import json
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -38,17 +39,18 @@ from engine.answer import Answer, Source, StopReason
 from engine.attended import AttendedSpan
 from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
+from engine.cloud import policy as cloud_policy
 from engine.documents import Document, PasswordRequiredError, WrongPasswordError
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
 from engine.evidence.select import FoundSpan, found_spans
 from engine.kvcache.recall import RecallStats
 from engine.memory import MemoryReport
-from engine.models.loader import LoadedModel, load_model
+from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
 from engine.read_time import ReadPlan
-from engine.session import DocumentSession, OpenReport, Phase, Progress
+from engine.session import CONVERTING_MODEL_UNIT, DocumentSession, OpenReport, Phase, Progress
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
@@ -157,13 +159,15 @@ class SettingsChange(enum.Enum):
 
 @dataclass(frozen=True)
 class AnswerRecord:
-    """An answer as the library stores it: the columns of `messages` (see `app.library`).
+    """An answer as the library stores it: the columns of `messages` (see `engine.library`).
 
     state: "done" or "cancelled". source: "local" or "cloud". model: the local model's label or
     the cloud model's name. reason: why it went to the cloud (None for local answers). tokens:
     answer tokens (the endpoint's count for a cloud answer, None when not reported). prefix_hit:
     1 / 0, None for cloud answers. sources_json / recall_json / passages_json: `sources_json`,
-    `recall_record` and `passages_json`, None for cloud answers.
+    `recall_record` and `passages_json`, None for cloud answers. mean_logprob: how sure the local
+    model was of its words (`Answer.mean_logprob`); low_confidence: 1 when that is below the
+    escalation threshold (`engine.cloud.policy.low_confidence`), else 0; both None for cloud answers.
     """
 
     text: str
@@ -180,6 +184,8 @@ class AnswerRecord:
     sources_json: str | None = None
     recall_json: str | None = None
     passages_json: str | None = None
+    mean_logprob: float | None = None
+    low_confidence: int | None = None
 
     def fields(self) -> dict:
         """Column name -> value, for `Library.update_message(message_id, **record.fields())`."""
@@ -235,9 +241,11 @@ def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: i
     return json.dumps(record)
 
 
-def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallSettings) -> AnswerRecord:
+def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallSettings,
+                  low_confidence: bool = False) -> AnswerRecord:
     """How `answer` is stored in the library. model: the local model that answered (its label and
-    shape; None when unknown); recall: the settings it was answered with (why recall was off)."""
+    shape; None when unknown); recall: the settings it was answered with (why recall was off);
+    low_confidence: the model was unsure of its words (`engine.cloud.policy.low_confidence`)."""
     state = "cancelled" if answer.stop_reason == StopReason.CANCELLED else "done"
     common = dict(text=answer.text, state=state, ttft_s=answer.time_to_first_token_s,
                   tokens_per_s=answer.decode_tokens_per_s or None, stop_reason=answer.stop_reason)
@@ -249,7 +257,9 @@ def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallSett
     return AnswerRecord(**common, source="local", endpoint=None, model=model.label if model else None, reason=None,
                         tokens=len(answer.token_ids), prefix_hit=int(answer.prefix_hit),
                         sources_json=sources_json(answer.sources), passages_json=passages_json(answer.passages),
-                        recall_json=recall_record(answer.recall, recall, heads=heads))
+                        recall_json=recall_record(answer.recall, recall, heads=heads),
+                        mean_logprob=answer.mean_logprob if math.isfinite(answer.mean_logprob) else None,
+                        low_confidence=int(low_confidence))
 
 
 def lowered_budget(settings: EngineSettings) -> EngineSettings:
@@ -309,7 +319,8 @@ class Workspace:
         for it. Raises ModelError (and whatever the model factory raises)."""
         if self.model is None:
             if progress is not None:
-                progress(Progress(Phase.LOADING_MODEL, 0, 0, "model"))
+                converting = conversion_pending(self.settings.model)
+                progress(Progress(Phase.LOADING_MODEL, 0, 0, CONVERTING_MODEL_UNIT if converting else "model"))
             self.model = self.model_factory(self.settings)
             self.session = None
             if self.on_model_loaded is not None:
@@ -396,8 +407,10 @@ class Workspace:
         return escalation_reason(answer, report, self.settings) if report is not None else None
 
     def answer_record(self, answer: Answer) -> AnswerRecord:
-        """`answer_record` with this workspace's model and recall settings."""
-        return answer_record(answer, model=self.model_info(), recall=self.settings.recall)
+        """`answer_record` with this workspace's model and recall settings, and whether the model was
+        unsure of its words by the threshold in the settings."""
+        return answer_record(answer, model=self.model_info(), recall=self.settings.recall,
+                             low_confidence=cloud_policy.low_confidence(answer, self.settings))
 
     def outcome(self, answer: Answer) -> AnswerOutcome:
         """`answer` with its library record and its escalation, decided with the model, settings and

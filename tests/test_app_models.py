@@ -18,6 +18,7 @@ from app.settings_dialog import SettingsDialog  # noqa: E402
 from engine.models.catalog import CatalogModel, DeviceMemory, load_catalog  # noqa: E402
 from engine.models.download import downloaded_folder  # noqa: E402
 from engine.settings import EngineSettings, load_settings  # noqa: E402
+from engine.units import format_bytes  # noqa: E402
 from hub_server import TINY_REPO, hub, tiny_llama  # noqa: E402, F401 - fixtures
 
 # The tiny model as a list entry (its config numbers are those of hub_server.save_tiny_llama).
@@ -96,3 +97,25 @@ def test_on_a_small_screen_the_settings_scroll_instead_of_squeezing_their_fields
     content = dialog.scroll.widget()
     assert content.height() >= content.sizeHint().height()  # every row at its natural height
     assert dialog.scroll.verticalScrollBar().maximum() > 0 and dialog.buttons.isVisible()
+
+
+def test_the_weights_column_says_why_int4_on_a_cpu_can_take_more_than_the_download(qtbot):
+    """Issue 32, item 11: Llama 3.2 1B's weights at 3.7 GiB against its 3B's 2.9 GiB read as a
+    mistake; the column says what it counts, and each cell what its bytes are."""
+    from app.model_list import COLUMNS
+
+    WEIGHTS_COLUMN = COLUMNS.index("Weights")  # noqa: N806
+    models = load_catalog()
+    dialog = SettingsDialog(EngineSettings(), models=models, memory=DeviceMemory("cpu", "RAM", 64 * GIB, 4))
+    qtbot.addWidget(dialog)
+    table = dialog.model_list.table
+    header = table.horizontalHeaderItem(WEIGHTS_COLUMN).toolTip()
+    assert "not the download" in header and "bfloat16 copy" in header and "float32" in header
+    for row, model in enumerate(models):
+        tip = table.item(row, WEIGHTS_COLUMN).toolTip()
+        if "int4" not in table.item(row, WEIGHTS_COLUMN).text():
+            continue
+        assert "bfloat16 copy of the layers for reading" in tip and "embeddings, norms and biases in float32" in tip
+        assert sum(size for _, size in model.weight_int4_parts()) == model.weight_int4_bytes()
+        assert table.item(row, WEIGHTS_COLUMN).text().startswith(format_bytes(model.weight_int4_bytes()))
+    assert any("int4" in table.item(row, WEIGHTS_COLUMN).text() for row in range(table.rowCount()))

@@ -13,11 +13,12 @@ import pytest  # noqa: E402
 
 pytest.importorskip("PySide6")
 
-from app.chat import citations, footer_text, link_citations, sources_line  # noqa: E402
-from app.library import CACHED, NOT_CACHED, STALE, Library, MessageRecord  # noqa: E402
+from app.chat import footer_text, link_citations, sources_line  # noqa: E402
 from app.worker import describe_error  # noqa: E402
+from engine.citations import citations  # noqa: E402
 from engine.documents import DamagedPdfError, PasswordRequiredError  # noqa: E402
 from engine.errors import Cancelled, ModelError  # noqa: E402
+from engine.library import CACHED, NOT_CACHED, STALE, Library, MessageRecord  # noqa: E402
 from engine.settings import CachePolicy, EngineSettings  # noqa: E402
 
 
@@ -93,10 +94,12 @@ def test_citations_become_links_outside_code_and_unknown_ones_are_marked():
 def test_footer_says_where_an_answer_came_from_and_what_it_cost():
     local = MessageRecord(1, 1, "assistant", "x", "done", 0.0, source="local", model="SmolLM2", ttft_s=0.31,
                           tokens_per_s=3.2, tokens=12, prefix_hit=1, stop_reason="end")
-    assert footer_text(local) == "local · SmolLM2 · TTFT 0.31 s · 3.2 tokens/s · prefix cache hit · 12 tokens"
+    assert footer_text(local) == ("answered here by SmolLM2 · first words after 0.31 s · 3.2 tokens/s · "
+                                  "saved reading of the document reused · 12 tokens")
     cloud = MessageRecord(2, 1, "assistant", "y", "done", 0.0, source="cloud", endpoint="https://api.example.com/v1",
                           model="gpt-x", reason="low confidence", ttft_s=0.5, stop_reason="end")
-    assert footer_text(cloud) == "cloud · https://api.example.com/v1 · model gpt-x · reason: low confidence · TTFT 0.50 s"
+    assert footer_text(cloud) == ("answered by the cloud: model gpt-x at https://api.example.com/v1 · why: low confidence · "
+                                  "first words after 0.50 s")
     cancelled = MessageRecord(3, 1, "assistant", "z", "cancelled", 0.0, source="local", stop_reason="cancelled")
     assert footer_text(cancelled).endswith("cancelled")
 
@@ -145,7 +148,7 @@ def _answer_record(**fields) -> MessageRecord:
 def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_path):
     import sqlite3
 
-    from app.library import SCHEMA_VERSION
+    from engine.library import SCHEMA_VERSION
     from engine.answer import Source
     from engine.kvcache.recall import RecallStats
     from engine.workspace import recall_record, sources_json
@@ -163,7 +166,7 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
     library = Library(path)
     (before,) = library.messages(1)
     assert (before.text, before.tokens, before.sources, before.recall) == ("An old answer", 7, [], None)
-    assert footer_text(before) == "local · 7 tokens"  # nothing about recall for an answer from before it
+    assert footer_text(before) == "answered here · 7 tokens"  # nothing about recall for an answer from before it
     sources = [Source("page 12", 0.41, page=12), Source("page 3", 0.22, page=3)]
     stats = RecallStats(blocks_scored=900, blocks_recalled=804, tokens_recalled=16200, bytes_read=2304000,
                         score_s=0.122, read_s=0.234)
@@ -172,8 +175,8 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
     library.close()
 
     again = Library(path)  # opening a migrated file again changes nothing
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
-    assert {"sources_json", "recall_json", "passages_json"} <= set(again.db["messages"].columns_dict)
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert {"sources_json", "recall_json", "passages_json", "mean_logprob", "low_confidence"} <= set(again.db["messages"].columns_dict)
     stored = again.message(new_id)
     assert stored.sources == sources  # engine Sources, shares and pages intact
     assert stored.recall["tokens_per_head"] == 180 and stored.recall["blocks_recalled"] == 804
@@ -203,8 +206,8 @@ def test_the_footer_says_what_recall_cost_or_that_it_was_off():
 
     stats = RecallStats(tokens_recalled=92160, blocks_recalled=2880, blocks_scored=9000, score_s=0.004, read_s=0.008)
     used = _answer_record(recall_json=recall_record(stats, RecallSettings(), heads=90))
-    assert footer_text(used) == ("local · SmolLM2 · TTFT 0.31 s · 3.2 tokens/s · prefix cache hit · 12 tokens · "
-                                 "recall 1,024 tokens in 12 ms")
+    assert footer_text(used) == ("answered here by SmolLM2 · first words after 0.31 s · 3.2 tokens/s · "
+                                 "saved reading of the document reused · 12 tokens · recall 1,024 tokens in 12 ms")
     off = _answer_record(recall_json=recall_record(None, RecallSettings(recall_tokens=0)))
     assert footer_text(off).endswith("12 tokens · recall off")
     no_archive = _answer_record(recall_json=recall_record(None, RecallSettings()))
@@ -236,7 +239,7 @@ def test_attended_sources_show_under_the_answer_apart_from_citations_and_click_l
     assert "Cited: page 2" in lines                       # what the text cites
     assert "Attended: page 12 (41 %) · page 3 (22 %)" in lines  # where the attention went
     assert lines.index("Cited: page 2") < lines.index("Attended: page 12 (41 %) · page 3 (22 %)")
-    assert lines[-1].startswith("local · SmolLM2")         # then the footer
+    assert lines[-1].startswith("answered here by SmolLM2")  # then the footer
 
     # Each attended label is a cite: link, with the tooltip that says what it is.
     block = view.document().begin()
@@ -503,3 +506,54 @@ def test_each_settings_section_loads_settings_and_gives_back_its_fields(qtbot, m
     assert dialog.values() == settings and dialog.error.text() == ""
     dialog.cache.window_tokens.setValue(4096)  # more than the budget: the engine's own message, at once
     assert "smaller than sink + window" in dialog.error.text()
+
+
+def test_the_cache_policys_terms_are_under_a_collapsed_advanced_section_each_explained(qtbot, tmp_path, memory_keyring):
+    """Issue 32, item 12: Settings speaks of the memory kept for a document; sinks, window,
+    residual and KV bits are in an Advanced part, closed until opened, with their terms explained."""
+    from PySide6.QtCore import Qt
+
+    from app.settings_dialog import SettingsDialog
+
+    settings = EngineSettings(cache=CachePolicy(budget_tokens=2048, sink_tokens=8, window_tokens=256, residual_tokens=32, kv_bits=8))
+    dialog = SettingsDialog(settings, settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    cache = dialog.cache
+    terms = {cache.sink: "sinks", cache.window_tokens: "window", cache.residual: "residual", cache.kv_bits: "bits"}
+    assert cache.budget.isVisible() and not any(widget.isVisible() for widget in terms)
+    assert "memory" in cache.title().lower() and "memory" in cache.budget.toolTip()
+    qtbot.mouseClick(cache.advanced_toggle, Qt.MouseButton.LeftButton)
+    assert all(widget.isVisible() for widget in terms)
+    for widget, term in terms.items():
+        tip = widget.toolTip()
+        assert term in tip.lower() and len(tip.split()) >= 12, tip  # a sentence that explains, not the label again
+    assert dialog.values() == settings  # hidden or shown, the fields are the settings'
+    qtbot.mouseClick(cache.advanced_toggle, Qt.MouseButton.LeftButton)
+    assert not cache.sink.isVisible()
+
+
+def test_ticking_the_cloud_fallback_asks_for_its_endpoint_and_keeps_the_estimates(qtbot, tmp_path, memory_keyring):
+    """Issue 32, item 10: ticking the box is not an error; its title follows it; the memory
+    estimates, which the cloud does not change, stay."""
+    from app.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(EngineSettings(), settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(dialog)
+    budget, recall = dialog.cache.budget_info.text(), dialog.recall.info.text()
+    off = dialog.cloud.title()
+    assert budget and recall and "off: nothing leaves this computer" in off
+    dialog.cloud.setChecked(True)
+    assert dialog.error.text() == "To use the cloud fallback, enter the endpoint URL and the model name."
+    assert "C62828" not in dialog.error.styleSheet(), "a hint, not a red error"
+    assert "nothing leaves" not in dialog.cloud.title() and "on:" in dialog.cloud.title()
+    assert (dialog.cache.budget_info.text(), dialog.recall.info.text()) == (budget, recall)
+    dialog.cloud.url.setText("http://127.0.0.1:9/v1")
+    assert dialog.error.text() == "To use the cloud fallback, enter the model name."
+    dialog.cloud.model.setText("tiny-cloud")
+    assert dialog.error.text() == ""
+    dialog.cloud.model.setText("")
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()  # still incomplete: refused, in red
+    assert not dialog.saved and dialog.error.text() and "C62828" in dialog.error.styleSheet()
+    dialog.cloud.setChecked(False)
+    assert dialog.error.text() == "" and dialog.cloud.title() == off

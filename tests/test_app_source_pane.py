@@ -24,7 +24,8 @@ from app.source_pane import SourcePane, locate  # noqa: E402
 from engine.attended import AttendedSpan  # noqa: E402
 from engine.documents import load_document  # noqa: E402
 from pdf_fixtures import helvetica_book  # noqa: E402
-from test_app import anchors, ask, home, make_window, wait_open  # noqa: E402,F401  (fixtures)
+from test_app import anchors, ask, home, make_window, pick, wait_open  # noqa: E402,F401  (fixtures)
+from window_driver import stream_answer, window_without_model  # noqa: E402
 from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, book, settings  # noqa: E402
 
 SENTENCE = f"Note: the combination of the observatory safe is {COMBINATION}."
@@ -188,3 +189,124 @@ def test_the_first_source_of_an_answer_about_a_folder_opens_its_file_with_the_an
     assert pane.page is None and pane.code.toPlainText() == text
     assert needle_line in pane.marked_lines, (needle_line, pane.marked_lines, pane.passages)
     assert pane.code.textCursor().blockNumber() + 1 in pane.marked_lines, "scrolled to a marked line"
+
+
+# ------------------------------------------------------------------------- issue 32
+def click_link(qtbot, view, href: str) -> None:
+    """Click the link `href` in a chat view, where it is drawn."""
+    cursor = view.textCursor()
+    cursor.setPosition(anchors(view)[href] + 1)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.cursorRect(cursor).center())
+
+
+def test_a_citation_in_another_documents_chat_shows_that_documents_page(make_window, qtbot, tmp_path):
+    """Item 1: with one document open, a library document's chat is shown read-only; its answer's
+    "page 2" is page 2 of *its* document, with its passage highlighted, not of the open one."""
+    river = "The river in the first book is green."
+    first = helvetica_book(tmp_path / "first.pdf", [["The first book opens here.", "It tells of a river."],
+                                                    ["Its second page.", river, "Nothing else is said."]])
+    second = helvetica_book(tmp_path / "second.pdf", [["The second book opens here.", "It tells of stones."],
+                                                      ["Its second page too.", "The stones in the second book are grey.",
+                                                       "Nothing more."]])
+    window = make_window()
+    window.open_path(str(first))
+    wait_open(qtbot, window)
+    first_id = window.state.open_id
+    page_2 = window.state.document.segments[1]
+    start = page_2.text.index(river)
+    stream_answer(qtbot, window, first_id, "What colour is the river?", "The river is green [page 2].",
+                  passages=[AttendedSpan(1, "page 2", 2, None, start, start + len(river), 0.8)])
+    answer = window.library.messages(first_id)[-1]
+    assert answer.passages, "the answer's passage is stored with it"
+
+    window.open_path(str(second))
+    wait_open(qtbot, window)
+    second_id = window.state.open_id
+    assert second_id != first_id
+    pick(window, first_id)
+    assert window.state.current.id == first_id and not window.state.is_open(window.state.current)
+    click_link(qtbot, window.chat, f"cite:{quote('page 2')}#{answer.id}")
+    pane = window.source_pane
+    qtbot.waitUntil(lambda: pane.isVisible() and pane.page == 2, timeout=20_000)
+    assert "first.pdf" in pane.title.text() and "second.pdf" not in pane.title.text()
+    box = sentence_box(first, 2, river)
+    assert pane.rectangles and all(inside(r.box, box) for r in pane.rectangles), (box, pane.rectangles)
+    assert window.state.open_id == second_id, "showing a page reads nothing into the engine"
+
+    # The open document's own citations still resolve in it.
+    pick(window, second_id)
+    window.chat.citation_clicked.emit("page 2", None)
+    qtbot.waitUntil(lambda: "second.pdf" in pane.title.text(), timeout=5_000)
+    assert pane.page == 2 and pane.rectangles == []
+
+
+def test_previous_and_next_go_through_an_answers_passages_on_every_page(qtbot, tmp_path):
+    """Item 3: an answer over several pages attended passages on each; Previous / Next go from one
+    to the next across pages, and say why when there is nothing to step through."""
+    pdf = book_pdf(tmp_path)
+    document = load_document(pdf)
+    needle = document.segments[NEEDLE_PAGE - 1]
+    other_page = 3
+    other = document.segments[other_page - 1]
+    other_sentence = other.text[: other.text.index(".") + 1]
+    start = needle.text.index(SENTENCE)
+    passages = [AttendedSpan(NEEDLE_PAGE - 1, needle.label, NEEDLE_PAGE, None, start, start + len(SENTENCE), 0.5),
+                AttendedSpan(other_page - 1, other.label, other_page, None, 0, len(other_sentence), 0.2)]
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.resize(500, 700)
+    pane.show_segment(document, NEEDLE_PAGE - 1, passages)
+    assert pane.next_button.isEnabled() and pane.previous_button.isEnabled()
+    assert "Passage 1 of 2" in pane.note.text() and f"page {other_page}" in pane.note.text()
+    pane.next_button.click()
+    assert pane.page == other_page and "Passage 2 of 2" in pane.note.text()
+    box = sentence_box(pdf, other_page, other_sentence)
+    assert pane.rectangles and all(inside(r.box, box) for r in pane.rectangles)
+    pane.next_button.click()
+    assert pane.page == NEEDLE_PAGE
+    pane.previous_button.click()
+    assert pane.page == other_page
+
+    pane.show_segment(document, 0, passages)  # a page the answer did not attend: the others are named
+    assert pane.next_button.isEnabled() and f"page {NEEDLE_PAGE}" in pane.note.text()
+    pane.next_button.click()
+    assert pane.page == NEEDLE_PAGE
+
+    pane.show_segment(document, NEEDLE_PAGE - 1, passages[:1])
+    assert not pane.next_button.isEnabled() and "nothing to step through" in pane.next_button.toolTip().lower()
+    pane.show_segment(document, NEEDLE_PAGE - 1, [])
+    assert not pane.previous_button.isEnabled() and "No highlights" in pane.note.text()
+    assert "No highlights" in pane.previous_button.toolTip()
+
+
+def test_the_code_pane_numbers_a_files_lines_as_on_disk(qtbot, tmp_path):
+    """Item 5: runs of blank lines are collapsed in the text as read; the margin still shows the
+    file's own line numbers."""
+    from test_file_lines import NEEDLE, NEEDLE_ON_DISK, write_source
+
+    path = write_source(tmp_path)
+    document = load_document(path)
+    segment = document.segments[0]
+    start = segment.text.index(NEEDLE.strip())
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.show_segment(document, 0, [AttendedSpan(0, segment.label, None, None, start, start + 10, 0.5)])
+    block = pane.code.textCursor().blockNumber()  # scrolled to the passage
+    assert pane.marked_lines == [block + 1] and block + 1 < NEEDLE_ON_DISK
+    assert pane.code.line_number(block) == NEEDLE_ON_DISK
+    last = pane.code.blockCount() - 1
+    assert pane.code.line_number(last) == len(path.read_text().rstrip("\n").split("\n"))
+
+
+def test_a_source_pane_restored_open_at_start_is_empty_with_its_buttons_off(qtbot, home):
+    """Item 8: the pane comes back open after a restart, with nothing in it: nothing to click."""
+    window = window_without_model(qtbot)
+    window.open_source_pane()
+    assert window.source_pane.isVisible()
+    window.close()
+    again = window_without_model(qtbot)
+    pane = again.source_pane
+    qtbot.waitUntil(pane.isVisible, timeout=5_000)
+    assert not any(b.isEnabled() for b in (pane.previous_button, pane.next_button, pane.zoom_in_button, pane.zoom_out_button))
+    assert "Click a page or file" in pane.note.text()
+    again.close()

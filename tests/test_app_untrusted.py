@@ -27,10 +27,10 @@ from PySide6.QtWidgets import QApplication, QLabel  # noqa: E402
 
 from app import dialogs  # noqa: E402
 from app.chat import images_as_text  # noqa: E402
-from app.library import Library  # noqa: E402
 from app.open_flow import warning_note  # noqa: E402
 from engine.cloud import CloudPlan  # noqa: E402
 from engine.documents import load_document  # noqa: E402
+from engine.library import Library  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
 from window_driver import Probe, add_document, hover, notes_and_other, pick, stream_answer, window_without_model  # noqa: E402
 

@@ -53,3 +53,25 @@ def test_the_first_passage_of_a_needle_answer_is_the_needle_sentence(smol):
     needle = page.index(NEEDLE)
     assert first.page == NEEDLE_PAGE and first.label == f"page {NEEDLE_PAGE}"
     assert first.char_start < needle + len(NEEDLE) and needle < first.char_end, (first, first.text(document))
+
+
+def test_a_document_the_cache_keeps_whole_has_attended_passages_too(smol):
+    """Issue 32, item 4: a short document is kept whole, so nothing is recalled; its answer's
+    passages come from the attention the cache's own tokens received, and the needle's sentence
+    is among them (before, such an answer had no sources and no highlights at all)."""
+    from engine.estimate import kept_whole
+
+    pages = [segment for segment in book().segments[NEEDLE_PAGE - 2:NEEDLE_PAGE + 1]]  # three pages, the needle's in the middle
+    document = Document(title="short", source="", kind="pdf", pages=3,
+                        segments=[Segment(s.text, f"page {i + 1}", i + 1, None) for i, s in enumerate(pages)])
+    roomy = settings().replace(cache=settings().cache.replace(budget_tokens=1024))
+    session = DocumentSession(smol, roomy, None)
+    report = session.open(document)
+    assert kept_whole(report.document_tokens, roomy.cache)
+    answer = session.ask(QUESTION)
+    assert answer.recall is None, "nothing to recall: the cache keeps it whole"
+    assert {source.label for source in answer.sources} <= {"page 1", "page 2", "page 3"} and answer.sources
+    first = answer.passages[0]  # a whole page's attention is spread; its strongest sentence is not
+    needle = document.segments[1].text.index(NEEDLE)
+    assert first.label == "page 2" and first.char_start < needle + len(NEEDLE) and needle < first.char_end, \
+        [(p.label, p.text(document)) for p in answer.passages]

@@ -47,6 +47,15 @@ def test_ask_twice_second_is_a_prefix_cache_hit(tmp_path):
     assert answer(first) == answer(second)
     listing = run("cache", "list")
     assert doc.stem in listing.stdout
+    # Both questions joined the app's history, which exports them with their answers (issue 32).
+    history = run("history", "export", str(doc))
+    assert history.returncode == 0, history.stderr
+    assert history.stdout.count("**Question:** What does version 2.4 add?") == 2
+    assert answer(first).strip().splitlines()[0].strip()[:20] in history.stdout
+    unrecorded = run(*args, "--no-history")
+    assert unrecorded.returncode == 0, unrecorded.stderr
+    again = run("history", "export", str(doc)).stdout
+    assert again.splitlines()[3:] == history.stdout.splitlines()[3:]  # all but the time of export
 
 
 def test_ask_about_this_repository(tmp_path):
@@ -141,7 +150,7 @@ def test_recall_line_says_why_recall_is_off():
 def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):
     # The 24-page book of tests/test_span_recall.py as one text file: recall finds the needle's
     # span, and the first attended passage printed is the sentence that holds it.
-    from test_span_recall import COMBINATION, QUESTION, book
+    from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, book
 
     doc = tmp_path / f"book-{uuid.uuid4().hex}.txt"
     doc.write_text("\n\n".join(segment.text for segment in book().segments) + "\n")
@@ -151,7 +160,8 @@ def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):
     assert out.returncode == 0, out.stderr
     spans = out.stdout.split("attended spans  ")[1].splitlines()
     assert f"the combination of the observatory safe is {COMBINATION}" in spans[0], out.stdout
-    assert spans[0].startswith(doc.name + ", characters ") and " %): \"" in spans[0], spans[0]
+    # one page a line, a blank line between two: the needle's page is the file's line 2k - 1
+    assert spans[0].startswith(f"{doc.name}, line {2 * NEEDLE_PAGE - 1}, characters ") and " %): \"" in spans[0], spans[0]
 
 
 def test_the_prefill_bar_shows_the_sessions_rate_and_time_left_not_tqdms(capsys):
@@ -169,3 +179,17 @@ def test_the_prefill_bar_shows_the_sessions_rate_and_time_left_not_tqdms(capsys)
     assert "351 tokens/s, 3 s left" in err
     assert set(re.findall(r"([\d.,]+[kMG]?|\?) ?tokens/s", err)) <= {"364", "351"}, err
     assert ", , " not in err
+
+
+def test_an_answer_the_history_cannot_keep_is_still_answered(tmp_path):
+    # The history's folder cannot be made (a file stands where it goes): `ask` answers and says the
+    # answer was not kept, instead of failing after the answer.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "data").write_text("not a folder")
+    doc = tmp_path / "note.md"
+    doc.write_text("# Note\n\nThe meeting is on Tuesday.\n")
+    out = subprocess.run([*HALAMAN, "ask", str(doc), "When is the meeting?", "--max-new-tokens", "8"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "HALAMAN_HOME": str(home)}, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "--- report ---" in out.stdout and "the answer was not kept in the history" in out.stderr

@@ -105,7 +105,7 @@ def test_key_changes_when_any_input_changes(change):
 
 @pytest.mark.parametrize("change", MUTATIONS.values(), ids=MUTATIONS.keys())
 def test_the_config_signature_changes_exactly_when_a_field_other_than_the_token_ids_does(change):
-    """The library's "stale" (app.library) compares these: the prefix key's own fields, ids aside."""
+    """The library's "stale" (engine.library) compares these: the prefix key's own fields, ids aside."""
     from engine.prefix_store import PrefixConfig
 
     fields = {**BASE, **change}

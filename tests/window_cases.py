@@ -24,10 +24,10 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from app.library import Library  # noqa: E402
 from app.open_flow import warning_note  # noqa: E402
 from engine.documents import Document, load_document  # noqa: E402
 from engine.errors import HalamanError  # noqa: E402
+from engine.library import Library  # noqa: E402
 from engine.settings import settings_path  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
 from window_driver import add_document, hover, notes_and_other, pick, stream_answer, window_without_model  # noqa: E402

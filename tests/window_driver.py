@@ -18,6 +18,7 @@ from app.library_panel import ID_ROLE
 from app.window import MainWindow
 from app.worker import Job
 from engine.answer import Answer, StopReason
+from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.errors import ModelError
 
@@ -81,9 +82,11 @@ def hover(window: MainWindow, document_id: int) -> str:
     return shown
 
 
-def stream_answer(qtbot, window: MainWindow, document_id: int, question: str, text: str, *, pieces: int = 4) -> float:
+def stream_answer(qtbot, window: MainWindow, document_id: int, question: str, text: str, *, pieces: int = 4,
+                  passages: list[AttendedSpan] | None = None, mean_logprob: float = 0.0) -> float:
     """Ask `question` about the shown document and stream `text` in `pieces` as its answer, as
-    `app.ask_flow` does with the model's; returns the seconds until the answer was shown whole."""
+    `app.ask_flow` does with the model's (`passages`: what it attended; `mean_logprob`: how sure
+    it was of its words); returns the seconds until the answer was shown whole."""
     window.library.add_message(document_id, "user", question)
     window.chat.add_question(question)
     message_id = window.library.add_message(document_id, "assistant", "", state="streaming", source="local")
@@ -94,7 +97,7 @@ def stream_answer(qtbot, window: MainWindow, document_id: int, question: str, te
             ctx.text(text[at:at + step])
         return workspace.outcome(Answer(question, text, token_ids=[], prompt_tokens=0, time_to_first_token_s=0.0,
                                         decode_tokens_per_s=0.0, prefix_hit=False, stop_reason=StopReason.END,
-                                        mean_logprob=0.0))
+                                        mean_logprob=mean_logprob, passages=list(passages or [])))
 
     job = Job("ask", write, title="Answering…")
     window.answers.start(job, document_id=document_id, message_id=message_id, question=question, source="local")

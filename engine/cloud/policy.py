@@ -48,6 +48,16 @@ def kept_fraction(document_tokens: int, budget_tokens: int) -> float:
     return min(1.0, budget_tokens / max(document_tokens, 1))
 
 
+def low_confidence(answer: Answer, settings: EngineSettings) -> bool:
+    """The local model was unsure of the words it wrote: `answer`'s mean log-probability is below
+    `settings.cloud.escalation_threshold` (the signal of the module docstring, the same whether or
+    not the cloud is on, so the window can say so under the answer). False for a cloud answer, a
+    cancelled one and an empty one. Pure."""
+    if answer.cloud is not None or answer.stop_reason == StopReason.CANCELLED or not answer.text.strip():
+        return False
+    return answer.mean_logprob < settings.cloud.escalation_threshold
+
+
 def escalation_reason(answer: Answer, report: OpenedDocument, settings: EngineSettings) -> str | None:
     """Why `answer` should go to the cloud by itself, as one line, or None to keep it local.
 
@@ -65,7 +75,7 @@ def escalation_reason(answer: Answer, report: OpenedDocument, settings: EngineSe
         return None
     if not answer.text.strip():
         return "the local model gave no answer"
-    if answer.mean_logprob < cloud.escalation_threshold:
+    if low_confidence(answer, settings):
         return (f"low confidence: the local answer's mean log-probability is {answer.mean_logprob:.2f} per token, "
                 f"below the threshold {cloud.escalation_threshold:.2f}")
     budget = settings.cache.budget_tokens

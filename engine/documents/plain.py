@@ -223,6 +223,25 @@ def read_file(path: Path) -> TextFile:
     return dataclasses.replace(result, text=text, dropped=dropped) if dropped else result
 
 
+def regular_file_bytes(path: Path, limit: int = MAX_WITH_DATA_BYTES) -> bytes | None:
+    """The bytes of `path` read as `read_text` reads them (never through a link, never waiting on a
+    special file); None when it is no regular file, cannot be read or holds more than `limit` bytes."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = _read_at_most(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None
+
+
 def _read_at_most(fd: int, limit: int) -> bytes:
     chunks: list[bytes] = []
     remaining = limit

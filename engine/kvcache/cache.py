@@ -628,6 +628,29 @@ class CompressedCache:
         twin.layers = [layer.clone() for layer in self.layers]
         return twin
 
+    def score_snapshot(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's stream positions and accumulated scores now (`index`, `score`, both
+        `[kv_heads, n_tokens]`), for `attention_since`."""
+        return [(layer.index.clone(), layer.score.clone()) for layer in self.layers]
+
+    def attention_since(self, before: list[tuple[torch.Tensor, torch.Tensor]], n_positions: int) -> torch.Tensor:
+        """`[n_positions]` float64: the attention each stream position below `n_positions` received
+        since `before` (`score_snapshot`), summed over layers and KV heads. The scores are the H2O
+        sums the attention adds to at every step, so what a question and its answer gave a token is
+        its score now less its score then; a token evicted since gives nothing."""
+        mass = torch.zeros(n_positions, dtype=torch.float64)
+        for layer, (index0, score0) in zip(self.layers, before, strict=True):
+            index = layer.index.long()
+            if index.numel() == 0:
+                continue
+            width = int(max(int(index.max()), int(index0.max()) if index0.numel() else 0)) + 1
+            then = torch.zeros((index.shape[0], width), dtype=torch.float32, device=index.device)
+            then.scatter_(1, index0.long(), score0)
+            gained = (layer.score - then.gather(1, index)).clamp(min=0).double().cpu()
+            inside = index.cpu() < n_positions
+            mass.index_add_(0, index.cpu()[inside], gained[inside])
+        return mass
+
     def export(self) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         """(tensors, metadata) for the prefix store; tensors are on the CPU."""
         tensors = {}

@@ -124,14 +124,24 @@ class CatalogModel:
     def weight_int4_bytes(self, dense: bool = True) -> int:
         """Bytes the weights hold once loaded in int4 on a CPU (module docstring); `dense`: with the
         bfloat16 copy of the decoder layers for chunks."""
+        return sum(size for _, size in self.weight_int4_parts(dense))
+
+    def weight_int4_parts(self, dense: bool = True) -> list[tuple[str, int]]:
+        """`weight_int4_bytes` by what holds them, for people: the layers' 4-bit codes, the
+        bfloat16 copy reading uses, the 8-bit LM head, the float32 embeddings, norms and biases."""
         def int4(shape: tuple[int, int]) -> int:  # codes, then a bfloat16 scale and zero per group
             return shape[0] * shape[1] // 2 + 4 * (shape[0] * shape[1] // INT4_GROUP)
 
         h, vocab = self.hidden_size, self.vocab_size
         untied_head = 0 if self.tie_word_embeddings else vocab * h  # replaced, not kept in float32
         rotary = 2 * (self.head_dimension // 2) * 4
-        layers = sum(int4(shape) + (2 * shape[0] * shape[1] if dense else 0) for shape in self._linear_shapes())
-        return layers + 2 * int4((h, vocab)) + 4 * (self._other_parameters() - untied_head) + rotary
+        parts = [("4-bit layers", sum(int4(shape) for shape in self._linear_shapes()))]
+        if dense:
+            parts.append(("a bfloat16 copy of the layers for reading (prefill)",
+                          sum(2 * i * o for i, o in self._linear_shapes())))
+        parts += [("the 8-bit LM head", 2 * int4((h, vocab))),
+                  ("embeddings, norms and biases in float32", 4 * (self._other_parameters() - untied_head) + rotary)]
+        return parts
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -193,6 +203,7 @@ class Fit:
     workspace_bytes: int   # one layer's attention probabilities for a prefill chunk + the process margin
     available_bytes: int
     reason: str            # one line: "needs 3.1 GiB of 15.5 GiB RAM"
+    weights_parts: tuple[tuple[str, int], ...] = ()  # what the weights' bytes are, when more than one thing holds them
 
 
 def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> Fit:
@@ -206,7 +217,8 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     if held == "nf4":
         weights, label = model.weight_4bit_bytes(memory.element_bytes), LABELS[held]
     elif held == "int4":
-        weights, label = model.weight_int4_bytes(), LABELS[held]
+        parts = tuple(model.weight_int4_parts())
+        weights, label = sum(size for _, size in parts), LABELS[held]
     else:
         weights, label = full, "float32" if memory.element_bytes == 4 else "16-bit"
     kv = kv_peak_bytes(profile, policy, settings.recall)
@@ -217,4 +229,5 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     fits = needed <= memory.total_bytes
     where = f"{format_bytes(memory.total_bytes)} {memory.name}"
     reason = f"needs {format_bytes(needed)} of {where}" if fits else f"needs {format_bytes(needed)}, more than the {where}"
-    return Fit(fits, needed, weights, label, kv, workspace, memory.total_bytes, reason)
+    return Fit(fits, needed, weights, label, kv, workspace, memory.total_bytes, reason,
+               parts if held == "int4" else ())

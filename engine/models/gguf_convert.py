@@ -42,6 +42,16 @@ LOCK_POLL_S = 0.5
 """How often a process waiting for another one's conversion checks the lock (and logs once)."""
 
 
+def _target(sha: str) -> Path:
+    return paths.cache_dir() / "models" / sha[:32]
+
+
+def is_converted(gguf_path: Path) -> bool:
+    """Whether `converted_folder(gguf_path)` returns at once: this file was converted before (its
+    hash is remembered, so asking again costs a stat)."""
+    return (_target(file_sha256(gguf_path)) / _DONE_MARKER).is_file()
+
+
 def converted_folder(gguf_path: Path) -> Path:
     """The HF folder for `gguf_path`, converting it first if this file was never converted.
 
@@ -55,7 +65,7 @@ def converted_folder(gguf_path: Path) -> Path:
     a process may be loading from) is never deleted or replaced.
     """
     sha = file_sha256(gguf_path)
-    target = paths.cache_dir() / "models" / sha[:32]
+    target = _target(sha)
     if (target / _DONE_MARKER).is_file():
         return target
     arch = gguf_architecture(gguf_path)

@@ -26,7 +26,7 @@ import torch
 from engine.errors import ModelError
 from engine.models.decoder import SUPPORTED_MODEL_TYPES, CompressedDecoder
 from engine.models.download import ALLOW_PATTERNS
-from engine.models.gguf_convert import converted_folder, no_transformers_bars
+from engine.models.gguf_convert import converted_folder, is_converted, no_transformers_bars
 from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
@@ -88,6 +88,17 @@ def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
                     count *= size
                 elements += count
     return elements * torch.empty((), dtype=dtype).element_size()
+
+
+def conversion_pending(spec: str) -> bool:
+    """Whether loading `spec` first converts a GGUF file (once per file: minutes on a busy CPU).
+    False for a folder or a hub id, and for a spec that does not resolve or a file that cannot be
+    read (loading will say why). Never raises."""
+    try:
+        source = resolve(spec)
+        return source.kind == "gguf" and not is_converted(Path(source.path))
+    except (ModelError, OSError):  # unreadable now: loading it will say why
+        return False
 
 
 def load_model(spec: str = "default", *, device: str = "auto", weights: str = "auto", threads: int = 0) -> LoadedModel:

@@ -7,14 +7,17 @@
                   answers, where it came from and what it cost (source, endpoint, model, reason,
                   ttft_s, tokens_per_s, tokens, prefix_hit, stop_reason), since schema 2 what recall
                   did (sources_json: the attention-grounded sources, recall_json: recall's cost), and
-                  since schema 3 the passages it attended to (passages_json, the source pane's highlights)
+                  since schema 3 the passages it attended to (passages_json, the source pane's highlights),
+                  since schema 4 how sure the local model was (mean_logprob, low_confidence)
 
-Schemas 2 and 3 only add columns to `messages`; an older file is migrated in place when it is opened
+Schemas 2 to 4 only add columns to `messages`; an older file is migrated in place when it is opened
 (ALTER TABLE ... ADD COLUMN: old rows read back with those fields None, nothing is rewritten).
 
-Used from the GUI thread only (no engine calls, no model): the worker never touches it. Every
-change is committed at once, so closing the window, or a crash, loses at most the answer being
-streamed — and that is written as it streams (`update_message`).
+The window's history and the command line's are one record: it lives in the engine (no Qt, no
+model), the window uses it from its GUI thread only (its worker never touches it), and `halaman
+history export` reads it (`engine.history`). Every change is committed at once, so closing the
+window, or a crash, loses at most the answer being streamed — and that is written as it streams
+(`update_message`).
 
 Prefix-cache status of a document, as the sidebar shows it:
     cached       the prefix store holds the key recorded when it was last opened, the file is
@@ -50,7 +53,7 @@ from engine.settings import EngineSettings
 if TYPE_CHECKING:  # the library is read before the engine (and torch) is loaded
     from engine.workspace import CacheStatus
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
 
 
@@ -112,6 +115,8 @@ class MessageRecord:
     sources_json: str | None = None  # [{"label", "share", "page", "path"}]: engine.answer.Source, as JSON
     recall_json: str | None = None   # `engine.workspace.recall_record`; None for cloud answers and rows from before recall
     passages_json: str | None = None  # `engine.workspace.passages_json`; None for cloud answers and rows from before schema 3
+    mean_logprob: float | None = None    # `Answer.mean_logprob`; None for cloud answers and rows from before schema 4
+    low_confidence: int | None = None    # 1: below the escalation threshold (`engine.cloud.policy.low_confidence`)
 
     @property
     def sources(self) -> list[Source]:
@@ -136,7 +141,8 @@ class MessageRecord:
 
 
 # Columns added after schema 1 (name -> type), added in place to an older file's messages table.
-MESSAGE_COLUMNS_ADDED = {"sources_json": str, "recall_json": str, "passages_json": str}
+MESSAGE_COLUMNS_ADDED = {"sources_json": str, "recall_json": str, "passages_json": str, "mean_logprob": float,
+                         "low_confidence": int}
 
 
 _BYTES_PREFIX = "fsbytes:"
@@ -178,18 +184,20 @@ def file_signature(path: str | Path) -> str | None:
 
 
 class Library:
-    """The library and chat history. `path` defaults to `library.sqlite` in the data dir."""
+    """The library and chat history. `path` defaults to `library.sqlite` in the data dir.
+    `interrupt_streaming`: mark answers left "streaming" as "interrupted" (the window, at its
+    start; not a reader such as `halaman history export`, which may run beside a window that streams)."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, interrupt_streaming: bool = True) -> None:
         self.path = Path(path or library_path())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=10)
         self.db = sqlite_utils.Database(conn, execute_plugins=False)
         self.db.enable_wal()
         self._ensure_schema()
-        # An answer that was streaming when the app died is kept, marked as interrupted.
-        self.db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
-        conn.commit()
+        if interrupt_streaming:  # an answer that was streaming when the app died is kept, marked as interrupted
+            self.db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
+            conn.commit()
 
     def close(self) -> None:
         self.db.conn.close()

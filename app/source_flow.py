@@ -1,0 +1,125 @@
+"""A clicked citation or attended source, from the link to the source pane: the page or file is
+looked up in the document the *answer* belongs to, which is not always the one open in the engine
+(a library document's chat is shown read-only while another is open). The open document's text is
+at hand (`DocumentState.document`); another one is read again from its file, in a thread of its own
+(the engine worker may be busy reading for minutes, and a click must not wait behind that), and the
+last one read is kept for the next click.
+
+Reading a document's text needs no model: `engine.documents.load_document`, as the engine's open
+does, so the pane's page numbers and passages' character offsets are those the answer was given.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.citations import normalise_label
+from engine.documents import Document, load_document
+from engine.errors import HalamanError
+from engine.library import DocumentRecord, file_signature
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A click on a page or file: `label` as the link gave it, the answer `message_id` it belongs to
+    (None while it streams), the library document it resolves in (`document_id`)."""
+
+    label: str
+    message_id: int | None
+    document_id: int | None
+
+
+class SourceFlow(QObject):
+    """Shows citations of `window` (a `MainWindow`: its library, state, source pane, splitter and
+    store) in the source pane. Signal `shown(citation)` after a page or file is shown (tests wait on it)."""
+
+    shown = Signal(object)
+    _read = Signal(object, object, object)   # Citation, DocumentRecord, Document or the exception its read raised
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.window = window
+        self._wanted: Citation | None = None                       # the last click; an older read's result is dropped
+        self._kept: tuple[int, str | None, Document] | None = None  # document id, its file's signature, its text
+        self.shown_id: int | None = None      # the library document whose page or file the pane shows
+        self._read.connect(self._on_read)
+
+    def follow(self, document_id: int | None) -> None:
+        """The chat shows library document `document_id` now (None: a new file being read): a page
+        of another document would sit beside it as if it were this one's, so the pane is emptied."""
+        if self.shown_id is not None and document_id != self.shown_id:
+            self.shown_id = None
+            self._wanted = None  # a read still under way for the old document shows nothing
+            self.window.source_pane.clear()
+
+    def show_citation(self, label: str, message_id: int | None = None) -> None:
+        """Show page or file `label` of the document answer `message_id` belongs to (while an answer
+        streams, `message_id` is None: the document the chat shows), with that answer's attended
+        passages highlighted."""
+        w = self.window
+        message = w.library.message(message_id) if message_id is not None else None
+        if message is not None:
+            document_id = message.document_id
+        else:
+            document_id = w.state.current.id if w.state.current is not None else w.state.open_id
+        citation = self._wanted = Citation(label, message_id, document_id)
+        if document_id is not None and document_id == w.state.open_id and w.state.document is not None:
+            self._show(citation, w.state.document)
+            return
+        record = w.library.document(document_id) if document_id is not None else None
+        if record is None:
+            w.statusBar().showMessage(f"“{label}”: its document is no longer in the library.", 6000)
+            return
+        kept = self._kept
+        if kept is not None and kept[0] == record.id and kept[1] == file_signature(record.path):
+            self._show(citation, kept[2])
+            return
+        w.statusBar().showMessage(f"Reading {record.title} to show {label}…", 6000)
+        include_generated = w.settings.include_generated_files
+
+        def read() -> None:
+            try:
+                result: object = load_document(record.path, include_generated=include_generated)
+            except Exception as exc:  # noqa: BLE001 - handed to the GUI thread, which says it in one line
+                result = exc
+            try:
+                self._read.emit(citation, record, result)
+            except RuntimeError:  # the window was closed meanwhile
+                pass
+
+        threading.Thread(target=read, name="source pane read", daemon=True).start()
+
+    def _on_read(self, citation: Citation, record: DocumentRecord, result) -> None:
+        if citation is not self._wanted or self.window.closed:
+            return  # another click came since
+        if isinstance(result, BaseException):
+            why = str(result) if isinstance(result, HalamanError) else f"{type(result).__name__}: {result}"
+            self.window.statusBar().showMessage(f"Could not show {citation.label} of {record.title}: {why}", 10000)
+            return
+        self._kept = (record.id, file_signature(record.path), result)
+        self._show(citation, result)
+
+    def _show(self, citation: Citation, document: Document) -> None:
+        w = self.window
+        labels = [s.label for s in document.segments]
+        found = citation.label if citation.label in labels else normalise_label(citation.label)
+        if found not in labels:
+            w.statusBar().showMessage(f"“{citation.label}” is not a page or file of {document.title}.", 6000)
+            return
+        message = w.library.message(citation.message_id) if citation.message_id is not None else None
+        self.open_pane()
+        w.source_pane.show_segment(document, labels.index(found), message.passages if message else [])
+        self.shown_id = citation.document_id
+        self.shown.emit(citation)
+
+    def open_pane(self) -> None:
+        """Show the source pane beside the chat, as wide as it was last (else half the chat)."""
+        w = self.window
+        if w.source_pane.isHidden():
+            w.source_pane.show()
+            side, chat, pane = w.splitter.sizes()
+            width = min(w.store.pane_width or (chat + pane) // 2, (chat + pane) - 200)
+            w.splitter.setSizes([side, chat + pane - width, width])

@@ -1,0 +1,55 @@
+"""Citations in an answer's text, as the model is told to write them: "[page 12]", "[pages 3-4]",
+"[p. 7]", "[src/app.py]"; never inside code. The window links them (`app.chat`), the history export
+writes them with their document's name (`engine.history`), both by these rules.
+"""
+
+from __future__ import annotations
+
+import re
+
+CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
+CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)
+"""Code blocks and spans: `CODE.split(text)` gives them at odd indices (each starts with a backtick)."""
+_PAGES = re.compile(r"(pages?|p\.)\s*\d+([\s,–-]+\d+)*", re.I)
+MOST_PAGES = 20
+"""A cited page range names at most this many pages ('pages 3-900' is a slip, not 898 sources)."""
+
+
+def looks_like_citation(label: str) -> bool:
+    """"page 12", "pages 3-4", "p. 7", "src/app.py", "README.md" — not "[x]" or "[1]"."""
+    label = label.strip()
+    return bool(_PAGES.fullmatch(label)) or bool(
+        re.fullmatch(r"[\w.\-/ ]*[\w\-]\.[A-Za-z0-9]{1,10}|[\w.\-]+(/[\w.\-]+)+", label)
+    )
+
+
+def citations(text: str) -> list[str]:
+    """Citation labels in `text`, in order of first appearance, outside code."""
+    found: list[str] = []
+    for part in CODE.split(text):
+        if part.startswith("`"):
+            continue
+        for match in CITATION.finditer(part):
+            label = match.group(1).strip()
+            if looks_like_citation(label) and label not in found:
+                found.append(label)
+    return found
+
+
+def normalise_label(label: str) -> str:
+    """'p. 7' / 'pages 7' -> 'page 7'; other labels stripped."""
+    m = re.fullmatch(r"(?:pages?|p\.)\s*(\d+)", label.strip(), re.I)
+    return f"page {m.group(1)}" if m else label.strip()
+
+
+def cited_labels(label: str) -> list[str]:
+    """The segment labels a citation names: 'pages 3-4, 7' -> ['page 3', 'page 4', 'page 7'] (a
+    range of more than MOST_PAGES pages gives its ends only); 'p. 7' -> ['page 7']; a file -> itself."""
+    label = label.strip()
+    if not _PAGES.fullmatch(label):
+        return [label]
+    pages: list[int] = []
+    for start, end in re.findall(r"(\d+)(?:\s*[–-]\s*(\d+))?", label):
+        first, last = int(start), int(end or start)
+        pages += range(first, last + 1) if 0 <= last - first < MOST_PAGES else [first, last]
+    return [f"page {page}" for page in dict.fromkeys(pages)]
