@@ -56,6 +56,7 @@ class AskFlow:
         w.answers.start(job, document_id=doc_id, message_id=message_id, question=question,
                         source="cloud" if cloud else "local")
         w.update_input()
+        w.background_read.pause_for_question()  # the answer comes next; the read goes on after it
         w.client.submit(job)
 
     def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:

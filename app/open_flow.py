@@ -35,6 +35,7 @@ class OpenFlow:
         path = str(Path(path).expanduser().resolve())
         name = Path(path).name
         w.client.cancel(state.document_jobs())  # a new document replaces what was being read or answered
+        w.background_read.stop()
         w.banner.hide()
         self._estimate_shown_for = None
         w.store.last_folder = str(Path(path).parent)
@@ -126,6 +127,9 @@ class OpenFlow:
         w.refresh_library(select=doc_id)
         if report.prefix_hit:
             w.statusBar().showMessage(f"{report.title} was ready in {report.seconds:.1f} s: its saved reading was reused.", 10000)
+        elif report.unread:
+            w.statusBar().showMessage(f"{report.title} is ready in {report.seconds:.1f} s: ask now; questions re-read the "
+                                      "pages they choose while the whole document is read in the background.", 10000)
         else:
             w.statusBar().showMessage(
                 f"Read {report.title}: {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
@@ -136,6 +140,8 @@ class OpenFlow:
         w.update_input()
         w.conversation.question.setFocus()
         w.refresh_cache_status()
+        if report.unread:
+            w.background_read.start(result.path)
 
     def _failed(self, job: Job, path: str, password: str | None, error: JobError, previous: str | None = None) -> None:
         w = self.window

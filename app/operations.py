@@ -12,6 +12,7 @@ of a `Confirm` kind.
 from __future__ import annotations
 
 import enum
+import threading
 
 from app.worker import Job
 
@@ -30,13 +31,22 @@ def load_model(**callbacks) -> Job:
 
 
 def open_document(path: str, *, name: str, password: str | None = None, **callbacks) -> Job:
-    """Read `path` and prefill it (or restore its prefix cache). A prefill of at least
-    `engine.read_time.LONG_READ_S` on this machine first asks the user (`Confirm.LONG_READ`)."""
+    """Read `path` and build its index, then restore its prefix cache or, index first, leave its
+    whole read to `read_document` (a document the cache keeps whole is prefilled here: short). A
+    prefill here of at least `engine.read_time.LONG_READ_S` on this machine first asks the user
+    (`Confirm.LONG_READ`)."""
     def run(workspace, ctx):
         return workspace.open(path, password=password, progress=ctx.progress, cancel=ctx.cancel,
-                              before_prefill=lambda plan: ctx.confirm(Confirm.LONG_READ, plan))
+                              before_prefill=lambda plan: ctx.confirm(Confirm.LONG_READ, plan), read_now=False)
 
     return Job("open", run, title=f"Opening {name}…", **callbacks)
+
+
+def read_document(*, pause: threading.Event, **callbacks) -> Job:
+    """Read the open document whole (it was opened index first); the result is its `OpenReport`, or
+    None when `pause` stopped the read between two chunks (submit another to go on)."""
+    return Job("read", lambda workspace, ctx: workspace.read(progress=ctx.progress, cancel=ctx.cancel, pause=pause),
+               title="Reading the whole document (you can ask meanwhile)…", **callbacks)
 
 
 def ask_local(question: str, *, follow_up: bool, **callbacks) -> Job:

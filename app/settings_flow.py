@@ -82,6 +82,7 @@ class SettingsFlow:
         # again under the new ones.
         if change.reopens_document:
             w.client.cancel(state.document_jobs())
+            w.background_read.stop()
         if retry_path or (change.reopens_document and document):
             reopen.append(retry_path or document)
             before = state.reopening(reopen[0])

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow
 from app import dialogs
 from app import operations as ops
 from app.ask_flow import AskFlow
+from app.background_read import BackgroundRead
 from app.document_header import document_info, info_tooltip
 from app.document_state import DocumentState
 from app.first_run import DEMO_STATUS, say_once_if_demo
@@ -77,6 +78,7 @@ class MainWindow(QMainWindow):
         build_panels(self)
         self.state = DocumentState(self.answers)
         self.reader = OpenFlow(self)
+        self.background_read = BackgroundRead(self)
         self.settings_flow = SettingsFlow(self)
         self.asker = AskFlow(self)
         self.sources = SourceFlow(self)

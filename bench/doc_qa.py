@@ -15,6 +15,8 @@ arms, on the same questions in one run, all with the app's default settings and 
   union    as whole, but the recalled spans are attended beside the whole snapshot (focus off)
   blocks   as whole, with block recall (the per-layer attention selection; slow at book length)
   off      as whole, recall off (the snapshot alone): the decode speed recall is compared with
+  unread   index first: the document is not read; each question re-reads the spans it chooses from
+           their token ids (what a question asked before the whole read ends gets)
   oracle   only the segment that states the answer: the page, or 3,000 characters around the
            question's `anchor` in the file
   lexical  only the top BM25 chunk of ~3,000 characters (chunks cut within pages / files), as
@@ -35,7 +37,7 @@ import time
 import common
 
 QUESTIONS = common.DOCS / "bench" / "questions"
-WHOLE_ARMS = ("whole", "union", "blocks", "off")
+WHOLE_ARMS = ("whole", "union", "blocks", "off", "unread")
 ORACLE_CHARS = 3000
 LEXICAL_CHARS = 3000
 
@@ -142,8 +144,9 @@ def run_set(name: str, arms: list[str], workspace_settings, store, model, limit:
     rows = []
     for arm in arms:
         if arm in WHOLE_ARMS:
-            session = DocumentSession(model, arm_settings(workspace_settings, arm), store)
-            report = session.open(document)
+            # unread: no prefix store, so no saved reading is found and none is written
+            session = DocumentSession(model, arm_settings(workspace_settings, arm), None if arm == "unread" else store)
+            report = session.open(document, read_now=arm != "unread")
             print(f"[{name}/{arm}] {report.document_tokens:,} tokens, prefix hit {report.prefix_hit}, "
                   f"open {report.seconds:.1f} s", flush=True)
         previous = None

@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANCELLED
 
 
+READ_WHEN = ("later", "after", "first")
+"""`halaman ask --read`: when a document not read before is read whole (`DocumentSession.open`'s
+read_now, `DocumentSession.read`)."""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="halaman", description="Ask questions about whole documents with a local model.")
     parser.set_defaults(command=None)
@@ -77,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="print the passages the answer attended to most (page or file, characters, share, text)")
     ask.add_argument("--include-generated", action="store_true",
                      help="also read a folder's lock files and generated or vendored files (.gitattributes linguist-*)")
+    ask.add_argument("--read", choices=READ_WHEN, default="later",
+                     help="a document not read before: 'later' (the default) answers at once from the pages its "
+                          "index chooses, re-read for the question; 'after' answers so, then reads the whole "
+                          "document and saves its cache for the next questions; 'first' reads it whole, then answers")
     _policy_flags(ask)
     _cloud_flags(ask)
     ask.set_defaults(handler=_cmd_ask)
@@ -181,9 +190,9 @@ def recall_line(stats, recall: RecallSettings, gap: RecallGap | None = None, pai
         each = f"{stats.tokens_recalled // pairs:,} tokens per layer and KV head, " if pairs else ""
         chosen = ([f"{span} ({reason})" for span, reason in zip(stats.spans, stats.reasons, strict=True)]
                   if len(stats.reasons) == len(stats.spans) else stats.spans)
+        source = "re-read from the text" if stats.reread else f"{format_bytes(stats.bytes_read)} read from the archive"
         return (f"{', '.join(chosen)} recalled whole: "
-                f"{each}{stats.tokens_recalled:,} in all; "
-                f"{format_bytes(stats.bytes_read)} read; {stats.seconds * 1000:.0f} ms")
+                f"{each}{stats.tokens_recalled:,} in all; {source}; {stats.seconds * 1000:.0f} ms")
     return (f"{stats.tokens_recalled:,} tokens in {stats.blocks_recalled:,} blocks (per layer and KV head, all summed) "
             f"of {stats.blocks_scored:,} scored; {format_bytes(stats.bytes_read)} read; "
             f"{stats.seconds * 1000:.0f} ms (score {stats.score_s * 1000:.0f}, read {stats.read_s * 1000:.0f})")
@@ -224,7 +233,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         return True  # a command line warns and goes on: it may run with no one to answer a prompt
 
     try:
-        opened = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill)
+        opened = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill,
+                                read_now=args.read == "first")
     finally:
         bar.close()
     report = opened.report
@@ -248,10 +258,12 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"{f', {report.pages} pages' if report.pages else ''})\n"
         f"cache policy    budget {policy.budget_tokens:,} tokens = sink {policy.sink_tokens} + window {policy.window_tokens:,}"
         f" + heavy hitters; INT{policy.kv_bits} group {policy.group_size}; positions {report.position_mode}\n"
-        f"KV cache held   {format_bytes(report.kv.total_bytes)} ({report.kv.total_bytes:,} bytes) vs. full FP16 "
-        f"{format_bytes(report.full_fp16_bytes)} ({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)})\n"
+        + (f"KV cache held   none yet (not read); full FP16 would be {format_bytes(report.full_fp16_bytes)}\n" if report.unread else
+           f"KV cache held   {format_bytes(report.kv.total_bytes)} ({report.kv.total_bytes:,} bytes) vs. full FP16 "
+           f"{format_bytes(report.full_fp16_bytes)} ({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)})\n") +
         f"prefix cache    {'hit' if report.prefix_hit else 'miss'}"
-        f"{'' if report.prefix_hit else f' (prefill {report.prefill_seconds:.1f} s, {report.prefill_tokens_per_s:,.0f} tokens/s)'}"
+        f"{'' if report.prefix_hit or report.unread else f' (prefill {report.prefill_seconds:.1f} s, {report.prefill_tokens_per_s:,.0f} tokens/s)'}"
+        f"{' (not read yet: answered from its index)' if report.unread else ''}"
         f"{'' if settings.prefix_cache else ' (disabled)'}\n"
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
         f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
@@ -262,9 +274,29 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
     if args.show_spans:
         print("attended spans  " + attended_spans_text(answer, document))
+    if report.unread:
+        _read_after(args, workspace, bar, cancel)
     if args.cloud or args.cloud_auto:
         return _ask_cloud_after(args, workspace, answer, cancel)
     return 0
+
+
+def _read_after(args: argparse.Namespace, workspace, bar: _ProgressBar, cancel: threading.Event) -> None:
+    """The whole read of a document answered before it was read (`--read after`), or the line that
+    says it was not read."""
+    err = sys.stderr
+    if args.read != "after":
+        print("read            not yet: the answer re-read the pages its index chose; `--read after` reads the whole "
+              "document once and saves it, so later questions recall from it", file=err)
+        return
+    print("Reading the whole document for the next questions (Ctrl-C stops; nothing is kept then) ...", file=err, flush=True)
+    try:
+        workspace.read(progress=bar.update, cancel=cancel)
+    finally:
+        bar.close()
+    report = workspace.session.report
+    print(f"read            {report.document_tokens:,} tokens in {report.prefill_seconds:.1f} s "
+          f"({report.prefill_tokens_per_s:,.0f} tokens/s); saved: the next question starts from it", file=err)
 
 
 def _cmd_find(args: argparse.Namespace) -> int:

@@ -72,6 +72,11 @@ SNAPSHOT_FORMAT = "halaman-kv-1"
 # selection (scoring + reading).
 RECALL_EVERY_TOKEN_UNTIL = 16
 RECALL_REFRESH_TOKENS = 8
+# Spans re-read from their token ids (no archive: the document is not read yet, or its archive does
+# not fit the disk) are prefilled before the first answer token, so they are held to fewer tokens
+# than an archive recall reads: the selection puts the best spans first, and a page with
+# distractors around it is answered worse than the page alone (engine.kvcache.span_recall).
+REREAD_RECALL_TOKENS = 2048
 # Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
 # by 1 after a miss, between 1 and settings.draft_tokens.
 DRAFT_START_TOKENS = 4
@@ -148,6 +153,26 @@ class OpenReport:
     pages: int | None = None
     threads: int = 0            # CPU threads the prefill ran with (0: no prefill, or on a GPU)
     recall_notice: RecallNotice | None = None  # the document needed an archive and has none (also in `warnings`)
+    unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
+
+
+@dataclass
+class PendingRead:
+    """The whole read of a document: its prefix token ids and where it stands. `cache` (None before
+    the first chunk) holds the tokens read so far (`cache.seen_tokens`), `writer` the archive being
+    written; once finished, `archive` is the kept archive (None without one)."""
+
+    ids: list[int]
+    policy: CachePolicy
+    key: str
+    layout: ArchiveLayout | None
+    label: str                  # the prefix-cache entry's label
+    cache: CompressedCache | None = None
+    writer: ArchiveWriter | None = None
+    archive: Archive | None = None
+    seconds: float = 0.0        # prefilling, over every part of the read
+    threads: int = 0            # CPU threads of its last part (0 on a GPU)
+    warnings: list[RecallNotice | str] = field(default_factory=list)
 
 
 # Sources below this share of the recalled attention are not listed.
@@ -172,6 +197,7 @@ class DocumentSession:
         self._conversation: CompressedCache | None = None
         self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
         self._filling: CompressedCache | None = None  # the cache a running prefill is filling
+        self._unread: PendingRead | None = None  # the open document's whole read, not done yet (index first)
         self._stop_ids = _stop_token_ids(model)
         self._archive: Archive | None = None
         self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
@@ -199,6 +225,7 @@ class DocumentSession:
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
         before_prefill: Callable[[ReadPlan], bool] | None = None,
+        read_now: bool = True,
     ) -> OpenReport:
         """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled, and
         any other failure as a one-line HalamanError (nothing else leaves it).
@@ -211,6 +238,12 @@ class DocumentSession:
         the `ReadPlan` says it takes at least `engine.read_time.LONG_READ_S`; when it returns False
         nothing is prefilled and Cancelled is raised. A finished prefill records its rate for the
         next plans (`engine.read_time.record_rate`).
+
+        `read_now=False` (index first): on a prefix-cache miss, a document that span recall can
+        answer is not read: the open ends once its spans and full-text index exist (seconds for a
+        book), questions re-read the spans they choose from their token ids, and `read` reads it
+        whole later (the report's `unread` says so). A document the cache keeps whole, or with
+        recall off, is read at once either way.
         """
         self.close()
         began = time.perf_counter()
@@ -230,63 +263,152 @@ class DocumentSession:
             cache, hit = self._restore(key, policy, len(prefix_ids), notify)
         except CacheStoreError as error:
             cache, hit = None, self._without_store(error)
-        prefill_s = 0.0
-        archive = None
-        threads = 0
-        if cache is None:
-            governor = None
-            if self.model.device.type == "cpu":  # the load may have changed since the model loaded
-                threads = apply_threads(self.settings.threads)
-                governor = ThreadGovernor(self.settings.threads)  # and it changes during a long read
-            rate_key = RateKey(self.model.label, self.model.device.type, self.model.weights_label, threads)
-            if before_prefill is not None:
-                plan = read_time.plan_read(len(prefix_ids), rate_key, self.model.parameters)
-                if plan.is_long and not before_prefill(plan):
-                    raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
-            cache = self.model.decoder.new_cache(policy, policy.position_mode)
-            writer = self._archive_writer(key, layout, recall_warnings)
-            t0 = time.perf_counter()
-            self._filling = cache  # memory() reports it from progress callbacks (the live gauge)
-            clock = PrefillClock(policy.budget_tokens)
-            try:
-                self.model.decoder.prefill(
-                    torch.tensor(prefix_ids), cache, cancel=cancel, archive=writer, governor=governor,
-                    progress=lambda done, total, elapsed: notify(clock(done, total, elapsed)),
-                )
-            except BaseException:
-                if writer is not None:
-                    writer.abort()
-                raise
-            finally:
-                self._filling = None
-            prefill_s = time.perf_counter() - t0
-            read_time.record_rate(rate_key, len(prefix_ids), prefill_s)
-            cache.shrink()
-            label = f"{document.title} · {self.model.label}"
-            saved = self._save(key, cache, len(prefix_ids), label)
-            if writer is not None:
-                archive = self._keep_archive(key, writer, saved, recall_warnings)
-        elif layout is not None:
-            archive = self._open_archive(key, layout, recall_warnings)
+        # Index first: the spans and their full-text index need the text, not the model, so they
+        # exist before the read, and a document not read yet is answered from re-read spans.
+        spans = self._document_spans(document, encoding, key, recall_warnings)
+        archive, unread = None, None
+        try:
+            if cache is None:
+                read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
+                if read_now or not self._answers_unread(layout, spans):
+                    if before_prefill is not None:
+                        plan = read_time.plan_read(len(prefix_ids), self._rate_key(), self.model.parameters)
+                        if plan.is_long and not before_prefill(plan):
+                            raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
+                    self._run_read(read, notify, cancel, None)
+                    cache, archive = read.cache, read.archive
+                    recall_warnings += read.warnings
+                else:
+                    cache, unread = self._unread_snapshot(policy, len(prefix_ids)), read
+            elif layout is not None:
+                archive = self._open_archive(key, layout, recall_warnings)
+        except BaseException:
+            if spans is not None:
+                spans.close()
+            raise
         self.document, self._snapshot, self.prefix_key = document, cache, key
-        self._archive, self._segment_starts = archive, segment_starts
+        self._archive, self._segment_starts, self._unread = archive, segment_starts, unread
         self._token_chars = encoding.token_chars  # the attended passages' characters (engine.attended)
         self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
-        self._spans = self._document_spans(document, encoding, key, recall_warnings)
+        self._spans = spans
         self._needs_recall, self._turns = layout is not None, []
         self._kept_whole = kept_whole(len(prefix_ids), policy)
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
-        self._prefilled_for_next = not hit
+        self._prefilled_for_next = not hit  # the first answer did not start from a saved cache
+        read_s = 0.0 if hit or unread is not None else read.seconds
         self.report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
-            prefill_seconds=prefill_s, prefill_tokens_per_s=len(prefix_ids) / prefill_s if prefill_s else 0.0,
+            prefill_seconds=read_s, prefill_tokens_per_s=len(prefix_ids) / read_s if read_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=[*self.notices, *document.warnings, *map(str, recall_warnings)], pages=document.pages, threads=threads,
+            warnings=[*self.notices, *document.warnings, *map(str, recall_warnings)], pages=document.pages,
+            threads=0 if hit or unread is not None else read.threads,
             recall_notice=next((w for w in recall_warnings if isinstance(w, RecallNotice)), None),
+            unread=unread is not None,
         )
         self.notices = []  # said once
         return self.report
+
+    @property
+    def unread(self) -> bool:
+        """The open document has not been read whole yet (`open(read_now=False)`): questions re-read
+        the spans they choose; `read` reads it."""
+        return self._unread is not None
+
+    def unread_progress(self) -> tuple[int, int]:
+        """(tokens read, tokens) of the open document's whole read; (n, n) once it is read."""
+        n = len(self._document_ids or ())
+        if self._unread is None:
+            return n, n
+        return (self._unread.cache.seen_tokens if self._unread.cache is not None else 0), n
+
+    @halaman_errors_only("reading the document")
+    def read(self, *, progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
+             pause: threading.Event | None = None) -> bool:
+        """Read the open document whole (what `open(read_now=False)` left for later): prefill it into
+        its snapshot, write its archive, and save both to the prefix cache, so the next question
+        recalls from the archive instead of re-reading spans.
+
+        Returns True when the document is read (at once if it already was), False when `pause` was
+        set: the read stopped between two chunks and keeps what it read; call `read` again to go on
+        (answering a question in between is fine). Raises Cancelled when `cancel` is set (what was
+        read is dropped), HalamanError when no document is open.
+        """
+        pending = self._unread
+        if self._snapshot is None or self.report is None:
+            raise HalamanError("no document is open: open a document first")
+        if pending is None:
+            return True
+        try:
+            if not self._run_read(pending, progress or (lambda _p: None), cancel, pause):
+                return False
+        except BaseException:  # a cancelled chunk leaves the cache inconsistent: the next read starts over
+            self._unread = PendingRead(pending.ids, pending.policy, pending.key, pending.layout, pending.label)
+            raise
+        report = self.report
+        self._snapshot, self._archive, self._unread = pending.cache, pending.archive, None
+        report.unread = False
+        report.prefill_seconds = pending.seconds
+        report.prefill_tokens_per_s = len(pending.ids) / pending.seconds if pending.seconds else 0.0
+        report.kv, report.threads = pending.cache.memory(), pending.threads
+        report.warnings += map(str, pending.warnings)
+        report.recall_notice = next((w for w in pending.warnings if isinstance(w, RecallNotice)), report.recall_notice)
+        return True
+
+    def _answers_unread(self, layout: ArchiveLayout | None, spans: DocumentSpans | None) -> bool:
+        """Whether a document not read yet can be answered: it is recalled by spans (re-read from
+        their token ids). A document the cache keeps whole, or without recall, is read first."""
+        recall = self.settings.recall
+        return layout is not None and spans is not None and recall.selection == "spans" and recall.recall_tokens > 0
+
+    def _unread_snapshot(self, policy: CachePolicy, n_tokens: int) -> CompressedCache:
+        """The snapshot of a document not read yet: empty, its stream past the document's
+        `n_tokens`, so a question's tokens come after the document as they would after a read.
+        Span recall in focus hides the held document tokens anyway (`SpanRecaller`)."""
+        cache = self.model.decoder.new_cache(policy, policy.position_mode)
+        cache.seen_tokens = n_tokens
+        return cache
+
+    def _rate_key(self, threads: int = 0) -> RateKey:
+        return RateKey(self.model.label, self.model.device.type, self.model.weights_label, threads)
+
+    def _run_read(self, read: PendingRead, notify: Callable[[Progress], None], cancel: threading.Event | None,
+                  pause: threading.Event | None) -> bool:
+        """Prefill `read`'s tokens from where it stopped, writing its archive; when all are read,
+        save the snapshot and keep the archive (`read.cache`, `read.archive`). False: `pause` stopped
+        it between two chunks. Raises Cancelled (the archive being written is deleted)."""
+        governor = None
+        if self.model.device.type == "cpu":  # the load may have changed since the model loaded
+            read.threads = apply_threads(self.settings.threads)
+            governor = ThreadGovernor(self.settings.threads)  # and it changes during a long read
+        if read.cache is None:
+            read.cache = self.model.decoder.new_cache(read.policy, read.policy.position_mode)
+            read.writer = self._archive_writer(read.key, read.layout, read.warnings)
+        cache, n = read.cache, len(read.ids)
+        first = cache.seen_tokens
+        clock = PrefillClock(read.policy.budget_tokens, first)
+        t0 = time.perf_counter()
+        self._filling = cache  # memory() reports it from progress callbacks (the live gauge)
+        try:
+            self.model.decoder.prefill(
+                torch.tensor(read.ids[first:]), cache, cancel=cancel, archive=read.writer, governor=governor, pause=pause,
+                progress=lambda done, total, elapsed: notify(clock(first + done, n, elapsed)),
+            )
+        except BaseException:
+            if read.writer is not None:
+                read.writer.abort()
+            raise
+        finally:
+            self._filling = None
+            read.seconds += time.perf_counter() - t0
+        if cache.seen_tokens < n:
+            return False
+        read_time.record_rate(self._rate_key(read.threads), n, read.seconds)
+        cache.shrink()
+        saved = self._save(read.key, cache, n, read.label)
+        if read.writer is not None:
+            read.archive = self._keep_archive(read.key, read.writer, saved, read.warnings)
+        return True
 
     def close(self) -> None:
         """Forget the open document and its caches (an archive kept only for this session is deleted)."""
@@ -299,6 +421,9 @@ class DocumentSession:
         self._spans, self._text_range, self._token_chars = None, (0, 0), []
         self._needs_recall, self._turns, self._kept_whole = False, [], False
         self._document_ids, self._prompt_lookup = None, None
+        if self._unread is not None and self._unread.writer is not None:
+            self._unread.writer.abort()  # a read paused half-way: its archive is not kept
+        self._unread = None
         if self._own_archive is not None:
             self._own_archive.unlink(missing_ok=True)
             self._own_archive = None
@@ -561,9 +686,12 @@ class DocumentSession:
             history.append(Turn(earlier, chosen.chosen_index))
         return self._select(question, history, spans)
 
-    def _select(self, question: str, history: Sequence[Turn], spans: DocumentSpans | None = None) -> Selection:
+    def _select(self, question: str, history: Sequence[Turn], spans: DocumentSpans | None = None, *,
+                reread: bool = False) -> Selection:
         recall = self.settings.recall
         room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
+        if reread:
+            room = min(room, REREAD_RECALL_TOKENS)
         return select(spans if spans is not None else self._spans, question,
                       budget_tokens=max(0, min(recall.recall_tokens, room)), max_spans=recall.max_spans, history=history)
 
@@ -578,7 +706,7 @@ class DocumentSession:
             return None
         if recall.selection == "spans" and self._spans is not None:
             began = time.perf_counter()
-            selection = self._select(question, history)
+            selection = self._select(question, history, reread=self._archive is None)
             if selection.chosen:
                 self._turn = Turn(question, selection.chosen_index)
                 positions = torch.tensor(self._spans.recall_positions(selection.chosen))
@@ -586,6 +714,7 @@ class DocumentSession:
                     hook = SpanRecaller(self._archive, positions, focus=recall.focus)
                 else:
                     hook = SpanRecaller.reread(self._reread(positions), positions, self._spans.n_tokens)
+                    hook.stats.reread = True
                 hook.stats.spans = tuple(self._span_label(span) for span in selection.chosen)
                 hook.stats.signals = tuple(c.signal for c in selection.reasons())
                 hook.stats.reasons = tuple(c.reason for c in selection.reasons())
@@ -828,9 +957,10 @@ class PrefillClock:
     (a fresh user saw "7 min left" stay put for minutes on a 9.7k-token PDF).
     """
 
-    def __init__(self, budget_tokens: int) -> None:
+    def __init__(self, budget_tokens: int, start_tokens: int = 0) -> None:
         self.budget_tokens = budget_tokens
-        self._last = (0, 0.0)
+        self._start = start_tokens  # a read going on from there (paused, then resumed): `elapsed` counts from it
+        self._last = (start_tokens, 0.0)
         self._chunks: list[tuple[int, float, float]] = []  # (tokens, seconds per token, kept before it)
 
     def __call__(self, done: int, total: int, elapsed: float) -> Progress:
@@ -839,7 +969,7 @@ class PrefillClock:
             self._chunks.append((done - last_done, (elapsed - last_elapsed) / (done - last_done),
                                  min(last_done, self.budget_tokens)))
             self._last = (done, elapsed)
-        rate = done / elapsed if elapsed > 0 else 0.0
+        rate = (done - self._start) / elapsed if elapsed > 0 else 0.0
         return Progress(Phase.PREFILL, done, total, "tokens", tokens_per_s=rate, eta_s=self._eta(done, total))
 
     def _eta(self, done: int, total: int) -> float | None:

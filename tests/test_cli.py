@@ -36,11 +36,11 @@ def test_ask_twice_second_is_a_prefix_cache_hit(tmp_path):
     doc = tmp_path / f"note-{uuid.uuid4().hex}.md"
     doc.write_text("# Release notes\n\nVersion 2.4 adds a dark theme and fixes the export button.\n")
     args = ("ask", str(doc), "What does version 2.4 add?", "--max-new-tokens", "12", "--budget", "512", "--window", "128")
-    first = run(*args)
+    first = run(*args, "--read", "first")  # read whole before answering, and saved
     assert first.returncode == 0, first.stderr
-    assert "prefix cache    miss" in first.stdout
+    assert "prefix cache    miss (prefill" in first.stdout
     assert "KV cache held" in first.stdout and "TTFT" in first.stdout and "decode" in first.stdout
-    second = run(*args)
+    second = run(*args)  # the default reads nothing more: the saved reading is found
     assert second.returncode == 0, second.stderr
     assert "prefix cache    hit" in second.stdout
     answer = lambda out: out.stdout.split("--- report ---")[0]  # noqa: E731

@@ -41,6 +41,7 @@ class RecallStats:
     spans: tuple[str, ...] = ()  # span recall: the spans recalled whole ("page 55"), in document order
     signals: tuple[str, ...] = ()  # what chose each of `spans` (structure, section, conversation, words, map)
     reasons: tuple[str, ...] = ()  # each of `spans`'s reason in a reader's words ("chapter 8", "matching words")
+    reread: bool = False         # span recall prefilled the spans again from their token ids (no archive)
 
     @property
     def seconds(self) -> float:

@@ -184,15 +184,18 @@ class CompressedDecoder:
         archive: ArchiveWriter | None = None,
         recaller: Recaller | None = None,
         governor: ThreadGovernor | None = None,
-    ) -> torch.Tensor:
+        pause: threading.Event | None = None,
+    ) -> torch.Tensor | None:
         """Feed `token_ids` `[n]` in chunks of `policy.chunk_tokens`; returns the last logits `[1, vocab]`.
 
         Memory peaks at budget + one chunk: each chunk attends to the compressed cache plus itself
         and the cache is evicted back to the budget before the next chunk.
         `archive` receives every chunk (see `forward`); `recaller` recalls with the first chunk's
         queries (a question is one chunk); `governor` re-decides the CPU threads after each chunk
-        (`engine.threads.ThreadGovernor`). Raises ValueError for an empty input, Cancelled when
-        `cancel` is set.
+        (`engine.threads.ThreadGovernor`). `pause`: checked after each chunk; when set, returns None
+        with the cache consistent after the chunks fed (`cache.seen_tokens` says how far: a later
+        prefill of the remaining ids goes on from there). Raises ValueError for an empty input,
+        Cancelled when `cancel` is set.
         """
         n = int(token_ids.numel())
         if n == 0:
@@ -207,6 +210,9 @@ class CompressedDecoder:
                 governor.step()
             if progress is not None:
                 progress(min(first + step, n), n, time.perf_counter() - began)
+            if pause is not None and pause.is_set() and first + step < n:
+                logits = None
+                break
         if n > step:  # a document, not a question: give the chunk-sized buffer back
             self.scratch.release()
         return logits

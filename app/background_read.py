@@ -1,0 +1,99 @@
+"""The whole read of a document opened index first (`DocumentSession.open(read_now=False)`), run in
+the worker after the open, between questions.
+
+A document is answerable seconds after it is opened: questions re-read the pages they choose. The
+read that makes later answers faster (and the document's saved reading) then runs as a background
+job. A question pauses it between two chunks (`DocumentSession.read(pause=…)`): the read job
+returns, the question (queued behind it) is answered, and the read is submitted again after it, going
+on from the chunk it stopped at. Cancel stops it; the document stays answerable and the next open
+starts its read again.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from app import operations as ops
+from app.units import fmt_duration
+from app.worker import Job, JobError
+from engine.errors import ErrorKind
+from engine.session import OpenReport, Progress
+
+
+class BackgroundRead:
+    """The background read for `window` (a `MainWindow`). At most one runs: the open document's."""
+
+    def __init__(self, window) -> None:
+        self.window = window
+        self.job: Job | None = None
+        self.path: str | None = None
+        self._pause: threading.Event | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    def start(self, path: str) -> None:
+        """Read the open document (`path`, opened index first) whole, in the background."""
+        self.stop()
+        self.path = path
+        self._submit()
+
+    def stop(self) -> None:
+        """Cancel the read (a new document replaces this one, or the window closes)."""
+        job, self.job, self._pause = self.job, None, None
+        if job is not None:
+            self.window.client.cancel([job])
+            self.window.library_panel.set_reading(None)
+
+    def pause_for_question(self) -> None:
+        """A question is about to be submitted: the read stops after its current chunk, and goes on
+        once the question is answered (its job is queued behind the question's)."""
+        if self._pause is not None:
+            self._pause.set()
+
+    def _submit(self) -> None:
+        pause = threading.Event()
+        job = ops.read_document(pause=pause)
+        job.on_progress = lambda event: self._progress(job, event)
+        job.on_done = lambda report: self._done(job, report)
+        job.on_error = lambda error: self._failed(job, error)
+        self.job, self._pause = job, pause
+        self.window.client.submit(job)
+
+    def _progress(self, job: Job, event: Progress) -> None:
+        if job is not self.job:
+            return
+        w = self.window
+        w.progress.show_event(event)
+        share = event.done / event.total if event.total else 0.0
+        left = f", about {fmt_duration(event.eta_s)} left" if event.eta_s is not None else ""
+        w.library_panel.set_reading(self.path, Path(self.path).name,
+                                    f"answering from its pages; reading it whole: {share:.0%}{left}")
+
+    def _done(self, job: Job, report: OpenReport | None) -> None:
+        if job is not self.job:
+            return
+        w = self.window
+        if report is None:  # paused for a question: go on after it
+            self._submit()
+            return
+        self.job = self._pause = None
+        w.library_panel.set_reading(None)
+        w.statusBar().showMessage(f"Read {report.title} whole in {fmt_duration(report.prefill_seconds)}: later "
+                                  "questions start from its saved reading.", 10000)
+        w.refresh_cache_status()
+
+    def _failed(self, job: Job, error: JobError) -> None:
+        if job is not self.job:
+            return
+        self.job = self._pause = None
+        w = self.window
+        w.library_panel.set_reading(None)
+        if error.kind is ErrorKind.CANCELLED:
+            w.statusBar().showMessage("The whole read was stopped: questions keep re-reading the pages they "
+                                      "choose; opening the document again reads it.", 10000)
+        else:
+            w.banner.show_message("warning", f"The document could not be read whole ({error.message}); questions "
+                                             "keep re-reading the pages they choose.")
