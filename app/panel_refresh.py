@@ -1,8 +1,8 @@
 """Each panel of the main window refreshing itself from a `Changes` (`app.changes`), as Anki's
 widgets do from `OpChanges`: every function here is connected to the window's `changed` signal,
 looks at the fields it shows, and redraws its panel from the window's `DocumentState`, library,
-settings and client. Connected in `connect_panels`'s order: the library list first (the document
-view's row is then selected), the ask bar after the document view, as the flows used to call them.
+settings and client. Connected in `connect_panels`'s order, the one the flows used to call them
+in: the ask bar comes after the chat, to which it may hand the keyboard.
 """
 
 from __future__ import annotations
