@@ -1,13 +1,15 @@
 """Asking about the open document, from the ask bar to what follows the answer: the question and
 an empty answer row in the history, the job in the worker (`app.operations.ask_local` /
 `ask_cloud`), the answer streamed by `app.answer_stream`, and then the escalation to the cloud the
-workspace decided (`AnswerOutcome.escalation`) or a banner. It reads the window's `DocumentState`.
+workspace decided (`AnswerOutcome.escalation`) or a banner. It reads the window's `DocumentState`
+and says when the history changed (`app.changes`): the ask bar waits while an answer streams.
 """
 
 from __future__ import annotations
 
 from app import operations as ops
 from app.answer_stream import LiveAnswer
+from app.changes import Changes
 from app.worker import JobError
 from engine.errors import ErrorKind
 from engine.workspace import AnswerOutcome
@@ -55,14 +57,14 @@ class AskFlow:
         job = ops.ask_cloud(question, reason=reason) if cloud else ops.ask_local(question, follow_up=follow_up)
         w.answers.start(job, document_id=doc_id, message_id=message_id, question=question,
                         source="cloud" if cloud else "local")
-        w.update_input()
+        w.changed.emit(Changes(history=True))
         w.background_read.pause_for_question()  # the answer comes next; the read goes on after it
         w.client.submit(job)
 
     def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:
         """What follows an answer: the escalation to the cloud the workspace decided, or a banner."""
         w = self.window
-        w.update_input()
+        w.changed.emit(Changes(history=True))
         if w.closed:
             return
         if outcome is not None and outcome.escalation:

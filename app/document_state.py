@@ -1,9 +1,9 @@
-"""The window's document state in one small object, as Anki's operations report `OpChanges`: which
-library document the chat shows, which one is open in the engine, which path is being read (and by
-which job), the open document itself, and the answer being streamed. The open flow
-(`app.open_flow`), the settings flow (`app.settings_flow`) and the window report into it (`reading`,
-`opened`, `read_ended`, `reopening`, `removed`, `show`); everything else reads it (`ready`,
-`is_open`, `being_read`, `document_jobs`) instead of comparing five fields by hand.
+"""The window's document state in one small object: which library document the chat shows, which
+one is open in the engine, which path is being read (and by which job), the open document itself,
+and the answer being streamed. The open flow (`app.open_flow`), the settings flow
+(`app.settings_flow`) and the window report into it (`reading`, `opened`, `read_ended`,
+`reopening`, `removed`, `show`) and then say what changed (`app.changes`); everything else reads it
+(`ready`, `is_open`, `being_read`, `document_jobs`) instead of comparing five fields by hand.
 
 GUI thread only, like the widgets that show it.
 """

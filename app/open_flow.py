@@ -2,7 +2,8 @@
 (`app.operations.open_document`), its progress in the library row and the header, the long-read
 question, and what follows the result (the library row, the banner's warnings, a password prompt,
 "lower the budget and retry" after running out of memory). It reports into the window's
-`DocumentState`; the window only calls `open_path`.
+`DocumentState` and says what changed (`app.changes`); the panels redraw themselves from that. The
+window only calls `open_path`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from PySide6.QtCore import QTimer
 
 from app import dialogs
 from app import operations as ops
+from app.changes import Changes
 from app.units import fmt_duration
 from app.worker import ConfirmRequest, Job, JobError
 from engine.documents import WrongPasswordError
@@ -49,20 +51,12 @@ class OpenFlow:
         previous = state.open_path if state.open_id is not None and state.open_path != path else None
         job.on_error = lambda error: self._failed(job, path, password, error, previous)
         state.reading(path, record, job)
-        w.library_panel.select(record.id if record else None)
-        w.library_panel.set_reading(path, name, "reading…")
         if live is not None and (record is None or record.id != live.document_id):
             w.answers.detach()  # the answer is cancelled with the open; it is saved, not drawn here
-        if record is not None:
-            w.show_current()
-        else:
-            w.header.show_document(name, "Reading…", can_open=False)
-            w.conversation.show_document(None)
-            w.sources.follow(None)
-            w.chat.clear()
-            w.conversation.show_chat()
+        w.changed.emit(Changes(shown=True, reading=True))
+        # After the list's selection followed the read: a new file's row is then the selected one.
+        w.library_panel.set_reading(path, name, "reading…")
         w.setWindowTitle(f"Halaman — {name}")
-        w.update_input()
         w.client.submit(job)
 
     # ------------------------------------------------------------ progress
@@ -122,9 +116,9 @@ class OpenFlow:
         if w.cache_status is not None:  # confirmed by refresh_cache_status below
             w.cache_status = w.cache_status.adding(result.prefix_key, report.document_tokens, result.prefix_signature)
         w.state.opened(job, doc_id, result.path, report, document)
+        w.state.show(w.library.document(doc_id))  # even if another document was picked meanwhile
         w.library_panel.set_reading(None)
-        w.chat.labels = set(w.state.segments)
-        w.refresh_library(select=doc_id)
+        w.changed.emit(Changes(shown=True, reading=True, library=True))
         if report.prefix_hit:
             w.statusBar().showMessage(f"{report.title} was ready in {report.seconds:.1f} s: its saved reading was reused.", 10000)
         elif report.unread:
@@ -137,7 +131,6 @@ class OpenFlow:
         if report.warnings:
             w.banner.show_message("warning", warning_note(report.warnings, str(report.recall_notice) if report.recall_notice else None))
         w.on_memory(result.memory)
-        w.update_input()
         w.conversation.question.setFocus()
         w.refresh_cache_status()
         if report.unread:
@@ -149,8 +142,7 @@ class OpenFlow:
             return  # superseded by a newer open (which cancelled this one)
         self.close_long_read_box()
         w.library_panel.set_reading(None)
-        w.refresh_library()  # a library document's row shows its own details again
-        w.update_input()
+        w.changed.emit(Changes(reading=True, library=True))  # a library document's row shows its own details again
         name = Path(path).name
         if w.state.current is None:
             w.setWindowTitle("Halaman")

@@ -1,4 +1,5 @@
-"""Take the README's screenshots, of the main window and of Settings › Model (a developer tool, not part of the app).
+"""Take the README's screenshots: the main window, the first start, Settings › Model and Settings'
+Advanced part (a developer tool, not part of the app).
 
     QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python -m app.screenshot \\
         docs/screenshot-main-window.png --open resources/samples/kv-cache-primer.md \\
@@ -17,6 +18,18 @@ for the streamed answers, then grabs the window from the screen (a real X server
 that page with the attended passages highlighted. That is how docs/screenshot-source-pane.png was
 taken: tests/test_app_source_pane.py's 24-page book (`book_pdf`) asked its question, with that
 test's settings (budget 256, recall 512 tokens, float32 weights) in settings.toml, offscreen.
+
+`--keep-banner` keeps the banner in the picture (else hidden, as a message of the moment). With no
+`--open` and a fresh HALAMAN_HOME that is the first start: the built-in model loads and the banner
+says, once, that it is a small demo, with Choose a model…. That is how docs/screenshot-first-run.png
+was taken (offscreen, on two busy CPU cores):
+
+    HALAMAN_HOME=$(mktemp -d) QT_QPA_PLATFORM=offscreen .venv/bin/python -m app.screenshot \\
+        docs/screenshot-first-run.png --keep-banner
+
+`--settings-advanced` grabs the settings dialog with its Advanced part (how the KV cache is kept)
+opened and scrolled into view; docs/screenshot-settings-advanced.png was taken so, with a fresh
+HALAMAN_HOME and `--size 1000x760`.
 
 `--settings-model` takes the README's screenshot of Settings › Model instead: the settings dialog
 alone (no main window, no model loaded), with the model list's sizes and "fits" for this machine,
@@ -54,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1240x800")
     parser.add_argument("--show-source", action="store_true",
                         help="after the answers, click the last answer's first attended source (the source pane)")
+    parser.add_argument("--keep-banner", action="store_true", help="keep the banner (the first start's demo notice) in the picture")
     parser.add_argument("--settings-model", action="store_true", help="grab Settings › Model (the dialog alone) instead")
+    parser.add_argument("--settings-advanced", action="store_true",
+                        help="grab the settings dialog with its Advanced part opened instead")
     parser.add_argument("--download", metavar="ID", help="with --settings-model: download this list entry and grab mid-way")
     parser.add_argument("--at", type=float, default=0.4, help="with --download: grab once this share of the bytes arrived")
     parser.add_argument("--gpu-gib", type=float, help="with --settings-model: fit the list to a GPU of this many GiB, "
@@ -62,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     app = create_app()
-    if args.settings_model:
+    if args.settings_model or args.settings_advanced:
         size = None if args.size == parser.get_default("size") else tuple(int(v) for v in args.size.split("x"))
-        return settings_model(app, args.output, args.download, args.at, args.gpu_gib, size)
+        return settings_model(app, args.output, args.download, args.at, args.gpu_gib, size, advanced=args.settings_advanced)
     window = MainWindow()
     width, height = (int(v) for v in args.size.split("x"))
     window.resize(width, height)
@@ -104,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         QTimer.singleShot(500, step)
 
     def shoot() -> None:
-        window.banner.hide()
+        if not args.keep_banner:
+            window.banner.hide()
         ok = save_picture(app, window, args.output)
         window.close()
         app.exit(0 if ok else 1)
@@ -131,10 +148,11 @@ def save_picture(app: QApplication, widget, output: str) -> bool:
 
 
 def settings_model(app: QApplication, output: str, download: str | None, at: float, gpu_gib: float | None,
-                   size: tuple[int, int] | None) -> int:
+                   size: tuple[int, int] | None, *, advanced: bool = False) -> int:
     """Show the settings dialog on its own (at `size`, else the size it opens at), fitting the model
-    list to this machine or a GPU of `gpu_gib` GiB, optionally start a download from the list, and
-    save a picture of it to `output` (see the module docstring)."""
+    list to this machine or a GPU of `gpu_gib` GiB, optionally start a download from the list, or
+    open its `advanced` part (scrolled into view), and save a picture of it to `output` (see the
+    module docstring)."""
     from app.settings_dialog import SettingsDialog
     from engine.models.catalog import DeviceMemory, find
     from engine.settings import load_settings
@@ -153,6 +171,10 @@ def settings_model(app: QApplication, output: str, download: str | None, at: flo
         models.cancel()  # a running download stops; what arrived stays in HALAMAN_HOME
         QTimer.singleShot(500, app.quit)
 
+    if advanced:
+        dialog.cache.advanced_toggle.setChecked(True)
+        # Once the opened part is laid out: before, the scroll area does not know where it is.
+        QTimer.singleShot(300, lambda: dialog.scroll.ensureWidgetVisible(dialog.cache.advanced))
     if download is None:
         QTimer.singleShot(800, shoot)
     else:

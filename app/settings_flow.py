@@ -2,12 +2,13 @@
 settings without a restart, and lowering the budget after running out of memory. What a change
 implies (`SettingsChange`) is decided once, by the worker's client (`EngineClient.apply_settings`),
 which applies it in the worker; this flow does what follows in the window (reload the model, read
-the document again) and reports into the window's `DocumentState`.
+the document again), reports into the window's `DocumentState` and says what changed (`app.changes`).
 """
 
 from __future__ import annotations
 
 from app import operations as ops
+from app.changes import Changes
 from app.settings_dialog import SettingsDialog
 from app.worker import JobError
 from engine.errors import HalamanError
@@ -41,7 +42,7 @@ class SettingsFlow:
 
         def done(removed: int) -> None:
             w.cache_status = w.cache_status.cleared() if w.cache_status else None
-            w.refresh_library()
+            w.changed.emit(Changes(library=True))
             if dialog is not None:
                 dialog.set_cache_usage(0, 0)
             w.statusBar().showMessage(f"Removed {removed} saved prefix cache{'s' if removed != 1 else ''}.", 8000)
@@ -61,8 +62,10 @@ class SettingsFlow:
         before = (state.opening, state.open_id)
 
         def failed(error: JobError) -> None:
-            if reopen and state.reopen_failed(reopen[0], before):
-                w.update_input()  # nothing will reopen the document: the ask bar must not wait for it
+            # The client went back to the old settings; nothing will reopen the document, so the
+            # ask bar must not wait for it.
+            gave_up = bool(reopen) and state.reopen_failed(reopen[0], before)
+            w.changed.emit(Changes(settings=True, reading=gave_up))
             w.banner.show_message("error", f"Could not apply the settings: {error.message}")
 
         def done(change: SettingsChange) -> None:
@@ -70,12 +73,11 @@ class SettingsFlow:
                 return
             if change is SettingsChange.RELOAD_MODEL:
                 w.model_status.setText("Model changed: loading it…")
+                w.changed.emit(Changes(model=True))  # the old one is gone; the next one's shape comes when it has loaded
                 w.load_model()
             if reopen:
                 w.open_path(reopen[0])
             w.refresh_cache_status()
-            w.update_input()
-            w.memory_panel.show_budget(w.settings, w.profile())
 
         change = w.client.apply_settings(new, on_done=done, on_error=failed)
         # Work under the old settings stops, and no question is taken until the document is open
@@ -86,7 +88,7 @@ class SettingsFlow:
         if retry_path or (change.reopens_document and document):
             reopen.append(retry_path or document)
             before = state.reopening(reopen[0])
-        w.update_input()
+        w.changed.emit(Changes(settings=True, reading=bool(reopen)))
 
     def lower_budget_and_retry(self, path: str | None = None) -> None:
         """After running out of memory: lower the KV budget (`engine.workspace.lowered_budget`), save, retry."""

@@ -3,9 +3,10 @@ panel (`app.memory_panel`) on the left; the document header (`app.document_heade
 progress strips (`app.notices`) and the conversation (`app.conversation`, whose answers stream
 through `app.answer_stream`) on the right. Panels emit
 intents; this window turns them into named operations (`app.operations`) for the worker thread
-(`app.worker`) and shows the results in the panels. Opening a document is `app.open_flow`, changing
-settings `app.settings_flow`; both report into the window's `DocumentState` (`app.document_state`).
-Drops (PDF, folder, text file) work anywhere.
+(`app.worker`). Opening a document is `app.open_flow`, asking `app.ask_flow`, changing settings
+`app.settings_flow`; they report into the window's `DocumentState` (`app.document_state`) and then
+say what changed on the `changed` signal (a `Changes`, `app.changes`), from which each panel
+refreshes itself (`app.panel_refresh`). Drops (PDF, folder, text file) work anywhere.
 
 What a result implies (a settings change, an answer's library record, a lower budget) the engine
 decides (`engine.workspace`). The library and the chat history (`engine.library`) are touched only on
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QUrl
+from PySide6.QtCore import QMimeData, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent, QIcon
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
@@ -24,15 +25,15 @@ from app import dialogs
 from app import operations as ops
 from app.ask_flow import AskFlow
 from app.background_read import BackgroundRead
-from app.document_header import document_info, info_tooltip
+from app.changes import Changes
 from app.document_state import DocumentState
 from app.first_run import DEMO_STATUS, say_once_if_demo
-from app.library_panel import library_rows
 from app.memory_panel import document_estimate
 from app.open_flow import OpenFlow
+from app.panel_refresh import connect_panels
 from app.settings_flow import SettingsFlow
 from app.source_flow import SourceFlow
-from app.window_layout import GAUGE_IDLE_MS, build_menu, build_panels
+from app.window_layout import build_menu, build_panels
 from app.window_store import WindowStore
 from app.worker import ConfirmRequest, EngineClient, Job, JobError
 from engine.documents import OPEN_DIALOG_SUFFIXES
@@ -45,13 +46,15 @@ from engine.units import format_bytes
 from engine.workspace import CacheStatus, ModelInfo
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
-GAUGE_BUSY_MS = 250      # gauge refresh while work runs (at least twice a second; GAUGE_IDLE_MS otherwise)
 OPEN_FILTER = (f"Documents ({' '.join('*' + s for s in OPEN_DIALOG_SUFFIXES)});;PDF files (*.pdf);;All files (*)")
 
 
 class MainWindow(QMainWindow):
     """The app window. `model_factory` lets tests hand over an already loaded model. Which document
-    is shown, open, read or answered is `state` (`DocumentState`)."""
+    is shown, open, read or answered is `state` (`DocumentState`). Signal `changed(Changes)`: what
+    an operation changed, emitted once it is done (the panels refresh themselves from it)."""
+
+    changed = Signal(object)
 
     def __init__(self, settings: EngineSettings | None = None, *, model_factory=None, library: Library | None = None,
                  load_model: bool = True) -> None:
@@ -84,9 +87,7 @@ class MainWindow(QMainWindow):
         self.sources = SourceFlow(self)
         build_menu(self)
         self._connect()
-        self.refresh_library()
-        self.update_input()
-        self.memory_panel.show_budget(self.settings, self.profile())
+        self.changed.emit(Changes(library=True, settings=True, model=True))  # the panels' first drawing
         self.store.restore(self)
         if startup_problem:
             self.banner.show_message("error", startup_problem)
@@ -97,7 +98,8 @@ class MainWindow(QMainWindow):
         self.refresh_cache_status()
 
     def _connect(self) -> None:
-        """Panel intents -> the window's actions; worker signals -> panels."""
+        """Panel intents -> the window's actions; worker signals -> panels; changes -> panels."""
+        connect_panels(self)
         library = self.library_panel
         library.selected.connect(self.select_document)
         library.open_requested.connect(self.open_document)
@@ -114,7 +116,7 @@ class MainWindow(QMainWindow):
         conversation.open_folder_requested.connect(self.choose_folder)
         self.progress.cancel_clicked.connect(self.cancel_work)
         self.client.memory.connect(self.on_memory)
-        self.client.busy_changed.connect(self._on_busy)
+        self.client.busy_changed.connect(lambda _busy: self.changed.emit(Changes(busy=True)))
         self.client.confirm.connect(self._on_confirm)
         self.client.model_loaded.connect(self._on_model_loaded)
         self.client.job_started.connect(lambda job: self.progress.job_started(job.title))
@@ -132,7 +134,7 @@ class MainWindow(QMainWindow):
             f"Model: {info.label} on {info.device.upper()}{threads} · weights {format_bytes(info.weight_bytes)} "
             f"({info.weights_label}) · loaded in {info.load_seconds:.1f} s" + DEMO_STATUS * (self.settings.model == "default")
         )
-        self.memory_panel.show_budget(self.settings, self.profile())
+        self.changed.emit(Changes(model=True))
         say_once_if_demo(self)
 
     def _model_failed(self, error: JobError) -> None:
@@ -202,21 +204,11 @@ class MainWindow(QMainWindow):
             self.progress.cancelling()
 
     # ================================================================ library
-    def refresh_library(self, select: int | None = None) -> None:
-        """Redraw the library sidebar, keeping (or making) `select` the shown document."""
-        current = self.state.current
-        keep = select if select is not None else (current.id if current else None)
-        rows = library_rows(self.library, self.cache_status, self.settings, self.state.open_id)
-        self.library_panel.show_documents(rows, keep)
-        if keep is not None:
-            self.state.show(self.library.document(keep))
-            self.show_current()
-
     def refresh_cache_status(self) -> None:
-        """Ask the worker which prefix caches are on disk and still apply, then redraw the library."""
+        """Ask the worker which prefix caches are on disk and still apply (the library's rows show it)."""
         def done(status: CacheStatus) -> None:
             self.cache_status = status
-            self.refresh_library()
+            self.changed.emit(Changes(library=True))
 
         token_counts = {record.tokens for record in self.library.documents() if record.tokens}
         self.client.submit(ops.prefix_cache_status(token_counts, on_done=done))
@@ -229,35 +221,12 @@ class MainWindow(QMainWindow):
     def select_document(self, document_id: int) -> None:
         """Show a library document's chat (it is not read until opened)."""
         self.state.show(self.library.document(document_id))
-        self.show_current()
+        self.changed.emit(Changes(shown=True))
 
     def open_document(self, document_id: int) -> None:
         """Open a library document (double click, context menu, header button)."""
         self.select_document(document_id)
         self.open_current()
-
-    def show_current(self) -> None:
-        """Show the current document in the header and the chat."""
-        state, record = self.state, self.state.current
-        self.conversation.show_document(record.id if record else None)
-        self.sources.follow(record.id if record else None)
-        if record is None:
-            self.conversation.show_empty()
-            self.header.show_nothing()
-            self.update_input()
-            return
-        self.conversation.show_chat()
-        is_open = state.is_open(record)
-        if not self.chat.streaming:
-            self.chat.labels = set(state.segments) if is_open else None
-            self.chat.show_messages(self.library.messages(record.id))
-        being_read = state.being_read(record)
-        status = None if is_open or being_read else self.library.status(record, self.cache_status, self.settings)
-        info = document_info(record, state.report if is_open else None,
-                             estimate=self.estimate_text(record.tokens) if record.tokens else "", not_open_status=status)
-        self.header.show_document(record.title, info, can_open=not is_open and not being_read,
-                                  tooltip=info_tooltip(state.report if is_open else None))
-        self.update_input()
 
     def open_current(self) -> None:
         """Read the shown document, unless it is open or being read already."""
@@ -281,8 +250,7 @@ class MainWindow(QMainWindow):
             self.client.cancel()
         self.state.removed(document_id)
         self.library.remove_document(document_id)
-        self.refresh_library()
-        self.show_current()
+        self.changed.emit(Changes(shown=True, library=True, history=True))
 
     def show_citation(self, label: str, message_id: int | None = None) -> None:
         """Show the cited page or file in the source pane, from the document answer `message_id`
@@ -308,13 +276,6 @@ class MainWindow(QMainWindow):
         self.settings_flow.apply_settings(new, retry_path=retry_path)
 
     # ======================================================= progress, memory
-    def _on_busy(self, busy: bool) -> None:
-        self.gauge_timer.setInterval(GAUGE_BUSY_MS if busy else GAUGE_IDLE_MS)
-        self.refresh_gauge()
-        if not busy:
-            self.progress.finish()
-        self.update_input()
-
     def on_memory(self, report) -> None:
         self.client.last_memory = report if report is not None else self.client.last_memory
         if report is not None:
@@ -327,23 +288,6 @@ class MainWindow(QMainWindow):
 
     def estimate_text(self, tokens: int) -> str:
         return document_estimate(self.settings, self.profile(), tokens, self.client.last_memory)
-
-    def update_input(self) -> None:
-        """Enable the ask bar when a question can be asked, and say why not when it cannot."""
-        state = self.state
-        if state.opening is not None:
-            hint = "Reading the document — type your question; Ask works as soon as it is ready (Esc to cancel)"
-        elif state.live is not None:
-            hint = "Answering… (Esc to stop)"
-        elif state.current is not None and not state.is_open(state.current):
-            hint = "Open this document to ask about it"
-        elif state.ready:
-            hint = f"Ask about {state.current.title}…"
-        else:
-            hint = "Open or drop a document to ask about it"
-        self.conversation.set_ready(state.ready, hint, cloud=self.settings.cloud.enabled,
-                                    typing=state.opening is not None or state.live is not None)
-        self.action_cancel.setEnabled(self.client.busy)
 
     # ================================================================ closing
     def closeEvent(self, event) -> None:

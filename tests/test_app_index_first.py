@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from test_app import SMALL, ask, home, make_window, wait_open  # noqa: E402, F401 - fixtures
+from test_app import SMALL, ask, home, make_window, wait_open  # noqa: E402,F401,F811  (fixtures)
 from test_span_recall import COMBINATION, QUESTION, book  # noqa: E402
 
 READ_TIMEOUT_MS = 600_000

@@ -14,6 +14,7 @@ from PySide6.QtCore import QEvent, QPoint
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
+from app.changes import Changes
 from app.library_panel import ID_ROLE
 from app.window import MainWindow
 from app.worker import Job
@@ -44,7 +45,7 @@ def add_document(window: MainWindow, path: Path | str, document: Document) -> in
     files = len(document.segments) if document.kind == "repo" else None
     document_id = window.library.upsert_document(path=str(path), title=document.title, kind=document.kind,
                                                  pages=document.pages, files=files)
-    window.refresh_library()
+    window.changed.emit(Changes(library=True))
     return document_id
 
 
