@@ -205,14 +205,14 @@ def test_decode_workspace_survives_flushes_and_evictions_exactly(smol, text_ids,
     kept = rebuilt.clone()
     decoder.forward(text_ids[200:201], kept, slack_tokens=8, reuse_workspace=True)
     decoder.forward(text_ids[200:201], rebuilt, slack_tokens=8, reuse_workspace=True)
-    held = kept.layers[5]._workspace["held"]
+    held = kept.layers[5]._workspace.held
     assert type(held) is (DenseWorkspace if attention == "float32" else Bf16Int8Workspace)
     for token in text_ids[201:281].tolist():  # 80 steps: a flush and an eviction every 9 tokens (slack 8)
         rebuilt.release_workspace()
         a = decoder.forward(torch.tensor([token]), rebuilt, slack_tokens=8, reuse_workspace=True)
         b = decoder.forward(torch.tensor([token]), kept, slack_tokens=8, reuse_workspace=True)
         assert torch.equal(a, b)
-    assert kept.layers[5]._workspace["held"] is held  # appended to and compacted, never rebuilt
+    assert kept.layers[5]._workspace.held is held  # appended to and compacted, never rebuilt
 
 
 def test_compact_positions_run_past_the_models_context(smol):
