@@ -443,24 +443,13 @@ class LayerKV:
         self.paged.load(storage, tensors["block_table"], n_paged)
         self._workspace = None
 
-    def clone(self) -> LayerKV:
-        """An independent deep copy (the question-time copy of a document snapshot)."""
+    def fork(self) -> LayerKV:
+        """A copy for one question that shares this layer's tensors (see `CompressedCache.fork`)."""
         twin = object.__new__(LayerKV)
         twin.__dict__.update(self.__dict__)
-        twin._workspace = None
-        twin._pending = None
+        twin._workspace = twin._pending = None
         twin.recalled = None  # recalled tokens belong to one question, never to a copy
-        for name in ("sink_k", "sink_v", "resid_k", "resid_v", "score", "index"):
-            setattr(twin, name, getattr(self, name).clone())
-        paged = object.__new__(PagedTokens)
-        paged.__dict__.update(self.paged.__dict__)
-        paged.table = self.paged.table.clone()
-        pool = object.__new__(type(self.paged.pool))
-        pool.__dict__.update(self.paged.pool.__dict__)
-        pool.storage = {name: t.clone() for name, t in self.paged.pool.storage.items()}
-        pool.free = list(self.paged.pool.free)
-        paged.pool = pool
-        twin.paged = paged
+        twin.paged = self.paged.fork()
         return twin
 
 
@@ -523,11 +512,14 @@ class CompressedCache:
         for layer in self.layers:
             layer.paged.shrink()
 
-    def clone(self) -> CompressedCache:
-        """An independent deep copy: every question starts from a copy of the document snapshot."""
+    def fork(self) -> CompressedCache:
+        """A cache that continues from this one (every question forks the document snapshot) without
+        copying it: the fork shares every tensor. Sinks, residual, scores and positions are never
+        written in place (each change makes a new tensor), and a pool's storage is copied the first
+        time either cache writes into it (`BlockPool.fork`), so neither sees what the other does."""
         twin = object.__new__(CompressedCache)
         twin.__dict__.update(self.__dict__)
-        twin.layers = [layer.clone() for layer in self.layers]
+        twin.layers = [layer.fork() for layer in self.layers]
         return twin
 
     def score_snapshot(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
