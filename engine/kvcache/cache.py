@@ -85,7 +85,11 @@ class MemoryBreakdown:
 
 
 class LayerKV:
-    """One layer's compressed K/V. Tensor shapes are `[kv_heads, tokens, head_dim]`."""
+    """One layer's compressed K/V. Tensor shapes are `[kv_heads, tokens, head_dim]`.
+
+    `sink_k` / `sink_v`, `resid_k` / `resid_v`, `score` and `index` are only ever replaced by new
+    tensors, never written in place: a `fork` shares them with its original.
+    """
 
     def __init__(self, shape: CacheShape, policy: CachePolicy, *, store_dtype: torch.dtype, device: torch.device) -> None:
         self.shape = shape
