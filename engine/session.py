@@ -440,9 +440,10 @@ class DocumentSession:
     ) -> Answer:
         """Answer `question` about the open document, streaming text pieces to `on_text`.
 
-        Starts from a copy of the document snapshot unless `follow_up` continues the previous
-        answer. Cancelling keeps what was generated (stop_reason "cancelled"). Raises
-        HalamanError when no document is open or the question is empty.
+        Starts from a fork of the document snapshot (`CompressedCache.fork`: it stays as it is)
+        unless `follow_up` continues the previous answer. Cancelling keeps what was generated
+        (stop_reason "cancelled"). Raises HalamanError when no document is open or the question is
+        empty.
         """
         if self._snapshot is None or self.report is None:
             raise HalamanError("no document is open: open a document first (it may have failed to load)")
@@ -452,7 +453,7 @@ class DocumentSession:
         if follow_up and self._conversation is not None:
             cache, suffix = self._conversation, follow_up_suffix(self.layout, question)
         else:
-            cache, suffix = self._snapshot.clone(), question_suffix(self.layout, question)
+            cache, suffix = self._snapshot.fork(), question_suffix(self.layout, question)
         self._conversation = None
         prefilled_for_this, self._prefilled_for_next = self._prefilled_for_next, False
         suffix_ids = self._encode(suffix)

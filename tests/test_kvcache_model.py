@@ -146,14 +146,14 @@ def test_16bit_payload_is_the_textbook_formula(smol, text_ids):
     assert mem.codes_bytes + mem.residual_bytes == full_cache_bytes(smol.profile, n) == 30 * 3 * 64 * 2 * 2 * n
 
 
-def test_export_restore_and_clone_continue_identically(smol, text_ids):
+def test_export_restore_and_fork_continue_identically(smol, text_ids):
     policy = CachePolicy(budget_tokens=128, window_tokens=48, residual_tokens=16, kv_bits=4, chunk_tokens=64, block_tokens=16)
     cache = smol.decoder.new_cache(policy, "compact")
     smol.decoder.prefill(text_ids, cache)
     cache.shrink()
     tensors, meta = cache.export()
     restored = type(cache).restore(tensors, meta, shape=smol.decoder.shape, policy=policy, device=torch.device("cpu"), store_dtype=cache.store_dtype)
-    twin = cache.clone()
+    twin = cache.fork()
     probe = torch.tensor([42, 43, 44])
     a = smol.decoder.forward(probe, cache)
     b = smol.decoder.forward(probe, restored)
@@ -168,7 +168,7 @@ def test_decode_workspace_changes_nothing(smol, text_ids, mode):
     """Reusing dequantized, rotated keys across decode steps gives the logits a rebuild from the
     same stored cache gives, step after step across flushes and evictions.
 
-    The reference is a copy of the very cache the workspace decodes (a copy holds no workspace):
+    The reference is a copy of the very cache the workspace decodes (a fork holds no workspace):
     two caches decoded side by side would drift apart by themselves, since a 1e-5 difference in a
     new token's key can round to another 16-bit value in the residual and change later evictions."""
     policy = CachePolicy(budget_tokens=96, window_tokens=32, residual_tokens=16, kv_bits=4, chunk_tokens=64, block_tokens=16)
@@ -176,7 +176,7 @@ def test_decode_workspace_changes_nothing(smol, text_ids, mode):
     smol.decoder.prefill(text_ids[:200], reused)
     evictions = 0
     for token in text_ids[200:280].tolist():  # 80 steps: several flushes and evictions with slack 8
-        rebuilt = reused.clone()
+        rebuilt = reused.fork()
         assert rebuilt.workspace_bytes() == 0
         held = reused.layers[3].n_tokens
         a = smol.decoder.forward(torch.tensor([token]), rebuilt, slack_tokens=8)
@@ -202,17 +202,17 @@ def test_decode_workspace_survives_flushes_and_evictions_exactly(smol, text_ids,
     policy = CachePolicy(budget_tokens=100, window_tokens=32, residual_tokens=16, kv_bits=4, chunk_tokens=64, block_tokens=16)
     rebuilt = decoder.new_cache(policy, mode)
     decoder.prefill(text_ids[:200], rebuilt)
-    kept = rebuilt.clone()
+    kept = rebuilt.fork()
     decoder.forward(text_ids[200:201], kept, slack_tokens=8, reuse_workspace=True)
     decoder.forward(text_ids[200:201], rebuilt, slack_tokens=8, reuse_workspace=True)
-    held = kept.layers[5]._workspace["held"]
+    held = kept.layers[5]._workspace.held
     assert type(held) is (DenseWorkspace if attention == "float32" else Bf16Int8Workspace)
     for token in text_ids[201:281].tolist():  # 80 steps: a flush and an eviction every 9 tokens (slack 8)
         rebuilt.release_workspace()
         a = decoder.forward(torch.tensor([token]), rebuilt, slack_tokens=8, reuse_workspace=True)
         b = decoder.forward(torch.tensor([token]), kept, slack_tokens=8, reuse_workspace=True)
         assert torch.equal(a, b)
-    assert kept.layers[5]._workspace["held"] is held  # appended to and compacted, never rebuilt
+    assert kept.layers[5]._workspace.held is held  # appended to and compacted, never rebuilt
 
 
 def test_compact_positions_run_past_the_models_context(smol):

@@ -287,8 +287,8 @@ def test_a_decode_step_reads_recalled_tokens_from_the_int8_workspace_as_from_the
         plain = layer.attend(query, new_k, new_v, reuse_workspace=False, **kwargs)
         layer._pending = None
         held = layer.attend(query, new_k, new_v, reuse_workspace=True, **kwargs)
-        assert isinstance(layer._workspace["rk"], Bf16Int8Workspace) and layer._workspace["rk"] is layer._workspace["rv"]
+        assert isinstance(layer._workspace.recall.keys, Bf16Int8Workspace) and layer._workspace.recall.keys is layer._workspace.recall.values
         error = float((held - plain).norm() / plain.norm())
         assert 1e-5 < error < 1.5e-2, error  # really rounded, but only by a few per mille
         layer.commit_pending(1)
-    assert layer.workspace_bytes() >= layer._workspace["rk"].nbytes > 0
+    assert layer.workspace_bytes() >= layer._workspace.recall.keys.nbytes > 0

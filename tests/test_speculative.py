@@ -67,10 +67,10 @@ def test_rejected_drafts_leave_the_cache_as_if_never_fed(smol, filled, accepted)
     fed = [11, 12, 13, 14, 15, 16]  # the token, then 5 drafts
     room = filled.tokens_until_compress(SLACK)
     assert room >= len(fed)
-    spec = filled.clone()
+    spec = filled.fork()
     logits = decoder.forward(torch.tensor(fed), spec, all_logits=True, pending=True, reuse_workspace=True)
     spec.commit(1 + accepted, SLACK)
-    plain = filled.clone()
+    plain = filled.fork()
     plain_logits = [decoder.forward(torch.tensor([t]), plain, slack_tokens=SLACK, reuse_workspace=True)[0] for t in fed[: 1 + accepted]]
     assert_same_cache(spec, plain)
     # logits agree to batching noise (~1e-2 on logits of magnitude ~20) and pick the same tokens
@@ -85,7 +85,7 @@ def test_rejected_drafts_leave_the_cache_as_if_never_fed(smol, filled, accepted)
 
 def test_a_pass_that_ends_on_a_flush_or_eviction_compresses_like_one_token_decoding(smol, filled):
     decoder = smol.decoder
-    spec, plain = filled.clone(), filled.clone()
+    spec, plain = filled.fork(), filled.fork()
     while (room := plain.tokens_until_compress(SLACK)) > 3:  # walk up to a compress boundary
         for c in (spec, plain):
             decoder.forward(torch.tensor([21]), c, slack_tokens=SLACK)

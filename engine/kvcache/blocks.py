@@ -33,6 +33,24 @@ class BlockPool:
             for name, (shape, dtype) in specs.items()
         }
         self.free: list[int] = []
+        # True while `storage`'s tensors may be another pool's too (`fork`): copied before a write.
+        self.shared = False
+
+    def fork(self) -> BlockPool:
+        """A pool with this one's blocks that shares their storage until either pool writes to it
+        (copy-on-write: `writable`); each keeps its own free list."""
+        twin = object.__new__(BlockPool)
+        twin.__dict__.update(self.__dict__)
+        twin.storage, twin.free = dict(self.storage), list(self.free)
+        self.shared = twin.shared = True
+        return twin
+
+    def writable(self) -> dict[str, torch.Tensor]:
+        """`storage`, copied first if it may be shared, so that writes reach this pool only."""
+        if self.shared:
+            self.storage = {name: t.clone() for name, t in self.storage.items()}
+            self.shared = False
+        return self.storage
 
     @property
     def capacity_blocks(self) -> int:
@@ -61,6 +79,7 @@ class BlockPool:
         for name, (shape, dtype) in self.specs.items():
             extra = torch.empty((new - old, self.block_tokens, *shape), dtype=dtype, device=self.device)
             self.storage[name] = torch.cat((self.storage[name], extra))
+        self.shared = False  # the concatenation is a new tensor
         self.free.extend(range(old, new))
 
     def nbytes(self) -> int:
@@ -146,15 +165,22 @@ class PagedTokens:
         if used and (int(table.min()) < 0 or int(table.max()) >= used):
             raise ValueError("persisted block table points outside the pool")
         self.pool.storage = {name: storage[name].to(self.pool.device) for name in self.pool.specs}
-        self.pool.free = []
+        self.pool.free, self.pool.shared = [], False
         self.table = table.to(self.pool.device, torch.long)
         self.n_tokens = n_tokens
 
     def shrink(self) -> None:
         """Drop free blocks from the pool (renumbering the used ones), e.g. before a snapshot."""
         storage, table = self.export()
-        self.pool.storage, self.pool.free = storage, []
+        self.pool.storage, self.pool.free, self.pool.shared = storage, [], False
         self.table = table
+
+    def fork(self) -> PagedTokens:
+        """A copy sharing this one's blocks until either writes to them (`BlockPool.fork`)."""
+        twin = object.__new__(PagedTokens)
+        twin.__dict__.update(self.__dict__)
+        twin.pool = self.pool.fork()
+        return twin
 
     def export(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Used blocks only, renumbered `0..n-1` in table order, and the matching table."""
@@ -180,8 +206,9 @@ class PagedTokens:
     def _write(self, start: int, fields: dict[str, torch.Tensor]) -> None:
         m = next(iter(fields.values())).shape[1]
         rows = self._rows(torch.arange(start, start + m, device=self.table.device).expand(self.kv_heads, m))
+        storage = self.pool.writable()
         for name, values in fields.items():
-            _slot_rows(self.pool.storage[name])[rows] = values
+            _slot_rows(storage[name])[rows] = values
 
 
 def _slot_rows(storage: torch.Tensor) -> torch.Tensor:

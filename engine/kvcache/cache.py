@@ -10,10 +10,9 @@ probabilities are summed into the scores (H2O), and the chunk is appended. Then 
 the residual's overflow into the quantized pool and, when more than `budget + slack` tokens are
 held, keeps sinks ∪ window ∪ top-scored tokens (`policy.select_kept`) and frees the rest.
 
-Keys are stored before RoPE; `attend` rotates them with their stream positions ("original") or
-their slot order ("compact", StreamingLLM). While decoding on the CPU the dequantized, rotated
-sinks + quantized tokens are kept as a workspace: a flush appends its tokens to it, an eviction
-compacts it (recall off), anything else drops it.
+Keys are stored before RoPE; `attend` rotates them at the positions `engine.kvcache.positions`
+gives (stream positions, slot order or focus). While decoding on the CPU the dequantized, rotated
+sinks + quantized tokens are kept as a decode workspace (`engine.kvcache.layer_workspace`).
 """
 
 from __future__ import annotations
@@ -26,9 +25,11 @@ import torch
 from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention, fused_prefill, rotate
 from engine.kvcache.blocks import PagedTokens
 from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace
+from engine.kvcache.layer_workspace import DecodeWorkspace, RotatedRecall, RotatedTail
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
+from engine.kvcache.positions import AttentionPositions, PositionKind, attention_positions
 from engine.kvcache.quant import KVFormat
-from engine.kvcache.recall import RecalledTokens, compact_order_positions
+from engine.kvcache.recall import RecalledTokens
 from engine.settings import CachePolicy
 
 
@@ -84,7 +85,11 @@ class MemoryBreakdown:
 
 
 class LayerKV:
-    """One layer's compressed K/V. Tensor shapes are `[kv_heads, tokens, head_dim]`."""
+    """One layer's compressed K/V. Tensor shapes are `[kv_heads, tokens, head_dim]`.
+
+    `sink_k` / `sink_v`, `resid_k` / `resid_v`, `score` and `index` are only ever replaced by new
+    tensors, never written in place: a `fork` shares them with its original.
+    """
 
     def __init__(self, shape: CacheShape, policy: CachePolicy, *, store_dtype: torch.dtype, device: torch.device) -> None:
         self.shape = shape
@@ -103,16 +108,8 @@ class LayerKV:
         max_tokens = (policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS, DECODE_EVICTION_SLACK_TOKENS)
                       + FLUSH_BATCH_TOKENS)
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
-        # Decode workspace (see `attend`): {"held": a `DenseWorkspace` or `Bf16Int8Workspace` of the
-        # rotated, dequantized sinks + quantized tokens from slot "start" on (after the hidden ones,
-        # with focus), "compute": the dtype they were computed in}; "kind" says how their positions
-        # follow the slots ("index": stream positions, "slots": compact slot order, None: neither,
-        # e.g. with focus or a compact recall), "rope" the table.
-        # With a kind, a flush appends to it (`_workspace_append`) and an eviction compacts it
-        # (`_workspace_keep`); otherwise they drop it, as does (compact mode) a new recalled set.
-        # With a kind, also "tail": the rotated residual (`_tail_kv`). Once a recalled set was
-        # attended also {"recalled", "positions", "rk", "rv"}.
-        self._workspace: dict | None = None
+        # Kept between decode steps when `attend` is asked to reuse it (engine.kvcache.layer_workspace).
+        self._workspace: DecodeWorkspace | None = None
         # A chunk attended with pending=True, waiting for commit_pending (speculative decoding).
         self._pending: tuple | None = None
         # Tokens recalled from the archive for the current question (engine.kvcache.recall):
@@ -150,255 +147,164 @@ class LayerKV:
         return tuple(out)
 
     @staticmethod
-    def _rotate(keys: torch.Tensor, rope: RotaryTable, kind: str | None, positions: torch.Tensor | None,
+    def _rotate(keys: torch.Tensor, rope: RotaryTable, kind: PositionKind | None, positions: torch.Tensor | None,
                 first_slot: int) -> torch.Tensor:
-        """RoPE of stable keys `[kv_heads, m, head_dim]` at slots `first_slot..`: compact slot
-        order ("slots") reads the table's rows directly; otherwise `positions` `[kv_heads, m]`."""
-        if kind == "slots":
+        """RoPE of stable keys `[kv_heads, m, head_dim]` at slots `first_slot..`: compact slot order
+        (`PositionKind.SLOTS`) reads the table's rows directly; otherwise `positions` `[kv_heads, m]`."""
+        if kind is PositionKind.SLOTS:
             return rotate(keys, rope.joint(rows=slice(first_slot, first_slot + keys.shape[1])))
         return rotate(keys, rope.joint(positions))
-
-    def _set_workspace(self, keys: torch.Tensor, values: torch.Tensor, start: int, rope: RotaryTable,
-                       kind: str | None, compute: torch.dtype, int8: bool) -> None:
-        """Hold rotated keys and values `[kv_heads, n, head_dim]` (in `compute`) as the workspace:
-        a `Bf16Int8Workspace` if `int8`, else a `DenseWorkspace` with room for the flushes until the
-        next eviction."""
-        if int8:
-            held = Bf16Int8Workspace(keys, values)
-        else:
-            held = DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(0, self.policy.budget_tokens - keys.shape[1]))
-        self._workspace = {"held": held, "start": start, "rope": rope, "kind": kind, "compute": compute}
 
     def _workspace_append(self, fields: dict[str, torch.Tensor], first_slot: int) -> None:
         """A flush moved `m` residual tokens (their encoded `fields` `[kv_heads, m, ...]`) into stable
         slots `first_slot..`: append them, dequantized and rotated as a rebuild would, to the workspace,
-        and drop them from the front of its rotated residual ("tail")."""
+        and drop them from the front of its rotated residual."""
         ws = self._workspace
-        if ws is None or ws["kind"] is None or ws["held"].n != first_slot:
+        if ws is None or not ws.follows_slots or ws.held.n != first_slot:
             self._workspace = None
             return
         specs = self.fmt.field_specs(self.shape.head_dim)
         # Decode what the pool holds (its dtypes), exactly as `_dequantized_stable` reads it back.
         keys, values = (self.fmt.decode({name: fields[f"{kv}.{name}"].to(spec[1]) for name, spec in specs.items()},
-                                        ws["compute"]) for kv in "kv")
+                                        ws.compute) for kv in "kv")
         m = keys.shape[1]
         positions = self.index[:, first_slot : first_slot + m]
-        ws["held"].append(self._rotate(keys, ws["rope"], ws["kind"], positions, first_slot), values)
-        tail = ws.get("tail")
-        if tail is not None and tail["tn"] >= m:  # the residual lost its first `m` tokens
-            tail["t0"], tail["tn"] = tail["t0"] + m, tail["tn"] - m
-        elif tail is not None:
-            ws["tail"] = None
+        ws.held.append(self._rotate(keys, ws.rope, ws.kind, positions, first_slot), values)
+        ws.residual_flushed(m)
 
     def _workspace_keep(self, stable_kept: torch.Tensor, old_stable: int, kept_fields: dict[str, torch.Tensor]) -> None:
         """An eviction kept stable slots `stable_kept` `[kv_heads, k]` (ascending) of `old_stable`:
-        compact the workspace. Values and stream-position keys ("index") move with their token;
-        compact-order keys ("slots") get new positions, so they are rotated again from the pool's
+        compact the workspace. Values and stream-position keys (`PositionKind.INDEX`) move with their
+        token; slot-order keys (`SLOTS`) get new positions, so they are rotated again from the pool's
         codes (`kept_fields`: the kept quantized tokens' fields, as `PagedTokens.keep` returns them)."""
         ws = self._workspace
-        if ws is None or ws["kind"] is None or ws["held"].n != old_stable:
+        if ws is None or not ws.follows_slots or ws.held.n != old_stable:
             self._workspace = None
             return
         keys = None
-        if ws["kind"] == "slots":
+        if ws.kind is PositionKind.SLOTS:
             pooled = self.fmt.decode({name: kept_fields[f"k.{name}"] for name in self.fmt.field_specs(self.shape.head_dim)},
-                                     ws["compute"])
-            keys = self._rotate(torch.cat((self.sink_k.to(ws["compute"]), pooled), dim=1), ws["rope"], "slots", None, 0)
-            ws["tail"] = None  # the residual's slot positions moved down with the stable part
-        ws["held"].keep(stable_kept, keys)
+                                     ws.compute)
+            keys = self._rotate(torch.cat((self.sink_k.to(ws.compute), pooled), dim=1), ws.rope, PositionKind.SLOTS, None, 0)
+            ws.tail = None  # the residual's slot positions moved down with the stable part
+        ws.held.keep(stable_kept, keys)
 
-    def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> dict | None:
+    def _valid_workspace(self, dtype: torch.dtype, reuse: bool) -> DecodeWorkspace | None:
         ws = self._workspace
-        return ws if reuse and ws is not None and ws["compute"] == dtype else None
+        return ws if reuse and ws is not None and ws.compute == dtype else None
 
-    def _stable_kv(self, dtype: torch.dtype, rope: RotaryTable, positions: torch.Tensor, reuse: bool,
-                   start: int = 0, kind: str | None = None, int8: bool = False) -> tuple:
-        """Rotated keys and values of sinks + quantized tokens from slot `start` on (`positions`
-        `[kv_heads, stable_tokens - start]`; `kind`: see the workspace in `__init__`), from the
-        decode workspace if valid (`int8`: a `Bf16Int8Workspace` when one is built). Returns
-        `[kv_heads, stable_tokens - start, head_dim]` each in `dtype`, or the workspace's parts
-        (`attention_parts`)."""
-        ws = self._valid_workspace(dtype, reuse)
-        if ws is not None and ws.get("start", 0) == start:
-            return ws["held"].attention_parts()
-        keys, values = self._dequantized_stable(dtype, start)
-        keys = self._rotate(keys, rope, kind, positions, start)
+    def _stable_kv(self, compute: torch.dtype, rope: RotaryTable, pos: AttentionPositions, reuse: bool,
+                   int8: bool) -> tuple:
+        """Rotated keys and values of sinks + quantized tokens from slot `pos.hidden` on, each
+        `[kv_heads, stable_tokens - hidden, head_dim]` in `compute`, or the workspace's parts
+        (`attention_parts`). With `reuse` they are read from, or kept as, the decode workspace (a
+        `Bf16Int8Workspace` if `int8`, else a `DenseWorkspace` with room for the flushes until the
+        next eviction)."""
+        ws = self._valid_workspace(compute, reuse)
+        if ws is not None and ws.start == pos.hidden:
+            return ws.held.attention_parts()
+        keys, values = self._dequantized_stable(compute, pos.hidden)
+        keys = self._rotate(keys, rope, pos.kind, pos.stable, pos.hidden)
         self._workspace = None
-        if reuse:
-            self._set_workspace(keys, values, start, rope, kind, dtype, int8)
-            return self._workspace["held"].attention_parts()
-        return keys, values
+        if not reuse:
+            return keys, values
+        if int8:
+            held = Bf16Int8Workspace(keys, values)
+        else:
+            held = DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(0, self.policy.budget_tokens - keys.shape[1]))
+        self._workspace = DecodeWorkspace(held, pos.hidden, rope, pos.kind, compute)
+        return held.attention_parts()
 
-    def _recalled_kv(self, recalled: RecalledTokens, positions: torch.Tensor, dtype: torch.dtype, rope: RotaryTable,
-                     reuse: bool, int8: bool = False) -> tuple:
-        """Rotated keys and values of the recalled tokens `[kv_heads, R, head_dim]`, kept in the
-        workspace until the set changes; there, with `int8`, as a `Bf16Int8Workspace` (both parts):
-        with focus a decode step reads little else, so the recalled tokens set its speed."""
-        ws = self._valid_workspace(dtype, reuse)
-        if ws is not None and ws.get("recalled") is recalled and "rk" in ws:
-            return ws["rk"], ws["rv"]
-        cos, sin = rope.lookup(positions.long())
-        keys, values = apply_rope(recalled.keys.to(dtype), cos, sin), recalled.values.to(dtype)
+    def _recalled_kv(self, recalled: RecalledTokens, pos: AttentionPositions, compute: torch.dtype,
+                     rope: RotaryTable, reuse: bool, int8: bool) -> tuple:
+        """Rotated keys and values of the recalled tokens `[kv_heads, R, head_dim]` at `pos.recalled`,
+        kept in the workspace (`RotatedRecall`) until the set changes."""
+        ws = self._valid_workspace(compute, reuse)
+        if ws is not None and ws.recall is not None and ws.recall.recalled is recalled:
+            return ws.recall.keys, ws.recall.values
+        cos, sin = rope.lookup(pos.recalled.long())
+        keys, values = apply_rope(recalled.keys.to(compute), cos, sin), recalled.values.to(compute)
         if ws is not None:
             if int8:
                 keys = values = Bf16Int8Workspace(keys, values)
-            ws.update(recalled=recalled, rk=keys, rv=values)
+            ws.recall = RotatedRecall(recalled, keys, values, pos.order)
         return keys, values
 
-    def _tail_kv(self, key: torch.Tensor, value: torch.Tensor, tail_pos: torch.Tensor, rope: RotaryTable,
-                 compute: torch.dtype, bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tail_kv(self, key: torch.Tensor, value: torch.Tensor, pos: AttentionPositions, rope: RotaryTable,
+                 compute: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of the residual followed by the chunk (`key` / `value`
-        `[kv_heads, chunk, head_dim]`, positions `tail_pos` `[kv_heads, resid + chunk]` or, the same
-        in every head, `[resid + chunk]`; `bound`: see `RotaryTable.joint`), each
-        `[kv_heads, resid + chunk, head_dim]` in `compute`.
-
-        With a workspace whose positions follow the slots, the rotated residual is kept in its
-        "tail" buffers `[kv_heads, capacity, head_dim]` ("t0": first slot, "tn": residual tokens
-        held) and a step rotates only what arrived since (its chunk, and the last step's token as
-        the residual stores it, 16-bit): no per-step RoPE or copy of the whole residual."""
-        r, chunk = self.resid_k.shape[1], key.shape[1]
+        `[kv_heads, chunk, head_dim]`) at `pos.tail`, each `[kv_heads, resid + chunk, head_dim]` in
+        `compute`; where the workspace's positions follow the slots, from its `RotatedTail`."""
         ws = self._workspace
-        keeps_tail = ws is not None and ws["kind"] is not None and ws["compute"] == compute
-        tail = ws.get("tail") if keeps_tail else None
-        if keeps_tail and (tail is None or tail["tn"] > r):
-            h, d = key.shape[0], key.shape[2]
-            capacity = 2 * (self.policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + self.policy.chunk_tokens)
-            tail = ws["tail"] = {"k": key.new_empty((h, capacity, d), dtype=compute),
-                                 "v": key.new_empty((h, capacity, d), dtype=compute), "t0": 0, "tn": 0}
-        if tail is None or r + chunk > tail["k"].shape[1]:
-            tail_k = rotate(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), rope.joint(tail_pos, bound=bound))
-            return tail_k, torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
-        t0, tn = tail["t0"], tail["tn"]
-        if t0 + r + chunk > tail["k"].shape[1]:  # move the held residual to the front
-            for name in ("k", "v"):
-                tail[name][:, :tn] = tail[name][:, t0 : t0 + tn].clone()
-            tail["t0"] = t0 = 0
-        # Residual tokens not yet held (as stored), then the chunk (as computed), rotated.
-        fresh_k = torch.cat((self.resid_k[:, tn:].to(compute), key.to(compute)), dim=1)
-        fresh_v = torch.cat((self.resid_v[:, tn:].to(compute), value.to(compute)), dim=1)
-        tail["k"][:, t0 + tn : t0 + r + chunk] = rotate(fresh_k, rope.joint(tail_pos[..., tn:], bound=bound))
-        tail["v"][:, t0 + tn : t0 + r + chunk] = fresh_v
-        tail["tn"] = r  # the chunk's slots hold it unrounded: rewritten once the residual holds it
-        return tail["k"][:, t0 : t0 + r + chunk], tail["v"][:, t0 : t0 + r + chunk]
+        if ws is not None and ws.follows_slots and ws.compute == compute:
+            if ws.tail is None or ws.tail.held > self.resid_k.shape[1]:
+                capacity = 2 * (self.policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + self.policy.chunk_tokens)
+                ws.tail = RotatedTail.empty(key, capacity, compute)
+            rotated = ws.tail.rotated(self.resid_k, self.resid_v, key, value, pos.tail, rope, pos.bound)
+            if rotated is not None:
+                return rotated
+        tail_k = rotate(torch.cat((self.resid_k.to(compute), key.to(compute)), dim=1), rope.joint(pos.tail, bound=pos.bound))
+        return tail_k, torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
+
+    def _attended_kv(self, key: torch.Tensor, value: torch.Tensor, pos: AttentionPositions, rope: RotaryTable,
+                     compute: torch.dtype, reuse: bool, int8: bool) -> tuple[tuple, tuple, tuple]:
+        """Keys, values and masks of what a chunk attends, as `chunk_attention` takes them, in order:
+        the stable tokens from slot `pos.hidden` on, the recalled ones (if any), the residual + chunk."""
+        stable_k, stable_v = self._stable_kv(compute, rope, pos, reuse, int8)
+        tail_k, tail_v = self._tail_kv(key, value, pos, rope, compute)
+        if self.recalled is None:
+            return (stable_k, tail_k), (stable_v, tail_v), (pos.stable_mask, pos.tail_mask)
+        recalled_k, recalled_v = self._recalled_kv(self.recalled, pos, compute, rope, reuse, int8)
+        return ((stable_k, recalled_k, tail_k), (stable_v, recalled_v, tail_v),
+                (pos.stable_mask, self.recalled.valid, pos.tail_mask))
+
+    def _held_scores(self, scores: torch.Tensor, pos: AttentionPositions) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Split the attention `scores` `[kv_heads, (chunk,) attended]` (`chunk_attention`'s order)
+        into what the held tokens and the chunk received, `[kv_heads, (chunk,) held + chunk]` (zero
+        for hidden slots), and what the recalled tokens received, `[kv_heads, (chunk,) R]` or None."""
+        attended = self.n_tokens - self.resid_k.shape[1] - pos.hidden
+        recalled_mass = None
+        if self.recalled is not None:
+            end = attended + self.recalled.index.shape[1]
+            recalled_mass = scores[..., attended:end]
+            scores = torch.cat((scores[..., :attended], scores[..., end:]), dim=-1)
+        if pos.hidden:
+            scores = torch.cat((scores.new_zeros((*scores.shape[:-1], pos.hidden)), scores), dim=-1)
+        return scores, recalled_mass
 
     def workspace_bytes(self) -> int:
         """Bytes of the decode workspace (dequantized, rotated sinks + quantized tokens and recalled
         tokens) plus the recalled tokens themselves, 0 if none."""
-        ws = self._workspace or {}
-        parts = {id(ws[name]): ws[name] for name in ("held", "rk", "rv") if name in ws}  # rk is rv when int8
-        held = sum(part.nbytes for part in parts.values())
-        held += sum(t.nbytes for t in ((ws.get("tail") or {}).get(name) for name in "kv") if t is not None)
+        held = self._workspace.nbytes if self._workspace is not None else 0
         recalled = self.recalled.keys.nbytes + self.recalled.values.nbytes if self.recalled is not None else 0
         return held + recalled
 
-    def attend(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        *,
-        start: int,
-        rope: RotaryTable,
-        compact_positions: bool,
-        scaling: float,
-        reuse_workspace: bool = False,
-        scratch: Scratch | None = None,
-        pending: bool = False,
-        attention_dtype: torch.dtype | None = None,
-    ) -> torch.Tensor:
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, start: int, rope: RotaryTable,
+               compact_positions: bool, scaling: float, reuse_workspace: bool = False, scratch: Scratch | None = None,
+               pending: bool = False, attention_dtype: torch.dtype | None = None) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
-        query `[query_heads, chunk, head_dim]`, key / value `[kv_heads, chunk, head_dim]`, all
-        before RoPE; `start` is the stream position of the chunk's first token. Returns the
-        attention output `[query_heads, chunk, head_dim]` in the query's dtype. Recalled tokens
-        (`set_recalled`) are attended too, at their original positions, or in compact mode with
-        held and recalled tokens renumbered together in document order; the attention they receive
-        is summed into `recalled.mass`. With focus (`recalled.focus_from`), held tokens before it
-        are masked and positions follow `RecalledTokens.focus_from`.
-
-        reuse_workspace: keep the dequantized, rotated sinks + quantized tokens (and the rotated
-        residual) between calls: a flush appends to them, an eviction compacts them (recall off;
-        with focus or a compact recall they are rebuilt instead). Dequantizing and rotating the
-        whole budget was ~60 % of a CPU decode step; the workspace costs one `compute`-dtype copy
-        of those tokens while a conversation decodes (`workspace_bytes`).
-        scratch: the buffer the attention probabilities are computed in (`chunk_attention`).
-        pending: attend, but do not append the chunk yet: `commit_pending(count)` later appends its
-            first `count` tokens exactly as if only those had been fed (speculative decoding).
-        attention_dtype: bfloat16 sends a prefill chunk down the fused path (`chunk_attention`). The
-            decode workspace stays in the compute dtype: a bfloat16 one was 5 % slower per step
-            (torch's bfloat16 matmuls of 3 query rows over a strided view, measured).
+        query `[query_heads, chunk, head_dim]`, key / value `[kv_heads, chunk, head_dim]`, all before
+        RoPE; `start`: the stream position of the chunk's first token. Returns the attention output
+        `[query_heads, chunk, head_dim]` in the query's dtype. Held, recalled (`set_recalled`) and new
+        tokens sit where `attention_positions` puts them; recalled tokens add what they receive to
+        `recalled.mass`. reuse_workspace: keep the held tokens dequantized and rotated between calls
+        (`engine.kvcache.layer_workspace`; for token-by-token decoding). scratch, attention_dtype: see
+        `chunk_attention`. pending: append nothing until `commit_pending` (speculative decoding).
         """
-        chunk = query.shape[1]
-        compute = query.dtype
-        device = query.device
-        n, stable_n = self.n_tokens, self.n_tokens - self.resid_k.shape[1]
-        heads = self.shape.kv_heads
-        new_index = torch.arange(start, start + chunk, device=device, dtype=torch.int32)
-        recalled = self.recalled
-        ws = self._valid_workspace(compute, reuse_workspace)
-        focus_from = self._focus_from()
-        stable_mask = tail_mask = None
-        hidden = 0  # leading stable slots left out of the attention altogether (focus)
-        kind = None  # how the stable positions follow the slots (see the workspace in `__init__`)
-        bound = None  # every position attended is below it, where known without a sync
-        if focus_from is not None:  # only the recalled tokens of the document, numbered from 0
-            first = recalled.index.shape[1] - focus_from
-            stable_idx = self.index[:, :stable_n].long()
-            visible = stable_idx >= focus_from
-            # The held document tokens are hidden, and in every head they precede the question's
-            # and answer's tokens in slot order (arrival order, kept by eviction): skip them rather
-            # than dequantize, rotate and score 4k masked keys per layer at every decode step.
-            hidden = stable_n - int(visible.sum(dim=1).max())
-            tail_idx = torch.cat((self.index[:, stable_n:].long(), new_index.long().expand(heads, -1)), dim=1)
-            stable_pos = (stable_idx[:, hidden:] + first).clamp_min(0)
-            tail_pos = (tail_idx + first).clamp_min(0)
-            query_pos = tail_pos[:, -chunk:]
-            recalled_pos = torch.arange(recalled.index.shape[1], device=device).expand(heads, -1)
-            stable_mask, tail_mask = visible[:, hidden:], tail_idx >= focus_from
-        elif compact_positions:  # slot order (held and recalled tokens together in document order)
-            if recalled is None:  # slot s at position s in every head: no per-head positions at all
-                stable_pos, kind, bound = None, "slots", n + chunk
-                tail_pos = torch.arange(stable_n, bound, device=device)
-            else:
-                if ws is not None and ws.get("recalled") is recalled:  # same held and recalled sets
-                    stable_pos, recalled_pos, offset = ws["positions"]
-                else:
-                    stable_pos, recalled_pos, offset = compact_order_positions(self.index[:, :stable_n], recalled)
-                tail_pos = offset[:, None] + torch.arange(n - stable_n + chunk, device=device)
-            query_pos = tail_pos[..., -chunk:]
-        else:
-            stable_pos = self.index[:, :stable_n]
-            tail_pos = torch.cat((self.index[:, stable_n:], new_index.expand(heads, -1)), dim=1)
-            query_pos = new_index.expand(heads, -1)
-            recalled_pos = recalled.index if recalled is not None else None
-            kind, bound = "index", start + chunk
-        stable_k, stable_v = self._stable_kv(compute, rope, stable_pos, reuse_workspace, start=hidden, kind=kind,
-                                             int8=int8_workspace(attention_dtype, device))
-        tail_k, tail_v = self._tail_kv(key, value, tail_pos, rope, compute, bound)
-        query_rope = rope.joint(query_pos, bound=bound)  # [kv_heads, chunk, 2 · head_dim] or [chunk, …]
+        chunk, compute, heads = query.shape[1], query.dtype, self.shape.kv_heads
+        recalled, ws = self.recalled, self._valid_workspace(compute, reuse_workspace)
+        known = ws.recall.order if ws is not None and ws.recall is not None and ws.recall.recalled is recalled else None
+        pos = attention_positions(self.index, self.n_tokens - self.resid_k.shape[1], start=start, chunk=chunk,
+                                  recalled=recalled, compact=compact_positions, order=known)
+        keys, values, masks = self._attended_kv(key, value, pos, rope, compute, reuse_workspace,
+                                                int8_workspace(attention_dtype, query.device))
+        query_rope = rope.joint(pos.query, bound=pos.bound)  # [kv_heads, chunk, 2 · head_dim] or [chunk, …]
         q = rotate(query.view(heads, self.shape.group, chunk, -1), query_rope[:, None] if query_rope.dim() == 3 else query_rope)
-        keys, values, masks = [stable_k], [stable_v], [stable_mask]
-        if recalled is not None:
-            recalled_k, recalled_v = self._recalled_kv(recalled, recalled_pos, compute, rope, reuse_workspace,
-                                                       int8=int8_workspace(attention_dtype, device))
-            if compact_positions and focus_from is None and self._workspace is not None:
-                self._workspace["positions"] = (stable_pos, recalled_pos, offset)
-            keys.append(recalled_k)
-            values.append(recalled_v)
-            masks.append(recalled.valid)
-        keys.append(tail_k)
-        values.append(tail_v)
-        masks.append(tail_mask)
-        out, scores = chunk_attention(q, tuple(keys), tuple(values), scaling=scaling, masks=tuple(masks),
-                                      scratch=scratch, per_query=pending, attention_dtype=attention_dtype)
-        recalled_mass = None
-        attended_n = stable_n - hidden
-        if recalled is not None:
-            r = recalled.index.shape[1]
-            recalled_mass = scores[..., attended_n : attended_n + r]
-            scores = torch.cat((scores[..., :attended_n], scores[..., attended_n + r :]), dim=-1)
-        if hidden:  # the skipped slots received no attention
-            scores = torch.cat((scores.new_zeros((*scores.shape[:-1], hidden)), scores), dim=-1)
+        out, scores = chunk_attention(q, keys, values, scaling=scaling, masks=masks, scratch=scratch,
+                                      per_query=pending, attention_dtype=attention_dtype)
+        scores, recalled_mass = self._held_scores(scores, pos)
+        new_index = torch.arange(start, start + chunk, device=query.device, dtype=torch.int32)
         if pending:
             self._pending = (key, value, new_index, scores, recalled_mass, start)
         else:
@@ -541,24 +447,13 @@ class LayerKV:
         self.paged.load(storage, tensors["block_table"], n_paged)
         self._workspace = None
 
-    def clone(self) -> LayerKV:
-        """An independent deep copy (the question-time copy of a document snapshot)."""
+    def fork(self) -> LayerKV:
+        """A copy for one question that shares this layer's tensors (see `CompressedCache.fork`)."""
         twin = object.__new__(LayerKV)
         twin.__dict__.update(self.__dict__)
-        twin._workspace = None
-        twin._pending = None
+        twin._workspace = twin._pending = None
         twin.recalled = None  # recalled tokens belong to one question, never to a copy
-        for name in ("sink_k", "sink_v", "resid_k", "resid_v", "score", "index"):
-            setattr(twin, name, getattr(self, name).clone())
-        paged = object.__new__(PagedTokens)
-        paged.__dict__.update(self.paged.__dict__)
-        paged.table = self.paged.table.clone()
-        pool = object.__new__(type(self.paged.pool))
-        pool.__dict__.update(self.paged.pool.__dict__)
-        pool.storage = {name: t.clone() for name, t in self.paged.pool.storage.items()}
-        pool.free = list(self.paged.pool.free)
-        paged.pool = pool
-        twin.paged = paged
+        twin.paged = self.paged.fork()
         return twin
 
 
@@ -621,11 +516,14 @@ class CompressedCache:
         for layer in self.layers:
             layer.paged.shrink()
 
-    def clone(self) -> CompressedCache:
-        """An independent deep copy: every question starts from a copy of the document snapshot."""
+    def fork(self) -> CompressedCache:
+        """A cache that continues from this one (every question forks the document snapshot) without
+        copying it: the fork shares every tensor. Sinks, residual, scores and positions are never
+        written in place (each change makes a new tensor), and a pool's storage is copied the first
+        time either cache writes into it (`BlockPool.fork`), so neither sees what the other does."""
         twin = object.__new__(CompressedCache)
         twin.__dict__.update(self.__dict__)
-        twin.layers = [layer.clone() for layer in self.layers]
+        twin.layers = [layer.fork() for layer in self.layers]
         return twin
 
     def score_snapshot(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
