@@ -96,7 +96,8 @@ def test_a_3b_model_at_128k_keeps_recall_on_under_the_default_disk_budget():
     settings = EngineSettings()
     llama = KNOWN_SHAPES["llama-3.2-3b"]
     result = estimate(llama, settings.cache, 131_072, settings.recall)
-    assert result.archive_bytes == 131_072 * 39_424  # 2·L·H_kv·D·½ + scales, zero points, block bounds
+    # 2·L·H_kv·D·½ + scales, zero points, block bounds; then two block digests and one of the bounds per layer
+    assert result.archive_bytes == 131_072 * 39_424 + 28 * (2 * 4096 + 1) * 16
     assert result.archive_bytes > settings.prefix_cache_disk_bytes
     assert recall_source(131_072, settings.cache, settings.recall, result.archive_bytes, settings.prefix_cache_disk_bytes) == "re-read"
     smol = estimate(KNOWN_SHAPES["smollm2-135m"], settings.cache, 131_072, settings.recall)

@@ -48,14 +48,16 @@ import torch
 
 from engine.kvcache.attention import RotaryTable, rotate
 from engine.kvcache.quant import KVFormat, _round_fp16
+from engine.kvcache.sizes import DIGEST_BYTES
 
 ARCHIVE_FORMAT = "halaman-archive-2"  # 2: per-block digests
 ARCHIVE_BITS = (2, 4)
 _DTYPES = {torch.uint8: ("U8", np.uint8), torch.float16: ("F16", np.float16)}
-DIGEST_BYTES = 16  # BLAKE2b-128 per block: a table of 1 MiB per 32k blocks, ample against bit rot
 
 
 def _digest() -> hashlib.blake2b:
+    """BLAKE2b-128: fast, and 1 MiB of digests per 32k blocks is ample against damage (not an adversary's
+    choice of bytes: the file's owner could rewrite the tables too)."""
     return hashlib.blake2b(digest_size=DIGEST_BYTES)
 
 
