@@ -80,7 +80,7 @@ def damage(path, offset, tmp_path):
 
 def test_damaged_truncated_or_foreign_archives_are_refused(tmp_path, rope):
     path = tmp_path / "a.safetensors"
-    layout, _, _, sha = write_archive(path, rope, 128)
+    _, _, _, sha = write_archive(path, rope, 128)
     digests = Archive.open(path)._places["digests.blocks"][0]
     with pytest.raises(ArchiveError, match="digest mismatch"):  # the tables are checked at open
         Archive.open(damage(path, digests + 5, tmp_path), sha256=sha)

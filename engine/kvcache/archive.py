@@ -114,12 +114,6 @@ class ArchiveLayout:
         """Tensor names of `layer`'s keys (`kind` "k") or values ("v"), in the order a block digest hashes them."""
         return [f"layer{layer}.{kind}.{name}" for name in self.fmt.field_specs(self.head_dim)]
 
-    def bytes_per_token(self) -> int:
-        """Disk bytes per document token, block bounds included (amortised over a block)."""
-        per_head = 2 * self.fmt.bytes_per_token(self.head_dim)
-        bounds = 2 * self.head_dim * 2 / self.block_tokens
-        return round(self.num_layers * self.kv_heads * (per_head + bounds))
-
     def metadata(self) -> dict[str, str]:
         return {"format": ARCHIVE_FORMAT, "layout": json.dumps(self.__dict__, sort_keys=True)}
 
