@@ -114,4 +114,4 @@ def test_halaman_estimate_says_where_recall_reads_from():
 
     out = subprocess.run([sys.executable, "-m", "engine.cli", "estimate", "--model", "llama-3.2-3b", "--tokens", "131072"],
                          capture_output=True, text=True, check=True).stdout
-    assert "4.8 GiB" in out and "not written" in out and "recall          on (spans re-read from the text)" in out
+    assert "4.8 GiB" in out and "not written" in out and "recall          re-read: its archive (4.8 GiB)" in out
