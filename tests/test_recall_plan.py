@@ -166,3 +166,16 @@ def test_a_damaged_archive_block_fails_its_question_and_the_next_one_re_reads(sm
         session.ask("What is the combination of the observatory safe?")
     assert session.recall_plan.source is RecallSource.REREAD and store.archive(key) is None
     assert session.ask("What is the combination of the observatory safe?").recall.spans
+
+
+def test_the_window_s_estimate_promises_an_archive_only_where_the_plan_writes_one():
+    from app.memory_panel import document_estimate
+
+    def text(**changes):
+        return document_estimate(EngineSettings().replace(**changes), SMOL, BOOK_TOKENS, None)
+
+    assert "archive on disk:" in text()
+    small = text(prefix_cache_disk_bytes=64 * 1024**2)
+    assert "archive on disk:" not in small and "questions re-read their pages" in small
+    off = text(recall=RecallSettings(recall_tokens=0))
+    assert "archive" not in off and "re-read" not in off
