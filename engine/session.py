@@ -477,7 +477,7 @@ class DocumentSession:
     @property
     def recall_plan(self) -> RecallPlan | None:
         """Where the open document's questions get their recalled tokens, decided when it opened
-        (None: no document is open)."""
+        and changed only when a question finds its archive damaged (None: no document is open)."""
         return self.report.recall_plan if self.report is not None else None
 
     def _archive_damaged(self, error: ArchiveError) -> HalamanError:
@@ -489,7 +489,8 @@ class DocumentSession:
                 self.store.drop_archive(self.prefix_key)
             except CacheStoreError:
                 pass  # still indexed: the next open checks it again and meets the same damage
-        self._archive.close()
+        if self._archive is not None:
+            self._archive.close()
         self._archive = None
         plan = self._plan_recall(self.report.document_tokens, spans=self._spans is not None,
                                  archive_missing=f"{error}; it was deleted, clear its cache to read it again")

@@ -421,8 +421,8 @@ class Workspace:
         return escalation_reason(answer, report, self.settings) if report is not None else None
 
     def answer_record(self, answer: Answer) -> AnswerRecord:
-        """`answer_record` with this workspace's model and recall settings, and whether the model was
-        unsure of its words by the threshold in the settings."""
+        """`answer_record` with this workspace's model and the open document's recall plan, and
+        whether the model was unsure of its words by the threshold in the settings."""
         recall = self.session.recall_plan if self.session is not None else None
         return answer_record(answer, model=self.model_info(), recall=recall,
                              low_confidence=cloud_policy.low_confidence(answer, self.settings))
