@@ -282,8 +282,9 @@ class DocumentSession:
         self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
         self._spans = self._document_spans(document, encoding, key, recall_warnings)
         self._turns = []
+        # The budget's verdict stands even if the store turned itself off during the read.
         plan = self._plan_recall(len(prefix_ids), spans=self._spans is not None,
-                                 archive_missing=archive_missing[0] if archive_missing else None)
+                                 archive_missing=archive_missing[0] if archive_missing else planned.archive_missing)
         notice = RecallNotice.of(plan)
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit
@@ -541,7 +542,7 @@ class DocumentSession:
                 try:
                     self.store.drop_archive(key)
                 except CacheStoreError:
-                    pass  # still indexed: the next hit checks its checksum and drops it then
+                    pass  # still indexed: the next hit checks its digest and drops it then
             missing.append(f"its archive was not kept ({error})")
             return None
 
