@@ -17,6 +17,7 @@ from engine.errors import HalamanError
 from engine.estimate import estimate, kv_peak_bytes
 from engine.memory import MemoryReport
 from engine.models.profile import ModelProfile
+from engine.recall_plan import RecallSource, plan_recall
 from engine.settings import EngineSettings
 from engine.units import format_bytes, size_ratio
 
@@ -43,16 +44,20 @@ def budget_tip(settings: EngineSettings) -> str:
 
 
 def document_estimate(settings: EngineSettings, profile: ModelProfile, tokens: int, memory: MemoryReport | None) -> str:
-    """The KV estimate for a document of `tokens` tokens, in plain words ("memory once read"), and
-    whether it fits the free memory."""
+    """The KV estimate for a document of `tokens` tokens, in plain words ("memory once read"), its
+    archive as its recall plan has it (`engine.recall_plan`), and whether it fits the free memory."""
     try:
         est = estimate(profile, settings.cache, tokens, settings.recall)
     except HalamanError as exc:
         return str(exc)
     text = (f"memory once read: ≈ {format_bytes(est.compressed_bytes)} "
             f"({size_ratio(est.full_bytes, est.compressed_bytes)} than the {format_bytes(est.full_bytes)} uncompressed)")
-    if est.archive_bytes:
+    plan = plan_recall(settings, profile, tokens,
+                       disk_budget_bytes=settings.prefix_cache_disk_bytes if settings.prefix_cache else None)
+    if plan.uses_archive:
         text += f" · archive on disk: {format_bytes(est.archive_bytes)}"
+    elif plan.source is RecallSource.REREAD:
+        text += " · no archive (over the disk budget): questions re-read their pages"
     if memory is not None:
         if est.peak_bytes <= memory.device_free_bytes:
             full = "a full cache would fit too" if est.full_bytes <= memory.device_free_bytes else "a full cache would not"

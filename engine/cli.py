@@ -17,16 +17,13 @@ import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from engine.cli_history import add_history_command, record_answer
 from engine.cli_models import add_models_command, print_warning
 from engine.errors import HalamanError
+from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, format_duration, size_ratio
-
-if TYPE_CHECKING:  # engine.session imports torch, which `halaman estimate` must not
-    from engine.session import RecallGap
 
 EXIT_ERROR = 1
 EXIT_CANCELLED = 130
@@ -174,18 +171,20 @@ def _settings_from(args: argparse.Namespace) -> EngineSettings:
     return settings.replace(**changes)
 
 
-def recall_line(stats, recall: RecallSettings, gap: RecallGap | None = None, pairs: int = 0) -> str:
-    """One line on what recall did for an answer (stats: `RecallStats` or None; gap: the open
-    report's `recall_notice.gap`, why a document that needed an archive has none; pairs: the model's
-    layers × KV heads, to give span recall's tokens per layer and KV head, the unit of --recall-tokens)."""
-    from engine.session import RecallGap
-
+def recall_line(stats, plan: RecallPlan | None, pairs: int = 0) -> str:
+    """One line on what recall did for an answer (stats: `RecallStats` or None; plan: the open
+    document's `RecallPlan`, which says why there was nothing to recall; pairs: the model's layers ×
+    KV heads, to give span recall's tokens per layer and KV head, the unit of --recall-tokens)."""
     if stats is None:
-        if not recall.archive or not recall.recall_tokens:
+        if plan is None or (plan.source is RecallSource.OFF and plan.archive_missing is None):
             return "off"
-        if gap is RecallGap.OFF:
+        if plan.source is RecallSource.WHOLE:
+            return "off (the cache keeps the whole document: nothing to recall)"
+        if plan.source is RecallSource.OFF:
             return "off (no archive: see the warning above)"
-        return "off (the cache keeps the whole document: nothing to recall)"
+        if plan.source is RecallSource.REREAD:
+            return "off for this question (no page was chosen, and without an archive there are no blocks to pick)"
+        return "off for this question (the recall budget is 0)"
     if stats.spans:
         each = f"{stats.tokens_recalled // pairs:,} tokens per layer and KV head, " if pairs else ""
         chosen = ([f"{span} ({reason})" for span, reason in zip(stats.spans, stats.reasons, strict=True)]
@@ -268,7 +267,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"TTFT            {answer.time_to_first_token_s:.2f} s (open {report.seconds:.1f} s before it)\n"
         f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}"
         f"{drafts_note(answer.drafts)}\n"
-        f"recall          {recall_line(answer.recall, settings.recall, report.recall_notice and report.recall_notice.gap, pairs)}"
+        f"recall          {recall_line(answer.recall, report.recall_plan, pairs)}"
     )
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
@@ -382,7 +381,7 @@ def _ask_cloud_after(args: argparse.Namespace, workspace, answer, cancel) -> int
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from engine.estimate import KNOWN_SHAPES, archive_needed, estimate, recall_source
+    from engine.estimate import KNOWN_SHAPES, estimate
     from engine.models.loader import profile_for
 
     settings = _settings_from(args)
@@ -404,23 +403,15 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         f"prefill peak    {result.peak_bytes:,} bytes ({format_bytes(result.peak_bytes)}) with {policy.chunk_tokens}-token chunks"
     )
     if recall.archive:
-        budget = settings.prefix_cache_disk_bytes
-        source = recall_source(args.tokens, policy, recall, result.archive_bytes, budget)
-        how = {
-            "archive": "kept: questions read their spans from it",
-            "re-read": (f"over the {format_bytes(budget)} prefix-cache disk budget, not written: each question "
-                        f"re-reads the spans it chooses (up to {recall.recall_tokens:,} tokens, one prefill) from the text"),
-            "none": "recall off" if archive_needed(args.tokens, policy, recall) else "not needed",
-        }[source]
-        needed = archive_needed(args.tokens, policy, recall)
-        status = {"archive": "on (spans read from the archive)", "re-read": "on (spans re-read from the text)",
-                  "none": "off" if needed else "not needed (the cache keeps the whole document)"}[source]
+        plan = plan_recall(settings, profile, args.tokens,
+                           disk_budget_bytes=settings.prefix_cache_disk_bytes if settings.prefix_cache else None)
+        written = "written" if plan.uses_archive else "not written"
         print(
             f"archive (disk)  every token, INT{recall.archive_bits} + block bounds: {result.archive_bytes:,} bytes "
-            f"({format_bytes(result.archive_bytes)}, {result.archive_bytes // args.tokens:,} bytes/token); {how}\n"
+            f"({format_bytes(result.archive_bytes)}, {result.archive_bytes // args.tokens:,} bytes/token); {written}\n"
             f"recall (memory) {recall.recall_tokens:,} tokens per layer and KV head while a question is answered: "
             f"{result.recall_bytes:,} bytes ({format_bytes(result.recall_bytes)})\n"
-            f"recall          {status}"
+            f"recall          {plan.source}: {plan.reason}"
         )
     if profile.max_positions < args.tokens:
         print(f"note            {args.tokens:,} tokens exceed the model's {profile.max_positions:,} positions: "

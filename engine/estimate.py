@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.kvcache.sizes import archive_bytes, token_bytes
+from engine.kvcache.sizes import HEADER_BYTES_PER_LAYER, archive_bytes, token_bytes
 from engine.models.profile import ModelProfile
 from engine.settings import CachePolicy, RecallSettings
 
@@ -41,7 +41,8 @@ class KVEstimate:
     kept_tokens: int           # tokens kept per layer and KV head
     peak_bytes: int            # compressed cache at its prefill peak (a 16-bit chunk just arrived)
     recall_bytes: int = 0      # tokens a question may recall, held beside the cache while it is answered
-    archive_bytes: int = 0     # disk: the archive of every token (0 when the archive is off)
+    archive_bytes: int = 0     # disk: the archive of every token (0: the archive is off, or the cache keeps
+                               # the whole document); whether it is written: `engine.recall_plan`
 
 
 def full_cache_bytes(profile: ModelProfile, n_tokens: int, bytes_per_element: int = 2) -> int:
@@ -104,8 +105,8 @@ def kv_peak_bytes(profile: ModelProfile, policy: CachePolicy, recall: RecallSett
 
 
 QUESTION_RESERVE_TOKENS = 512
-"""Tokens kept free for the question and the answer: in the budget when deciding whether a document
-needs an archive, and in the position range when deciding whether it fits the model's context."""
+"""Tokens kept free for the question and the answer: in the budget when deciding whether the cache
+keeps a document whole, and in the position range when deciding whether it fits the model's context."""
 
 
 def kept_whole(n_tokens: int, policy: CachePolicy) -> bool:
@@ -114,37 +115,23 @@ def kept_whole(n_tokens: int, policy: CachePolicy) -> bool:
     return n_tokens + QUESTION_RESERVE_TOKENS <= policy.budget_tokens
 
 
-def archive_needed(n_tokens: int, policy: CachePolicy, recall: RecallSettings) -> bool:
-    """Whether reading `n_tokens` writes an archive: the archive is on and the cache cannot keep the
-    whole document with room for a question (otherwise there is nothing to recall)."""
-    return recall.archive and not kept_whole(n_tokens, policy)
-
-
-def archive_fits(archive_bytes: int, disk_budget_bytes: int) -> bool:
-    """Whether an archive of `archive_bytes` is written: it must fit the prefix-cache disk budget on
-    its own. When it does not (a 3B model at 128k tokens: 4.8 GiB against the default 2 GiB), the
-    document is read without one and span recall re-reads the spans it chooses from their token ids
-    at each question (`engine.kvcache.span_recall`); block recall is then off."""
-    return archive_bytes <= disk_budget_bytes
-
-
-def recall_source(n_tokens: int, policy: CachePolicy, recall: RecallSettings, archive_bytes: int,
-                  disk_budget_bytes: int) -> str:
-    """Where a question's recalled tokens come from for a document of `n_tokens`: "none" (the cache
-    keeps it whole, or recall or the archive is off), "archive", or "re-read" (`archive_fits`)."""
-    if not archive_needed(n_tokens, policy, recall) or recall.recall_tokens < 1:
-        return "none"
-    if archive_fits(archive_bytes, disk_budget_bytes):
-        return "archive"
-    return "re-read" if recall.selection == "spans" else "none"
-
-
 def archive_disk_bytes(profile: ModelProfile, recall: RecallSettings, group_size: int, n_tokens: int) -> int:
     """Disk bytes of an archive of `n_tokens` tokens (`engine.kvcache.archive`), 0 with the archive off."""
     if not recall.archive or n_tokens < 1:
         return 0
     return archive_bytes(profile.num_layers, profile.kv_heads, profile.head_dim, n_tokens, bits=recall.archive_bits,
                          group_size=group_size, block_tokens=recall.block_tokens)
+
+
+def snapshot_file_bound(profile: ModelProfile, policy: CachePolicy, n_tokens: int) -> int:
+    """Upper bound, in bytes, of the snapshot file a document of `n_tokens` leaves in the prefix
+    store: the compressed cache at rest (it saves only the blocks it uses) plus its header."""
+    return compressed_cache_bytes(profile, policy, n_tokens) + profile.num_layers * HEADER_BYTES_PER_LAYER
+
+
+def archive_file_bound(profile: ModelProfile, recall: RecallSettings, group_size: int, n_tokens: int) -> int:
+    """Upper bound, in bytes, of the archive file of `n_tokens` tokens: `archive_disk_bytes` plus its header."""
+    return archive_disk_bytes(profile, recall, group_size, n_tokens) + profile.num_layers * HEADER_BYTES_PER_LAYER
 
 
 def estimate(profile: ModelProfile, policy: CachePolicy, n_tokens: int, recall: RecallSettings | None = None) -> KVEstimate:
@@ -158,5 +145,5 @@ def estimate(profile: ModelProfile, policy: CachePolicy, n_tokens: int, recall: 
         peak_bytes=peak_cache_bytes(profile, policy, n_tokens),
         recall_bytes=recall_cache_bytes(profile, recall, policy.group_size) if recall else 0,
         archive_bytes=(archive_disk_bytes(profile, recall, policy.group_size, n_tokens)
-                       if recall and archive_needed(n_tokens, policy, recall) else 0),
+                       if recall and not kept_whole(n_tokens, policy) else 0),
     )

@@ -13,11 +13,15 @@ Layout under `root`:
                                        last_used_s, label, sha256 (WAL mode, sqlite-utils)
     <key>.safetensors                  one entry: tensors + header metadata (see `PrefixStore.put`)
     <key>.archive.safetensors          optional: the entry's archive of every token (table `archives`:
-                                       key, size_bytes, sha256; `put_archive`), evicted with its entry
+                                       key, size_bytes, sha256: the archive's digest, which covers
+                                       its per-block digests; `put_archive`), evicted with its entry
     .<key>.<pid>.<random>.tmp          a write in progress (or left by a crashed writer)
 
 Every entry is checksummed (SHA-256 of the whole file) and verified before it is parsed; a bad entry
-is deleted and reported as a miss, so a poisoned cache never survives a restart (L04).
+is deleted and reported as a miss, so a poisoned cache never survives a restart (L04). An archive is
+too large to hash at every open: its digest covers a digest per block, and a block is checked when
+it is read (`engine.kvcache.archive`). A snapshot and its archive share one disk-budget rule
+(`engine.disk_budget`).
 
 The store holds only recomputable data, so it heals itself rather than asking the user to: a damaged
 index (not a database, or failing SQLite's quick check) is moved aside to `index.sqlite.damaged` (kept
@@ -49,6 +53,7 @@ import safetensors.torch
 import sqlite_utils
 import torch
 
+from engine.disk_budget import parts_fit
 from engine.errors import CacheStoreError, SettingsError
 
 log = logging.getLogger(__name__)
@@ -363,7 +368,7 @@ class PrefixStore:
         label = _SURROGATES.sub("\ufffd", label)
         header = _header_metadata(key, metadata, n_tokens)
         data = safetensors.torch.save(_prepare_tensors(tensors), metadata=header)
-        if len(data) > self.disk_budget_bytes:
+        if not parts_fit(len(data), 0, self.disk_budget_bytes):
             raise PrefixTooLargeError(
                 f"The prefix cache for {label!r} needs {len(data)} bytes, more than the whole cache disk "
                 f"budget ({self.disk_budget_bytes} bytes); raise the budget in settings to keep it."
@@ -416,8 +421,9 @@ class PrefixStore:
         """Move the finished archive file `temp` into place as `key`'s archive and index it; the
         entry for `key` must exist (`put` first). Evicts least-recently-used entries (never this
         one) down to the budget, archives counted. Raises PrefixTooLargeError when entry + archive
-        exceed the whole budget, CacheStoreError when there is no entry or the move fails; `temp` is
-        deleted on every failure."""
+        exceed the whole budget (`engine.disk_budget.parts_fit`: the rule that decided, before the
+        read, that the archive would be written), CacheStoreError when there is no entry or the move
+        fails; `temp` is deleted on every failure."""
         _check_key(key)
         final = self._archive_path(key)
         with self._lock:
@@ -426,7 +432,7 @@ class PrefixStore:
                     row = self._row(key)
                     if row is None:
                         raise CacheStoreError(f"No prefix cache entry for the archive {key[:12]}; store the entry first.")
-                    if row["size_bytes"] + size_bytes > self.disk_budget_bytes:
+                    if not parts_fit(row["size_bytes"], size_bytes, self.disk_budget_bytes):
                         raise PrefixTooLargeError(
                             f"The archive for {row['label']!r} needs {size_bytes} bytes, more than the cache disk "
                             f"budget ({self.disk_budget_bytes} bytes) leaves; raise the budget in settings to keep it."
@@ -445,8 +451,8 @@ class PrefixStore:
         return final
 
     def archive(self, key: str) -> tuple[Path, str] | None:
-        """(path, sha256) of `key`'s archive, or None if it has none (the file is not verified here:
-        `engine.kvcache.archive.Archive.open` checks the checksum)."""
+        """(path, digest) of `key`'s archive, or None if it has none (the file is not verified here:
+        `engine.kvcache.archive.Archive.open` checks the digest, reads check each block)."""
         _check_key(key)
         with self._lock, self._index_errors("read"):
             rows = self._db.execute_returning_dicts(f"SELECT sha256 FROM {_ARCHIVES} WHERE key = ?", [key])

@@ -43,8 +43,7 @@ from engine.attended import AttendedSpan, attended_spans
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
-from engine.estimate import (QUESTION_RESERVE_TOKENS, archive_fits, archive_needed, full_cache_bytes, kept_whole,
-                             kv_peak_bytes)
+from engine.estimate import QUESTION_RESERVE_TOKENS, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
@@ -56,12 +55,12 @@ from engine.prompt_lookup import PromptLookup
 from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
 from engine.reasoning import ReasoningSplitter, Split, split_reasoning
+from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
 from engine.threads import ThreadGovernor, apply_threads
-from engine.units import format_bytes
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
@@ -77,6 +76,9 @@ RECALL_REFRESH_TOKENS = 8
 # than an archive recall reads: the selection puts the best spans first, and a page with
 # distractors around it is answered worse than the page alone (engine.kvcache.span_recall).
 REREAD_RECALL_TOKENS = 2048
+UNREAD_REASON = ("the document is not read whole yet: each question re-reads the pages it chooses from their "
+                 "token ids")
+"""The recall plan's reason while a document opened index first is not read (`DocumentSession.read`)."""
 # Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
 # by 1 after a miss, between 1 and settings.draft_tokens.
 DRAFT_START_TOKENS = 4
@@ -116,9 +118,9 @@ first load): the window says so only then."""
 
 
 class RecallGap(enum.Enum):
-    """Why a document that needed an archive (one the cache does not keep whole) has none, as the
-    first words of its warning: with block recall, recall is OFF; with span recall, it REREADs the
-    spans it chooses from their token ids for each question (slower answers)."""
+    """What a document that needed an archive (one the cache does not keep whole) does without one,
+    as the first words of its warning: its recall plan (`engine.recall_plan`) is OFF, or it REREADs
+    the spans it chooses from their token ids for each question (slower answers)."""
 
     OFF = "recall is off for this document"
     REREAD = "recall re-reads the pages it chooses for each question (slower answers)"
@@ -133,6 +135,13 @@ class RecallNotice:
 
     def __str__(self) -> str:
         return f"{self.gap.value}: {self.why}"
+
+    @classmethod
+    def of(cls, plan: RecallPlan) -> RecallNotice | None:
+        """The warning of a plan whose document has no archive although it needs one, else None."""
+        if plan.archive_missing is None:
+            return None
+        return cls(RecallGap.REREAD if plan.source is RecallSource.REREAD else RecallGap.OFF, plan.archive_missing)
 
 
 @dataclass
@@ -153,6 +162,7 @@ class OpenReport:
     pages: int | None = None
     threads: int = 0            # CPU threads the prefill ran with (0: no prefill, or on a GPU)
     recall_notice: RecallNotice | None = None  # the document needed an archive and has none (also in `warnings`)
+    recall_plan: RecallPlan | None = None      # where its questions' recalled tokens come from
     unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
 
 
@@ -172,7 +182,7 @@ class PendingRead:
     archive: Archive | None = None
     seconds: float = 0.0        # prefilling, over every part of the read
     threads: int = 0            # CPU threads of its last part (0 on a GPU)
-    warnings: list[RecallNotice | str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # why the archive the plan needs was not kept
 
 
 # Sources below this share of the recalled attention are not listed.
@@ -205,8 +215,6 @@ class DocumentSession:
         self._text_range = (0, 0)              # prefix tokens of the document text: [first, end)
         self._token_chars: list[int] = []      # render() offset of each text token (the attended passages)
         self._spans: DocumentSpans | None = None  # its spans, full-text index and structure (selection reads them)
-        self._needs_recall = False  # the cache does not keep the whole document: questions recall spans
-        self._kept_whole = False    # it does: what an answer attended is read off the cache's own scores
         self._turns: list[Turn] = []  # the conversation's questions and the spans they read (follow-ups)
         self._turn = Turn("", ())
         self._document_ids: list[int] | None = None      # the open document's prefix tokens
@@ -257,8 +265,11 @@ class DocumentSession:
         prefix_ids, segment_starts = encoding.ids, encoding.segment_starts
         policy = self._resolve_policy(len(prefix_ids))
         key = self.prefix_config(policy).key(prefix_ids)
-        layout = self._archive_layout(len(prefix_ids), policy)
-        recall_warnings: list[RecallNotice | str] = []
+        # Before the read the plan says whether an archive is written; after it, what questions do.
+        planned = self._plan_recall(len(prefix_ids), spans=bool(encoding.token_chars))
+        layout = self._archive_layout(len(prefix_ids), policy) if planned.uses_archive else None
+        recall_warnings: list[str] = []
+        archive_missing: list[str] = []  # why the archive the plan needs is not there
         try:
             cache, hit = self._restore(key, policy, len(prefix_ids), notify)
         except CacheStoreError as error:
@@ -270,18 +281,18 @@ class DocumentSession:
         try:
             if cache is None:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
-                if read_now or not self._answers_unread(layout, spans):
+                if read_now or not (planned.by_spans and spans is not None):
                     if before_prefill is not None:
                         plan = read_time.plan_read(len(prefix_ids), self._rate_key(), self.model.parameters)
                         if plan.is_long and not before_prefill(plan):
                             raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
                     self._run_read(read, notify, cancel, None)
                     cache, archive = read.cache, read.archive
-                    recall_warnings += read.warnings
+                    archive_missing += read.missing
                 else:
                     cache, unread = self._unread_snapshot(policy, len(prefix_ids)), read
             elif layout is not None:
-                archive = self._open_archive(key, layout, recall_warnings)
+                archive = self._open_archive(key, layout, archive_missing)
         except BaseException:
             if spans is not None:
                 spans.close()
@@ -291,8 +302,13 @@ class DocumentSession:
         self._token_chars = encoding.token_chars  # the attended passages' characters (engine.attended)
         self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
         self._spans = spans
-        self._needs_recall, self._turns = layout is not None, []
-        self._kept_whole = kept_whole(len(prefix_ids), policy)
+        self._turns = []
+        if unread is not None:
+            plan = RecallPlan(RecallSource.REREAD, UNREAD_REASON)
+        else:  # the budget's verdict stands even if the store turned itself off during the read
+            plan = self._plan_recall(len(prefix_ids), spans=spans is not None,
+                                     archive_missing=archive_missing[0] if archive_missing else planned.archive_missing)
+        notice = RecallNotice.of(plan)
         self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
         self._prefilled_for_next = not hit  # the first answer did not start from a saved cache
         read_s = 0.0 if hit or unread is not None else read.seconds
@@ -301,10 +317,9 @@ class DocumentSession:
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=read_s, prefill_tokens_per_s=len(prefix_ids) / read_s if read_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
-            warnings=[*self.notices, *document.warnings, *map(str, recall_warnings)], pages=document.pages,
-            threads=0 if hit or unread is not None else read.threads,
-            recall_notice=next((w for w in recall_warnings if isinstance(w, RecallNotice)), None),
-            unread=unread is not None,
+            warnings=[*self.notices, *document.warnings, *([str(notice)] if notice else []), *recall_warnings],
+            pages=document.pages, threads=0 if hit or unread is not None else read.threads,
+            recall_notice=notice, recall_plan=plan, unread=unread is not None,
         )
         self.notices = []  # said once
         return self.report
@@ -351,15 +366,12 @@ class DocumentSession:
         report.prefill_seconds = pending.seconds
         report.prefill_tokens_per_s = len(pending.ids) / pending.seconds if pending.seconds else 0.0
         report.kv, report.threads = pending.cache.memory(), pending.threads
-        report.warnings += map(str, pending.warnings)
-        report.recall_notice = next((w for w in pending.warnings if isinstance(w, RecallNotice)), report.recall_notice)
+        plan = self._plan_recall(len(pending.ids), spans=self._spans is not None,
+                                 archive_missing=pending.missing[0] if pending.missing else None)
+        report.recall_plan, report.recall_notice = plan, RecallNotice.of(plan)
+        if report.recall_notice is not None:
+            report.warnings.append(str(report.recall_notice))
         return True
-
-    def _answers_unread(self, layout: ArchiveLayout | None, spans: DocumentSpans | None) -> bool:
-        """Whether a document not read yet can be answered: it is recalled by spans (re-read from
-        their token ids). A document the cache keeps whole, or without recall, is read first."""
-        recall = self.settings.recall
-        return layout is not None and spans is not None and recall.selection == "spans" and recall.recall_tokens > 0
 
     def _unread_snapshot(self, policy: CachePolicy, n_tokens: int) -> CompressedCache:
         """The snapshot of a document not read yet: empty, its stream past the document's
@@ -383,7 +395,7 @@ class DocumentSession:
             governor = ThreadGovernor(self.settings.threads)  # and it changes during a long read
         if read.cache is None:
             read.cache = self.model.decoder.new_cache(read.policy, read.policy.position_mode)
-            read.writer = self._archive_writer(read.key, read.layout, read.warnings)
+            read.writer = self._archive_writer(read.key, read.layout, read.missing)
         cache, n = read.cache, len(read.ids)
         first = cache.seen_tokens
         clock = PrefillClock(read.policy.budget_tokens, first)
@@ -407,7 +419,7 @@ class DocumentSession:
         cache.shrink()
         saved = self._save(read.key, cache, n, read.label)
         if read.writer is not None:
-            read.archive = self._keep_archive(read.key, read.writer, saved, read.warnings)
+            read.archive = self._keep_archive(read.key, read.writer, saved, read.missing)
         return True
 
     def close(self) -> None:
@@ -419,7 +431,7 @@ class DocumentSession:
         if self._spans is not None:
             self._spans.close()
         self._spans, self._text_range, self._token_chars = None, (0, 0), []
-        self._needs_recall, self._turns, self._kept_whole = False, [], False
+        self._turns = []
         self._document_ids, self._prompt_lookup = None, None
         if self._unread is not None and self._unread.writer is not None:
             self._unread.writer.abort()  # a read paused half-way: its archive is not kept
@@ -461,7 +473,7 @@ class DocumentSession:
         history = self._turns if follow_up else []
         recaller = self._recaller(question, history)
         # A document the cache keeps whole is never recalled: its attention is the scores' growth.
-        scores_before = cache.score_snapshot() if recaller is None and self._kept_whole else None
+        scores_before = cache.score_snapshot() if recaller is None and self.recall_plan.source is RecallSource.WHOLE else None
         reselecting = recaller is not None and recaller.reselects
         limit = max_new_tokens or self.settings.max_new_tokens
         lookup = self._lookup(suffix_ids)
@@ -494,6 +506,8 @@ class DocumentSession:
                 draft_length = min(draft_length + 2, self.settings.draft_tokens) if accepted == len(proposal) else max(1, draft_length - 1)
         except Cancelled:
             stop = StopReason.CANCELLED
+        except ArchiveError as error:  # a block read for this question differs from its digest
+            raise self._archive_damaged(error) from None
         finally:
             cache.release_workspace()
         split = built.finish()
@@ -567,7 +581,7 @@ class DocumentSession:
         return encode_document(self.model.tokenizer, self.layout, document)
 
     def _document_spans(self, document: Document, encoding: PrefixEncoding, key: str,
-                        warnings: list[RecallNotice | str]) -> DocumentSpans | None:
+                        warnings: list[str]) -> DocumentSpans | None:
         """The spans of the open document and their full-text index, kept in the prefix store
         beside the snapshot (rebuilt there when missing or damaged; in memory without a store).
         None when the tokenizer gives no character offsets (recall then selects blocks)."""
@@ -581,25 +595,47 @@ class DocumentSession:
             warnings.append(f"the full-text index could not be built ({error}); recall selects by attention only")
             return None
 
+    # ------------------------------------------------------------- recall plan
+    def _plan_recall(self, n_tokens: int, *, spans: bool, archive_missing: str | None = None) -> RecallPlan:
+        """`engine.recall_plan.plan_recall` for a document of `n_tokens` opened now (this store's budget)."""
+        budget = self.store.disk_budget_bytes if self.store is not None else None
+        return plan_recall(self.settings, self.model.profile, n_tokens, disk_budget_bytes=budget, spans=spans,
+                           archive_missing=archive_missing)
+
+    @property
+    def recall_plan(self) -> RecallPlan | None:
+        """Where the open document's questions get their recalled tokens, decided when it opened
+        and changed only when a question finds its archive damaged (None: no document is open)."""
+        return self.report.recall_plan if self.report is not None else None
+
+    def _archive_damaged(self, error: ArchiveError) -> HalamanError:
+        """Stop using the open document's archive after a read found a damaged block: it is deleted
+        from the store and the document's plan becomes that of a document without one (re-read or
+        off), so the next question works. Returns the error for this question."""
+        if self.store is not None:
+            try:
+                self.store.drop_archive(self.prefix_key)
+            except CacheStoreError:
+                pass  # still indexed: the next open checks it again and meets the same damage
+        if self._archive is not None:
+            self._archive.close()
+        self._archive = None
+        plan = self._plan_recall(self.report.document_tokens, spans=self._spans is not None,
+                                 archive_missing=f"{error}; it was deleted, clear its cache to read it again")
+        self.report.recall_plan, self.report.recall_notice = plan, RecallNotice.of(plan)
+        return HalamanError(f"the document's archive is damaged: {plan.reason}; ask the question again")
+
     # ------------------------------------------------------------- archive
-    def _archive_layout(self, n_tokens: int, policy: CachePolicy) -> ArchiveLayout | None:
+    def _archive_layout(self, n_tokens: int, policy: CachePolicy) -> ArchiveLayout:
         recall = self.settings.recall
-        if not archive_needed(n_tokens, policy, recall):
-            return None  # off, or the cache keeps the whole document: nothing to recall
         shape = self.model.decoder.shape
         return ArchiveLayout(shape.num_layers, shape.kv_heads, shape.head_dim, n_tokens, recall.block_tokens,
                              recall.archive_bits, policy.group_size)
 
-    def _archive_writer(self, key: str, layout: ArchiveLayout | None, warnings: list[RecallNotice | str]) -> ArchiveWriter | None:
+    def _archive_writer(self, key: str, layout: ArchiveLayout | None, missing: list[str]) -> ArchiveWriter | None:
         """A writer for the archive, in the prefix store (or a session file without one); None when
-        the archive is off or cannot be created (then a warning says recall is off)."""
+        the plan writes none or it cannot be created (then `missing` says why)."""
         if layout is None:
-            return None
-        size = layout.bytes_per_token() * layout.n_tokens
-        if self.store is not None and not archive_fits(size, self.store.disk_budget_bytes):
-            warnings.append(self._without_archive(
-                f"its archive ({format_bytes(size)}) would not fit the prefix-cache disk budget "
-                f"({format_bytes(self.store.disk_budget_bytes)}) and is not written"))
             return None
         try:
             if self.store is not None:
@@ -610,10 +646,10 @@ class DocumentSession:
                 path = folder / f"session-{os.getpid()}-{secrets.token_hex(4)}.safetensors"
             return ArchiveWriter(path, layout, self.model.decoder.rope)
         except (OSError, HalamanError) as error:
-            warnings.append(self._without_archive(f"its archive cannot be written ({error})"))
+            missing.append(f"its archive cannot be written ({error})")
             return None
 
-    def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, warnings: list[RecallNotice | str]) -> Archive | None:
+    def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, missing: list[str]) -> Archive | None:
         """Finish the archive, move it into the prefix store beside the snapshot, and open it. One
         that cannot be opened is not kept: not in the store either, where the next prefix-cache hit
         would find it."""
@@ -633,30 +669,25 @@ class DocumentSession:
                 try:
                     self.store.drop_archive(key)
                 except CacheStoreError:
-                    pass  # still indexed: the next hit checks its checksum and drops it then
-            warnings.append(self._without_archive(f"its archive was not kept ({error})"))
+                    pass  # still indexed: the next hit checks its digest and drops it then
+            missing.append(f"its archive was not kept ({error})")
             return None
 
-    def _open_archive(self, key: str, layout: ArchiveLayout, warnings: list[RecallNotice | str]) -> Archive | None:
-        """The stored archive of a prefix-cache hit, checksum verified; None (with a warning) when it
-        is missing or damaged. The snapshot is used either way."""
+    def _open_archive(self, key: str, layout: ArchiveLayout, missing: list[str]) -> Archive | None:
+        """The stored archive of a prefix-cache hit, its digest checked; None (`missing` says why)
+        when it is missing or damaged. The snapshot is used either way."""
         found = self.store.archive(key) if self.store is not None else None
         if found is None:
-            warnings.append(self._without_archive("it has no archive (read before recall existed, or the archive "
-                                                  "was off); clear its cache to read it again with one"))
+            missing.append("it has no archive (read before recall existed, or while recall or the archive was off); "
+                           "clear its cache to read it again with one")
             return None
-        path, sha256 = found
+        path, digest = found
         try:
-            return Archive.open(path, sha256=sha256, expect=layout)
+            return Archive.open(path, sha256=digest, expect=layout)
         except ArchiveError as error:
             self.store.drop_archive(key)
-            warnings.append(self._without_archive(f"{error}; clear its cache to read it again"))
+            missing.append(f"{error}; clear its cache to read it again")
             return None
-
-    def _without_archive(self, why: str) -> RecallNotice:
-        """The warning for a document that needed an archive and has none: span recall then re-reads
-        its spans from the text for each question; block recall is off."""
-        return RecallNotice(RecallGap.REREAD if self.settings.recall.selection == "spans" else RecallGap.OFF, why)
 
     @property
     def spans(self) -> DocumentSpans | None:
@@ -697,15 +728,17 @@ class DocumentSession:
                       budget_tokens=max(0, min(recall.recall_tokens, room)), max_spans=recall.max_spans, history=history)
 
     def _recaller(self, question: str, history: Sequence[Turn]) -> RecallHook | None:
-        """How this question recalls: the spans `engine.evidence.select` chooses (`SpanRecaller`),
-        or with selection "blocks", archive blocks chosen layer by layer by the question's attention
-        (`Recaller`). None: recall is off, or the cache keeps the whole document. Remembers the
-        spans read as the conversation's last turn."""
+        """How this question recalls, by the open document's `recall_plan`: the spans
+        `engine.evidence.select` chooses (`SpanRecaller`, from the archive or re-read), or archive
+        blocks chosen layer by layer by the question's attention (`Recaller`; also when no span is
+        chosen and there is an archive). None: the plan does not recall, the recall budget is 0
+        now, or no span was chosen and there is no archive. Remembers the spans read as the
+        conversation's last turn."""
         recall = self.settings.recall
         self._turn = Turn(question, ())
-        if recall.recall_tokens < 1 or not self._needs_recall or (self._archive is None and self._spans is None):
+        if recall.recall_tokens < 1 or not self.recall_plan.recalls:
             return None
-        if recall.selection == "spans" and self._spans is not None:
+        if self.recall_plan.by_spans:
             began = time.perf_counter()
             selection = self._select(question, history, reread=self._archive is None)
             if selection.chosen:

@@ -50,8 +50,9 @@ from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
 from engine.read_time import ReadPlan
+from engine.recall_plan import RecallPlan, RecallSource
 from engine.session import CONVERTING_MODEL_UNIT, DocumentSession, OpenReport, Phase, Progress
-from engine.settings import CachePolicy, EngineSettings, RecallSettings
+from engine.settings import CachePolicy, EngineSettings
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
 MIN_BUDGET_TOKENS = 64
@@ -129,9 +130,9 @@ class SettingsChange(enum.Enum):
     RELOAD_MODEL: the model, its device or its weights (4-bit / full) changed; the model is unloaded, the next call loads the
     new one, and an open document must be opened again. REOPEN_DOCUMENT: what a document's prefix
     holds changed (cache policy, prefix cache on / off, the archive, which files of a folder are
-    read); an open document must be opened again. NOTHING: the rest (answer length, temperature,
-    recall budget, drafts, cloud, disk budget) applies from the next question on, CPU threads from
-    the next document read.
+    read) or its recall plan did (recall turned on or off); an open document must be opened again.
+    NOTHING: the rest (answer length, temperature, a recall budget above 0, drafts, cloud, disk
+    budget) applies from the next question on, CPU threads from the next document read.
     """
 
     NOTHING = "nothing"
@@ -149,8 +150,10 @@ class SettingsChange(enum.Enum):
         if (old.model, old.device, old.weights) != (new.model, new.device, new.weights):
             return cls.RELOAD_MODEL
         # The recall budget is read at each question; the rest of the recall settings shape the
-        # archive, which is written while the document is read.
-        archive_changed = old.recall.replace(recall_tokens=0) != new.recall.replace(recall_tokens=0)
+        # archive, which is written while the document is read, and turning recall on or off changes
+        # the document's recall plan, decided when it opens (`engine.recall_plan`).
+        archive_changed = (old.recall.replace(recall_tokens=0) != new.recall.replace(recall_tokens=0)
+                           or (old.recall.recall_tokens > 0) != (new.recall.recall_tokens > 0))
         if (old.cache != new.cache or old.prefix_cache != new.prefix_cache or archive_changed
                 or old.include_generated_files != new.include_generated_files):
             return cls.REOPEN_DOCUMENT
@@ -216,35 +219,46 @@ def passages_json(passages: list[AttendedSpan]) -> str | None:
 
 class RecallOff(enum.StrEnum):
     """Why an answer had no recall, as `recall_record` stores it (text in `messages.recall_json`,
-    read back as a plain str, hence a str enum): OFF by the settings (no archive, or no tokens to
-    recall); NO_ARCHIVE for this document (the cache keeps it whole, or its archive could not be
-    written or read: the open report's `recall_notice` says which)."""
+    read back as a plain str, hence a str enum), from the document's `RecallPlan`: OFF by the
+    settings; WHOLE: the cache keeps the whole document; NO_ARCHIVE for this document (its archive
+    could not be written or read: the open report's `recall_notice` says why); NOT_CHOSEN: the plan
+    recalls, but not for this question (no page chosen without an archive, or a budget of 0)."""
 
     OFF = "off"
+    WHOLE = "the cache keeps the whole document"
     NO_ARCHIVE = "no archive for this document"
+    NOT_CHOSEN = "nothing recalled for this question"
 
 
-def recall_record(stats: RecallStats | None, recall: RecallSettings, *, heads: int | None = None) -> str:
-    """JSON text for `messages.recall_json`: what recall did for one local answer.
+def recall_off(plan: RecallPlan | None) -> RecallOff:
+    """Why an answer of a document with `plan` (None: unknown) recalled nothing."""
+    if plan is None or (plan.source is RecallSource.OFF and plan.archive_missing is None):
+        return RecallOff.OFF
+    if plan.source is RecallSource.WHOLE:
+        return RecallOff.WHOLE
+    return RecallOff.NO_ARCHIVE if plan.archive_missing is not None else RecallOff.NOT_CHOSEN
 
-    stats None (no recall for this answer): {"off": why} (a `RecallOff`). Otherwise the `RecallStats` fields plus
+
+def recall_record(stats: RecallStats | None, plan: RecallPlan | None, *, heads: int | None = None) -> str:
+    """JSON text for `messages.recall_json`: what recall did for one local answer of a document
+    whose recall plan is `plan`.
+
+    stats None (no recall for this answer): {"off": why} (`recall_off`). Otherwise the `RecallStats` fields plus
     `tokens_per_head`: tokens_recalled is summed over layers and KV heads, so it is divided by
     `heads` (layers x KV heads of the model) to be comparable with the `recall_tokens` setting.
     """
     if stats is None:
-        # Mirrors engine.cli.recall_line: off by the settings, or this document has no archive.
-        why = RecallOff.OFF if not recall.archive or not recall.recall_tokens else RecallOff.NO_ARCHIVE
-        return json.dumps({"off": why})
+        return json.dumps({"off": recall_off(plan)})
     record = asdict(stats)
     record["seconds"] = stats.seconds
     record["tokens_per_head"] = round(stats.tokens_recalled / heads) if heads else None
     return json.dumps(record)
 
 
-def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallSettings,
+def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallPlan | None,
                   low_confidence: bool = False) -> AnswerRecord:
     """How `answer` is stored in the library. model: the local model that answered (its label and
-    shape; None when unknown); recall: the settings it was answered with (why recall was off);
+    shape; None when unknown); recall: the recall plan of the document it answered (why recall was off);
     low_confidence: the model was unsure of its words (`engine.cloud.policy.low_confidence`)."""
     state = "cancelled" if answer.stop_reason == StopReason.CANCELLED else "done"
     common = dict(text=answer.text, state=state, ttft_s=answer.time_to_first_token_s,
@@ -418,9 +432,10 @@ class Workspace:
         return escalation_reason(answer, report, self.settings) if report is not None else None
 
     def answer_record(self, answer: Answer) -> AnswerRecord:
-        """`answer_record` with this workspace's model and recall settings, and whether the model was
-        unsure of its words by the threshold in the settings."""
-        return answer_record(answer, model=self.model_info(), recall=self.settings.recall,
+        """`answer_record` with this workspace's model and the open document's recall plan, and
+        whether the model was unsure of its words by the threshold in the settings."""
+        recall = self.session.recall_plan if self.session is not None else None
+        return answer_record(answer, model=self.model_info(), recall=recall,
                              low_confidence=cloud_policy.low_confidence(answer, self.settings))
 
     def outcome(self, answer: Answer) -> AnswerOutcome:

@@ -152,7 +152,6 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
     from engine.answer import Source
     from engine.kvcache.recall import RecallStats
     from engine.workspace import recall_record, sources_json
-    from engine.settings import RecallSettings
 
     path = tmp_path / "library.sqlite"
     old = sqlite3.connect(path)
@@ -171,7 +170,7 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
     stats = RecallStats(blocks_scored=900, blocks_recalled=804, tokens_recalled=16200, bytes_read=2304000,
                         score_s=0.122, read_s=0.234)
     new_id = library.add_message(1, "assistant", "A new answer", source="local", sources_json=sources_json(sources),
-                                 recall_json=recall_record(stats, RecallSettings(), heads=90))
+                                 recall_json=recall_record(stats, None, heads=90))
     library.close()
 
     again = Library(path)  # opening a migrated file again changes nothing
@@ -189,11 +188,10 @@ def test_the_footer_says_which_spans_an_answer_read_and_why():
     from app.chat import read_spans
     from engine.workspace import recall_record
     from engine.kvcache.recall import RecallStats
-    from engine.settings import RecallSettings
 
     stats = RecallStats(tokens_recalled=90 * 600, spans=("page 15", "page 105", "page 106"), signals=("words", "structure", "structure"),
                         reasons=("matching words", "chapter 8", "chapter 8"), score_s=0.002)
-    record = _answer_record(recall_json=recall_record(stats, RecallSettings(), heads=90))
+    record = _answer_record(recall_json=recall_record(stats, None, heads=90))
     assert " · read page 15 (matching words); page 105, page 106 (chapter 8) · recall 600 tokens in 2 ms" in footer_text(record)
     assert read_spans(["page 1", "page 2"], []) == "page 1, page 2"  # stored before reasons were
 
@@ -202,18 +200,21 @@ def test_the_footer_says_what_recall_cost_or_that_it_was_off():
     from app.chat import recall_text
     from engine.workspace import recall_record
     from engine.kvcache.recall import RecallStats
-    from engine.settings import RecallSettings
+    from engine.recall_plan import RecallPlan, RecallSource
 
+    archive = RecallPlan(RecallSource.ARCHIVE, "questions read the pages they choose from the archive")
     stats = RecallStats(tokens_recalled=92160, blocks_recalled=2880, blocks_scored=9000, score_s=0.004, read_s=0.008)
-    used = _answer_record(recall_json=recall_record(stats, RecallSettings(), heads=90))
+    used = _answer_record(recall_json=recall_record(stats, archive, heads=90))
     assert footer_text(used) == ("answered here by SmolLM2 · first words after 0.31 s · 3.2 tokens/s · "
                                  "saved reading of the document reused · 12 tokens · recall 1,024 tokens in 12 ms")
-    off = _answer_record(recall_json=recall_record(None, RecallSettings(recall_tokens=0)))
+    off = _answer_record(recall_json=recall_record(None, RecallPlan(RecallSource.OFF, "recall_tokens is 0")))
     assert footer_text(off).endswith("12 tokens · recall off")
-    no_archive = _answer_record(recall_json=recall_record(None, RecallSettings()))
+    no_archive = _answer_record(recall_json=recall_record(None, RecallPlan(RecallSource.REREAD, "", "disk full")))
     assert recall_text(no_archive) == "recall off (no archive for this document)"
+    whole = _answer_record(recall_json=recall_record(None, RecallPlan(RecallSource.WHOLE, "")))
+    assert recall_text(whole) == "recall off (the cache keeps the whole document)"
     cloud = MessageRecord(2, 1, "assistant", "y", "done", 0.0, source="cloud", endpoint="https://e/v1", model="m",
-                          recall_json=recall_record(None, RecallSettings()))
+                          recall_json=recall_record(None, archive))
     assert "recall" not in footer_text(cloud)  # the cloud answered: local recall does not apply
 
 

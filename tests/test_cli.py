@@ -136,15 +136,16 @@ def test_an_empty_question_is_refused_before_the_model_loads():
 
 def test_recall_line_says_why_recall_is_off():
     from engine.cli import recall_line
-    from engine.settings import RecallSettings
+    from engine.recall_plan import RecallPlan, RecallSource
 
-    from engine.session import RecallGap
-
-    on = RecallSettings()
-    assert recall_line(None, on, None) == "off (the cache keeps the whole document: nothing to recall)"
-    assert recall_line(None, on, RecallGap.OFF) == "off (no archive: see the warning above)"
-    assert recall_line(None, on, RecallGap.REREAD) == "off (the cache keeps the whole document: nothing to recall)"
-    assert recall_line(None, RecallSettings(recall_tokens=0), None) == "off"
+    missing = "its archive cannot be written (disk full)"
+    assert recall_line(None, RecallPlan(RecallSource.WHOLE, "")) == "off (the cache keeps the whole document: nothing to recall)"
+    assert recall_line(None, RecallPlan(RecallSource.OFF, "", missing)) == "off (no archive: see the warning above)"
+    assert recall_line(None, RecallPlan(RecallSource.OFF, "recall is off in the settings")) == "off"
+    assert recall_line(None, None) == "off"
+    # A document that re-reads its spans, asked a question that chose none: not "kept whole".
+    reread = recall_line(None, RecallPlan(RecallSource.REREAD, "", missing))
+    assert reread.startswith("off for this question") and "whole" not in reread
 
 
 def test_show_spans_prints_the_attended_needle_sentence_first(tmp_path):

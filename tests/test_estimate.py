@@ -77,32 +77,35 @@ def test_torch_free_token_bytes_match_the_tensors_a_format_allocates(bits, head_
 def test_no_archive_is_estimated_for_a_document_the_cache_keeps_whole():
     """The session writes no archive when the budget keeps the whole document and a question; the
     estimate (the window's header, `halaman estimate`) must not promise one on disk."""
-    from engine.estimate import QUESTION_RESERVE_TOKENS, archive_needed, estimate
+    from engine.estimate import QUESTION_RESERVE_TOKENS, estimate, kept_whole
     from engine.settings import RecallSettings
 
     policy, recall = CachePolicy(), RecallSettings()
     profile = KNOWN_SHAPES["smollm2-135m"]
     whole = policy.budget_tokens - QUESTION_RESERVE_TOKENS
-    assert not archive_needed(whole, policy, recall) and archive_needed(whole + 1, policy, recall)
+    assert kept_whole(whole, policy) and not kept_whole(whole + 1, policy)
     assert estimate(profile, policy, whole, recall).archive_bytes == 0
     assert estimate(profile, policy, whole + 1, recall).archive_bytes > 0
     assert estimate(profile, policy, 10 * whole, RecallSettings(archive=False)).archive_bytes == 0
 
 
 def test_a_3b_model_at_128k_keeps_recall_on_under_the_default_disk_budget():
-    from engine.estimate import estimate, recall_source
+    from engine.estimate import estimate
+    from engine.recall_plan import RecallSource, plan_recall
     from engine.settings import EngineSettings
 
     settings = EngineSettings()
+    budget = settings.prefix_cache_disk_bytes
     llama = KNOWN_SHAPES["llama-3.2-3b"]
     result = estimate(llama, settings.cache, 131_072, settings.recall)
-    assert result.archive_bytes == 131_072 * 39_424  # 2·L·H_kv·D·½ + scales, zero points, block bounds
-    assert result.archive_bytes > settings.prefix_cache_disk_bytes
-    assert recall_source(131_072, settings.cache, settings.recall, result.archive_bytes, settings.prefix_cache_disk_bytes) == "re-read"
-    smol = estimate(KNOWN_SHAPES["smollm2-135m"], settings.cache, 131_072, settings.recall)
-    assert recall_source(131_072, settings.cache, settings.recall, smol.archive_bytes, settings.prefix_cache_disk_bytes) == "archive"
-    blocks = settings.recall.replace(selection="blocks")
-    assert recall_source(131_072, settings.cache, blocks, result.archive_bytes, settings.prefix_cache_disk_bytes) == "none"
+    # 2·L·H_kv·D·½ + scales, zero points, block bounds; then two block digests and one of the bounds per layer
+    assert result.archive_bytes == 131_072 * 39_424 + 28 * (2 * 4096 + 1) * 16
+    assert result.archive_bytes > budget
+    assert plan_recall(settings, llama, 131_072, disk_budget_bytes=budget).source is RecallSource.REREAD
+    smol = KNOWN_SHAPES["smollm2-135m"]
+    assert plan_recall(settings, smol, 131_072, disk_budget_bytes=budget).source is RecallSource.ARCHIVE
+    blocks = settings.replace(recall=settings.recall.replace(selection="blocks"))
+    assert plan_recall(blocks, llama, 131_072, disk_budget_bytes=budget).source is RecallSource.OFF
 
 
 def test_halaman_estimate_says_where_recall_reads_from():
@@ -111,4 +114,4 @@ def test_halaman_estimate_says_where_recall_reads_from():
 
     out = subprocess.run([sys.executable, "-m", "engine.cli", "estimate", "--model", "llama-3.2-3b", "--tokens", "131072"],
                          capture_output=True, text=True, check=True).stdout
-    assert "4.8 GiB" in out and "not written" in out and "recall          on (spans re-read from the text)" in out
+    assert "4.8 GiB" in out and "not written" in out and "recall          re-read: its archive (4.8 GiB)" in out

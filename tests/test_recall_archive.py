@@ -6,7 +6,7 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter, file_sha256
+from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.attention import RotaryTable, apply_rope
 from engine.kvcache.cache import CacheShape, LayerKV
 from engine.kvcache.quant import KVFormat
@@ -37,7 +37,7 @@ def write_archive(path, rope, n_tokens, *, bits=4, block=32, chunk=128, seed=0):
         for layer in range(LAYERS):
             writer.append(layer, start, keys[layer, :, start:start + chunk], values[layer, :, start:start + chunk])
     sha, size = writer.finish()
-    assert size == path.stat().st_size and sha == file_sha256(path)
+    assert size == path.stat().st_size and len(sha) == 64
     return layout, keys, values, sha
 
 
@@ -58,7 +58,7 @@ def test_archive_round_trips_bit_exactly_and_is_plain_safetensors(tmp_path, rope
     # Any safetensors reader sees the same tensors (the header is written by hand).
     with safetensors.safe_open(str(path), framework="pt") as handle:
         assert torch.equal(handle.get_tensor("layer1.k.codes")[:, 1], fmt.encode(keys[1, 1])["codes"])
-        assert handle.metadata()["format"] == "halaman-archive-1"
+        assert handle.metadata()["format"] == "halaman-archive-2"
     # Block bounds bracket the keys rotated at their original positions.
     cos, sin = rope.lookup(torch.arange(n))
     rotated = apply_rope(keys[0], cos, sin)
@@ -69,15 +69,21 @@ def test_archive_round_trips_bit_exactly_and_is_plain_safetensors(tmp_path, rope
         assert (block.amin(1) - key_min[b]).max() < 0.01 and (key_max[b] - block.amax(1)).max() < 0.01
 
 
-def test_damaged_truncated_or_foreign_archives_are_refused(tmp_path, rope):
-    path = tmp_path / "a.safetensors"
-    layout, _, _, sha = write_archive(path, rope, 128)
+def damage(path, offset, tmp_path):
+    """A copy of the archive at `path` with the byte at `offset` flipped."""
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[offset] ^= 0xFF
     damaged = tmp_path / "damaged.safetensors"
     damaged.write_bytes(bytes(data))
-    with pytest.raises(ArchiveError, match="checksum"):
-        Archive.open(damaged, sha256=sha)
+    return damaged
+
+
+def test_damaged_truncated_or_foreign_archives_are_refused(tmp_path, rope):
+    path = tmp_path / "a.safetensors"
+    _, _, _, sha = write_archive(path, rope, 128)
+    digests = Archive.open(path)._places["digests.blocks"][0]
+    with pytest.raises(ArchiveError, match="digest mismatch"):  # the tables are checked at open
+        Archive.open(damage(path, digests + 5, tmp_path), sha256=sha)
     truncated = tmp_path / "truncated.safetensors"
     truncated.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(ArchiveError, match="bytes"):
@@ -89,6 +95,40 @@ def test_damaged_truncated_or_foreign_archives_are_refused(tmp_path, rope):
     (tmp_path / "zeros").write_bytes(b"\0" * 64)
     with pytest.raises(ArchiveError):
         Archive.open(tmp_path / "zeros")
+
+
+def test_opening_hashes_the_header_and_tables_only_and_a_read_checks_each_block_once(tmp_path, rope):
+    path = tmp_path / "a.safetensors"
+    n = 4096  # 128 blocks: reading one must not hash the others
+    layout, _, _, sha = write_archive(path, rope, n, chunk=512)
+    archive = Archive.open(path, sha256=sha, expect=layout)
+    tables = archive._block_digests.nbytes + archive._bound_digests.nbytes
+    assert archive.bytes_hashed < tables + 8192 < path.stat().st_size // 20
+    opened = archive.bytes_hashed
+    archive.read(1, torch.tensor([[40, 41], [45, 63], [33, 34]]))  # all in block 1 of layer 1
+    block_bytes = 32 * HEADS * 2 * KVFormat(bits=4, group_size=32).bytes_per_token(DIM)  # keys and values
+    assert archive.bytes_hashed - opened == block_bytes
+    archive.read(1, torch.tensor([[40], [41], [42]]))
+    assert archive.bytes_hashed - opened == block_bytes, "a block is hashed once per opening"
+
+
+@pytest.mark.parametrize("what", ["k.codes", "v.scale", "key_max"])
+def test_a_damaged_block_is_found_when_it_is_read_not_before(tmp_path, rope, what):
+    path = tmp_path / "a.safetensors"
+    n = 300
+    layout, _, _, sha = write_archive(path, rope, n)
+    places = Archive.open(path)._places
+    offset, shape, dtype = places[f"layer1.{what}"]
+    row = int(torch.tensor(shape[1:]).prod()) * torch.empty((), dtype=dtype).element_size()
+    target = 7 if what != "key_max" else 0  # token 7 (block 0) of a field; block 0 of the bounds
+    archive = Archive.open(damage(path, offset + target * row + 1, tmp_path), sha256=sha, expect=layout)
+    archive.read(0, torch.tensor([[7]] * HEADS))  # the same block of another layer is intact
+    archive.read(1, torch.tensor([[200]] * HEADS))  # another block of the damaged layer too
+    with pytest.raises(ArchiveError, match="layer 1"):
+        if what == "key_max":
+            archive.bounds(1)
+        else:
+            archive.read(1, torch.tensor([[7, 40]] * HEADS))
 
 
 def test_writer_refuses_out_of_order_chunks_and_an_unfinished_prefill(tmp_path, rope):

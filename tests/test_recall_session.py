@@ -8,6 +8,7 @@ import pytest
 
 from engine.documents import Document, Segment
 from engine.errors import Cancelled
+from engine.kvcache.archive import Archive
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession, Phase
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
@@ -105,14 +106,16 @@ def test_the_archive_is_reused_on_a_prefix_hit_and_a_damaged_one_is_dropped_with
     assert again.open(haystack()).prefix_hit
     assert again.ask(QUESTION).text == expected
 
+    # Opening checks the archive's digest tables (a damaged block is found when a question reads it:
+    # tests/test_recall_plan.py).
     path, _ = store.archive(entry.key)
     data = bytearray(path.read_bytes())
-    data[len(data) // 3] ^= 0x55
+    data[Archive.open(path)._places["digests.blocks"][0] + 7] ^= 0x55
     path.write_bytes(bytes(data))
     damaged = DocumentSession(smol, settings(), store)
     report = damaged.open(haystack())
     assert report.prefix_hit, "the snapshot is intact and still used"
-    assert any("recall is off" in w and "checksum" in w for w in report.warnings)
+    assert any("recall is off" in w and "digest" in w for w in report.warnings)
     answer = damaged.ask(QUESTION)
     assert answer.recall is None and CODE not in answer.text
     assert store.archive(entry.key) is None and not path.exists()

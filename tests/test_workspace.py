@@ -35,6 +35,7 @@ SMALL = EngineSettings(cache=CachePolicy(budget_tokens=512, window_tokens=128, r
     (dict(recall=RecallSettings(archive_bits=2)), SettingsChange.REOPEN_DOCUMENT),   # the archive is written while reading
     (dict(include_generated_files=True), SettingsChange.REOPEN_DOCUMENT),           # a folder reads other files
     (dict(recall=RecallSettings(recall_tokens=256)), SettingsChange.NOTHING),       # read at each question
+    (dict(recall=RecallSettings(recall_tokens=0)), SettingsChange.REOPEN_DOCUMENT),  # recall off: another recall plan
     (dict(max_new_tokens=99, temperature=0.7, draft_tokens=8), SettingsChange.NOTHING),
     (dict(threads=1), SettingsChange.NOTHING),                                      # applied at the next read
     (dict(prefix_cache_disk_bytes=10**9), SettingsChange.NOTHING),
@@ -79,7 +80,7 @@ def test_a_cloud_answer_becomes_a_record_with_its_provenance_and_no_local_fields
                                decode_tokens_per_s=20.0, stop_reason="end", reply=reply)
     assert math.isnan(answer.mean_logprob) and answer.token_ids == [] and not answer.incomplete
     model = ModelInfo("SmolLM2", "cpu", _profile(), 10, 1.0)
-    record = answer_record(answer, model=model, recall=RecallSettings())
+    record = answer_record(answer, model=model, recall=None)
     assert (record.source, record.endpoint, record.model, record.reason) == (
         "cloud", "https://api.example.com/v1", "served-model", "low confidence")
     assert record.tokens == 17 and record.prefix_hit is None and record.state == "done"
@@ -87,7 +88,7 @@ def test_a_cloud_answer_becomes_a_record_with_its_provenance_and_no_local_fields
     unreported = answer_record(Answer.from_cloud("q?", "x", prompt_tokens=5, time_to_first_token_s=0.1,
                                                  decode_tokens_per_s=0.0, stop_reason="cancelled",
                                                  reply=CloudReply(endpoint="e", model="m", reason="user asked")),
-                               model=model, recall=RecallSettings())
+                               model=model, recall=None)
     assert unreported.tokens is None and unreported.tokens_per_s is None and unreported.state == "cancelled"
 
 
@@ -97,7 +98,7 @@ def test_a_local_answer_becomes_a_record_with_its_recall_and_sources():
                     decode_tokens_per_s=3.2, prefix_hit=True, stop_reason="end", mean_logprob=-0.5, recall=stats,
                     sources=[Source("page 2", 0.6, page=2)])
     model = ModelInfo("SmolLM2", "cpu", _profile(), 10, 1.0)
-    record = answer_record(answer, model=model, recall=RecallSettings())
+    record = answer_record(answer, model=model, recall=None)
     assert (record.source, record.model, record.endpoint, record.reason) == ("local", "SmolLM2", None, None)
     assert record.tokens == 3 and record.prefix_hit == 1 and record.tokens_per_s == 3.2
     assert json.loads(record.sources_json) == [{"label": "page 2", "share": 0.6, "page": 2, "path": None}]

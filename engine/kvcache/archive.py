@@ -16,12 +16,22 @@ H = KV heads, D = head dim, b = ceil(n / block_tokens) blocks):
     layer{l}.v.codes / .v.scale / .v.zero   [n, H, ...]  values, same format
     layer{l}.key_min / layer{l}.key_max     [b, H, D]    float16, per-channel min / max of the keys
                                                          *after* RoPE at their original positions
+    digests.blocks                          [L, b, 2, 16] uint8: BLAKE2b-128 of each block's key
+                                                         fields (0) and value fields (1), per layer
+    digests.bounds                          [L, 16]      uint8: BLAKE2b-128 of a layer's key bounds
 
 Token-major rows keep one block of all heads of a layer contiguous (a recalled block is one small
 read). The bounds are Quest's block summary (Tang et al. 2024, arXiv 2406.10774): for a query q,
 Σ_c max(q_c·min_c, q_c·max_c) bounds q·k for every key k of the block. They are rounded outward
 to float16, so the bound holds for what is stored. Metadata (`__metadata__`) names the format,
 bits, group size, block size, token count and shape; `Archive.open` checks it.
+
+Integrity: the writer hashes each block as it writes it (the chunk is in memory then) and stores the
+digests in the file; its *digest* (`ArchiveWriter.finish`) is the SHA-256 of the header and the
+digest tables, a few MiB for a book. Opening checks that digest only; `read` and `bounds` check each
+block (or a layer's bounds) against its table entry the first time they touch it. A book's archive
+(about 1 GiB) is thus never read whole to be opened, and a damaged block is still found before its
+bytes are used.
 """
 
 from __future__ import annotations
@@ -38,15 +48,21 @@ import torch
 
 from engine.kvcache.attention import RotaryTable, rotate
 from engine.kvcache.quant import KVFormat, _round_fp16
+from engine.kvcache.sizes import DIGEST_BYTES
 
-ARCHIVE_FORMAT = "halaman-archive-1"
+ARCHIVE_FORMAT = "halaman-archive-2"  # 2: per-block digests
 ARCHIVE_BITS = (2, 4)
 _DTYPES = {torch.uint8: ("U8", np.uint8), torch.float16: ("F16", np.float16)}
-_HASH_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+def _digest() -> hashlib.blake2b:
+    """BLAKE2b-128: fast, and 1 MiB of digests per 32k blocks is ample against damage (not an adversary's
+    choice of bytes: the file's owner could rewrite the tables too)."""
+    return hashlib.blake2b(digest_size=DIGEST_BYTES)
 
 
 class ArchiveError(ValueError):
-    """An archive file is missing, damaged (checksum) or made for another model or format."""
+    """An archive file is missing, damaged (a digest differs) or made for another model or format."""
 
 
 @dataclass(frozen=True)
@@ -90,13 +106,13 @@ class ArchiveLayout:
                     specs[f"layer{layer}.{kv}.{name}"] = ((self.n_tokens, self.kv_heads, *trailing), dtype)
             for bound in ("key_min", "key_max"):
                 specs[f"layer{layer}.{bound}"] = ((self.n_blocks, self.kv_heads, self.head_dim), torch.float16)
+        specs["digests.blocks"] = ((self.num_layers, self.n_blocks, 2, DIGEST_BYTES), torch.uint8)
+        specs["digests.bounds"] = ((self.num_layers, DIGEST_BYTES), torch.uint8)
         return specs
 
-    def bytes_per_token(self) -> int:
-        """Disk bytes per document token, block bounds included (amortised over a block)."""
-        per_head = 2 * self.fmt.bytes_per_token(self.head_dim)
-        bounds = 2 * self.head_dim * 2 / self.block_tokens
-        return round(self.num_layers * self.kv_heads * (per_head + bounds))
+    def field_names(self, layer: int, kind: str) -> list[str]:
+        """Tensor names of `layer`'s keys (`kind` "k") or values ("v"), in the order a block digest hashes them."""
+        return [f"layer{layer}.{kind}.{name}" for name in self.fmt.field_specs(self.head_dim)]
 
     def metadata(self) -> dict[str, str]:
         return {"format": ARCHIVE_FORMAT, "layout": json.dumps(self.__dict__, sort_keys=True)}
@@ -126,7 +142,8 @@ class ArchiveWriter:
     `[kv_heads, chunk, head_dim]`, whose first token is stream position `start`; `start` must be a
     multiple of `block_tokens` (prefill chunks are). The file is created at its full size at once
     (its blocks reserved where the OS can), so a full disk fails at the start, not after an hour.
-    `finish()` checks every token was written, fsyncs and returns (sha256 hex, size in bytes);
+    Each block is hashed as it is written (see the module docstring). `finish()` checks every
+    token was written, writes the digest tables, fsyncs and returns (digest hex, size in bytes);
     `abort()` deletes the file. Raises OSError from the file system, ArchiveError for a bad layout.
     """
 
@@ -135,20 +152,21 @@ class ArchiveWriter:
         self.path = Path(path)
         self.layout = layout
         self.rope = rope
-        header, self._places = _header(layout)
-        size = max(offset + int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
-                   for offset, shape, dtype in self._places.values())
+        self._header, self._places = _header(layout)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(self._fd, header)
+            os.write(self._fd, self._header)
             if hasattr(os, "posix_fallocate"):  # reserve the blocks: a full disk fails here, not mid-read
-                os.posix_fallocate(self._fd, 0, size)
+                os.posix_fallocate(self._fd, 0, _end(self._places))
             else:
-                os.ftruncate(self._fd, size)
+                os.ftruncate(self._fd, _end(self._places))
         except OSError:
             self.abort()
             raise
         self._written = [0] * layout.num_layers
+        self._block_digests = np.zeros(layout.tensor_specs()["digests.blocks"][0], dtype=np.uint8)
+        # The bounds are hashed as they arrive, in order: one running hash per layer and bound.
+        self._bound_hashes = [(_digest(), _digest()) for _ in range(layout.num_layers)]
 
     def append(self, layer: int, start: int, key: torch.Tensor, value: torch.Tensor) -> None:
         """Write the chunk `[kv_heads, chunk, head_dim]` (keys before RoPE) of `layer` at `start`."""
@@ -159,41 +177,51 @@ class ArchiveWriter:
         # Keys and values quantized in one call (the groups are per token: the same codes as two calls;
         # this runs 30 times per chunk of a read, so its op count shows in the read's speed).
         fields = lay.fmt.encode(torch.stack((key, value)))
+        first_block = start // lay.block_tokens
+        n_blocks = -(-chunk // lay.block_tokens)
         for i, kv in enumerate("kv"):
-            for name, tensor in fields.items():
-                self._put(f"layer{layer}.{kv}.{name}", start, tensor[i].transpose(0, 1))
+            rows = [self._put(f"layer{layer}.{kv}.{name}", start, tensor[i].transpose(0, 1))
+                    for name, tensor in fields.items()]
+            for b in range(n_blocks):
+                digest = _digest()
+                for data in rows:  # [chunk, H, ...] C-contiguous: a block's rows are one slice
+                    digest.update(data[b * lay.block_tokens:(b + 1) * lay.block_tokens])
+                self._block_digests[layer, first_block + b, i] = np.frombuffer(digest.digest(), dtype=np.uint8)
         # Block bounds of the keys rotated at their original positions (what scoring compares with).
         rotated = rotate(key.float(), self.rope.joint(rows=slice(start, start + chunk)))  # [H, chunk, D]
-        n_blocks = -(-chunk // lay.block_tokens)
         pad = n_blocks * lay.block_tokens - chunk
         low = torch.nn.functional.pad(rotated, (0, 0, 0, pad), value=float("inf")) if pad else rotated
         high = torch.nn.functional.pad(rotated, (0, 0, 0, pad), value=float("-inf")) if pad else rotated
         shape = (lay.kv_heads, n_blocks, lay.block_tokens, lay.head_dim)
         key_min = _round_fp16(low.view(shape).amin(dim=2), toward=float("-inf"))
         key_max = _round_fp16(high.view(shape).amax(dim=2), toward=float("inf"))
-        first_block = start // lay.block_tokens
-        self._put(f"layer{layer}.key_min", first_block, key_min.transpose(0, 1))
-        self._put(f"layer{layer}.key_max", first_block, key_max.transpose(0, 1))
+        for hashed, name, bound in zip(self._bound_hashes[layer], ("key_min", "key_max"), (key_min, key_max), strict=True):
+            hashed.update(self._put(f"layer{layer}.{name}", first_block, bound.transpose(0, 1)))
         self._written[layer] = start + chunk
 
-    def _put(self, name: str, first_row: int, rows: torch.Tensor) -> None:
+    def _put(self, name: str, first_row: int, rows: torch.Tensor) -> np.ndarray:
+        """Write `rows` at row `first_row` of tensor `name`; returns the bytes written as an array."""
         offset, shape, dtype = self._places[name]
-        row_bytes = int(np.prod(shape[1:])) * torch.empty((), dtype=dtype).element_size()
         data = rows.detach().to("cpu", dtype).contiguous().numpy()  # written from its buffer, no bytes copy
-        os.pwrite(self._fd, data, offset + first_row * row_bytes)
+        os.pwrite(self._fd, data, offset + first_row * _row_bytes(shape, dtype))
+        return data
 
     def finish(self) -> tuple[str, int]:
-        """Close the file; returns (sha256 hex of the whole file, size in bytes).
+        """Write the digest tables and close the file; returns (the archive's digest: SHA-256 hex of
+        the header and the digest tables, size in bytes). Nothing is read back.
 
         Raises ArchiveError if some layer did not receive every token (the prefill stopped early).
         """
         if any(n != self.layout.n_tokens for n in self._written):
             self.abort()
             raise ArchiveError("archive incomplete: the prefill did not reach the end of the document")
+        bounds = np.stack([np.frombuffer(_combine(low, high), dtype=np.uint8) for low, high in self._bound_hashes])
+        os.pwrite(self._fd, self._block_digests, self._places["digests.blocks"][0])
+        os.pwrite(self._fd, bounds, self._places["digests.bounds"][0])
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
-        return file_sha256(self.path), self.path.stat().st_size
+        return archive_digest(self._header, self._block_digests, bounds), self.path.stat().st_size
 
     def abort(self) -> None:
         """Close and delete the file (a cancelled or failed prefill)."""
@@ -203,12 +231,28 @@ class ArchiveWriter:
         self.path.unlink(missing_ok=True)
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 hex of a file, read in 16 MiB pieces."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while piece := handle.read(_HASH_CHUNK_BYTES):
-            digest.update(piece)
+def _row_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    return int(np.prod(shape[1:])) * torch.empty((), dtype=dtype).element_size()
+
+
+def _end(places: dict) -> int:
+    """File size: where the last tensor ends."""
+    return max(offset + shape[0] * _row_bytes(shape, dtype) for offset, shape, dtype in places.values())
+
+
+def _combine(key_min: hashlib.blake2b, key_max: hashlib.blake2b) -> bytes:
+    """A layer's bounds digest from the running hashes of its key_min and key_max tensors."""
+    digest = _digest()
+    digest.update(key_min.digest() + key_max.digest())
+    return digest.digest()
+
+
+def archive_digest(header: bytes, block_digests: np.ndarray, bound_digests: np.ndarray) -> str:
+    """SHA-256 hex of an archive's header bytes (length prefix included) and its digest tables:
+    what the prefix store keeps and `Archive.open` checks."""
+    digest = hashlib.sha256(header)
+    digest.update(np.ascontiguousarray(block_digests))
+    digest.update(np.ascontiguousarray(bound_digests))
     return digest.hexdigest()
 
 
@@ -217,27 +261,35 @@ class Archive:
 
     `bounds(layer)` -> (key_min, key_max) float32 `[n_blocks, kv_heads, head_dim]`;
     `read(layer, tokens)` -> the K/V fields of `tokens` `[kv_heads, m]` (token indices per head) as
-    `{"k.codes": [kv_heads, m, ...], ...}`; `decode` turns those into K and V tensors.
+    `{"k.codes": [kv_heads, m, ...], ...}`; `decode` turns those into K and V tensors. Both check
+    what they touch against the digest tables once per opening and raise ArchiveError for a
+    damaged block. `bytes_hashed` counts the bytes hashed so far (opening: the header and the tables).
     """
 
-    def __init__(self, path: Path, layout: ArchiveLayout, places: dict, data: np.memmap) -> None:
+    def __init__(self, path: Path, layout: ArchiveLayout, places: dict, data: np.memmap, bytes_hashed: int) -> None:
         self.path = path
         self.layout = layout
         self._places = places
         self._data = data
+        self.bytes_hashed = bytes_hashed
+        self._block_digests = self._view("digests.blocks")   # [L, b, 2, 16]
+        self._bound_digests = self._view("digests.bounds")   # [L, 16]
+        self._checked = np.zeros(self._block_digests.shape[:3], dtype=bool)  # [L, b, 2]: blocks hashed already
+        self._bounds_checked = np.zeros(layout.num_layers, dtype=bool)
 
     @classmethod
     def open(cls, path: Path, *, sha256: str | None = None, expect: ArchiveLayout | None = None) -> Archive:
-        """Map `path`; verify its SHA-256 against `sha256` (if given) and its layout against
-        `expect` (if given). Raises ArchiveError naming what is wrong: missing, damaged, other format.
+        """Map `path`; check its digest (`ArchiveWriter.finish`) against `sha256` (if given) and its
+        layout against `expect` (if given). Reads the header and the digest tables, never the whole
+        file. Raises ArchiveError naming what is wrong: missing, damaged, other format.
         """
         path = Path(path)
         try:
-            if sha256 is not None and file_sha256(path) != sha256:
-                raise ArchiveError("archive checksum mismatch (damaged file)")
             with open(path, "rb") as handle:
-                (header_len,) = struct.unpack("<Q", handle.read(8))
-                header = json.loads(handle.read(header_len))
+                prefix = handle.read(8)
+                (header_len,) = struct.unpack("<Q", prefix)
+                header_bytes = prefix + handle.read(header_len)
+            header = json.loads(header_bytes[8:])
             meta = header.get("__metadata__") or {}
             if meta.get("format") != ARCHIVE_FORMAT:
                 raise ArchiveError(f"archive format {meta.get('format')!r}, expected {ARCHIVE_FORMAT}")
@@ -252,25 +304,65 @@ class Archive:
         expected_header, places = _header(layout)
         if json.loads(expected_header[8:]) != header:
             raise ArchiveError("archive header does not match its layout")
-        end = max(o + int(np.prod(s)) * torch.empty((), dtype=d).element_size() for o, s, d in places.values())
-        if data.shape[0] != end:
-            raise ArchiveError(f"archive has {data.shape[0]} bytes, its header needs {end}")
-        return cls(path, layout, places, data)
+        if data.shape[0] != _end(places):
+            raise ArchiveError(f"archive has {data.shape[0]} bytes, its header needs {_end(places)}")
+        archive = cls(path, layout, places, data, bytes_hashed=0)
+        if sha256 is not None:
+            tables = (archive._block_digests, archive._bound_digests)
+            archive.bytes_hashed = len(header_bytes) + sum(t.nbytes for t in tables)
+            if archive_digest(header_bytes, *tables) != sha256:
+                raise ArchiveError("archive digest mismatch (damaged file)")
+        return archive
 
     def _view(self, name: str) -> np.ndarray:
         offset, shape, dtype = self._places[name]
-        size = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        size = shape[0] * _row_bytes(shape, dtype)
         return self._data[offset : offset + size].view(_DTYPES[dtype][1]).reshape(shape)
 
+    def _check_blocks(self, layer: int, blocks: np.ndarray, kinds: str) -> None:
+        """Hash `layer`'s `blocks` (block indices) for `kinds` not checked yet; ArchiveError on a mismatch."""
+        lay = self.layout
+        for i, kv in enumerate("kv"):
+            if kv not in kinds:
+                continue
+            todo = blocks[~self._checked[layer, blocks, i]]
+            if not len(todo):
+                continue
+            views = [self._view(name) for name in lay.field_names(layer, kv)]
+            for block in todo.tolist():
+                digest = _digest()
+                for view in views:
+                    rows = view[block * lay.block_tokens:(block + 1) * lay.block_tokens]
+                    digest.update(rows)
+                    self.bytes_hashed += rows.nbytes
+                if digest.digest() != self._block_digests[layer, block, i].tobytes():
+                    raise ArchiveError(f"archive block {block} of layer {layer} is damaged ({'keys' if kv == 'k' else 'values'} "
+                                       "differ from their digest)")
+            self._checked[layer, todo, i] = True
+
     def bounds(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(key_min, key_max) of `layer` as float32 `[n_blocks, kv_heads, head_dim]`."""
-        return tuple(torch.from_numpy(self._view(f"layer{layer}.{b}").astype(np.float32)) for b in ("key_min", "key_max"))
+        """(key_min, key_max) of `layer` as float32 `[n_blocks, kv_heads, head_dim]`. Raises
+        ArchiveError when they differ from their digest."""
+        views = [self._view(f"layer{layer}.{b}") for b in ("key_min", "key_max")]
+        if not self._bounds_checked[layer]:
+            hashes = []
+            for view in views:
+                hashed = _digest()
+                hashed.update(view)
+                hashes.append(hashed)
+                self.bytes_hashed += view.nbytes
+            if _combine(*hashes) != self._bound_digests[layer].tobytes():
+                raise ArchiveError(f"archive key bounds of layer {layer} are damaged (they differ from their digest)")
+            self._bounds_checked[layer] = True
+        return tuple(torch.from_numpy(view.astype(np.float32)) for view in views)
 
     def read(self, layer: int, tokens: torch.Tensor, kinds: str = "kv") -> dict[str, torch.Tensor]:
         """Fields of `tokens` `[kv_heads, m]` (token index per head): name -> `[kv_heads, m, ...]`,
-        for keys ("k.codes", ...) and / or values as `kinds` says ("k", "v" or "kv")."""
+        for keys ("k.codes", ...) and / or values as `kinds` says ("k", "v" or "kv"). Raises
+        ArchiveError when a block they lie in differs from its digest."""
         heads = torch.arange(self.layout.kv_heads)[:, None].expand_as(tokens).numpy()
         rows = tokens.cpu().numpy()
+        self._check_blocks(layer, np.unique(rows // self.layout.block_tokens), kinds)
         out = {}
         for kv in kinds:
             for name in self.layout.fmt.field_specs(self.layout.head_dim):
