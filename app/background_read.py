@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from app import operations as ops
+from app.changes import Changes
 from app.units import fmt_duration
 from app.worker import Job, JobError
 from engine.errors import ErrorKind
@@ -81,6 +82,7 @@ class BackgroundRead:
             return
         self.job = self._pause = None
         w.library_panel.set_reading(None)
+        w.changed.emit(Changes(shown=True, library=True))  # the header's memory line, the row's "cached"
         w.statusBar().showMessage(f"Read {report.title} whole in {fmt_duration(report.prefill_seconds)}: later "
                                   "questions start from its saved reading.", 10000)
         w.refresh_cache_status()

@@ -30,7 +30,9 @@ def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate
     parts = [record.size_text]
     if record.tokens:
         parts.append(f"{record.tokens:,} tokens")
-    if report is not None:
+    if report is not None and report.unread:
+        parts.append("being read whole in the background: meanwhile each answer re-reads the pages it chooses")
+    elif report is not None:
         parts.append(f"kept in {format_bytes(report.kv.total_bytes)} of memory "
                      f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)} than uncompressed)")
         parts.append("its saved reading reused" if report.prefix_hit else "read just now")

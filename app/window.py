@@ -198,10 +198,13 @@ class MainWindow(QMainWindow):
             self.reader.confirm_long_read(job, request)
 
     def cancel_work(self) -> None:
-        """Cancel whatever the worker is doing (prefill, answer); it stops within a second."""
-        if self.client.busy:
-            self.client.cancel()
-            self.progress.cancelling()
+        """Cancel what the worker is doing; it stops within a second. While an answer streams, only
+        the answer: a background read it paused goes on after it (Esc twice stops both)."""
+        if not self.client.busy:
+            return
+        live = self.state.live
+        self.client.cancel([live.job] if live is not None else None)
+        self.progress.cancelling()
 
     # ================================================================ library
     def refresh_cache_status(self) -> None:

@@ -285,8 +285,8 @@ def _read_after(args: argparse.Namespace, workspace, bar: _ProgressBar, cancel: 
     says it was not read."""
     err = sys.stderr
     if args.read != "after":
-        print("read            not yet: the answer re-read the pages its index chose; `--read after` reads the whole "
-              "document once and saves it, so later questions recall from it", file=err)
+        print("read            not yet: the answer re-read the parts of the document its index chose; `--read after` "
+              "reads the whole document once and saves it, so later questions recall from it", file=err)
         return
     print("Reading the whole document for the next questions (Ctrl-C stops; nothing is kept then) ...", file=err, flush=True)
     try:

@@ -283,7 +283,8 @@ class DocumentSession:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
                 if read_now or not (planned.by_spans and spans is not None):
                     if before_prefill is not None:
-                        plan = read_time.plan_read(len(prefix_ids), self._rate_key(), self.model.parameters)
+                        threads = apply_threads(self.settings.threads) if self.model.device.type == "cpu" else 0
+                        plan = read_time.plan_read(len(prefix_ids), self._rate_key(threads), self.model.parameters)
                         if plan.is_long and not before_prefill(plan):
                             raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
                     self._run_read(read, notify, cancel, None)
@@ -524,7 +525,7 @@ class DocumentSession:
             question=question, text=split.answer, token_ids=built.generated,
             prompt_tokens=self.report.document_tokens + len(suffix_ids),
             time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
-            prefix_hit=not prefilled_for_this, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
+            prefix_hit=not prefilled_for_this and self._unread is None, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
             recall=recaller.stats if recaller else None, sources=sources, passages=passages,
             drafts=drafts, reasoning=split.reasoning,
         )

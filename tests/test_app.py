@@ -83,8 +83,12 @@ def drop(window: MainWindow, path: Path) -> QDropEvent:
     return event
 
 
-def wait_open(qtbot, window: MainWindow, timeout: int = OPEN_TIMEOUT_MS) -> None:
+def wait_open(qtbot, window: MainWindow, timeout: int = OPEN_TIMEOUT_MS, *, read: bool = True) -> None:
+    """Wait until the opened document can be asked about; with `read`, also until its whole read
+    (index first: in the background) has ended and saved its reading."""
     qtbot.waitUntil(lambda: window.state.open_id is not None and window.state.opening is None, timeout=timeout)
+    if read:
+        qtbot.waitUntil(lambda: not window.background_read.running and not window.client.busy, timeout=timeout)
 
 
 def ask(qtbot, window: MainWindow, question: str, *, wait: bool = True) -> list[str]:
@@ -290,7 +294,9 @@ def test_the_gauge_shows_the_engines_memory_report(make_window, qtbot, tmp_path)
 def test_the_event_loop_keeps_turning_during_a_prefill_and_cancel_stops_it(make_window, qtbot, tmp_path):
     long = tmp_path / "long.txt"
     long.write_text("The quick brown fox jumps over the lazy dog near the river bank. " * 400, encoding="utf-8")
-    window = make_window()
+    # Recall off: the read comes before any question (index first needs span recall to answer
+    # from pages), the read this test watches. tests/test_app_index_first.py has the other kind.
+    window = make_window(SMALL.replace(recall=SMALL.recall.replace(recall_tokens=0)))
     window.open_path(str(text_doc(tmp_path)))  # a document already in the library, open
     wait_open(qtbot, window)
     ask(qtbot, window, "When is the meeting?")
@@ -809,7 +815,9 @@ def test_a_long_read_says_how_long_first_and_offers_a_subfolder(make_window, qtb
     (repo / "README.md").write_text("# Demo\n\nA small project about rivers.\n" * 30, encoding="utf-8")
     (repo / "src" / "main.py").write_text("def river():\n    return 'The river flows north.'\n", encoding="utf-8")
     monkeypatch.setattr(engine.read_time, "LONG_READ_S", 0.0)  # every read counts as long here
-    window = make_window()
+    # Recall off: the read comes first, so a long one is asked about (index first reads in the
+    # background instead, where Cancel stops it: tests/test_app_index_first.py).
+    window = make_window(SMALL.replace(recall=SMALL.recall.replace(recall_tokens=0)))
 
     # "Don't read": nothing is prefilled, nothing is open, no error
     window.open_path(str(repo))

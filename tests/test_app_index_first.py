@@ -35,12 +35,12 @@ def test_a_question_asked_during_the_background_read_is_answered_first(make_wind
     started: list[str] = []
     window.client.job_started.connect(lambda job: started.append(job.name))
     window.open_path(str(long_notes(tmp_path)))
-    wait_open(qtbot, window)
+    wait_open(qtbot, window, read=False)
     assert window.state.report.unread and window.background_read.running
     ask(qtbot, window, QUESTION)
     doc_id = window.state.open_id
     first = [m for m in window.library.messages(doc_id) if m.role == "assistant"][-1]
-    assert COMBINATION in first.text and json.loads(first.recall_json)["reread"] is True
+    assert COMBINATION in first.text and json.loads(first.recall_json)["reread"] is True and not first.prefix_hit
     qtbot.waitUntil(lambda: not window.background_read.running, timeout=READ_TIMEOUT_MS)
     assert [name for name in started if name in ("open", "read", "ask")] == ["open", "read", "ask", "read"]
     qtbot.waitUntil(lambda: not window.client.busy, timeout=60_000)
@@ -50,14 +50,21 @@ def test_a_question_asked_during_the_background_read_is_answered_first(make_wind
     assert COMBINATION in second.text and json.loads(second.recall_json)["reread"] is False
 
 
-def test_cancel_stops_the_background_read_and_questions_still_re_read(make_window, qtbot, tmp_path):
-    window = make_window(SMALL.replace(max_new_tokens=16))
+def test_esc_stops_the_answer_first_then_the_background_read_and_questions_still_re_read(make_window, qtbot, tmp_path):
+    window = make_window(SMALL.replace(max_new_tokens=200))
     window.open_path(str(long_notes(tmp_path)))
-    wait_open(qtbot, window)
+    wait_open(qtbot, window, read=False)
+    assert window.background_read.running
+    ask(qtbot, window, "Describe every page of the logbook in detail.", wait=False)
+    qtbot.waitUntil(lambda: window.client.current is not None and window.client.current.name == "ask", timeout=120_000)
+    window.cancel_work()  # Esc while the answer streams: the answer stops, the read goes on
+    qtbot.waitUntil(lambda: window.state.live is None, timeout=60_000)
     qtbot.waitUntil(lambda: window.client.current is not None and window.client.current.name == "read", timeout=60_000)
-    window.action_cancel.trigger()
+    assert window.background_read.running and "whole read was stopped" not in window.statusBar().currentMessage()
+    window.cancel_work()  # Esc again: the read stops
     qtbot.waitUntil(lambda: not window.background_read.running and not window.client.busy, timeout=60_000)
     assert "whole read was stopped" in window.statusBar().currentMessage()
     ask(qtbot, window, QUESTION)
     answer = [m for m in window.library.messages(window.state.open_id) if m.role == "assistant"][-1]
     assert COMBINATION in answer.text and json.loads(answer.recall_json)["reread"] is True
+    assert not answer.prefix_hit, "no saved reading exists to have been reused"

@@ -95,7 +95,7 @@ def test_a_long_read_is_announced_and_goes_on(tmp_path, slow_reads):
     folder.mkdir()
     (folder / "quant.py").write_text((REPO / "engine" / "kvcache" / "quant.py").read_text()[:2000])
     out = run("ask", str(folder), "What does this file do?", "--device", "cpu", "--weights", "full", "--threads", "1",
-              "--max-new-tokens", "4", "--budget", "1024", "--window", "256", "--no-prefix-cache")
+              "--max-new-tokens", "4", "--budget", "1024", "--window", "256", "--no-prefix-cache", "--read", "first")
     assert out.returncode == 0, out.stderr
     [line] = [line for line in out.stderr.splitlines() if line.startswith("halaman: ")]
     assert line.endswith(" on this computer (0.5 tokens/s measured here) — Ctrl-C stops; ask about a subfolder to read less."), line

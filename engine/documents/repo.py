@@ -122,7 +122,7 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
                         f"downloaded (run `{POINTER_PHRASES[phrase].fetch}` to fetch it): {_some(rels)}")
     if not segments:
         raise NoTextFilesError(
-            f"{display_name(root.name)}: no readable text files in this folder ({total} files found, none "
+            f"{display_name(root.name)}: no readable text files in this folder ({total} file{'' if total == 1 else 's'} found, none "
             "readable as text): choose a folder with source code or text files")
     return Document(title=display_name(root.name), source=str(root), kind="repo", segments=segments,
                     warnings=warnings)

@@ -59,6 +59,10 @@ _ABOUT = re.compile(r"\b(chapter|part|section|appendix|lesson)s?\s+(?:on|about|c
 _PAGE_NUMBER_END = re.compile(r"(\.\s*){2,}\s*\d+\s*$|\s\d{1,4}\s*$|\s[ivxlcdm]{1,7}\s*$", re.I)
 
 OPENING_SEGMENTS = 2
+# Besides the first segment, a book's opening reads up to this many short segments before its front
+# matter (title page, copyright page), each at most TITLE_PAGE_CHARS long.
+TITLE_PAGES = 3
+TITLE_PAGE_CHARS = 1200
 """Segments read for a question about the whole document besides its contents: the title page and
 what follows it (a preface, an abstract, a README's start)."""
 
@@ -200,7 +204,13 @@ def _opening(document: Document, contents: list[int]) -> list[int]:
             return intro[:OPENING_SEGMENTS]
     opening = [i for i in range(min(OPENING_SEGMENTS, len(document.segments))) if i not in contents]
     front = _front_matter(document, contents)
-    return [*opening[:1], *front] if front else opening
+    if not front:
+        return opening
+    # The short pages between the cover and the preface are the title and copyright pages: who
+    # wrote and published it, the edition, the licence ("Who published this book?").
+    title_pages = [i for i in range(1, min(front[0], TITLE_PAGES + 1))
+                   if i not in contents and len(document.segments[i].text) <= TITLE_PAGE_CHARS]
+    return [*opening[:1], *title_pages, *front]
 
 
 _FRONT = re.compile(r"^\s*(preface|foreword|introduction|abstract|executive summary|summary|about this (book|document|report))\b", re.I)
