@@ -61,7 +61,9 @@ def test_an_open_and_an_answer_each_say_once_what_changed_and_the_panels_follow(
 
     wait_open(qtbot, window)
     qtbot.waitUntil(lambda: not window.client.busy)
-    assert [value for value in values if value.library and value.shown] == [Changes(shown=True, reading=True, library=True)]
+    # Two operations: the open (index first, the notes are answerable) and their whole read's end.
+    assert [value for value in values if value.library and value.shown] == [Changes(shown=True, reading=True, library=True),
+                                                                            Changes(shown=True, library=True)]
     row = window.library_panel.list.currentItem()
     assert row.text().startswith("notes.txt\n") and "reading" not in row.text() and row.font().bold()
     assert window.header.title.text() == "notes.txt" and window.header.open_button.isHidden()
