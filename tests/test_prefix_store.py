@@ -774,7 +774,7 @@ ASK_ON_SMALL_DISK = textwrap.dedent("""
     root = Path(os.environ["HALAMAN_HOME"]) / "cache" / "prefix"
     doc = Path(os.environ["DOC"])
     ask = [sys.executable, "-m", "engine.cli", "ask", str(doc), "What is the code word?",
-           "--max-new-tokens", "4", "--budget", "512", "--window", "128"]
+           "--max-new-tokens", "4", "--budget", "512", "--window", "128", "--read", "first"]  # saves the read
     def run(label):
         out = subprocess.run(ask, capture_output=True, text=True)
         warnings = [line for line in out.stderr.splitlines() if "prefix cache" in line]
