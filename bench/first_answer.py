@@ -49,7 +49,7 @@ def one_run(models: Path, document: Path, question: str, read: str, threads: int
         process = subprocess.Popen([str(HALAMAN), "ask", str(document), question, "--read", read,
                                     "--threads", str(threads), "--no-history"],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        first = process.stdout.read(1)
+        first = os.read(process.stdout.fileno(), 1)  # not the buffered reader: communicate() reads the rest
         first_s = time.perf_counter() - began
         rest, err = process.communicate(timeout=7200)
         total_s = time.perf_counter() - began
