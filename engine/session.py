@@ -282,12 +282,12 @@ class DocumentSession:
             if cache is None:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
                 if read_now or not (planned.by_spans and spans is not None):
+                    threads = apply_threads(self.settings.threads) if self.model.device.type == "cpu" else 0
                     if before_prefill is not None:
-                        threads = apply_threads(self.settings.threads) if self.model.device.type == "cpu" else 0
                         plan = read_time.plan_read(len(prefix_ids), self._rate_key(threads), self.model.parameters)
                         if plan.is_long and not before_prefill(plan):
                             raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
-                    self._run_read(read, notify, cancel, None)
+                    self._run_read(read, notify, cancel, None, threads=threads)
                     cache, archive = read.cache, read.archive
                     archive_missing += read.missing
                 else:
@@ -386,13 +386,14 @@ class DocumentSession:
         return RateKey(self.model.label, self.model.device.type, self.model.weights_label, threads)
 
     def _run_read(self, read: PendingRead, notify: Callable[[Progress], None], cancel: threading.Event | None,
-                  pause: threading.Event | None) -> bool:
+                  pause: threading.Event | None, *, threads: int | None = None) -> bool:
         """Prefill `read`'s tokens from where it stopped, writing its archive; when all are read,
         save the snapshot and keep the archive (`read.cache`, `read.archive`). False: `pause` stopped
-        it between two chunks. Raises Cancelled (the archive being written is deleted)."""
+        it between two chunks. `threads`: the count `apply_threads` just set (None: decided here).
+        Raises Cancelled (the archive being written is deleted)."""
         governor = None
-        if self.model.device.type == "cpu":  # the load may have changed since the model loaded
-            read.threads = apply_threads(self.settings.threads)
+        if self.model.device.type == "cpu":  # the load may have changed since the model loaded (or the pause)
+            read.threads = apply_threads(self.settings.threads) if threads is None else threads
             governor = ThreadGovernor(self.settings.threads)  # and it changes during a long read
         if read.cache is None:
             read.cache = self.model.decoder.new_cache(read.policy, read.policy.position_mode)
