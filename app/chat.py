@@ -33,6 +33,7 @@ from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
+from engine.grounding import unsupported_note
 from engine.library import MessageRecord
 from engine.workspace import RecallOff
 
@@ -136,7 +137,8 @@ LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them 
 def footer_text(message: MessageRecord) -> str:
     """'answered here by SmolLM2 · first words after 0.30 s · 3.2 tokens/s · saved reading reused ·
     12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
-    model, endpoint, why); a low-confidence local answer says so (`LOW_CONFIDENCE`)."""
+    model, endpoint, why); a low-confidence local answer says so (`LOW_CONFIDENCE`), and so does one
+    that names things its document does not contain (`engine.grounding.unsupported_note`)."""
     parts: list[str] = []
     if message.source == "cloud":
         parts.append(f"answered by the cloud: model {message.model or '?'} at {message.endpoint or '?'}")
@@ -156,6 +158,8 @@ def footer_text(message: MessageRecord) -> str:
         parts.append(recall_text(message))
     if message.source != "cloud" and message.low_confidence:
         parts.append(LOW_CONFIDENCE)
+    if message.source != "cloud" and message.unsupported:
+        parts.append("check this answer: " + unsupported_note(message.unsupported))
     if message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
         parts.append("cancelled")
     elif message.state == "interrupted":

@@ -311,6 +311,7 @@ def write_results(name: str, rows: list[dict], columns: list[str], meta: dict) -
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+    WORK.mkdir(parents=True, exist_ok=True)  # ignored by git: absent in a fresh clone
     (WORK / f"{name}.md").write_text(table + "\n")
 
 

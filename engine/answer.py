@@ -117,7 +117,8 @@ class Answer:
     `text` holds what arrived). mean_logprob: mean natural-log probability of the chosen tokens,
     the confidence signal for escalation. reasoning: what the model reasoned before answering
     (`<think>` blocks, a cloud endpoint's reasoning fields), kept out of `text`; "" when none
-    (the GUI shows it folded).
+    (the GUI shows it folded). unsupported: names in `text` found nowhere in the document or the
+    question (`engine.grounding`), set by `engine.workspace.Workspace.ask`; [] when every name is found.
 
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
@@ -141,6 +142,7 @@ class Answer:
     drafts: DraftStats | None = None                      # prompt-lookup speculative decoding (None: cloud answer)
     cloud: CloudReply | None = None                       # set when the answer came from the cloud
     reasoning: str = ""                                   # the model's monologue, apart from `text`
+    unsupported: list[str] = field(default_factory=list)  # names the document does not contain (engine.grounding)
 
     @property
     def incomplete(self) -> bool:

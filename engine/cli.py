@@ -271,6 +271,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     )
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
+    for caution in answer_cautions(answer, settings):
+        print(f"check           {caution}")
     if args.show_spans:
         print("attended spans  " + attended_spans_text(answer, document))
     if report.unread:
@@ -278,6 +280,21 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     if args.cloud or args.cloud_auto:
         return _ask_cloud_after(args, workspace, answer, cancel)
     return 0
+
+
+def answer_cautions(answer, settings: EngineSettings) -> list[str]:
+    """What a reader should know before trusting a local answer, one plain line each: the model
+    was unsure of its words (`engine.cloud.policy.low_confidence`), it named things the document
+    does not contain (`engine.grounding.unsupported_note`). [] for a sound answer."""
+    from engine.cloud.policy import low_confidence
+    from engine.grounding import unsupported_note
+
+    cautions = []
+    if low_confidence(answer, settings):
+        cautions.append(f"low confidence: the model was unsure of its words ({answer.mean_logprob:.2f} per token)")
+    if answer.unsupported:
+        cautions.append(unsupported_note(answer.unsupported))
+    return cautions
 
 
 def _read_after(args: argparse.Namespace, workspace, bar: _ProgressBar, cancel: threading.Event) -> None:

@@ -12,6 +12,7 @@ import time
 
 from engine.citations import CITATION, CODE, cited_labels, looks_like_citation
 from engine.documents import Document
+from engine.grounding import unsupported_note
 from engine.library import DocumentRecord, MessageRecord
 
 QUOTE_CHARACTERS = 300
@@ -60,6 +61,8 @@ def answered_by(message: MessageRecord) -> str:
         who += f", {message.state}"
     if message.low_confidence:
         who += "; low confidence: the model was unsure of its words"
+    if message.source != "cloud" and message.unsupported:
+        who += "; check this answer: " + unsupported_note(message.unsupported)
     return who
 
 

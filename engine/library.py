@@ -8,9 +8,10 @@
                   ttft_s, tokens_per_s, tokens, prefix_hit, stop_reason), since schema 2 what recall
                   did (sources_json: the attention-grounded sources, recall_json: recall's cost), and
                   since schema 3 the passages it attended to (passages_json, the source pane's highlights),
-                  since schema 4 how sure the local model was (mean_logprob, low_confidence)
+                  since schema 4 how sure the local model was (mean_logprob, low_confidence),
+                  since schema 5 the names it stated that the document does not contain (unsupported_json)
 
-Schemas 2 to 4 only add columns to `messages`; an older file is migrated in place when it is opened
+Schemas 2 to 5 only add columns to `messages`; an older file is migrated in place when it is opened
 (ALTER TABLE ... ADD COLUMN: old rows read back with those fields None, nothing is rewritten).
 
 The window's history and the command line's are one record: it lives in the engine (no Qt, no
@@ -53,7 +54,7 @@ from engine.settings import EngineSettings
 if TYPE_CHECKING:  # the library is read before the engine (and torch) is loaded
     from engine.workspace import CacheStatus
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
 
 
@@ -117,6 +118,7 @@ class MessageRecord:
     passages_json: str | None = None  # `engine.workspace.passages_json`; None for cloud answers and rows from before schema 3
     mean_logprob: float | None = None    # `Answer.mean_logprob`; None for cloud answers and rows from before schema 4
     low_confidence: int | None = None    # 1: below the escalation threshold (`engine.cloud.policy.low_confidence`)
+    unsupported_json: str | None = None  # `Answer.unsupported` as JSON; None when empty, for cloud answers and older rows
 
     @property
     def sources(self) -> list[Source]:
@@ -127,6 +129,16 @@ class MessageRecord:
     def passages(self) -> list[AttendedSpan]:
         """The passages the answer attended to (`engine.attended.AttendedSpan`), [] when none were stored."""
         return _rows(self.passages_json, AttendedSpan)
+
+    @property
+    def unsupported(self) -> list[str]:
+        """Names the answer stated that its document does not contain (`engine.grounding`), [] when
+        none were stored or the column holds something else than a list of strings."""
+        try:
+            value = json.loads(self.unsupported_json) if self.unsupported_json else []
+        except ValueError:
+            return []
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
     @property
     def recall(self) -> dict | None:
@@ -142,7 +154,7 @@ class MessageRecord:
 
 # Columns added after schema 1 (name -> type), added in place to an older file's messages table.
 MESSAGE_COLUMNS_ADDED = {"sources_json": str, "recall_json": str, "passages_json": str, "mean_logprob": float,
-                         "low_confidence": int}
+                         "low_confidence": int, "unsupported_json": str}
 
 
 _BYTES_PREFIX = "fsbytes:"

@@ -44,6 +44,7 @@ from engine.documents import Document, PasswordRequiredError, WrongPasswordError
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
 from engine.evidence.select import FoundSpan, found_spans
+from engine.grounding import DocumentWords
 from engine.kvcache.recall import RecallStats
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, conversion_pending, load_model
@@ -171,6 +172,7 @@ class AnswerRecord:
     `recall_record` and `passages_json`, None for cloud answers. mean_logprob: how sure the local
     model was of its words (`Answer.mean_logprob`); low_confidence: 1 when that is below the
     escalation threshold (`engine.cloud.policy.low_confidence`), else 0; both None for cloud answers.
+    unsupported_json: `Answer.unsupported` as a JSON list of strings, None when empty or a cloud answer.
     """
 
     text: str
@@ -189,6 +191,7 @@ class AnswerRecord:
     passages_json: str | None = None
     mean_logprob: float | None = None
     low_confidence: int | None = None
+    unsupported_json: str | None = None
 
     def fields(self) -> dict:
         """Column name -> value, for `Library.update_message(message_id, **record.fields())`."""
@@ -273,7 +276,8 @@ def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallPlan
                         sources_json=sources_json(answer.sources), passages_json=passages_json(answer.passages),
                         recall_json=recall_record(answer.recall, recall, heads=heads),
                         mean_logprob=answer.mean_logprob if math.isfinite(answer.mean_logprob) else None,
-                        low_confidence=int(low_confidence))
+                        low_confidence=int(low_confidence),
+                        unsupported_json=json.dumps(answer.unsupported) if answer.unsupported else None)
 
 
 def lowered_budget(settings: EngineSettings) -> EngineSettings:
@@ -326,6 +330,7 @@ class Workspace:
         self._store: PrefixStore | None = None
         self._store_tried = False            # opened once (a store that cannot be used is not retried)
         self.notices: list[str] = []         # for the next open's warnings, once
+        self._words: tuple[Document, DocumentWords] | None = None  # the open document's, folded once
 
     # ------------------------------------------------------------------ model
     def ensure_model(self, progress: Callable[[Progress], None] | None = None) -> ModelInfo:
@@ -392,10 +397,19 @@ class Workspace:
 
     def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None) -> Answer:
-        """Answer `question` with the local model (see `DocumentSession.ask`). Raises HalamanError
-        when no document is open or the question is empty."""
+        """Answer `question` with the local model (see `DocumentSession.ask`), with the names it
+        states that the document does not contain in `Answer.unsupported` (`engine.grounding`).
+        Raises HalamanError when no document is open or the question is empty."""
         self.ensure_model()
-        return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
+        answer = self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
+        if answer.stop_reason != StopReason.CANCELLED and self.session.document is not None:
+            answer.unsupported = self._document_words(self.session.document).unsupported(answer.text, question)
+        return answer
+
+    def _document_words(self, document: Document) -> DocumentWords:
+        if self._words is None or self._words[0] is not document:
+            self._words = (document, DocumentWords(document.render()))
+        return self._words[1]
 
     def find(self, question: str, *, document: Document | None = None, after: Sequence[str] = (),
              limit: int = 10) -> list[FoundSpan]:

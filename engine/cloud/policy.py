@@ -65,7 +65,8 @@ def escalation_reason(answer: Answer, report: OpenedDocument, settings: EngineSe
     settings: the engine settings (cloud fallback, threshold, cache budget).
     Always None when the cloud fallback is off, automatic escalation is off, the answer is not
     local, or it was cancelled. Otherwise, in this order: an empty answer; mean log-probability
-    below `settings.cloud.escalation_threshold`; the document poorly covered by the local cache
+    below `settings.cloud.escalation_threshold`; names in the answer that the document does not
+    contain (`Answer.unsupported`, `engine.grounding`); the document poorly covered by the local cache
     (see the module docstring). Pure: reads its arguments, opens nothing.
     """
     cloud = settings.cloud
@@ -78,6 +79,8 @@ def escalation_reason(answer: Answer, report: OpenedDocument, settings: EngineSe
     if low_confidence(answer, settings):
         return (f"low confidence: the local answer's mean log-probability is {answer.mean_logprob:.2f} per token, "
                 f"below the threshold {cloud.escalation_threshold:.2f}")
+    if answer.unsupported:
+        return "the local answer names things the document does not contain: " + ", ".join(answer.unsupported)
     budget = settings.cache.budget_tokens
     kept = kept_fraction(report.document_tokens, budget)
     kept_tokens = min(budget, report.document_tokens)

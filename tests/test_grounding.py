@@ -1,0 +1,122 @@
+"""Names an answer states that its document does not contain (engine.grounding): on real
+documents of the corpus with answers the embedded model really gave (docs/bench/doc_qa_evidence.json
+and the window trial), through the library, the window's footer, the export and `halaman ask`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from engine.grounding import DocumentWords, answer_names, unsupported_note
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_names_are_what_a_reader_could_look_up_and_not_plain_words():
+    answer = ('The `send_post` function calls self._create_response() and HTTPAdapter with pool_size 10 '
+              'under the "All rights reserved" notice, written by Allen Downey. The licence is CC BY-NC-SA. '
+              'It is short and simple.')
+    names = answer_names(answer)
+    for name in ["send_post", "self._create_response()", "HTTPAdapter", "pool_size", "10", "All rights reserved",
+                 "Allen Downey", "BY-NC-SA"]:
+        assert name in names
+    # Sentence-initial capitals, single digits and plain words are not names.
+    assert not {"The", "It", "short", "simple", "licence"} & set(names)
+    assert answer_names("Yes, 3 of them.") == []
+
+
+def test_a_name_is_supported_by_the_document_or_the_question_whatever_its_case_or_line_breaks():
+    words = DocumentWords("Copyright 2015 Allen\nDowney. Green Tea Press.\n def parse_header_links(value):")
+    assert words.unsupported("It was written by Allen Downey at Green Tea Press.") == []
+    assert words.unsupported("Use `parse_header_links()` from 2015.") == []
+    assert words.unsupported("It is published by O'Reilly Media.") == ["Media"]  # "O'Reilly" starts no name: capital after a quote
+    assert words.unsupported("The function is `fetch_links`.") == ["fetch_links"]
+    assert words.unsupported("The function is `fetch_links`.", question="What does fetch_links do?") == []
+    # A phrase is found when each of its longer words is, in any order (a paraphrased title).
+    assert words.unsupported('The publisher is "Press Green Tea".') == []
+    assert words.unsupported('The notice reads "All rights reserved".') == ["All rights reserved"]
+
+
+def test_the_book_s_invented_notices_and_names_are_marked_and_its_own_are_not(corpus):
+    from engine.documents import load_document
+
+    words = DocumentWords(load_document(corpus / "pdf" / "P16_thinkpython2.pdf").render())
+    # The window trial's answer to "What is the copyright notice?" (page 4 gives a Creative Commons licence).
+    assert words.unsupported('The copyright notice is "Copyright © 2015 Allen Downey. All rights reserved."') == [
+        "Copyright © 2015 Allen Downey. All rights reserved."]  # the quotation as a whole: its last words are not the book's
+    # This session's answer to the same question: the licence code it quotes is not the book's.
+    assert words.unsupported("under the terms of the Creative Commons Attribution-NonCommercial 3.0 International\n"
+                             "License (CC BY-NC-BY).") == ["BY-NC-BY"]
+    assert words.unsupported("It is named after Alfred Thomas Zipf.") == ["Alfred Thomas Zipf"]
+    # Right answers the model gave (docs/bench/doc_qa_evidence.json): nothing to check.
+    for right in ["The Moby lexicon word list contains 113,809 words.",
+                  "The mathematician Srinivasa Ramanujan found the infinite series used in the estimate_pi exercise.",
+                  'The title of chapter 7 is "Iteration."',
+                  "The book was published by Green Tea Press."]:
+        assert words.unsupported(right) == [], right
+
+
+def test_code_answers_that_invent_functions_are_marked(corpus):
+    from engine.documents import load_document
+
+    words = DocumentWords(load_document(corpus / "repos" / "requests-2.34.2").render())
+    assert words.unsupported("You can use the `send_post` function. It is called by the `self._create_response()` "
+                             "method.") == ["send_post", "self._create_response()"]
+    assert words.unsupported("The exception `TooManyRedirects` is raised after 30 redirects.") == []
+
+
+def test_the_library_keeps_the_names_and_the_footer_and_export_say_them_escaped(tmp_path):
+    from app.chat import footer_text
+    from engine.history import answered_by
+    from engine.library import Library
+
+    library = Library(tmp_path / "library.sqlite")
+    document_id = library.upsert_document(path=str(tmp_path / "book.pdf"), title="book", kind="pdf", pages=3)
+    names = ["send_post", "<img src=x>"]
+    message_id = library.add_message(document_id, "assistant", "Call send_post.", source="local",
+                                     unsupported_json=json.dumps(names))
+    library.close()
+    stored = Library(tmp_path / "library.sqlite").message(message_id)
+    assert stored.unsupported == names
+    note = "check this answer: " + unsupported_note(names)
+    assert note in footer_text(stored) and note in answered_by(stored)
+    assert "“send_post”" in note
+    broken = Library(tmp_path / "library.sqlite")
+    broken.db.execute("UPDATE messages SET unsupported_json = '{\"a\": 1}' WHERE id = ?", [message_id])
+    assert broken.message(message_id).unsupported == []  # a damaged column is no names, not a crash
+
+
+def test_the_chat_shows_a_name_written_as_markup_as_its_characters(qtbot):
+    from app.chat import ChatView
+    from engine.library import MessageRecord
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    record = MessageRecord(1, 1, "assistant", "An answer.", "done", 0.0, source="local", model="SmolLM2",
+                           unsupported_json=json.dumps(["<b>bold</b>"]))
+    view.show_messages([record])
+    text = view.toPlainText()
+    assert "“<b>bold</b>”" in text
+
+
+def test_ask_says_which_names_the_document_does_not_contain(tmp_path):
+    # The embedded model, asked for something the note does not say, makes an address up: the
+    # report's "check" line lists exactly what the check finds in the printed answer.
+    doc = tmp_path / "note.md"
+    doc.write_text("# Meeting notes\n\nThe budget review meeting is on Tuesday at 10 in room 4.\nAnna presents the travel costs.\n")
+    question = "Who wrote these notes and what is their email address?"
+    halaman = Path(sys.executable).parent / "halaman"
+    command = [str(halaman)] if halaman.exists() else [sys.executable, "-m", "engine.cli"]
+    out = subprocess.run([*command, "ask", str(doc), question, "--max-new-tokens", "40", "--no-history"],
+                         capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    answer = out.stdout.split("\n--- report ---")[0].strip()
+    from engine.documents import load_document
+
+    expected = DocumentWords(load_document(doc).render()).unsupported(answer, question)
+    assert expected, f"the model's answer named nothing the note lacks: {answer!r}"
+    checks = [line for line in out.stdout.splitlines() if line.startswith("check ")]
+    assert any(line.endswith(unsupported_note(expected)) for line in checks), (answer, checks)
