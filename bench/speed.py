@@ -6,6 +6,7 @@ drafts on real questions.
     python bench/speed.py                        # every part, ~45 min on two idle cores
     python bench/speed.py --parts levers drafts  # one or more parts
     python bench/speed.py --lengths 2048 4096    # shorter lengths part (no whole book)
+    python bench/speed.py --parts lengths --lengths 8192 --no-whole-book --runs 3   # the speed bar, three runs
 
 Parts (each writes docs/bench/speed_<part>.{csv,json}; `lengths` also docs/bench/speed_lengths.png):
   lengths  ours = the app's CPU path: default policy (budget 4,096, INT4, compact positions past
@@ -18,6 +19,11 @@ Parts (each writes docs/bench/speed_<part>.{csv,json}; `lengths` also docs/bench
   levers   in one process, interleaved, 3 rounds: NF4 4-bit vs float32 weights; 1 vs 2 threads.
   drafts   10 questions each about P05 and the first 40 pages of P16 through DocumentSession with the
            default settings (recall on), drafts off vs on: decode tok/s, acceptance, same tokens.
+  shape    a model shaped like Qwen2.5-1.5B-Instruct (its catalog config, the embedded tokenizer's
+           49,152-token vocabulary, random weights: nothing downloaded), int4 weights as the app loads
+           them on a CPU: ours vs transformers' DynamicCache over the same weights at `--shape-tokens`,
+           read and decode tokens/s, weights and peak memory, and the roofline of this CPU (memory
+           bandwidth and float32 matmul rate measured here) that bounds them.
   before   `--before REV` against this checkout: each in its own process (a git worktree of REV in
            bench/.work), the app's default weights at that commit, 8,192 tokens through the decoder
            and 16 decode steps, same threads: model load, prefill, chunk and decode rates.
@@ -57,6 +63,96 @@ def load_avg() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+# ------------------------------------------------------------------------------------ shape
+def shape_folder() -> Path:
+    """A Hugging Face folder shaped like Qwen2.5-1.5B-Instruct with seeded random bfloat16 weights and
+    the embedded model's tokenizer (its vocabulary, so the book's token ids fit), made once under
+    bench/.work."""
+    import shutil
+    import tomllib
+
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    folder = common.WORK / "qwen2.5-1.5b-shape"
+    if (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists():
+        return folder
+    catalog = tomllib.loads((common.REPO / "engine" / "models" / "catalog.toml").read_text())
+    spec = next(m for m in catalog["model"] if m["id"] == "qwen2.5-1.5b")
+    tokenizer_folder = common.hf_folder()
+    vocab = json.loads((tokenizer_folder / "config.json").read_text())["vocab_size"]
+    config = Qwen2Config(hidden_size=spec["hidden_size"], intermediate_size=spec["intermediate_size"],
+                         num_hidden_layers=spec["num_hidden_layers"], num_attention_heads=spec["num_attention_heads"],
+                         num_key_value_heads=spec["num_key_value_heads"], vocab_size=vocab,
+                         max_position_embeddings=spec["max_position_embeddings"], tie_word_embeddings=True,
+                         torch_dtype="bfloat16")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (tokenizer_folder / name).exists():
+            shutil.copy(tokenizer_folder / name, tmp / name)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
+def roofline() -> dict:
+    """This CPU's ceilings, measured: memory bandwidth (GB/s, median of 5 copies of 512 MiB: read +
+    write counted) and float32 matmul rate (GFLOP/s, median of 5 2048³ products)."""
+    import torch
+
+    src = torch.empty(128 * 1024 * 1024, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    copies = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        copies.append(time.perf_counter() - t0)
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    products = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ b
+        products.append(time.perf_counter() - t0)
+    return {"bandwidth_gb_s": 2 * src.nbytes / common.median(copies) / 1e9,
+            "matmul_gflop_s": 2 * 2048 ** 3 / common.median(products) / 1e9}
+
+
+def part_shape(book, args, threads) -> list[dict]:
+    import resource
+
+    import torch
+
+    from engine.models.loader import load_model
+
+    folder = shape_folder()
+    lm = load_model(str(folder), device="cpu", weights="int4", threads=threads)
+    n = args.shape_tokens
+    ids = torch.tensor(book[:n])
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = trace_ours(lm, ids, [n], args.decode_steps, Path(tmp))[n]
+    theirs = trace_hf(lm, ids, [n], args.decode_steps)[n]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ceilings = roofline()
+    params = lm.parameters
+    # Decode reads every weight once per token: the bandwidth bound. Prefill does 2 FLOPs per
+    # parameter per token: the matmul bound (float32 rate; the int4 kernel dequantizes on the fly).
+    decode_bound = ceilings["bandwidth_gb_s"] * 1e9 / lm.weight_bytes
+    prefill_bound = ceilings["matmul_gflop_s"] * 1e9 / (2 * params)
+    common_cols = {"model": "Qwen2.5-1.5B shape (random weights)", "weights": lm.weights_label, "tokens": n,
+                   "parameters": params, "weight_bytes": lm.weight_bytes, "peak_rss_bytes": peak, **ceilings,
+                   "decode_bound_tok_s": decode_bound, "prefill_bound_tok_s": prefill_bound}
+    return [{**common_cols, "engine": "ours", **ours,
+             "decode_of_bound": ours["decode_tok_s"] / decode_bound, "prefill_of_bound": ours["prefill_tok_s"] / prefill_bound,
+             "prefill_vs_transformers": ours["prefill_tok_s"] / theirs["prefill_tok_s"],
+             "decode_vs_transformers": ours["decode_tok_s"] / theirs["decode_tok_s"]},
+            {**common_cols, "engine": "transformers DynamicCache", **theirs,
+             "decode_of_bound": theirs["decode_tok_s"] / decode_bound, "prefill_of_bound": theirs["prefill_tok_s"] / prefill_bound}]
+
+
 # ------------------------------------------------------------------------------------ lengths
 def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
     import torch
@@ -81,7 +177,7 @@ def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
             elapsed += last
             n = first + step
             if n in marks:
-                twin, times, token = cache.clone(), [], 42
+                twin, times, token = cache.fork(), [], 42
                 for _ in range(decode_steps):
                     t0 = time.perf_counter()
                     logits = dec.forward(torch.tensor([token]), twin, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, reuse_workspace=True)
@@ -296,12 +392,14 @@ def part_drafts(lm, max_new_tokens: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts", "before"])
+    ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts", "before", "shape"])
     ap.add_argument("--before", default="77a8516", help="commit the 'before' part compares this checkout with")
     ap.add_argument("--lengths", type=int, nargs="*", default=[2048, 4096, 8192, 32768])
     ap.add_argument("--no-whole-book", dest="whole_book", action="store_false", help="stop at the longest --lengths")
     ap.add_argument("--decode-steps", type=int, default=16)
+    ap.add_argument("--shape-tokens", type=int, default=4096, help="tokens read in the shape part (a multiple of 512)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the levers part")
+    ap.add_argument("--runs", type=int, default=1, help="whole runs of the lengths part, one after another")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="answer length in the drafts part")
     ap.add_argument("--threads", type=int, default=0, help="0 = the engine's choice (idle cores, measured)")
     args = ap.parse_args()
@@ -315,12 +413,22 @@ def main() -> None:
 
     lm = load_model("default", device="cpu", weights="auto", threads=threads)
     book = common.book_token_ids(lm.tokenizer)
-    if "lengths" in args.parts:
-        rows = part_lengths(lm, book, args, threads)
+    if "shape" in args.parts:
+        rows = part_shape(book, args, threads)
         meta["load_avg_end"] = load_avg()
-        common.write_results("speed_lengths", rows, ["engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
+        common.write_results("speed_shape", rows, ["engine", "tokens", "prefill_tok_s", "decode_tok_s", "prefill_vs_transformers",
+                                                   "decode_vs_transformers", "weight_bytes", "peak_rss_bytes",
+                                                   "bandwidth_gb_s", "matmul_gflop_s", "decode_bound_tok_s",
+                                                   "decode_of_bound", "prefill_bound_tok_s", "prefill_of_bound"], meta)
+    if "lengths" in args.parts:
+        rows, loads = [], []
+        for run in range(1, args.runs + 1):  # whole runs one after another: the ratio is judged in each
+            rows += [{"run": run, **row} for row in part_lengths(lm, book, args, threads)]
+            loads.append(load_avg())
+        meta["load_avg_end"] = " | ".join(loads)
+        common.write_results("speed_lengths", rows, ["run", "engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
                                                      "prefill_vs_transformers", "decode_vs_transformers"], meta)
-        plot_lengths(rows, threads)  # after the results are written: a missing matplotlib loses only the plot
+        plot_lengths([r for r in rows if r["run"] == 1], threads)  # after the results: a missing matplotlib loses only the plot
     if "levers" in args.parts:
         rows = part_levers(book, args.rounds)
         meta["load_avg_end"] = load_avg()

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.cli_history import add_history_command, record_answer
+from engine.cli_library import add_library_command
 from engine.cli_models import add_models_command, print_warning
 from engine.errors import HalamanError
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
@@ -111,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     cache.set_defaults(handler=_cmd_cache)
     add_models_command(sub)
     add_history_command(sub)
+    add_library_command(sub)
     _self_test_command(sub)
     return parser
 

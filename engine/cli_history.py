@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.cli_library import remember_document
 from engine.documents import load_document
 from engine.errors import HalamanError
 from engine.history import conversation_markdown
@@ -51,13 +52,9 @@ def record_answer(opened: OpenResult, question: str, answer: AnswerRecord) -> No
     """Keep `question` and its `answer` about the document `opened` in the app's history (its
     library row made or refreshed as the window's open does). Raises sqlite3.Error or OSError when the
     history file cannot be written."""
-    report = opened.report
-    files = len(opened.document.segments) if report.kind == "repo" else None
     library = Library(interrupt_streaming=False)
     try:
-        document_id = library.upsert_document(path=opened.path, title=report.title, kind=report.kind, pages=report.pages,
-                                              files=files, tokens=report.document_tokens, prefix_key=opened.prefix_key,
-                                              config_sig=opened.prefix_signature)
+        document_id = remember_document(library, opened)
         library.add_message(document_id, "user", question)
         fields = answer.fields()
         library.add_message(document_id, "assistant", fields.pop("text"), state=fields.pop("state"), **fields)

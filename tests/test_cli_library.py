@@ -1,0 +1,52 @@
+"""`halaman library add` / `list` as a user runs them: a real process, the embedded model, real
+files, the app's real library file."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HALAMAN = [str(Path(sys.executable).parent / "halaman")]
+if not Path(HALAMAN[0]).exists():
+    HALAMAN = [sys.executable, "-m", "engine.cli"]
+
+
+def run(*args):
+    return subprocess.run([*HALAMAN, *args], capture_output=True, text=True, timeout=900, env=dict(os.environ), cwd=REPO)
+
+
+def listed(paths):
+    out = run("library", "list", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    return {row["path"]: row for row in rows if row["path"] in {str(p.resolve()) for p in paths}}
+
+
+def test_add_reads_each_document_once_lists_it_and_goes_on_past_a_bad_one(tmp_path):
+    launch = tmp_path / "launch.md"
+    launch.write_text("# Launch\n\nThe launch window opens on 12 March. The rocket is called Kestrel.\n")
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nThe budget review meeting is on Tuesday at 10 in room 4.\n")
+    empty = tmp_path / "empty.pdf"
+    empty.write_bytes(b"")
+    assert listed([launch, notes]) == {}
+
+    first = run("library", "add", str(launch), str(empty), str(notes))
+    assert first.returncode == 1, first.stderr  # one failed, the others were added
+    assert "empty.pdf" in first.stderr and first.stderr.count("halaman: ") >= 1
+    assert "added launch.md (text," in first.stdout and "added notes.md (text," in first.stdout
+    rows = listed([launch, notes, empty])
+    assert set(rows) == {str(launch.resolve()), str(notes.resolve())}
+    assert {row["status"] for row in rows.values()} == {"cached"}
+    assert all(row["tokens"] > 0 and row["kind"] == "text" for row in rows.values())
+
+    again = run("library", "add", str(launch))
+    assert again.returncode == 0, again.stderr
+    assert "added launch.md" in again.stdout and "its saved reading is reused" in again.stdout
+
+    launch.write_text("# Launch\n\nThe launch window moved to 19 March.\n")  # the file changed: its reading is stale
+    assert listed([launch])[str(launch.resolve())]["status"] == "stale"
+    plain = run("library", "list")
+    assert any(line.startswith("stale") and str(launch.resolve()) in line for line in plain.stdout.splitlines())
