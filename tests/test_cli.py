@@ -194,3 +194,15 @@ def test_an_answer_the_history_cannot_keep_is_still_answered(tmp_path):
                          capture_output=True, text=True, timeout=600, env={**os.environ, "HALAMAN_HOME": str(home)}, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "--- report ---" in out.stdout and "the answer was not kept in the history" in out.stderr
+
+
+def test_history_export_of_a_path_that_does_not_exist_says_so_not_no_conversation(tmp_path):
+    # Issue 32: a mistyped path read "no conversation about it", as if the document were there.
+    missing = run("history", "export", str(tmp_path / "nonexistent"))
+    assert missing.returncode == 1
+    [line] = [line for line in missing.stderr.splitlines() if line.startswith("halaman:")]
+    assert "does not exist" in line and "no conversation" not in line, line
+    never_asked = tmp_path / "never-asked.md"
+    never_asked.write_text("# Never asked about\n")
+    unasked = run("history", "export", str(never_asked))
+    assert unasked.returncode == 1 and "no conversation" in unasked.stderr and "does not exist" not in unasked.stderr
