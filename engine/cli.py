@@ -4,7 +4,7 @@ when `halaman` gets no arguments and hands everything else to `main` here).
     halaman ask book.pdf "What is chapter 3 about?"      stream an answer, then a short report
     halaman find book.pdf "What is chapter 3 about?"     the pages a question would read, and why (no read needed)
     halaman estimate --model llama-3.2-3b --tokens 131072  KV memory: full vs. compressed
-    halaman cache list | clear                            the prefix-cache store on disk
+    halaman cache list | clear [--yes]                    the prefix-cache store on disk (clear asks first)
     halaman models [pull ID | use ID]                     models that fit this machine; download, choose
     halaman --self-test                                   one short answer on the bundled sample (installer/)
 """
@@ -108,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cache = sub.add_parser("cache", help="list or clear the prefix caches on disk")
     cache.add_argument("action", choices=("list", "clear"))
+    cache.add_argument("--yes", action="store_true", help="clear without asking (needed when stdin is not a terminal)")
     cache.set_defaults(handler=_cmd_cache)
     add_models_command(sub)
     add_history_command(sub)
@@ -425,6 +426,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     settings = load_settings(warn=print_warning)
     workspace = Workspace(settings)
     if args.action == "clear":
+        if not args.yes and not _confirm_clear():
+            print("nothing deleted")
+            return 0
         removed = workspace.clear_prefix_cache()
         _print_notices(workspace)
         print(f"removed {removed} prefix cache entr{'y' if removed == 1 else 'ies'}")
@@ -440,6 +444,28 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     _, total = workspace.prefix_cache_usage()
     print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_bytes(total)} of {format_bytes(settings.prefix_cache_disk_bytes)}")
     return 0
+
+
+def _confirm_clear() -> bool:
+    """Whether the user agrees to delete the prefix cache, asked on the terminal with what it holds.
+    Raises HalamanError when stdin is not a terminal: a script must say --yes, not be assumed to."""
+    from engine.prefix_store import stored_size
+    from engine.workspace import prefix_store_dir
+
+    root = prefix_store_dir()
+    entries, size = stored_size(root)
+    if entries == 0 and size == 0:
+        return True  # nothing to lose: clearing only tidies the index
+    what = f"{entries} entr{'y' if entries == 1 else 'ies'}, {size:,} bytes ({format_bytes(size)})"
+    if not sys.stdin.isatty():
+        raise HalamanError(f"cache clear would delete the prefix cache in {root} ({what}); "
+                           "stdin is not a terminal to ask on, so pass --yes to delete it")
+    try:
+        reply = input(f"Delete the prefix cache in {root}: {what}, the saved reads of every document "
+                      "(each is read again when next opened)? [y/N] ")
+    except EOFError:
+        return False
+    return reply.strip().lower() in ("y", "yes")
 
 
 def _print_notices(workspace) -> None:

@@ -206,3 +206,56 @@ def test_history_export_of_a_path_that_does_not_exist_says_so_not_no_conversatio
     never_asked.write_text("# Never asked about\n")
     unasked = run("history", "export", str(never_asked))
     assert unasked.returncode == 1 and "no conversation" in unasked.stderr and "does not exist" not in unasked.stderr
+
+
+def _cache_home(tmp_path: Path) -> tuple[dict, Path]:
+    """A HALAMAN_HOME whose prefix store holds two real entries: (environment, store folder)."""
+    import torch
+
+    from engine.prefix_store import PrefixStore
+
+    env = {**os.environ, "HALAMAN_HOME": str(tmp_path / "home")}
+    root = tmp_path / "home" / "cache" / "prefix"
+    store = PrefixStore(root, disk_budget_bytes=10**8)
+    for i in range(2):
+        store.put(f"{i:064x}", {"x": torch.zeros(64, 64)}, {}, n_tokens=5, label=f"doc {i}")
+    store.close()
+    return env, root
+
+
+def _entries(root: Path) -> int:
+    return sum(1 for p in root.iterdir() if p.name.endswith(".safetensors"))
+
+
+def test_cache_clear_without_a_terminal_refuses_unless_yes(tmp_path):
+    # Issue 32: `cache clear` deleted every saved read without asking.
+    env, root = _cache_home(tmp_path)
+    refused = subprocess.run([*HALAMAN, "cache", "clear"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
+                             stdin=subprocess.DEVNULL)
+    assert refused.returncode == 1 and _entries(root) == 2
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("halaman: ") and "--yes" in line, line
+    cleared = subprocess.run([*HALAMAN, "cache", "clear", "--yes"], capture_output=True, text=True, timeout=120, env=env,
+                             cwd=REPO, stdin=subprocess.DEVNULL)
+    assert cleared.returncode == 0, cleared.stderr
+    assert "removed 2 prefix cache entries" in cleared.stdout and _entries(root) == 0
+
+
+@pytest.mark.parametrize("reply, kept", [("n\n", 2), ("\n", 2), ("y\n", 0)])
+def test_cache_clear_on_a_terminal_asks_first_saying_what_and_how_many_bytes(tmp_path, reply, kept):
+    import pty
+
+    env, root = _cache_home(tmp_path)
+    size = sum(p.stat().st_size for p in root.iterdir() if p.name.endswith(".safetensors"))  # not the index
+    master, terminal = pty.openpty()
+    try:
+        os.write(master, reply.encode())
+        out = subprocess.run([*HALAMAN, "cache", "clear"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
+                             stdin=terminal)
+    finally:
+        os.close(master)
+        os.close(terminal)
+    assert out.returncode == 0, out.stderr
+    assert f"2 entries, {size:,} bytes" in out.stdout and str(root) in out.stdout, out.stdout
+    assert _entries(root) == kept
+    assert ("removed 2 prefix cache entries" in out.stdout) == (kept == 0)
