@@ -226,14 +226,18 @@ def _cmd_ask(args: argparse.Namespace) -> int:
           f"loaded in {model.load_seconds:.1f} s", file=err)
     cancel = threading.Event()
 
-    def before_prefill(plan) -> bool:
+    def announce(plan) -> None:
+        # A command line warns and goes on: it may run with no one to answer a prompt. A read the
+        # user asked for (--read first or after) is always announced; one the open needs anyway
+        # only when it is long.
+        if args.read == "later" and not plan.is_long:
+            return
         bar.close()
         hint = "; ask about a subfolder to read less" if document.kind == "repo" else ""
         print(f"halaman: {plan.describe()} — Ctrl-C stops{hint}.", file=err, flush=True)
-        return True  # a command line warns and goes on: it may run with no one to answer a prompt
 
     try:
-        opened = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill,
+        opened = workspace.open(document, progress=bar.update, cancel=cancel, on_read_plan=announce,
                                 read_now=args.read == "first")
     finally:
         bar.close()
@@ -289,9 +293,12 @@ def _read_after(args: argparse.Namespace, workspace, bar: _ProgressBar, cancel: 
         print("read            not yet: the answer re-read the parts of the document its index chose; `--read after` "
               "reads the whole document once and saves it, so later questions recall from it", file=err)
         return
-    print("Reading the whole document for the next questions (Ctrl-C stops; nothing is kept then) ...", file=err, flush=True)
+    def announce(plan) -> None:
+        print(f"halaman: reading the whole document for the next questions, {plan.describe()} — Ctrl-C stops; "
+              "nothing is kept then.", file=err, flush=True)
+
     try:
-        workspace.read(progress=bar.update, cancel=cancel)
+        workspace.read(progress=bar.update, cancel=cancel, on_read_plan=announce)
     finally:
         bar.close()
     report = workspace.session.report

@@ -1,6 +1,7 @@
 """The `halaman` command as a user runs it: a real process, real files."""
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -259,3 +260,30 @@ def test_cache_clear_on_a_terminal_asks_first_saying_what_and_how_many_bytes(tmp
     assert f"2 entries, {size:,} bytes" in out.stdout and str(root) in out.stdout, out.stdout
     assert _entries(root) == kept
     assert ("removed 2 prefix cache entries" in out.stdout) == (kept == 0)
+
+
+def _long_note(path: Path) -> Path:
+    """A text file of some 2,000 tokens: more than a 512-token budget keeps whole, so it is read
+    index first unless asked otherwise."""
+    path.write_text("# Field notes\n\n" + "".join(
+        f"Day {day}: the crew counted {day * 7} herons at pond {day % 5} and logged the water at {10 + day % 9} degrees.\n"
+        for day in range(1, 90)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("when", ["after", "first"])
+def test_a_read_asked_for_says_its_tokens_and_time_before_it_starts(tmp_path, when):
+    # Issue 32: `--read after` and `--read first` began a read of minutes with no word of how long.
+    doc = _long_note(tmp_path / f"notes-{uuid.uuid4().hex}.md")
+    out = run("ask", str(doc), "How many herons on day 3?", "--max-new-tokens", "4", "--budget", "512", "--window", "128",
+              "--read", when)
+    assert out.returncode == 0, out.stderr
+    [line] = [line for line in out.stderr.splitlines() if "Ctrl-C stops" in line]
+    found = re.fullmatch(r"halaman: (?:reading the whole document for the next questions, )?([\d,]+) tokens: about "
+                         r"\S.* on this computer \((?:[\d,.]+ tokens/s measured here|a guess: .+)\) — Ctrl-C stops.*\.", line)
+    assert found, line
+    assert f"(text, {found.group(1)} tokens" in out.stdout  # the report's exact count: the whole read
+    if when == "after":  # said before the read, whose end is the line after it
+        assert out.stderr.index(line) < out.stderr.index("read            ")
+    else:
+        assert "prefix cache    miss (prefill" in out.stdout
