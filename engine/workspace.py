@@ -369,8 +369,8 @@ class Workspace:
         `Document` already read (the CLI reads first, to report a bad file before the model loads).
         `before_prefill(plan)` is asked before a long read starts; False cancels it, and
         `on_read_plan(plan)` is told before any read (see `DocumentSession.open`); `read_now=False`
-        opens it index first (`DocumentSession.read` reads it whole later). Raises what `DocumentSession.open` raises (DocumentError,
-        Cancelled, HalamanError ...)."""
+        opens it index first (`DocumentSession.read` reads it whole later). Raises what
+        `DocumentSession.open` raises (DocumentError, Cancelled, HalamanError ...)."""
         self.ensure_model(progress)
         session = self.session
         session.notices += self.notices
