@@ -28,8 +28,8 @@ from engine.units import format_bytes
 COLUMNS = ("Model", "Parameters", "Download", "Weights", "KV / token", "Fits", "On disk")
 WEIGHTS_COLUMN = COLUMNS.index("Weights")
 WEIGHTS_HEADER_TIP = ("The memory the weights take once loaded on this machine, not the download: on a CPU, int4 "
-                      "also keeps a bfloat16 copy of the layers that reading a document uses and the embeddings in "
-                      "float32, so a small model can take more than it downloads.")
+                      "keeps the embeddings in float32 and, where the CPU has AVX-512 BF16, a bfloat16 copy of the "
+                      "layers that reading a document uses, so a small model can take more than it downloads.")
 
 
 def weights_tip(verdict: Fit) -> str:
@@ -37,7 +37,8 @@ def weights_tip(verdict: Fit) -> str:
     if not verdict.weights_parts:
         return f"{format_bytes(verdict.weights_bytes)} as {verdict.weights_label} weights, loaded on this machine"
     parts = "\n".join(f"  {format_bytes(size)}: {what}" for what, size in verdict.weights_parts)
-    return f"{format_bytes(verdict.weights_bytes)} once loaded ({verdict.weights_label}):\n{parts}"
+    note = f"\n{verdict.weights_note[0].upper()}{verdict.weights_note[1:]}." if verdict.weights_note else ""
+    return f"{format_bytes(verdict.weights_bytes)} once loaded ({verdict.weights_label}):\n{parts}{note}"
 
 
 class _Relay(QObject):

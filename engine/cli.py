@@ -4,7 +4,7 @@ when `halaman` gets no arguments and hands everything else to `main` here).
     halaman ask book.pdf "What is chapter 3 about?"      stream an answer, then a short report
     halaman find book.pdf "What is chapter 3 about?"     the pages a question would read, and why (no read needed)
     halaman estimate --model llama-3.2-3b --tokens 131072  KV memory: full vs. compressed
-    halaman cache list | clear                            the prefix-cache store on disk
+    halaman cache list | clear [--yes]                    the prefix-cache store on disk (clear asks first)
     halaman models [pull ID | use ID]                     models that fit this machine; download, choose
     halaman --self-test                                   one short answer on the bundled sample (installer/)
 """
@@ -109,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cache = sub.add_parser("cache", help="list or clear the prefix caches on disk")
     cache.add_argument("action", choices=("list", "clear"))
+    cache.add_argument("--yes", action="store_true", help="clear without asking (needed when stdin is not a terminal)")
     cache.set_defaults(handler=_cmd_cache)
     add_models_command(sub)
     add_history_command(sub)
@@ -227,14 +228,18 @@ def _cmd_ask(args: argparse.Namespace) -> int:
           f"loaded in {model.load_seconds:.1f} s", file=err)
     cancel = threading.Event()
 
-    def before_prefill(plan) -> bool:
+    def announce(plan) -> None:
+        # A command line warns and goes on: it may run with no one to answer a prompt. A read the
+        # user asked for (--read first or after) is always announced; one the open needs anyway
+        # only when it is long.
+        if args.read == "later" and not plan.is_long:
+            return
         bar.close()
         hint = "; ask about a subfolder to read less" if document.kind == "repo" else ""
         print(f"halaman: {plan.describe()} — Ctrl-C stops{hint}.", file=err, flush=True)
-        return True  # a command line warns and goes on: it may run with no one to answer a prompt
 
     try:
-        opened = workspace.open(document, progress=bar.update, cancel=cancel, before_prefill=before_prefill,
+        opened = workspace.open(document, progress=bar.update, cancel=cancel, on_read_plan=announce,
                                 read_now=args.read == "first")
     finally:
         bar.close()
@@ -307,9 +312,12 @@ def _read_after(args: argparse.Namespace, workspace, bar: _ProgressBar, cancel: 
         print("read            not yet: the answer re-read the parts of the document its index chose; `--read after` "
               "reads the whole document once and saves it, so later questions recall from it", file=err)
         return
-    print("Reading the whole document for the next questions (Ctrl-C stops; nothing is kept then) ...", file=err, flush=True)
+    def announce(plan) -> None:
+        print(f"halaman: reading the whole document for the next questions, {plan.describe()} — Ctrl-C stops; "
+              "nothing is kept then.", file=err, flush=True)
+
     try:
-        workspace.read(progress=bar.update, cancel=cancel)
+        workspace.read(progress=bar.update, cancel=cancel, on_read_plan=announce)
     finally:
         bar.close()
     report = workspace.session.report
@@ -444,6 +452,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     settings = load_settings(warn=print_warning)
     workspace = Workspace(settings)
     if args.action == "clear":
+        if not args.yes and not _confirm_clear():
+            print("nothing deleted")
+            return 0
         removed = workspace.clear_prefix_cache()
         _print_notices(workspace)
         print(f"removed {removed} prefix cache entr{'y' if removed == 1 else 'ies'}")
@@ -459,6 +470,28 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     _, total = workspace.prefix_cache_usage()
     print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_bytes(total)} of {format_bytes(settings.prefix_cache_disk_bytes)}")
     return 0
+
+
+def _confirm_clear() -> bool:
+    """Whether the user agrees to delete the prefix cache, asked on the terminal with what it holds.
+    Raises HalamanError when stdin is not a terminal: a script must say --yes, not be assumed to."""
+    from engine.prefix_store import stored_size
+    from engine.workspace import prefix_store_dir
+
+    root = prefix_store_dir()
+    entries, size = stored_size(root)
+    if entries == 0 and size == 0:
+        return True  # nothing to lose: clearing only tidies the index
+    what = f"{entries} entr{'y' if entries == 1 else 'ies'}, {size:,} bytes ({format_bytes(size)})"
+    if not sys.stdin.isatty():
+        raise HalamanError(f"cache clear would delete the prefix cache in {root} ({what}); "
+                           "stdin is not a terminal to ask on, so pass --yes to delete it")
+    try:
+        reply = input(f"Delete the prefix cache in {root}: {what}, the saved reads of every document "
+                      "(each is read again when next opened)? [y/N] ")
+    except EOFError:
+        return False
+    return reply.strip().lower() in ("y", "yes")
 
 
 def _print_notices(workspace) -> None:

@@ -31,10 +31,16 @@ def add_history_command(sub) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    """Raises HalamanError when the document has no conversation in the history."""
+    """Raises HalamanError when the document has no conversation in the history, or when the path
+    names nothing and no conversation either."""
+    path = Path(args.path).expanduser()
     library = Library(interrupt_streaming=False)  # the window may be streaming an answer right now
     try:
-        record = library.find(str(Path(args.path).expanduser().resolve()))
+        record = library.find(str(path.resolve()))
+        # A document deleted since it was asked about still has its conversation: only a path that
+        # names nothing at all is a mistyped one.
+        if record is None and not path.exists():
+            raise HalamanError(f"{args.path} does not exist: check the path (no such file or folder)")
         if record is None:
             raise HalamanError(f"{args.path}: no conversation about it in the history (open it in the app and ask)")
         try:

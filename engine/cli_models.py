@@ -57,7 +57,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
           f"({'GPU, 16-bit' if memory.device == 'cuda' else 'CPU, float32'} compute; weights {settings.weights}: "
           f"{'4-bit NF4 on a GPU, on a CPU 4-bit int4 when float32 takes at most a quarter of RAM, else NF4' if settings.weights == 'auto' else settings.weights})\n"
           f"fits         weights + KV cache at its peak (budget {policy.budget_tokens:,} tokens, INT{policy.kv_bits}, "
-          f"recall {settings.recall.recall_tokens:,}) + workspace, against the whole {memory.name}\n")
+          f"recall {settings.recall.recall_tokens:,}) + workspace, against the whole {memory.name}"
+          + (f"\nweights      as loaded here, not the download; {memory.int4_note()}" if memory.device == "cpu" else "")
+          + "\n")
     rows = [("id", "parameters", "download", "weights", "KV/token (FP16)", "fits", "why", "on disk")]
     for model in load_catalog():
         verdict = fit(model, settings, memory)

@@ -1,8 +1,9 @@
 """A conversation about one document as Markdown, for `halaman history export PATH` and the window's
 File › Export: each question and answer, and every citation written as "[document, page N]" (or
-"[document, src/app.py]"), followed by the sentences the answer attended there, quoted, so that the
-file says where to check each answer without Halaman. A citation the document does not have is
-written as such, never as a page reference.
+"[document, src/app.py]"; "[notes.md]" for a document that is one text file), followed by the
+sentences the answer attended there, quoted, so that the file says where to check each answer
+without Halaman. A citation the document does not have is written as such, never as a page
+reference.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ QUOTE_CHARACTERS = 300
 """An attended passage is quoted up to this many characters (a whole line of a minified file is not)."""
 
 
+def unbracketed(text: str) -> str:
+    """`text` with its square brackets made round: one inside a reference would end it early."""
+    return text.replace("[", "(").replace("]", ")")
+
+
 def reference(title: str, label: str) -> str:
-    """'[title, page 2]': how the export names a page or file of a document."""
-    return f"[{title}, {label}]"
+    """'[title, page 2]': how the export names a page or file of a document. A single text file's one
+    segment is labelled with the file's name, which is the title too: it is named once, '[notes.md]'."""
+    return f"[{title}]" if unbracketed(label) == title else f"[{title}, {label}]"
 
 
 def resolve(label: str, labels: set[str] | None) -> list[str] | None:
@@ -74,7 +81,7 @@ def conversation_markdown(record: DocumentRecord, messages: list[MessageRecord],
     citations and quoting the attended passages); None when it cannot be read any more: the
     citations are then written unchecked and nothing is quoted, which the file says."""
     labels = {segment.label for segment in document.segments} if document is not None else None
-    title = record.title.replace("[", "(").replace("]", ")")  # brackets in a title would end its references early
+    title = unbracketed(record.title)
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() if exported_s is None else exported_s))
     lines = [f"# {title}", "", f"`{record.path}` · {record.size_text} · exported from Halaman on {when}", ""]
     if document is None:

@@ -640,13 +640,7 @@ class PrefixStore:
         return tensors, metadata
 
     def _files(self) -> list[Path]:
-        """Entry and temp files in root, by name pattern only: never touch anything we did not write."""
-        try:
-            children = list(self.root.iterdir())
-        except OSError:
-            return []
-        return [p for p in children
-                if any(pattern.fullmatch(p.name) for pattern in (_ENTRY_RE, _ARCHIVE_RE, _SPANS_RE, _TEMP_RE))]
+        return store_files(self.root)
 
     def _clean(self, *, stale_temp_s: float) -> None:
         """Drop rows without a usable file, delete entry files without a row and stale temp files.
@@ -727,6 +721,28 @@ def open_store(root: Path, *, disk_budget_bytes: int) -> tuple[PrefixStore | Non
         log.info("prefix cache not used: %s", error)
         return None, f"the prefix cache cannot be used ({_short(error, root)}), so it is off for now: documents are prefilled every time"
     return store, store.notice
+
+
+def store_files(root: Path) -> list[Path]:
+    """Entry, archive, span-index and temp files in `root`, by name pattern only: never touch anything
+    we did not write. What `PrefixStore.clear` deletes, but for the index."""
+    try:
+        children = list(Path(root).iterdir())
+    except OSError:
+        return []
+    return [p for p in children
+            if any(pattern.fullmatch(p.name) for pattern in (_ENTRY_RE, _ARCHIVE_RE, _SPANS_RE, _TEMP_RE))]
+
+
+def stored_size(root: Path) -> tuple[int, int]:
+    """(entries, bytes) that clearing `root` frees, counted by name without SQLite, so that a store
+    whose index cannot be opened (a full disk) is counted too."""
+    entries, size = 0, 0
+    for path in store_files(root):
+        entries += bool(_ENTRY_RE.fullmatch(path.name))
+        with contextlib.suppress(OSError):  # deleted meanwhile by another process
+            size += path.stat().st_size
+    return entries, size
 
 
 def clear_files(root: Path) -> int:

@@ -234,6 +234,7 @@ class DocumentSession:
         cancel: threading.Event | None = None,
         before_prefill: Callable[[ReadPlan], bool] | None = None,
         read_now: bool = True,
+        on_read_plan: Callable[[ReadPlan], None] | None = None,
     ) -> OpenReport:
         """Read, tokenize and prefill (or restore) a document. Raises DocumentError, Cancelled, and
         any other failure as a one-line HalamanError (nothing else leaves it).
@@ -244,8 +245,9 @@ class DocumentSession:
 
         `before_prefill(plan)` is called when a prefill is about to run (a prefix-cache miss) and
         the `ReadPlan` says it takes at least `engine.read_time.LONG_READ_S`; when it returns False
-        nothing is prefilled and Cancelled is raised. A finished prefill records its rate for the
-        next plans (`engine.read_time.record_rate`).
+        nothing is prefilled and Cancelled is raised. `on_read_plan(plan)` is told the plan of every
+        prefill about to run, short or long (a command line says how long before it starts). A
+        finished prefill records its rate for the next plans (`engine.read_time.record_rate`).
 
         `read_now=False` (index first): on a prefix-cache miss, a document that span recall can
         answer is not read: the open ends once its spans and full-text index exist (seconds for a
@@ -283,9 +285,11 @@ class DocumentSession:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
                 if read_now or not (planned.by_spans and spans is not None):
                     threads = apply_threads(self.settings.threads) if self.model.device.type == "cpu" else 0
-                    if before_prefill is not None:
+                    if before_prefill is not None or on_read_plan is not None:
                         plan = read_time.plan_read(len(prefix_ids), self._rate_key(threads), self.model.parameters)
-                        if plan.is_long and not before_prefill(plan):
+                        if on_read_plan is not None:
+                            on_read_plan(plan)
+                        if before_prefill is not None and plan.is_long and not before_prefill(plan):
                             raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
                     self._run_read(read, notify, cancel, None, threads=threads)
                     cache, archive = read.cache, read.archive
@@ -340,7 +344,7 @@ class DocumentSession:
 
     @halaman_errors_only("reading the document")
     def read(self, *, progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
-             pause: threading.Event | None = None) -> bool:
+             pause: threading.Event | None = None, on_read_plan: Callable[[ReadPlan], None] | None = None) -> bool:
         """Read the open document whole (what `open(read_now=False)` left for later): prefill it into
         its snapshot, write its archive, and save both to the prefix cache, so the next question
         recalls from the archive instead of re-reading spans.
@@ -348,15 +352,21 @@ class DocumentSession:
         Returns True when the document is read (at once if it already was), False when `pause` was
         set: the read stopped between two chunks and keeps what it read; call `read` again to go on
         (answering a question in between is fine). Raises Cancelled when `cancel` is set (what was
-        read is dropped), HalamanError when no document is open.
+        read is dropped), HalamanError when no document is open. `on_read_plan(plan)` is told the
+        plan of what is left to read before it starts (as in `open`).
         """
         pending = self._unread
         if self._snapshot is None or self.report is None:
             raise HalamanError("no document is open: open a document first")
         if pending is None:
             return True
+        threads = None
+        if on_read_plan is not None:  # the plan's threads are the read's: apply_threads samples the cores once
+            threads = apply_threads(self.settings.threads) if self.model.device.type == "cpu" else 0
+            done, n = self.unread_progress()
+            on_read_plan(read_time.plan_read(n - done, self._rate_key(threads), self.model.parameters))
         try:
-            if not self._run_read(pending, progress or (lambda _p: None), cancel, pause):
+            if not self._run_read(pending, progress or (lambda _p: None), cancel, pause, threads=threads):
                 return False
         except BaseException:  # a cancelled chunk leaves the cache inconsistent: the next read starts over
             self._unread = PendingRead(pending.ids, pending.policy, pending.key, pending.layout, pending.label)

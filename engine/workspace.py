@@ -368,32 +368,35 @@ class Workspace:
     # -------------------------------------------------------------- documents
     def open(self, path: str | Document, *, password: str | None = None,
              progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
-             before_prefill: Callable[[ReadPlan], bool] | None = None, read_now: bool = True) -> OpenResult:
+             before_prefill: Callable[[ReadPlan], bool] | None = None, read_now: bool = True,
+             on_read_plan: Callable[[ReadPlan], None] | None = None) -> OpenResult:
         """Load the model if needed, then read and prefill (or restore) a document: a path, or a
         `Document` already read (the CLI reads first, to report a bad file before the model loads).
-        `before_prefill(plan)` is asked before a long read starts; False cancels it (see
-        `DocumentSession.open`); `read_now=False` opens it index first (`DocumentSession.read`
-        reads it whole later). Raises what `DocumentSession.open` raises (DocumentError,
-        Cancelled, HalamanError ...)."""
+        `before_prefill(plan)` is asked before a long read starts; False cancels it, and
+        `on_read_plan(plan)` is told before any read (see `DocumentSession.open`); `read_now=False`
+        opens it index first (`DocumentSession.read` reads it whole later). Raises what
+        `DocumentSession.open` raises (DocumentError, Cancelled, HalamanError ...)."""
         self.ensure_model(progress)
         session = self.session
         session.notices += self.notices
         self.notices = []
         report = session.open(path, password=password, progress=progress, cancel=cancel, before_prefill=before_prefill,
-                              read_now=read_now)
+                              read_now=read_now, on_read_plan=on_read_plan)
         key = session.prefix_key if session.store is not None else None
         shown = path.source if isinstance(path, Document) else str(path)
         return OpenResult(report, session.document, shown, key, session.memory(),
                           session.prefix_signature(report.document_tokens))
 
     def read(self, *, progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
-             pause: threading.Event | None = None) -> OpenReport | None:
-        """Read the open document whole (`DocumentSession.read`): its report once read, None when
-        `pause` stopped the read between two chunks. Raises HalamanError when no document is open,
-        Cancelled."""
+             pause: threading.Event | None = None,
+             on_read_plan: Callable[[ReadPlan], None] | None = None) -> OpenReport | None:
+        """Read the open document whole (`DocumentSession.read`, which tells `on_read_plan` how long
+        it will take): its report once read, None when `pause` stopped the read between two chunks.
+        Raises HalamanError when no document is open, Cancelled."""
         if self.session is None:
             raise HalamanError("no document is open: open a document first")
-        return self.session.report if self.session.read(progress=progress, cancel=cancel, pause=pause) else None
+        read = self.session.read(progress=progress, cancel=cancel, pause=pause, on_read_plan=on_read_plan)
+        return self.session.report if read else None
 
     def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None) -> Answer:

@@ -1,6 +1,7 @@
 """The `halaman` command as a user runs it: a real process, real files."""
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -194,3 +195,95 @@ def test_an_answer_the_history_cannot_keep_is_still_answered(tmp_path):
                          capture_output=True, text=True, timeout=600, env={**os.environ, "HALAMAN_HOME": str(home)}, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "--- report ---" in out.stdout and "the answer was not kept in the history" in out.stderr
+
+
+def test_history_export_of_a_path_that_does_not_exist_says_so_not_no_conversation(tmp_path):
+    # Issue 32: a mistyped path read "no conversation about it", as if the document were there.
+    missing = run("history", "export", str(tmp_path / "nonexistent"))
+    assert missing.returncode == 1
+    [line] = [line for line in missing.stderr.splitlines() if line.startswith("halaman:")]
+    assert "does not exist" in line and "no conversation" not in line, line
+    never_asked = tmp_path / "never-asked.md"
+    never_asked.write_text("# Never asked about\n")
+    unasked = run("history", "export", str(never_asked))
+    assert unasked.returncode == 1 and "no conversation" in unasked.stderr and "does not exist" not in unasked.stderr
+
+
+def _cache_home(tmp_path: Path) -> tuple[dict, Path]:
+    """A HALAMAN_HOME whose prefix store holds two real entries: (environment, store folder)."""
+    import torch
+
+    from engine.prefix_store import PrefixStore
+
+    env = {**os.environ, "HALAMAN_HOME": str(tmp_path / "home")}
+    root = tmp_path / "home" / "cache" / "prefix"
+    store = PrefixStore(root, disk_budget_bytes=10**8)
+    for i in range(2):
+        store.put(f"{i:064x}", {"x": torch.zeros(64, 64)}, {}, n_tokens=5, label=f"doc {i}")
+    store.close()
+    return env, root
+
+
+def _entries(root: Path) -> int:
+    return sum(1 for p in root.iterdir() if p.name.endswith(".safetensors"))
+
+
+def test_cache_clear_without_a_terminal_refuses_unless_yes(tmp_path):
+    # Issue 32: `cache clear` deleted every saved read without asking.
+    env, root = _cache_home(tmp_path)
+    refused = subprocess.run([*HALAMAN, "cache", "clear"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
+                             stdin=subprocess.DEVNULL)
+    assert refused.returncode == 1 and _entries(root) == 2
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("halaman: ") and "--yes" in line, line
+    cleared = subprocess.run([*HALAMAN, "cache", "clear", "--yes"], capture_output=True, text=True, timeout=120, env=env,
+                             cwd=REPO, stdin=subprocess.DEVNULL)
+    assert cleared.returncode == 0, cleared.stderr
+    assert "removed 2 prefix cache entries" in cleared.stdout and _entries(root) == 0
+
+
+@pytest.mark.parametrize("reply, kept", [("n\n", 2), ("\n", 2), ("y\n", 0)])
+def test_cache_clear_on_a_terminal_asks_first_saying_what_and_how_many_bytes(tmp_path, reply, kept):
+    import pty
+
+    env, root = _cache_home(tmp_path)
+    size = sum(p.stat().st_size for p in root.iterdir() if p.name.endswith(".safetensors"))  # not the index
+    master, terminal = pty.openpty()
+    try:
+        os.write(master, reply.encode())
+        out = subprocess.run([*HALAMAN, "cache", "clear"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
+                             stdin=terminal)
+    finally:
+        os.close(master)
+        os.close(terminal)
+    assert out.returncode == 0, out.stderr
+    assert f"2 entries, {size:,} bytes" in out.stdout and str(root) in out.stdout, out.stdout
+    assert _entries(root) == kept
+    assert ("removed 2 prefix cache entries" in out.stdout) == (kept == 0)
+
+
+def _long_note(path: Path) -> Path:
+    """A text file of some 2,000 tokens: more than a 512-token budget keeps whole, so it is read
+    index first unless asked otherwise."""
+    path.write_text("# Field notes\n\n" + "".join(
+        f"Day {day}: the crew counted {day * 7} herons at pond {day % 5} and logged the water at {10 + day % 9} degrees.\n"
+        for day in range(1, 90)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("when", ["after", "first"])
+def test_a_read_asked_for_says_its_tokens_and_time_before_it_starts(tmp_path, when):
+    # Issue 32: `--read after` and `--read first` began a read of minutes with no word of how long.
+    doc = _long_note(tmp_path / f"notes-{uuid.uuid4().hex}.md")
+    out = run("ask", str(doc), "How many herons on day 3?", "--max-new-tokens", "4", "--budget", "512", "--window", "128",
+              "--read", when)
+    assert out.returncode == 0, out.stderr
+    [line] = [line for line in out.stderr.splitlines() if "Ctrl-C stops" in line]
+    found = re.fullmatch(r"halaman: (?:reading the whole document for the next questions, )?([\d,]+) tokens: about "
+                         r"\S.* on this computer \((?:[\d,.]+ tokens/s measured here|a guess: .+)\) — Ctrl-C stops.*\.", line)
+    assert found, line
+    assert f"(text, {found.group(1)} tokens" in out.stdout  # the report's exact count: the whole read
+    if when == "after":  # said before the read, whose end is the line after it
+        assert out.stderr.index(line) < out.stderr.index("read            ")
+    else:
+        assert "prefix cache    miss (prefill" in out.stdout

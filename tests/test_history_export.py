@@ -60,3 +60,31 @@ def test_every_citation_of_an_exported_conversation_names_a_page_that_exists(qtb
     assert printed.splitlines()[3:] == text.splitlines()[3:]  # all but the time of export
     assert cli_main(["history", "export", str(tmp_path / "never-opened.pdf")]) != 0
     window.close()
+
+
+def test_a_single_file_is_cited_by_its_name_once_not_as_name_comma_name(home, tmp_path, capsys):
+    # Issue 32: a text file's one segment is labelled with its name, which is also the document's
+    # title, so the export wrote "[kv-cache-primer.md, kv-cache-primer.md]".
+    from engine.library import Library
+    from engine.workspace import passages_json
+
+    note = tmp_path / "kv-cache-primer.md"
+    sentence = "The prefix cache keeps a document's keys and values on disk."
+    note.write_text(f"# KV cache primer\n\n{sentence}\n", encoding="utf-8")
+    document = load_document(note)
+    [segment] = document.segments
+    assert segment.label == document.title == "kv-cache-primer.md"
+    library = Library(interrupt_streaming=False)
+    document_id = library.upsert_document(path=str(note.resolve()), title=document.title, kind=document.kind, tokens=30)
+    library.add_message(document_id, "user", "What does the prefix cache keep?")
+    start = segment.text.index(sentence)
+    library.add_message(document_id, "assistant", "Keys and values [kv-cache-primer.md].", model="SmolLM2",
+                        passages_json=passages_json([AttendedSpan(0, segment.label, None, None, start,
+                                                                  start + len(sentence), 0.9)]))
+    library.close()
+
+    assert cli_main(["history", "export", str(note)]) == 0
+    text = capsys.readouterr().out
+    assert "Keys and values [kv-cache-primer.md]." in text
+    assert f"> “{sentence}” — [kv-cache-primer.md] (90 %)" in text
+    assert "kv-cache-primer.md, kv-cache-primer.md" not in text

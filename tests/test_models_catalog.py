@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Co
 
 from engine.errors import ModelError
 from engine.estimate import KNOWN_SHAPES, peak_cache_bytes
-from engine.models.catalog import PROCESS_MARGIN_BYTES, CatalogModel, DeviceMemory, find, fit, load_catalog
+from engine.models.catalog import PROCESS_MARGIN_BYTES, CatalogModel, DeviceMemory, detect_memory, find, fit, load_catalog
 from engine.models.decoder import SUPPORTED_MODEL_TYPES
 from engine.models.int4_cpu import dense_chunks
 from engine.models.loader import load_model
@@ -123,7 +123,7 @@ def test_fit_counts_the_weights_the_loader_will_hold():
     model, auto = find(load_catalog(), "qwen2.5-1.5b"), EngineSettings()
     full = model.parameters * 4
     big_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full, 4))
-    assert big_ram.weights_label == "4-bit int4" and big_ram.weights_bytes == model.weight_int4_bytes() < full
+    assert big_ram.weights_label == "4-bit int4" and big_ram.weights_bytes == model.weight_int4_bytes(dense=False) < full
     cpu_full = fit(model, auto.replace(weights="full"), DeviceMemory("cpu", "RAM", 4 * full, 4))
     assert cpu_full.weights_label == "float32" and cpu_full.weights_bytes == full
     small_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full - 1, 4))
@@ -134,6 +134,29 @@ def test_fit_counts_the_weights_the_loader_will_hold():
     assert not refused.fits and "CPU only" in refused.reason
     forced = fit(model, auto.replace(weights="full"), DeviceMemory("cuda", "GPU", 100 * full, 2))
     assert forced.weights_label == "16-bit" and forced.weights_bytes == 2 * model.parameters
+
+
+def test_int4_sizes_count_the_bfloat16_reading_copy_only_where_the_loader_makes_it():
+    """Issue 32: SmolLM2's int4 weights were listed at 407.7 MiB, a bfloat16 reading copy included,
+    on a CPU without AVX-512 BF16 that never makes it (205.2 MiB loaded): the list and the loader
+    now ask one rule, with the CPU's capability as its argument."""
+    from engine.models.weight_format import keeps_reading_copy
+
+    assert keeps_reading_copy("int4", bf16_matmuls=True)
+    assert not keeps_reading_copy("int4", bf16_matmuls=False)
+    assert not any(keeps_reading_copy(held, bf16_matmuls=True) for held in ("nf4", "full"))
+    smol, settings = find(load_catalog(), "smollm2-135m"), EngineSettings(weights="int4")
+    with_copy = fit(smol, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=True))
+    without = fit(smol, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=False))
+    assert with_copy.weights_bytes == smol.weight_int4_bytes(dense=True)
+    assert without.weights_bytes == smol.weight_int4_bytes(dense=False) < with_copy.weights_bytes
+    assert any("bfloat16 copy" in what for what, _ in with_copy.weights_parts)
+    assert not any("bfloat16 copy" in what for what, _ in without.weights_parts)
+    assert "has AVX-512 BF16" in with_copy.weights_note and "no bfloat16 copy" in without.weights_note
+    # On this machine the list shows what the loader holds, whichever branch its CPU takes.
+    here = detect_memory("cpu")
+    assert here.bf16_matmuls == dense_chunks()
+    assert load_model("default", device="cpu", weights="int4").weight_bytes == fit(smol, settings, here).weights_bytes
 
 
 def test_the_embedded_model_is_marked_so_nobody_downloads_it_again():

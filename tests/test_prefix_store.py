@@ -472,7 +472,8 @@ FILL_THEN_CLI = textwrap.dedent("""
             pass
     print("before", os.statvfs(root).f_bavail)
     for action in ("list", "clear"):
-        out = subprocess.run([sys.executable, "-m", "engine.cli", "cache", action], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "engine.cli", "cache", action, *(["--yes"] if action == "clear" else [])],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
         print(action, out.returncode, out.stdout.strip(), "|", out.stderr.strip())
     print("left", sorted(p.name for p in root.iterdir() if p.name.endswith(".safetensors")))
     print("after", os.statvfs(root).f_bavail)

@@ -13,8 +13,8 @@ Sizes are computed from each model's config numbers, not typed in:
                     16-bit on a GPU), and the rotary embedding's float32 frequency buffers
     int4 weights    on a CPU (`engine.models.int4_cpu`): every decoder linear layer in 4-bit codes
                     (half a byte per weight + a bfloat16 scale and zero per 32 weights) and, on a
-                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks (counted always: the
-                    list cannot ask the CPU without torch), the LM head (its own copy when tied) in
+                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks (counted where the
+                    loader makes it: `weight_format.keeps_reading_copy`), the LM head (its own copy when tied) in
                     8-bit codes held as two 4-bit planes, embeddings, norms and biases in float32,
                     and the rotary buffers
     weights         what the loader will hold with the `weights` setting: the 4-bit NF4 size, or
@@ -36,7 +36,7 @@ from pathlib import Path
 from engine.errors import ModelError
 from engine.estimate import full_cache_bytes, kv_peak_bytes
 from engine.models.profile import ModelProfile
-from engine.models.weight_format import LABELS, choose_weights
+from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
@@ -121,12 +121,12 @@ class CatalogModel:
         rotary = 2 * (self.head_dimension // 2) * 4  # inv_freq and original_inv_freq buffers, float32
         return nf4 + element_bytes * self._other_parameters() + rotary
 
-    def weight_int4_bytes(self, dense: bool = True) -> int:
+    def weight_int4_bytes(self, *, dense: bool) -> int:
         """Bytes the weights hold once loaded in int4 on a CPU (module docstring); `dense`: with the
-        bfloat16 copy of the decoder layers for chunks."""
-        return sum(size for _, size in self.weight_int4_parts(dense))
+        bfloat16 copy of the decoder layers for chunks (`weight_format.keeps_reading_copy`)."""
+        return sum(size for _, size in self.weight_int4_parts(dense=dense))
 
-    def weight_int4_parts(self, dense: bool = True) -> list[tuple[str, int]]:
+    def weight_int4_parts(self, *, dense: bool) -> list[tuple[str, int]]:
         """`weight_int4_bytes` by what holds them, for people: the layers' 4-bit codes, the
         bfloat16 copy reading uses, the 8-bit LM head, the float32 embeddings, norms and biases."""
         def int4(shape: tuple[int, int]) -> int:  # codes, then a bfloat16 scale and zero per group
@@ -176,19 +176,30 @@ class DeviceMemory:
     name: str            # "NVIDIA GeForce RTX 4060 Laptop GPU", "RAM"
     total_bytes: int
     element_bytes: int
+    bf16_matmuls: bool = False  # a CPU that runs bfloat16 matmuls natively (AVX-512 BF16): int4 keeps a copy then
+
+    def int4_note(self) -> str:
+        """What an int4 size in the list holds on this CPU, the bfloat16 reading copy or why not."""
+        if self.bf16_matmuls:
+            return ("int4 counts its 4-bit layers and a bfloat16 copy of them that reading uses "
+                    "(this CPU has AVX-512 BF16), the 8-bit LM head and float32 embeddings")
+        return ("int4 counts its 4-bit layers, the 8-bit LM head and float32 embeddings; no bfloat16 copy for "
+                "reading (this CPU has no AVX-512 BF16: reading runs on the 4-bit kernel)")
 
 
 def detect_memory(device: str = "auto") -> DeviceMemory:
-    """The GPU when `device` ("auto", "cuda", "cpu", as in EngineSettings) picks one, else system RAM."""
-    if device != "cpu":
-        import torch  # only here: listing the catalog on the CPU needs no torch
+    """The GPU when `device` ("auto", "cuda", "cpu", as in EngineSettings) picks one, else system RAM
+    and whether the CPU runs bfloat16 matmuls natively."""
+    import torch  # only here: the catalog itself stays cheap to import
 
-        if torch.cuda.is_available():
-            _free, total = torch.cuda.mem_get_info()
-            return DeviceMemory("cuda", torch.cuda.get_device_name(), int(total), 2)
+    if device != "cpu" and torch.cuda.is_available():
+        _free, total = torch.cuda.mem_get_info()
+        return DeviceMemory("cuda", torch.cuda.get_device_name(), int(total), 2)
     import psutil
 
-    return DeviceMemory("cpu", "RAM", int(psutil.virtual_memory().total), 4)
+    from engine.models.int4_cpu import dense_chunks  # the loader's own test of the CPU
+
+    return DeviceMemory("cpu", "RAM", int(psutil.virtual_memory().total), 4, bf16_matmuls=dense_chunks())
 
 
 @dataclass(frozen=True)
@@ -204,6 +215,7 @@ class Fit:
     available_bytes: int
     reason: str            # one line: "needs 3.1 GiB of 15.5 GiB RAM"
     weights_parts: tuple[tuple[str, int], ...] = ()  # what the weights' bytes are, when more than one thing holds them
+    weights_note: str = ""  # int4: whether its size has the bfloat16 reading copy, and why (`DeviceMemory.int4_note`)
 
 
 def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> Fit:
@@ -217,7 +229,7 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     if held == "nf4":
         weights, label = model.weight_4bit_bytes(memory.element_bytes), LABELS[held]
     elif held == "int4":
-        parts = tuple(model.weight_int4_parts())
+        parts = tuple(model.weight_int4_parts(dense=keeps_reading_copy(held, memory.bf16_matmuls)))
         weights, label = sum(size for _, size in parts), LABELS[held]
     else:
         weights, label = full, "float32" if memory.element_bytes == 4 else "16-bit"
@@ -230,4 +242,4 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     where = f"{format_bytes(memory.total_bytes)} {memory.name}"
     reason = f"needs {format_bytes(needed)} of {where}" if fits else f"needs {format_bytes(needed)}, more than the {where}"
     return Fit(fits, needed, weights, label, kv, workspace, memory.total_bytes, reason,
-               parts if held == "int4" else ())
+               parts if held == "int4" else (), memory.int4_note() if held == "int4" else "")

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.models.weight_format import keeps_reading_copy
+
 GROUP_SIZE = 32
 """Input weights per scale: the block of Q4_1 and Q8_0."""
 OUT_MULTIPLE = 16
@@ -163,8 +165,8 @@ def quantize_for_cpu(model: torch.nn.Module, *, dense: bool | None = None) -> No
     """Replace, in place, every `nn.Linear` of the decoder layers by an `Int4Linear` and the LM head
     by an `Int8Linear` (its own copy even when it is tied to the embedding, which stays float32 for
     the lookup). A layer whose shape the kernel does not take (`fits`) stays as it is. `dense`: keep
-    a bfloat16 copy of each `Int4Linear` for chunks (None: where `dense_chunks()`)."""
-    dense = dense_chunks() if dense is None else dense
+    a bfloat16 copy of each `Int4Linear` for chunks (None: as `keeps_reading_copy` decides on this CPU)."""
+    dense = keeps_reading_copy("int4", dense_chunks()) if dense is None else dense
     head = getattr(model, "lm_head", None)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

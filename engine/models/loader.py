@@ -30,7 +30,7 @@ from engine.models.gguf_convert import converted_folder, is_converted, no_transf
 from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-from engine.models.weight_format import LABELS, choose_weights
+from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy
 
 
 @dataclass
@@ -127,8 +127,9 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     parameters = model.num_parameters(exclude_embeddings=True)  # before int4 packs them into buffers
     attention_dtype = None
     if held == "int4":
-        quantize_for_cpu(model)
-        if dense_chunks():  # its chunks already run in bfloat16: so does their attention (fused, AVX-512 BF16)
+        copy = keeps_reading_copy(held, dense_chunks())
+        quantize_for_cpu(model, dense=copy)
+        if copy:  # its chunks already run in bfloat16: so does their attention (fused, AVX-512 BF16)
             attention_dtype = torch.bfloat16
     weights_mode = str(dtype) if held == "full" else f"{held}-{dtype}"
     if held == "full":
