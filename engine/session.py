@@ -991,6 +991,10 @@ class PrefillClock:
     kept = min(tokens before the chunk, budget). a and b are fitted (least squares) to the chunks
     seen so far and summed over the chunks to come. The average rate overestimated the rate to come
     (a fresh user saw "7 min left" stay put for minutes on a 9.7k-token PDF).
+
+    The ETA shown is steadied (`steady_eta`): a chunk or two slowed by another program's load tilts
+    the fit, and the time left used to leap (14 s, then 39 s, then 22 s) though the read went on
+    at its rate.
     """
 
     def __init__(self, budget_tokens: int, start_tokens: int = 0) -> None:
@@ -998,6 +1002,8 @@ class PrefillClock:
         self._start = start_tokens  # a read going on from there (paused, then resumed): `elapsed` counts from it
         self._last = (start_tokens, 0.0)
         self._chunks: list[tuple[int, float, float]] = []  # (tokens, seconds per token, kept before it)
+        self._shown: float | None = None  # the ETA last shown, seconds
+        self._rises = 0                   # updates in a row whose fitted ETA was above what `steady_eta` let show
 
     def __call__(self, done: int, total: int, elapsed: float) -> Progress:
         last_done, last_elapsed = self._last
@@ -1006,7 +1012,10 @@ class PrefillClock:
                                  min(last_done, self.budget_tokens)))
             self._last = (done, elapsed)
         rate = (done - self._start) / elapsed if elapsed > 0 else 0.0
-        return Progress(Phase.PREFILL, done, total, "tokens", tokens_per_s=rate, eta_s=self._eta(done, total))
+        fitted = self._eta(done, total)
+        if fitted is not None:
+            self._shown, self._rises = steady_eta(self._shown, fitted, self._rises)
+        return Progress(Phase.PREFILL, done, total, "tokens", tokens_per_s=rate, eta_s=self._shown)
 
     def _eta(self, done: int, total: int) -> float | None:
         if not self._chunks:
@@ -1018,8 +1027,8 @@ class PrefillClock:
         slope = sum(n * (kept - mean_kept) * (cost - mean_cost) for n, cost, kept in self._chunks) / spread if spread else 0.0
         slope = max(slope, 0.0)  # a noisy fit must not predict that a fuller cache is cheaper
         intercept = mean_cost - slope * mean_kept
-        if slope == 0.0 or intercept <= 0:  # one point or noise: the recent per-token cost
-            slope, intercept = 0.0, sum(cost for _, cost, _ in self._chunks[-3:]) / len(self._chunks[-3:])
+        if slope == 0.0 or intercept <= 0:  # one point or noise: the whole read's per-token cost, not a few chunks' under load
+            slope, intercept = 0.0, mean_cost
         chunk = self._chunks[-1][0]
         seconds, position = 0.0, done
         while position < total:
@@ -1027,6 +1036,25 @@ class PrefillClock:
             seconds += step * (intercept + slope * min(position, self.budget_tokens))
             position += step
         return seconds
+
+
+ETA_RISE_MAX = 1.25
+"""The shown time left may rise at most by this factor from one progress update to the next..."""
+ETA_RISE_AFTER = 4
+"""...unless the fitted time left was above that for this many updates in a row: the rate changed."""
+
+
+def steady_eta(shown_s: float | None, fitted_s: float, rises: int) -> tuple[float, int]:
+    """The time left to show, in seconds, and the new count of capped rises, from the time left
+    shown last (`shown_s`, None at the first update), the one fitted now (`fitted_s`) and how many
+    updates in a row were capped before (`rises`). A fall is shown as fitted; a rise is capped at
+    `ETA_RISE_MAX` × the last shown until it has lasted `ETA_RISE_AFTER` updates. Raises nothing."""
+    if shown_s is None or fitted_s <= shown_s * ETA_RISE_MAX:
+        return fitted_s, 0
+    rises += 1
+    if rises >= ETA_RISE_AFTER:
+        return fitted_s, 0
+    return shown_s * ETA_RISE_MAX, rises
 
 
 def _stop_token_ids(model: LoadedModel) -> set[int]:
