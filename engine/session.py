@@ -164,6 +164,7 @@ class OpenReport:
     recall_notice: RecallNotice | None = None  # the document needed an archive and has none (also in `warnings`)
     recall_plan: RecallPlan | None = None      # where its questions' recalled tokens come from
     unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
+    read_plan: ReadPlan | None = None  # when unread: how long its whole read will take on this machine
 
 
 @dataclass
@@ -277,7 +278,7 @@ class DocumentSession:
         # Index first: the spans and their full-text index need the text, not the model, so they
         # exist before the read, and a document not read yet is answered from re-read spans.
         spans = self._document_spans(document, encoding, key, recall_warnings)
-        archive, unread = None, None
+        archive, unread, read_plan = None, None, None
         try:
             if cache is None:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
@@ -292,6 +293,10 @@ class DocumentSession:
                     archive_missing += read.missing
                 else:
                     cache, unread = self._unread_snapshot(policy, len(prefix_ids)), read
+                    # The thread count the model runs with now: the read decides its own only when it
+                    # starts (sampling the cores takes a moment the open should not spend).
+                    threads = torch.get_num_threads() if self.model.device.type == "cpu" else 0
+                    read_plan = read_time.plan_read(len(prefix_ids), self._rate_key(threads), self.model.parameters)
             elif layout is not None:
                 archive = self._open_archive(key, layout, archive_missing)
         except BaseException:
@@ -320,7 +325,7 @@ class DocumentSession:
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
             warnings=[*self.notices, *document.warnings, *([str(notice)] if notice else []), *recall_warnings],
             pages=document.pages, threads=0 if hit or unread is not None else read.threads,
-            recall_notice=notice, recall_plan=plan, unread=unread is not None,
+            recall_notice=notice, recall_plan=plan, unread=unread is not None, read_plan=read_plan,
         )
         self.notices = []  # said once
         return self.report
