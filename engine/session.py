@@ -808,7 +808,8 @@ class DocumentSession:
                 break
             seg = self.document.segments[i]
             sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
-        return sources, attended_spans(mass.tolist(), self._token_chars, first, self.document)
+        cover = order.tolist()[:len(sources)]  # a source listed is a source a click shows a passage of
+        return sources, attended_spans(mass.tolist(), self._token_chars, first, self.document, cover=cover)
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache
