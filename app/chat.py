@@ -33,7 +33,7 @@ from PySide6.QtGui import (QColor, QImage, QTextBlockFormat, QTextCharFormat, QT
                            QTextFormat)
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
-from app.untrusted import escape
+from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.library import MessageRecord
@@ -316,6 +316,7 @@ class ChatView(QTextBrowser):
             plain.setAnchorNames([])
             plain.setForeground(self.palette().text())
             plain.setFontUnderline(False)
+            plain.setToolTip("")  # a link's title: the model's words, not the window's
             cursor.mergeCharFormat(plain)  # keeps a bold or code part of the words
             if href and words.strip() != href and words.strip() != href.removeprefix("mailto:"):
                 cursor.clearSelection()
@@ -354,8 +355,8 @@ class ChatView(QTextBrowser):
         QTextBrowser keeps them in the character format but does not show them by itself."""
         if event.type() == QEvent.Type.ToolTip:
             tip = self.tooltip_at(event.pos())
-            if tip:
-                QToolTip.showText(event.globalPos(), tip, self.viewport())
+            if tip:  # a citation link's title may be the model's: shown as its characters, never as HTML
+                QToolTip.showText(event.globalPos(), literal_rich_text(tip), self.viewport())
             else:
                 QToolTip.hideText()
             return True

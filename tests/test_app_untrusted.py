@@ -174,16 +174,19 @@ def test_urls_an_answer_writes_are_plain_text_and_clicking_them_opens_nothing(qt
     """Item 2: an answer is untrusted; a URL it makes, as a Markdown link, an autolink or bare, is
     shown as its characters (a link's address after its words), never as a link; citations stay
     links; a click on the text, or on any link but a citation, opens nothing."""
-    from PySide6.QtCore import QUrl
-    from PySide6.QtGui import QDesktopServices
+    from PySide6.QtCore import QEvent, QUrl
+    from PySide6.QtGui import QDesktopServices, QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    from app.untrusted import literal_rich_text
 
     from test_app import anchors
 
     opened: list[str] = []
     monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toString()) or True))
     window, document_id, _other = notes_and_other(qtbot, tmp_path)
-    answer = ("See [the **docs**](https://evil.example/x), https://evil.example/y, <http://evil.example/z>, "
-              "www.evil.example and [file](file:///etc/passwd) [page 1].")
+    answer = ("See [the **docs**](https://evil.example/x \"<img src='probe'>\"), https://evil.example/y, <http://evil.example/z>, "
+              "www.evil.example and [file](file:///etc/passwd) [page 1] [page 1](cite:page%201 \"<b>bold</b>\").")
     stream_answer(qtbot, window, document_id, "Where is it?", answer)
     shown = window.chat.toPlainText()
     for address in ("the docs (https://evil.example/x)", "https://evil.example/y", "http://evil.example/z",
@@ -197,8 +200,15 @@ def test_urls_an_answer_writes_are_plain_text_and_clicking_them_opens_nothing(qt
     for address in ("https://evil.example/y", "the docs"):
         cursor.setPosition(shown.index(address) + 2)
         qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
+        assert window.chat.tooltip_at(window.chat.cursorRect(cursor).center()) == "", "a link's title is the model's"
     window.chat.anchorClicked.emit(QUrl("https://evil.example/emitted"))  # a link the view might still hold
     assert opened == [] and clicked == []
+    # A citation link keeps the title the model gave it, shown as its characters.
+    cursor.setPosition(anchors(window.chat)["cite:page%201"] + 1)
+    point = window.chat.cursorRect(cursor).center()
+    QApplication.sendEvent(window.chat.viewport(), QHelpEvent(QEvent.Type.ToolTip, point,
+                                                               window.chat.viewport().mapToGlobal(point)))
+    assert QToolTip.text() == literal_rich_text("<b>bold</b>"), QToolTip.text()
     window.close()
 
 
