@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from engine.documents import Document
 
 PASSAGES_MAX = 5
-"""At most this many passages per answer."""
+"""At most this many passages per answer above the floors (`attended_spans`' `cover` may add a few)."""
 PASSAGE_MIN_SHARE = 0.03
 """A passage below this share of the attended mass is not shown (noise, not evidence)."""
 PASSAGE_MIN_OF_STRONGEST = 0.25
