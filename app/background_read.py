@@ -30,6 +30,7 @@ class BackgroundRead:
         self.job: Job | None = None
         self.path: str | None = None
         self._pause: threading.Event | None = None
+        self.stopped = False  # the open document's read was cancelled or failed: it is not read whole
 
     @property
     def running(self) -> bool:
@@ -44,6 +45,7 @@ class BackgroundRead:
     def stop(self) -> None:
         """Cancel the read (a new document replaces this one, or the window closes)."""
         job, self.job, self._pause = self.job, None, None
+        self.stopped = False  # another document, or none, follows
         if job is not None:
             self.window.client.cancel([job])
             self.window.library_panel.set_reading(None)
@@ -91,8 +93,10 @@ class BackgroundRead:
         if job is not self.job:
             return
         self.job = self._pause = None
+        self.stopped = True
         w = self.window
         w.library_panel.set_reading(None)
+        w.changed.emit(Changes(shown=True))  # the header no longer offers to cancel a read that is over
         if error.kind is ErrorKind.CANCELLED:
             w.statusBar().showMessage("The whole read was stopped: questions keep re-reading the pages they "
                                       "choose; opening the document again reads it.", 10000)

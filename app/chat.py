@@ -16,7 +16,9 @@ an attended label emits `citation_clicked(label, message_id)`: the link carries 
 (`cite:page%2012#42`), so that the source pane shows that answer's attended passages.
 
 An answer is untrusted text: it is Markdown without HTML, its images become text that names them
-(`images_as_text`), and the view loads no resource at all (`ChatView.loadResource`). An image an
+(`images_as_text`), its links and URLs are plain text (`ChatView._unlink`: only citations are
+links, and a click opens nothing else), and the view loads no resource at all
+(`ChatView.loadResource`). An image an
 answer named used to be read from disk: `![chart](/dev/zero)` read until the app died, a named pipe
 froze it, and a saved conversation did both again on every reopen (B21).
 """
@@ -27,10 +29,11 @@ import re
 from urllib.parse import quote, unquote
 
 from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
-from PySide6.QtGui import (QColor, QDesktopServices, QImage, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
+from PySide6.QtGui import (QColor, QImage, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument,
                            QTextFormat)
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
+from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.grounding import unsupported_note
@@ -82,9 +85,9 @@ def sources_line(text: str, labels: set[str] | None, message_id: int | None = No
     parts = []
     for label in cited:
         if labels is not None and label not in labels and normalise_label(label) not in labels:
-            parts.append(f"<span style='color:#B03030'>{_html(label)} (not in the document)</span>")
+            parts.append(f"<span style='color:#B03030'>{escape(label)} (not in the document)</span>")
         else:
-            parts.append(f"<a href='{cite_href(label, message_id)}'>{_html(label)}</a>")
+            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(label)}</a>")
     return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
 
 
@@ -93,7 +96,7 @@ def attended_line(sources: list[Source], message_id: int | None = None) -> str:
     citation's; '' when there are none (no recall, or nothing attended above the engine's floor)."""
     if not sources:
         return ""
-    parts = [f"<a href='{cite_href(s.label, message_id)}' title=\"{ATTENDED_TIP}\">{_html(s.label)}</a> ({s.share * 100:.0f} %)"
+    parts = [f"<a href='{cite_href(s.label, message_id)}' title=\"{ATTENDED_TIP}\">{escape(s.label)}</a> ({s.share * 100:.0f} %)"
              for s in sources]
     return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
 
@@ -276,6 +279,7 @@ class ChatView(QTextBrowser):
         cursor = self._end_cursor()
         start = cursor.position()
         cursor.insertMarkdown(link_citations(images_as_text(text), message_id), MARKDOWN)
+        self._unlink(start, self._end_cursor().position())
         block = self.document().findBlock(start)
         code_format = None
         while block.isValid():
@@ -286,6 +290,42 @@ class ChatView(QTextBrowser):
             block = block.next()
         self._new_block(self._end_cursor())
 
+    def _unlink(self, start: int, end: int) -> None:
+        """Every link between positions `start` and `end` that is not a citation becomes plain text,
+        its address written after its words when they differ: a model-made URL may point anywhere,
+        and a link's words may hide where it points."""
+        links = []
+        block = self.document().findBlock(start)
+        while block.isValid() and block.position() < end:
+            it = block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                fmt = fragment.charFormat()
+                if fmt.isAnchor() and not fmt.anchorHref().startswith("cite:"):
+                    at, href = fragment.position(), fmt.anchorHref()
+                    if links and links[-1][2] == href and links[-1][0] + links[-1][1] == at:  # **bold** in a link
+                        first, length, _, words = links.pop()
+                        links.append((first, length + fragment.length(), href, words + fragment.text()))
+                    else:
+                        links.append((at, fragment.length(), href, fragment.text()))
+                it += 1
+            block = block.next()
+        for position, length, href, words in reversed(links):  # from the end: earlier positions stay valid
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(position)
+            cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+            plain = QTextCharFormat()
+            plain.setAnchor(False)
+            plain.setAnchorHref("")
+            plain.setAnchorNames([])
+            plain.setForeground(self.palette().text())
+            plain.setFontUnderline(False)
+            plain.setToolTip("")  # a link's title: the model's words, not the window's
+            cursor.mergeCharFormat(plain)  # keeps a bold or code part of the words
+            if href and words.strip() != href and words.strip() != href.removeprefix("mailto:"):
+                cursor.clearSelection()
+                cursor.insertText(f" ({href})", plain)
+
     def _footer(self, message: MessageRecord) -> None:
         cursor = self._end_cursor()
         block = QTextBlockFormat()
@@ -293,7 +333,7 @@ class ChatView(QTextBrowser):
         cursor.setBlockFormat(block)
         lines = [line for line in (sources_line(message.text, self.labels, message.id),
                                    attended_line(message.sources, message.id)) if line]
-        lines.append(_html(footer_text(message)))
+        lines.append(escape(footer_text(message)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")
         self._new_block(cursor)
 
@@ -319,8 +359,8 @@ class ChatView(QTextBrowser):
         QTextBrowser keeps them in the character format but does not show them by itself."""
         if event.type() == QEvent.Type.ToolTip:
             tip = self.tooltip_at(event.pos())
-            if tip:
-                QToolTip.showText(event.globalPos(), tip, self.viewport())
+            if tip:  # a citation link's title may be the model's: shown as its characters, never as HTML
+                QToolTip.showText(event.globalPos(), literal_rich_text(tip), self.viewport())
             else:
                 QToolTip.hideText()
             return True
@@ -339,8 +379,8 @@ class ChatView(QTextBrowser):
         if url.scheme() == "cite":
             label, _, answer = url.toString()[len("cite:"):].partition("#")  # a "#" in a label is quoted
             self.citation_clicked.emit(unquote(label), int(answer) if answer.isdigit() else None)
-        elif url.scheme() in ("http", "https"):
-            QDesktopServices.openUrl(url)
+        # Any other link is ignored: `_markdown` leaves none, and an answer must never make the app
+        # fetch or open anything.
 
 
 def _code_block_format() -> QTextBlockFormat:
@@ -349,10 +389,6 @@ def _code_block_format() -> QTextBlockFormat:
     fmt.setLeftMargin(6)
     fmt.setRightMargin(6)
     return fmt
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 __all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",

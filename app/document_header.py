@@ -10,6 +10,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
+from app.units import fmt_duration
 from app.untrusted import plain_label
 from engine.library import CACHED, NOT_CACHED, STALE, DocumentRecord
 from engine.session import OpenReport
@@ -20,18 +21,24 @@ STATUS_WORDS = {CACHED: "its saved reading is ready", STALE: "its saved reading 
                 NOT_CACHED: "it will be read when opened"}
 
 
-def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate: str, not_open_status: str | None) -> str:
+def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate: str, not_open_status: str | None,
+                  whole_read_stopped: bool = False) -> str:
     """"12 pages · 5,231 tokens · kept in 1.2 MiB of memory (48.0× smaller than uncompressed) · read just now",
     in plain words (the KV cache is "memory", a prefix-cache hit "its saved reading").
 
     `report`: the open report when this document is the open one (else None: `estimate`, the KV
     estimate for its tokens, is shown instead). `not_open_status`: its prefix-cache status when it
-    is neither open nor being opened (`engine.library`'s CACHED, STALE, NOT_CACHED), else None."""
+    is neither open nor being opened (`engine.library`'s CACHED, STALE, NOT_CACHED), else None.
+    `whole_read_stopped`: the background read of the open document, not read whole, was cancelled
+    or failed."""
     parts = [record.size_text]
     if record.tokens:
         parts.append(f"{record.tokens:,} tokens")
-    if report is not None and report.unread:
-        parts.append("being read whole in the background: meanwhile each answer re-reads the pages it chooses")
+    if report is not None and report.unread and whole_read_stopped:
+        parts.append("not read whole (its read was stopped): each answer re-reads the pages it chooses; "
+                     "opening it again reads it")
+    elif report is not None and report.unread:
+        parts.append(whole_read_text(report))
     elif report is not None:
         parts.append(f"kept in {format_bytes(report.kv.total_bytes)} of memory "
                      f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)} than uncompressed)")
@@ -41,6 +48,15 @@ def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate
     if not_open_status is not None:
         parts.append(f"not open: {STATUS_WORDS.get(not_open_status, not_open_status)}")
     return " · ".join(p for p in parts if p)
+
+
+def whole_read_text(report: OpenReport) -> str:
+    """What the header says of a document opened index first, not read whole yet: how long its
+    whole read will take here (`report.read_plan`), that questions can be asked now and that the
+    read can be cancelled."""
+    took = f", about {fmt_duration(report.read_plan.seconds)} on this computer" if report.read_plan is not None else ""
+    return (f"being read whole in the background{took}: ask now, each answer re-reads the pages it chooses "
+            "meanwhile; Cancel (Esc) stops the read")
 
 
 def info_tooltip(report: OpenReport | None) -> str:

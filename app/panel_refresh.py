@@ -61,7 +61,8 @@ def document_view(window, changes: Changes) -> None:
     being_read = state.being_read(record)
     status = None if is_open or being_read else window.library.status(record, window.cache_status, window.settings)
     info = document_info(record, state.report if is_open else None,
-                         estimate=window.estimate_text(record.tokens) if record.tokens else "", not_open_status=status)
+                         estimate=window.estimate_text(record.tokens) if record.tokens else "", not_open_status=status,
+                         whole_read_stopped=window.background_read.stopped)
     window.header.show_document(record.title, info, can_open=not is_open and not being_read,
                                 tooltip=info_tooltip(state.report if is_open else None))
 

@@ -84,11 +84,14 @@ class SettingsDialog(QDialog):
         self._changed()
 
     def _lay_out(self, models_box: QGroupBox) -> None:
-        """The model list on top; the model and the KV cache on the left, the prefix cache, recall
-        and the cloud on the right; the error line; everything but Save / Cancel scrolls."""
+        """The model list on top; the model and the KV cache on the left, recall under the cache's
+        Advanced part, the prefix cache and the cloud on the right; the error line; everything but
+        Save / Cancel scrolls."""
         left, right = QVBoxLayout(), QVBoxLayout()
-        for column, sections in ((left, (self.model, self.cache)), (right, (self.prefix, self.recall, self.cloud))):
-            for section in sections:  # recall beside the KV cache: the left column has no height to spare
+        # Recall's terms (archive, blocks) mean nothing to a new user: closed with the cache's.
+        self.cache.add_advanced(self.recall)
+        for column, sections in ((left, (self.model, self.cache)), (right, (self.prefix, self.cloud))):
+            for section in sections:
                 column.addWidget(section)
             column.addStretch(1)
         columns = QHBoxLayout()

@@ -159,6 +159,15 @@ TERMS = {
                  "they are packed to the KV bits together."),
     "kv_bits": ("KV bits: how many bits each kept key and value takes. 4 bits take a quarter of the memory of "
                 "16, for a small loss of accuracy."),
+    "archive": ("Archive: while the document is read, a small copy of every token is saved on disk, so that a "
+                "question can bring back the pages the memory above did not keep."),
+    "archive_bits": ("Archive bits: how many bits each archived key and value takes on disk. 2 bits take half "
+                     "the disk of 4, and the pages brought back from them are a little less exact."),
+    "recall": ("Recall per question: how many archived tokens (per layer and KV head) a question may bring back "
+               "into memory for its answer. More reads more of the pages it needs, and takes more memory; off "
+               "brings nothing back."),
+    "block": ("Block: recall scores and brings back the archive in pieces of this many tokens. Smaller pieces "
+              "pick more precisely and take longer to score; it must divide the reading chunk."),
 }
 
 
@@ -178,13 +187,13 @@ class CacheSection(Section):
         self.residual = _spin(0, 1 << 16, 16, " tokens")
         self.kv_bits = _combo(((4, "4 bits (INT4)"), (8, "8 bits (INT8)"), (16, "16 bits (float16)")))
         self.advanced_toggle = QToolButton()
-        self.advanced_toggle.setText("Advanced: how the cache is kept")
+        self.advanced_toggle.setText("Advanced: how the cache is kept and recalled")
         self.advanced_toggle.setCheckable(True)
         self.advanced_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.advanced_toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.advanced_toggle.setAutoRaise(True)
         self.advanced = QWidget()
-        advanced = QFormLayout(self.advanced)
+        advanced = self._advanced_form = QFormLayout(self.advanced)
         advanced.setContentsMargins(0, 0, 0, 0)
         self.form.addRow("Tokens kept", self.budget)
         self.form.addRow("", self.budget_info)
@@ -200,6 +209,11 @@ class CacheSection(Section):
         self.advanced.setVisible(False)
         self.advanced_toggle.toggled.connect(self._show_advanced)
         self._emit_on(self.budget, self.sink, self.window_tokens, self.residual, self.kv_bits)
+
+    def add_advanced(self, widget: QWidget) -> None:
+        """Put `widget` (the recall group) under Advanced, below the cache's terms: shown only
+        when Advanced is open."""
+        self._advanced_form.addRow(widget)
 
     def _show_advanced(self, shown: bool) -> None:
         self.advanced.setVisible(shown)
@@ -223,7 +237,8 @@ class CacheSection(Section):
 
 class RecallSection(Section):
     """The archive written while reading and what a question may recall from it; `info` says
-    what that takes in memory and on disk."""
+    what that takes in memory and on disk. The dialog puts it under the cache's Advanced part
+    (`CacheSection.add_advanced`), each field explained in its tooltip (`TERMS`)."""
 
     def __init__(self) -> None:
         super().__init__("Recall (from the archive, at question time)")
@@ -231,16 +246,18 @@ class RecallSection(Section):
         self.archive_bits = _combo(((4, "4 bits (INT4)"), (2, "2 bits (smaller, less exact)")))
         self.tokens = _spin(0, 1 << 20, 256, " tokens")
         self.tokens.setSpecialValueText("off")  # 0 = no recall
-        self.tokens.setToolTip("Tokens per layer and KV head a question may bring back from the archive; 0 = off")
         self.block = _spin(1, 1 << 16, 16, " tokens")
-        self.block.setToolTip("The unit that is scored and recalled; must divide the prefill chunk")
         self.info = rich_label()
         self.info.setWordWrap(True)
         self.info.setObjectName("recallInfo")
         self.form.addRow(self.archive)
-        for label, widget in (("Archive bits", self.archive_bits), ("Recall per question", self.tokens),
-                              ("Block", self.block), ("", self.info)):
+        self.archive.setToolTip(TERMS["archive"])
+        for key, label, widget in (("archive_bits", "Archive bits", self.archive_bits), ("recall", "Recall per question", self.tokens),
+                                   ("block", "Block", self.block)):
             self.form.addRow(label, widget)
+            widget.setToolTip(TERMS[key])
+            self.form.labelForField(widget).setToolTip(TERMS[key])
+        self.form.addRow("", self.info)
         self._emit_on(self.archive, self.archive_bits, self.tokens, self.block)
 
     def load(self, settings: EngineSettings) -> None:

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.documents import Document
 
 PASSAGES_MAX = 5
-"""At most this many passages per answer."""
+"""At most this many passages per answer above the floors (`attended_spans`' `cover` may add a few)."""
 PASSAGE_MIN_SHARE = 0.03
 """A passage below this share of the attended mass is not shown (noise, not evidence)."""
 PASSAGE_MIN_OF_STRONGEST = 0.25
 """Nor below this part of the strongest passage's mass: on a recalled page every sentence gets some
 attention, and highlighting five of a page's six lines says nothing."""
+COVER_RUNS_MAX = 2
+"""A page or file listed among an answer's sources that none of its passages is on gets at most
+this many of its own (`attended_spans`' `cover`)."""
 TOKEN_CAP_QUANTILE = 0.95
 """Each token's mass is capped at this quantile of the attended tokens' masses. A few tokens soak up
 attention whatever they say (attention sinks, StreamingLLM, Xiao et al. 2023): on the embedded
@@ -65,7 +69,8 @@ def units(text: str) -> list[int]:
 
 
 def attended_spans(mass: list[float], token_chars: list[int], first_text_token: int, document: Document,
-                   *, max_spans: int = PASSAGES_MAX, min_share: float = PASSAGE_MIN_SHARE) -> list[AttendedSpan]:
+                   *, max_spans: int = PASSAGES_MAX, min_share: float = PASSAGE_MIN_SHARE,
+                   cover: Iterable[int] = ()) -> list[AttendedSpan]:
     """The strongest attended passages, strongest first.
 
     mass: attention per prompt token (index = token position); only the document-text tokens
@@ -76,6 +81,12 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
     mass and the `max_spans` strongest are kept while above `min_share` of the total and
     `PASSAGE_MIN_OF_STRONGEST` of the first. Neighbours are not merged: each keeps its own share,
     so a viewer shows the strong sentence stronger than the weak ones around it.
+
+    cover: indices of segments the answer lists as its sources (`Answer.sources`). One whose
+    attention is spread over many lines (two functions of a file, half each) may have no unit above
+    the floors; it then gets its strongest runs of attended units (neighbours, one unattended unit
+    between them allowed), at most `COVER_RUNS_MAX`, each above `PASSAGE_MIN_OF_STRONGEST` of its
+    first, so that a click on that source shows where in it the attention went.
     """
     starts = segment_text_starts(document)
     end = first_text_token + len(token_chars)
@@ -110,14 +121,41 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
     for seg, unit in ranked:
         if per_unit[seg, unit] < floor:
             break
-        segment, bounds = document.segments[seg], unit_starts[seg]
-        start = bounds[unit]
-        end = bounds[unit + 1] if unit + 1 < len(bounds) else len(segment.text)
-        while end > start and segment.text[end - 1].isspace():
-            end -= 1
-        spans.append(AttendedSpan(seg, segment.label, segment.page, segment.path, start, end,
-                                  per_unit[seg, unit] / total))
-    return spans
+        spans.append(_span(document, seg, unit_starts[seg], unit, unit, per_unit[seg, unit] / total))
+    shown = {span.segment_index for span in spans}
+    for seg in dict.fromkeys(cover):
+        if seg in shown or seg not in unit_starts:
+            continue
+        runs = _runs(sorted(unit for s, unit in per_unit if s == seg), lambda unit: per_unit[seg, unit])
+        for first, last, weight in runs[:COVER_RUNS_MAX]:
+            if weight < PASSAGE_MIN_OF_STRONGEST * runs[0][2]:
+                break
+            spans.append(_span(document, seg, unit_starts[seg], first, last, weight / total))
+    return sorted(spans, key=lambda span: -span.share)  # stable: equal shares keep their order
+
+
+def _runs(attended: list[int], weight) -> list[tuple[int, int, float]]:
+    """Runs of the sorted unit indices `attended` (a gap of one unit allowed), as (first unit, last
+    unit, summed `weight(unit)`), strongest first."""
+    runs: list[list] = []
+    for unit in attended:
+        if runs and unit <= runs[-1][1] + 2:
+            runs[-1][1] = unit
+            runs[-1][2] += weight(unit)
+        else:
+            runs.append([unit, unit, weight(unit)])
+    return sorted((tuple(run) for run in runs), key=lambda run: -run[2])
+
+
+def _span(document: Document, seg: int, bounds: list[int], first: int, last: int, share: float) -> AttendedSpan:
+    """The passage of units `first`..`last` of segment `seg` (unit starts `bounds`), its trailing
+    white space left out."""
+    segment = document.segments[seg]
+    start = bounds[first]
+    end = bounds[last + 1] if last + 1 < len(bounds) else len(segment.text)
+    while end > start and segment.text[end - 1].isspace():
+        end -= 1
+    return AttendedSpan(seg, segment.label, segment.page, segment.path, start, end, share)
 
 def describe(span: AttendedSpan, document: Document, width: int = 120, file_lines: list[int] | None = None) -> str:
     """One line for a person: 'page 12, characters 340–520 (41 %): "…text…"' (the text's white

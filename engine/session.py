@@ -164,6 +164,7 @@ class OpenReport:
     recall_notice: RecallNotice | None = None  # the document needed an archive and has none (also in `warnings`)
     recall_plan: RecallPlan | None = None      # where its questions' recalled tokens come from
     unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
+    read_plan: ReadPlan | None = None  # when unread: how long its whole read will take on this machine
 
 
 @dataclass
@@ -279,7 +280,7 @@ class DocumentSession:
         # Index first: the spans and their full-text index need the text, not the model, so they
         # exist before the read, and a document not read yet is answered from re-read spans.
         spans = self._document_spans(document, encoding, key, recall_warnings)
-        archive, unread = None, None
+        archive, unread, read_plan = None, None, None
         try:
             if cache is None:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
@@ -296,6 +297,10 @@ class DocumentSession:
                     archive_missing += read.missing
                 else:
                     cache, unread = self._unread_snapshot(policy, len(prefix_ids)), read
+                    # The thread count the model runs with now: the read decides its own only when it
+                    # starts (sampling the cores takes a moment the open should not spend).
+                    threads = torch.get_num_threads() if self.model.device.type == "cpu" else 0
+                    read_plan = read_time.plan_read(len(prefix_ids), self._rate_key(threads), self.model.parameters)
             elif layout is not None:
                 archive = self._open_archive(key, layout, archive_missing)
         except BaseException:
@@ -324,7 +329,7 @@ class DocumentSession:
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
             warnings=[*self.notices, *document.warnings, *([str(notice)] if notice else []), *recall_warnings],
             pages=document.pages, threads=0 if hit or unread is not None else read.threads,
-            recall_notice=notice, recall_plan=plan, unread=unread is not None,
+            recall_notice=notice, recall_plan=plan, unread=unread is not None, read_plan=read_plan,
         )
         self.notices = []  # said once
         return self.report
@@ -813,7 +818,8 @@ class DocumentSession:
                 break
             seg = self.document.segments[i]
             sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
-        return sources, attended_spans(mass.tolist(), self._token_chars, first, self.document)
+        cover = order.tolist()[:len(sources)]  # a source listed is a source a click shows a passage of
+        return sources, attended_spans(mass.tolist(), self._token_chars, first, self.document, cover=cover)
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache
@@ -1001,6 +1007,10 @@ class PrefillClock:
     kept = min(tokens before the chunk, budget). a and b are fitted (least squares) to the chunks
     seen so far and summed over the chunks to come. The average rate overestimated the rate to come
     (a fresh user saw "7 min left" stay put for minutes on a 9.7k-token PDF).
+
+    The ETA shown is steadied (`steady_eta`): a chunk or two slowed by another program's load tilts
+    the fit, and the time left used to leap (14 s, then 39 s, then 22 s) though the read went on
+    at its rate.
     """
 
     def __init__(self, budget_tokens: int, start_tokens: int = 0) -> None:
@@ -1008,6 +1018,8 @@ class PrefillClock:
         self._start = start_tokens  # a read going on from there (paused, then resumed): `elapsed` counts from it
         self._last = (start_tokens, 0.0)
         self._chunks: list[tuple[int, float, float]] = []  # (tokens, seconds per token, kept before it)
+        self._shown: float | None = None  # the ETA last shown, seconds
+        self._rises = 0                   # updates in a row whose fitted ETA was above what `steady_eta` let show
 
     def __call__(self, done: int, total: int, elapsed: float) -> Progress:
         last_done, last_elapsed = self._last
@@ -1016,7 +1028,10 @@ class PrefillClock:
                                  min(last_done, self.budget_tokens)))
             self._last = (done, elapsed)
         rate = (done - self._start) / elapsed if elapsed > 0 else 0.0
-        return Progress(Phase.PREFILL, done, total, "tokens", tokens_per_s=rate, eta_s=self._eta(done, total))
+        fitted = self._eta(done, total)
+        if fitted is not None:
+            self._shown, self._rises = steady_eta(self._shown, fitted, self._rises)
+        return Progress(Phase.PREFILL, done, total, "tokens", tokens_per_s=rate, eta_s=self._shown)
 
     def _eta(self, done: int, total: int) -> float | None:
         if not self._chunks:
@@ -1028,8 +1043,8 @@ class PrefillClock:
         slope = sum(n * (kept - mean_kept) * (cost - mean_cost) for n, cost, kept in self._chunks) / spread if spread else 0.0
         slope = max(slope, 0.0)  # a noisy fit must not predict that a fuller cache is cheaper
         intercept = mean_cost - slope * mean_kept
-        if slope == 0.0 or intercept <= 0:  # one point or noise: the recent per-token cost
-            slope, intercept = 0.0, sum(cost for _, cost, _ in self._chunks[-3:]) / len(self._chunks[-3:])
+        if slope == 0.0 or intercept <= 0:  # one point or noise: the whole read's per-token cost, not a few chunks' under load
+            slope, intercept = 0.0, mean_cost
         chunk = self._chunks[-1][0]
         seconds, position = 0.0, done
         while position < total:
@@ -1037,6 +1052,25 @@ class PrefillClock:
             seconds += step * (intercept + slope * min(position, self.budget_tokens))
             position += step
         return seconds
+
+
+ETA_RISE_MAX = 1.25
+"""The shown time left may rise at most by this factor from one progress update to the next..."""
+ETA_RISE_AFTER = 4
+"""...unless the fitted time left was above that for this many updates in a row: the rate changed."""
+
+
+def steady_eta(shown_s: float | None, fitted_s: float, rises: int) -> tuple[float, int]:
+    """The time left to show, in seconds, and the new count of capped rises, from the time left
+    shown last (`shown_s`, None at the first update), the one fitted now (`fitted_s`) and how many
+    updates in a row were capped before (`rises`). A fall is shown as fitted; a rise is capped at
+    `ETA_RISE_MAX` × the last shown until it has lasted `ETA_RISE_AFTER` updates. Raises nothing."""
+    if shown_s is None or fitted_s <= shown_s * ETA_RISE_MAX:
+        return fitted_s, 0
+    rises += 1
+    if rises >= ETA_RISE_AFTER:
+        return fitted_s, 0
+    return shown_s * ETA_RISE_MAX, rises
 
 
 def _stop_token_ids(model: LoadedModel) -> set[int]:

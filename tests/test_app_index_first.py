@@ -68,3 +68,27 @@ def test_esc_stops_the_answer_first_then_the_background_read_and_questions_still
     answer = [m for m in window.library.messages(window.state.open_id) if m.role == "assistant"][-1]
     assert COMBINATION in answer.text and json.loads(answer.recall_json)["reread"] is True
     assert not answer.prefix_hit, "no saved reading exists to have been reused"
+
+
+def test_before_the_background_read_the_window_says_how_long_it_takes_and_that_it_can_be_cancelled(make_window, qtbot,
+                                                                                                   tmp_path):
+    """Issue 32 (window, second pass), item 6: once a document opened index first is answerable,
+    before its whole read has got far, the header and the status line say in plain words how long
+    that read will take here, that questions can be asked now and that the read can be cancelled;
+    once cancelled, the header no longer offers to."""
+    from app.units import fmt_duration
+
+    window = make_window(SMALL)
+    window.open_path(str(long_notes(tmp_path)))
+    wait_open(qtbot, window, read=False)
+    report = window.state.report
+    assert report.unread and window.background_read.running
+    assert report.read_plan is not None and report.read_plan.tokens == report.document_tokens
+    took = f"about {fmt_duration(report.read_plan.seconds)}"
+    header, status = window.header.info.text(), window.statusBar().currentMessage()
+    for line in (header, status):
+        assert took in line and "ask now" in line.lower() and "cancel" in line.lower(), line
+    window.cancel_work()
+    qtbot.waitUntil(lambda: not window.background_read.running and not window.client.busy, timeout=60_000)
+    header = window.header.info.text()
+    assert "cancel" not in header.lower() and "read was stopped" in header, header

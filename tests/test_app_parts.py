@@ -534,6 +534,32 @@ def test_the_cache_policys_terms_are_under_a_collapsed_advanced_section_each_exp
     assert not cache.sink.isVisible()
 
 
+def test_the_recall_fields_are_under_the_collapsed_advanced_section_each_explained(qtbot, tmp_path, memory_keyring):
+    """Issue 32 (window, second pass), item 4: archive, archive bits, recall per question and block
+    are hidden with the cache's terms until Advanced is opened, each with a tooltip that explains
+    its term in a sentence, on the field and on its label."""
+    from PySide6.QtCore import Qt
+
+    from app.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(EngineSettings(), settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    recall = dialog.recall
+    terms = {recall.archive: "archive", recall.archive_bits: "bits", recall.tokens: "recall", recall.block: "block"}
+    assert not any(widget.isVisible() for widget in terms) and not recall.info.isVisible()
+    qtbot.mouseClick(dialog.cache.advanced_toggle, Qt.MouseButton.LeftButton)
+    assert all(widget.isVisible() for widget in terms) and recall.info.isVisible()
+    for widget, term in terms.items():
+        tip = widget.toolTip()
+        assert term in tip.lower() and len(tip.split()) >= 15, tip
+        label = recall.form.labelForField(widget)
+        assert label is None or label.toolTip() == tip
+    qtbot.mouseClick(dialog.cache.advanced_toggle, Qt.MouseButton.LeftButton)
+    assert not recall.tokens.isVisible()
+    assert dialog.values() == EngineSettings()
+
+
 def test_ticking_the_cloud_fallback_asks_for_its_endpoint_and_keeps_the_estimates(qtbot, tmp_path, memory_keyring):
     """Issue 32, item 10: ticking the box is not an error; its title follows it; the memory
     estimates, which the cloud does not change, stay."""

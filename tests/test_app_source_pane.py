@@ -310,3 +310,29 @@ def test_a_source_pane_restored_open_at_start_is_empty_with_its_buttons_off(qtbo
     assert not any(b.isEnabled() for b in (pane.previous_button, pane.next_button, pane.zoom_in_button, pane.zoom_out_button))
     assert "Click a page or file" in pane.note.text()
     again.close()
+
+
+def test_a_file_whose_attention_is_spread_over_two_parts_opens_at_a_part_with_both_marked(smol, qtbot, home, tmp_path):
+    """Issue 32 (window, second pass), item 1: an answer's attention on a file split half and half
+    between two functions, each line too weak to be a passage alone. A click on the file's citation
+    opened it at line 1 saying the answer attended nothing there; it opens at the first line of an
+    attended part now, both parts marked."""
+    from test_attended import spread_over_two_parts
+    from window_driver import add_document, pick
+
+    folder = tmp_path / "project"
+    session, _sources, passages, (first, second) = spread_over_two_parts(smol, folder)
+    window = window_without_model(qtbot)
+    document_id = add_document(window, folder, session.document)
+    pick(window, document_id)
+    stream_answer(qtbot, window, document_id, "What do the parts add up?", "Weights times the factor [parts.py].",
+                  passages=passages)
+    answer = window.library.messages(document_id)[-1]
+    click_link(qtbot, window.chat, f"cite:{quote('parts.py')}#{answer.id}")
+    pane = window.source_pane
+    qtbot.waitUntil(lambda: pane.isVisible() and pane.code.toPlainText() != "", timeout=20_000)
+    assert "parts.py" in pane.title.text()
+    assert "attended nothing" not in pane.note.text() and pane.note.text().startswith("Passage 1 of 3"), pane.note.text()
+    assert set(first) | set(second) <= set(pane.marked_lines), pane.marked_lines
+    assert pane.code.textCursor().blockNumber() + 1 == first[0], "half and half: the first part first"
+    window.close()

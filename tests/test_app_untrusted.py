@@ -167,3 +167,58 @@ def test_dialogs_quote_titles_names_and_questions_as_typed(qtbot, home, probe):
     assert dialogs.ask_password(window, '<img src="probe">.pdf', wrong=False) is None
     assert not probe.opened, "the password prompt"
     assert prompts == ["<p>&lt;img src=&quot;probe&quot;&gt;.pdf is protected by a password:</p>"]
+
+
+# ------------------------------------------------------------------------- issue 32
+def test_urls_an_answer_writes_are_plain_text_and_clicking_them_opens_nothing(qtbot, home, tmp_path, monkeypatch):
+    """Item 2: an answer is untrusted; a URL it makes, as a Markdown link, an autolink or bare, is
+    shown as its characters (a link's address after its words), never as a link; citations stay
+    links; a click on the text, or on any link but a citation, opens nothing."""
+    from PySide6.QtCore import QEvent, QUrl
+    from PySide6.QtGui import QDesktopServices, QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    from app.untrusted import literal_rich_text
+
+    from test_app import anchors
+
+    opened: list[str] = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toString()) or True))
+    window, document_id, _other = notes_and_other(qtbot, tmp_path)
+    answer = ("See [the **docs**](https://evil.example/x \"<img src='probe'>\"), https://evil.example/y, <http://evil.example/z>, "
+              "www.evil.example and [file](file:///etc/passwd) [page 1] [page 1](cite:page%201 \"<b>bold</b>\").")
+    stream_answer(qtbot, window, document_id, "Where is it?", answer)
+    shown = window.chat.toPlainText()
+    for address in ("the docs (https://evil.example/x)", "https://evil.example/y", "http://evil.example/z",
+                    "www.evil.example", "file (file:///etc/passwd)"):
+        assert address in shown, (address, shown)
+    links = anchors(window.chat)
+    assert links and all(href.startswith("cite:") for href in links), links
+    clicked: list[str] = []
+    window.chat.citation_clicked.connect(lambda label, _id: clicked.append(label))
+    cursor = window.chat.textCursor()
+    for address in ("https://evil.example/y", "the docs"):
+        cursor.setPosition(shown.index(address) + 2)
+        qtbot.mouseClick(window.chat.viewport(), Qt.MouseButton.LeftButton, pos=window.chat.cursorRect(cursor).center())
+        assert window.chat.tooltip_at(window.chat.cursorRect(cursor).center()) == "", "a link's title is the model's"
+    window.chat.anchorClicked.emit(QUrl("https://evil.example/emitted"))  # a link the view might still hold
+    assert opened == [] and clicked == []
+    # A citation link keeps the title the model gave it, shown as its characters.
+    cursor.setPosition(anchors(window.chat)["cite:page%201"] + 1)
+    point = window.chat.cursorRect(cursor).center()
+    QApplication.sendEvent(window.chat.viewport(), QHelpEvent(QEvent.Type.ToolTip, point,
+                                                               window.chat.viewport().mapToGlobal(point)))
+    assert QToolTip.text() == literal_rich_text("<b>bold</b>"), QToolTip.text()
+    window.close()
+
+
+def test_the_chat_escapes_with_the_one_escape_of_app_untrusted():
+    """Item 3: `app.chat` quotes labels and footers with `app.untrusted.escape`, not a copy of its own."""
+    import app.chat
+    from app.untrusted import escape
+
+    assert not hasattr(app.chat, "_html")
+    assert app.chat.escape is escape
+    from engine.answer import Source
+
+    assert "&lt;b&gt;x.py&lt;/b&gt;" in app.chat.attended_line([Source("<b>x.py</b>", 0.5)])

@@ -75,3 +75,61 @@ def test_a_document_the_cache_keeps_whole_has_attended_passages_too(smol):
     needle = document.segments[1].text.index(NEEDLE)
     assert first.label == "page 2" and first.char_start < needle + len(NEEDLE) and needle < first.char_end, \
         [(p.label, p.text(document)) for p in answer.passages]
+
+
+# ------------------------------------------------------------------------- issue 32 (window, second pass)
+PART_LINES = 30
+
+
+def two_part_file(folder):
+    """A folder with `parts.py`, two functions of `PART_LINES` alike lines each, and `other.py`,
+    with one long comment line."""
+    folder.mkdir()
+    body = [f"    total_{i:02d} = weight_{i:02d} * factor + offset_{i:02d}" for i in range(PART_LINES)]
+    lines = ['"""Two parts."""', "def first_part(factor):", *body, "    return factor", "", "",
+             "def second_part(factor):", *body, "    return factor"]
+    (folder / "parts.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "other.py").write_text("import os\n\n# " + " ".join(f"note {i} about it" for i in range(12))
+                                     + "\nHOME = os.environ.get('HOME')\n", encoding="utf-8")
+    return folder
+
+
+def spread_over_two_parts(smol, folder):
+    """Open `two_part_file`'s folder and measure `DocumentSession._sources` on a made-up attention:
+    one unit of mass on each token of both functions' bodies (half each) and of other.py's line.
+    Returns (session, sources, passages, each body's lines: 1-based in the file's text as read)."""
+    import torch
+
+    folder = two_part_file(folder)
+    session = DocumentSession(smol, settings(), None)
+    session.open(str(folder))
+    document = session.document
+    starts = dict(zip((s.path for s in document.segments), segment_text_starts(document), strict=True))
+    parts = document.segments[[s.path for s in document.segments].index("parts.py")].text
+    line_starts = [0] + [i + 1 for i, ch in enumerate(parts) if ch == "\n"] + [len(parts) + 1]
+    body = [n for n, line in enumerate(parts.split("\n"), start=1) if line.startswith("    total_")]
+    first, second = body[:PART_LINES], body[PART_LINES:]
+    wanted = [(starts["parts.py"] + line_starts[n - 1], starts["parts.py"] + line_starts[n]) for n in first + second]
+    other = document.segments[[s.path for s in document.segments].index("other.py")].text
+    note = other.index("# note")
+    wanted.append((starts["other.py"] + note, starts["other.py"] + other.index("\n", note)))
+    text_first, _ = session._text_range
+    mass = torch.zeros(session.report.document_tokens, dtype=torch.float64)
+    for i, char in enumerate(session._token_chars):
+        if any(low <= char < high for low, high in wanted):
+            mass[text_first + i] = 1.0
+    sources, passages = session._sources(mass)
+    return session, sources, passages, (first, second)
+
+
+def test_a_file_whose_attention_is_spread_over_two_parts_gets_a_passage_in_each(smol, tmp_path):
+    """Issue 32 (window, second pass), item 1: a file the answer lists as a source, its attention
+    spread evenly over two functions, had no line above the floors, so no passage: a click on it
+    opened line 1 saying nothing was attended there. Each of its two parts is a passage now."""
+    session, sources, passages, (first, second) = spread_over_two_parts(smol, tmp_path / "project")
+    assert sources[0].label == "parts.py" and sources[0].share > 0.8, sources
+    text = session.document.segments[passages[0].segment_index].text
+    found = sorted((text.count("\n", 0, p.char_start) + 1, text.count("\n", 0, p.char_end - 1) + 1)
+                   for p in passages if p.label == "parts.py")
+    assert found == [(first[0], first[-1]), (second[0], second[-1])], (found, passages)
+    assert [p.label for p in passages[:2]] == ["parts.py", "parts.py"], "strongest first"

@@ -234,6 +234,44 @@ def test_prefill_eta_follows_chunks_that_slow_down_as_the_cache_fills():
                 assert abs(progress.eta_s - truth) < abs(average_eta - truth), (done, progress.eta_s, average_eta, truth)
 
 
+def shown_etas(costs: list[float], chunk: int = 512, budget: int = 4_096) -> list[tuple[float, float]]:
+    """(ETA shown, true time left) after each chunk but the last of a read whose chunks took `costs` s."""
+    from engine.session import PrefillClock
+
+    total, clock, elapsed, seen = chunk * len(costs), PrefillClock(budget), 0.0, []
+    for index, cost in enumerate(costs[:-1]):
+        elapsed += cost
+        seen.append((clock((index + 1) * chunk, total, elapsed).eta_s, sum(costs[index + 1:])))
+    return seen
+
+
+def test_prefill_eta_does_not_leap_when_a_few_chunks_are_slowed_by_load():
+    """Issue 32 item 5: a read of equal chunks, two of them slowed 4x by another program, or each
+    chunk off by up to 2.5x under load. The ETA shown never rises by more than 25 % from one update
+    to the next (it leapt 14 s → 39 s, and 19 s → 55 s), and ends near the truth."""
+    spiked = [1.0] * 6 + [4.0, 4.0] + [1.0] * 12
+    noisy = [1.0, 1.3, 0.8, 1.6, 0.9, 2.5, 1.0, 0.9, 1.4, 1.0, 0.8, 3.0, 1.0, 1.0, 1.0, 1.2, 1.0, 0.9, 1.0, 1.0]
+    for costs in (spiked, noisy):
+        seen = shown_etas(costs)
+        for (before, _), (after, _) in zip(seen, seen[1:]):
+            assert after <= before * 1.25 + 1e-9, (costs, [round(eta, 1) for eta, _ in seen])
+        shown, truth = seen[-3]
+        assert abs(shown - truth) <= 0.5 * truth + 1.0, (shown, truth)
+
+
+def test_prefill_eta_follows_a_rate_that_really_changed():
+    """A read that becomes 3x slower for good: the ETA rises step by step, then, the change having
+    lasted `ETA_RISE_AFTER` updates, shows the fitted time left at once, and ends near the truth."""
+    from engine.session import ETA_RISE_AFTER, ETA_RISE_MAX
+
+    seen = shown_etas([1.0] * 6 + [3.0] * 14, budget=100_000)
+    rises = [after / before for (before, _), (after, _) in zip(seen, seen[1:])]
+    leap = next(i for i, rise in enumerate(rises) if rise > ETA_RISE_MAX)
+    assert leap == 5 + ETA_RISE_AFTER - 1 and all(rise > 1 for rise in rises[5:leap]), [round(a, 1) for a, _ in seen]
+    shown, truth = seen[-3]
+    assert abs(shown - truth) <= truth / 3, [(round(a, 1), b) for a, b in seen]
+
+
 def test_reading_progress_counts_files_in_a_folder_and_pages_in_a_pdf(tmp_path):
     from engine.session import reading_progress
 
