@@ -45,7 +45,7 @@ from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
 from engine.estimate import QUESTION_RESERVE_TOKENS, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
-from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache, MemoryBreakdown
+from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
@@ -54,23 +54,16 @@ from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
 from engine.prompt_lookup import PromptLookup
 from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
-from engine.reasoning import ReasoningSplitter, Split, split_reasoning
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
+from engine.generate import AnswerBuilder, Decoding, decode_answer, stop_token_ids
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
 from engine.threads import ThreadGovernor, apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
-# Recall selects again with the answer's own query at each of the first RECALL_EVERY_TOKEN_UNTIL
-# answer tokens, then every RECALL_REFRESH_TOKENS: the token before a fact ("... the archive room
-# is") finds it in layers where the question's queries did not (8k needle: a refresh every 4 tokens
-# missed it, every token found it). Facts come early in short answers; each refresh costs one
-# selection (scoring + reading).
-RECALL_EVERY_TOKEN_UNTIL = 16
-RECALL_REFRESH_TOKENS = 8
 # Spans re-read from their token ids (no archive: the document is not read yet, or its archive does
 # not fit the disk) are prefilled before the first answer token, so they are held to fewer tokens
 # than an archive recall reads: the selection puts the best spans first, and a page with
@@ -79,14 +72,6 @@ REREAD_RECALL_TOKENS = 2048
 UNREAD_REASON = ("the document is not read whole yet: each question re-reads the pages it chooses from their "
                  "token ids")
 """The recall plan's reason while a document opened index first is not read (`DocumentSession.read`)."""
-# Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
-# by 1 after a miss, between 1 and settings.draft_tokens.
-DRAFT_START_TOKENS = 4
-
-
-def refresh_recall(answer_tokens: int) -> bool:
-    """Whether recall selects again before feeding answer token number `answer_tokens` (1-based)."""
-    return answer_tokens <= RECALL_EVERY_TOKEN_UNTIL or answer_tokens % RECALL_REFRESH_TOKENS == 0
 
 
 class Phase(enum.Enum):
@@ -208,7 +193,7 @@ class DocumentSession:
         self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
         self._filling: CompressedCache | None = None  # the cache a running prefill is filling
         self._unread: PendingRead | None = None  # the open document's whole read, not done yet (index first)
-        self._stop_ids = _stop_token_ids(model)
+        self._stop_ids = stop_token_ids(model.tokenizer, getattr(model.decoder.model, "generation_config", None))
         self._archive: Archive | None = None
         self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
         self._segment_starts: list[int] = []   # first token of each segment of the open document
@@ -476,9 +461,12 @@ class DocumentSession:
         recaller = self._recaller(question, history)
         # A document the cache keeps whole is never recalled: its attention is the scores' growth.
         scores_before = cache.score_snapshot() if recaller is None and self.recall_plan.source is RecallSource.WHOLE else None
-        reselecting = recaller is not None and recaller.reselects
-        limit = max_new_tokens or self.settings.max_new_tokens
-        lookup = self._lookup(suffix_ids)
+        decoding = Decoding(
+            stop_ids=self._stop_ids, max_new_tokens=max_new_tokens or self.settings.max_new_tokens,
+            temperature=self.settings.temperature, repetition_penalty=self.settings.repetition_penalty,
+            draft_tokens=self.settings.draft_tokens, reuse_workspace=self._reuse_workspace,
+        )
+        lookup = self._lookup(suffix_ids) if decoding.drafts else None
         built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
         drafts = DraftStats()
         stop = StopReason.MAX_TOKENS
@@ -486,26 +474,8 @@ class DocumentSession:
             logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
             if recaller is not None:
                 recaller.stats.question_s = recaller.stats.seconds
-            draft_length = min(DRAFT_START_TOKENS, self.settings.draft_tokens)
-            while len(built.generated) < limit:
-                token, logprob = self._pick(logits, built.generated)
-                if token in self._stop_ids:
-                    stop = StopReason.END
-                    break
-                built.emit(token, logprob)
-                refresh = reselecting and refresh_recall(len(built.generated))
-                if refresh:
-                    recaller.stats.refreshes += 1
-                proposal = [] if refresh or lookup is None else lookup.propose(
-                    min(draft_length, self._draft_room(cache, len(built.generated), limit, reselecting)))
-                if not proposal:
-                    logits = self._decode_one(token, cache, cancel, recaller if refresh else None)
-                    continue
-                logits, accepted = self._speculative_step(token, proposal, cache, built, cancel)
-                drafts.add(len(proposal), accepted)
-                # transformers' heuristic for assisted decoding: longer drafts while they are all
-                # accepted, shorter after a miss (a rejected token costs a little compute)
-                draft_length = min(draft_length + 2, self.settings.draft_tokens) if accepted == len(proposal) else max(1, draft_length - 1)
+            stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller,
+                                 cancel=cancel)
         except Cancelled:
             stop = StopReason.CANCELLED
         except ArchiveError as error:  # a block read for this question differs from its digest
@@ -530,33 +500,6 @@ class DocumentSession:
             recall=recaller.stats if recaller else None, sources=sources, passages=passages,
             drafts=drafts, reasoning=split.reasoning,
         )
-
-    def _decode_one(self, token: int, cache: CompressedCache, cancel: threading.Event | None,
-                    recaller: RecallHook | None) -> torch.Tensor:
-        """One decode step: feed `token`, return the next logits `[1, vocab]` (recalling again with
-        the answer's own query when `recaller` is given)."""
-        return self.model.decoder.forward(
-            torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
-            reuse_workspace=self._reuse_workspace, recaller=recaller,
-        )
-
-    def _speculative_step(self, token: int, proposal: list[int], cache: CompressedCache, built: AnswerBuilder,
-                          cancel: threading.Event | None) -> tuple[torch.Tensor, int]:
-        """Check `token` and the draft `proposal` in one pass and keep the longest prefix greedy
-        decoding agrees with (prompt-lookup decoding). Returns (next logits, drafts accepted)."""
-        checked = self.model.decoder.forward(
-            torch.tensor([token, *proposal]), cache, all_logits=True, cancel=cancel,
-            reuse_workspace=self._reuse_workspace, pending=True,
-        )
-        accepted = 0
-        for i, draft in enumerate(proposal):
-            picked, picked_logprob = self._pick(checked[i : i + 1], built.generated)
-            if picked != draft or picked in self._stop_ids:
-                break
-            built.emit(draft, picked_logprob)
-            accepted += 1
-        cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
-        return checked[accepted : accepted + 1], accepted
 
     def memory(self) -> MemoryReport:
         """Weights / KV / workspace / free now, on the model's device. During `open`, call it only
@@ -885,95 +828,13 @@ class DocumentSession:
         return False
 
     def _lookup(self, suffix_ids: list[int]) -> PromptLookup | None:
-        """The document's n-gram index, reset to this question (None: drafting is off, or sampling)."""
-        if self.settings.draft_tokens == 0 or self.settings.temperature > 0 or self._document_ids is None:
+        """The document's n-gram index, reset to this question (None: no document ids)."""
+        if self._document_ids is None:
             return None
         if self._prompt_lookup is None:
             self._prompt_lookup = PromptLookup(self._document_ids)
         self._prompt_lookup.reset(suffix_ids)
         return self._prompt_lookup
-
-    def _draft_room(self, cache: CompressedCache, answered: int, limit: int, recalling: bool) -> int:
-        """How many draft tokens the next pass may check: the setting, the answer's length limit,
-        no flush or eviction inside the pass (that would make it differ from one-token decoding),
-        and no recall refresh due inside it (a refresh runs on a one-token pass)."""
-        room = min(self.settings.draft_tokens, limit - answered, cache.tokens_until_compress(DECODE_EVICTION_SLACK_TOKENS) - 1)
-        if recalling:
-            for ahead in range(1, room + 1):
-                if refresh_recall(answered + ahead):
-                    return ahead - 1
-        return room
-
-    def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
-        """Next token: greedy or sampled, after a repetition penalty on the answer so far."""
-        scores = logits[-1].clone()
-        penalty = self.settings.repetition_penalty
-        if penalty != 1.0 and generated:
-            seen = torch.tensor(sorted(set(generated)), device=scores.device)
-            picked = scores[seen]
-            scores[seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
-        logprobs = torch.log_softmax(logits[-1].float(), dim=-1)
-        if self.settings.temperature > 0:
-            probs = torch.softmax(scores / self.settings.temperature, dim=-1)
-            token = int(torch.multinomial(probs, 1))
-        else:
-            token = int(scores.argmax())
-        return token, float(logprobs[token])
-
-
-class AnswerBuilder:
-    """The answer being decoded: its tokens and log-probabilities, the text streamed so far (to
-    `on_text`, with `<think>` blocks held back: `engine.reasoning`), time to first token and decode
-    rate. `lookup`, when drafting, learns every emitted token."""
-
-    def __init__(self, tokenizer, began: float, on_text: Callable[[str], None] | None, lookup: PromptLookup | None) -> None:
-        self.tokenizer = tokenizer
-        self.began = began
-        self.on_text = on_text
-        self.lookup = lookup
-        self.generated: list[int] = []
-        self.logprobs: list[float] = []
-        self.text = ""
-        self.ttft_s = 0.0
-        self.decode_began: float | None = None
-        self._splitter = ReasoningSplitter()
-
-    def emit(self, token: int, logprob: float) -> None:
-        """Add one answer token and stream the text it completes."""
-        self.generated.append(token)
-        self.logprobs.append(logprob)
-        if self.lookup is not None:
-            self.lookup.extend([token])
-        if self.decode_began is None:
-            self.ttft_s = time.perf_counter() - self.began
-            self.decode_began = time.perf_counter()
-        piece = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
-        if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
-            self._stream(piece)
-
-    def _stream(self, piece: str) -> None:
-        self.text += piece
-        shown, _ = self._splitter.feed(piece)
-        if shown and self.on_text:
-            self.on_text(shown)
-
-    def finish(self) -> Split:
-        """Stream what is left; the whole text split into answer and reasoning."""
-        tail = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
-        if tail:
-            self._stream(tail)
-        shown, _ = self._splitter.close()
-        if shown and self.on_text:
-            self.on_text(shown)
-        return split_reasoning(self.text)
-
-    def decode_tokens_per_s(self) -> float:
-        seconds = time.perf_counter() - self.decode_began if self.decode_began else 0.0
-        return (len(self.generated) - 1) / seconds if seconds and len(self.generated) > 1 else 0.0
-
-    def mean_logprob(self) -> float:
-        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else 0.0
-
 
 def reading_progress(notify: Callable[[Progress], None], path: str | os.PathLike[str]) -> Callable[[int, int], None]:
     """`load_document`'s progress(done, total) for `path` as "reading" `Progress` events for
@@ -1027,15 +888,3 @@ class PrefillClock:
             seconds += step * (intercept + slope * min(position, self.budget_tokens))
             position += step
         return seconds
-
-
-def _stop_token_ids(model: LoadedModel) -> set[int]:
-    """End-of-turn ids: the tokenizer's EOS, the generation config's, and common chat end markers."""
-    tokenizer = model.tokenizer
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    generation = getattr(model.decoder.model, "generation_config", None)
-    eos = getattr(generation, "eos_token_id", None)
-    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    vocab = tokenizer.get_vocab()
-    ids.update(vocab[marker] for marker in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>") if marker in vocab)
-    return {i for i in ids if isinstance(i, int)}
