@@ -38,8 +38,7 @@ import torch
 import transformers
 
 from engine import paths, read_time
-from engine.answer import Answer, DraftStats, Source, StopReason
-from engine.attended import AttendedSpan, attended_spans
+from engine.answer import Answer, DraftStats, StopReason
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
@@ -51,13 +50,13 @@ from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
-from engine.prompt_lookup import PromptLookup
 from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import AnswerBuilder, Decoding, decode_answer, stop_token_ids
+from engine.open_document import OpenDocument, PendingRead
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
 from engine.threads import ThreadGovernor, apply_threads
@@ -151,32 +150,9 @@ class OpenReport:
     unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
 
 
-@dataclass
-class PendingRead:
-    """The whole read of a document: its prefix token ids and where it stands. `cache` (None before
-    the first chunk) holds the tokens read so far (`cache.seen_tokens`), `writer` the archive being
-    written; once finished, `archive` is the kept archive (None without one)."""
-
-    ids: list[int]
-    policy: CachePolicy
-    key: str
-    layout: ArchiveLayout | None
-    label: str                  # the prefix-cache entry's label
-    cache: CompressedCache | None = None
-    writer: ArchiveWriter | None = None
-    archive: Archive | None = None
-    seconds: float = 0.0        # prefilling, over every part of the read
-    threads: int = 0            # CPU threads of its last part (0 on a GPU)
-    missing: list[str] = field(default_factory=list)  # why the archive the plan needs was not kept
-
-
-# Sources below this share of the recalled attention are not listed.
-SOURCE_MIN_SHARE = 0.05
-SOURCES_MAX = 5
-
-
 class DocumentSession:
-    """One model, at most one open document, and its snapshot. Not thread-safe: one caller at a time."""
+    """One model, at most one open document (an `OpenDocument`: its snapshot, archive, spans, report)
+    and the conversation about it. Not thread-safe: one caller at a time."""
 
     def __init__(self, model: LoadedModel, settings: EngineSettings, store: PrefixStore | None = None) -> None:
         settings.validate()
@@ -185,25 +161,14 @@ class DocumentSession:
         self.store = store if settings.prefix_cache else None
         self.notices: list[str] = []  # lines for the next OpenReport's warnings, e.g. "the prefix cache is off"
         self.layout = chat_layout(model.tokenizer)
-        self.document: Document | None = None
-        self.report: OpenReport | None = None
-        self.prefix_key: str | None = None  # the open document's prefix-cache key (whether or not it is stored)
-        self._snapshot: CompressedCache | None = None
+        self._open: OpenDocument | None = None  # the open document: its snapshot, archive, spans, report
+        # The conversation about it: the cache the last answer left (a follow-up continues it), its
+        # questions and the spans they read, and the question being answered.
         self._conversation: CompressedCache | None = None
-        self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
-        self._filling: CompressedCache | None = None  # the cache a running prefill is filling
-        self._unread: PendingRead | None = None  # the open document's whole read, not done yet (index first)
-        self._stop_ids = stop_token_ids(model.tokenizer, getattr(model.decoder.model, "generation_config", None))
-        self._archive: Archive | None = None
-        self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
-        self._segment_starts: list[int] = []   # first token of each segment of the open document
-        self._text_range = (0, 0)              # prefix tokens of the document text: [first, end)
-        self._token_chars: list[int] = []      # render() offset of each text token (the attended passages)
-        self._spans: DocumentSpans | None = None  # its spans, full-text index and structure (selection reads them)
-        self._turns: list[Turn] = []  # the conversation's questions and the spans they read (follow-ups)
+        self._turns: list[Turn] = []
         self._turn = Turn("", ())
-        self._document_ids: list[int] | None = None      # the open document's prefix tokens
-        self._prompt_lookup: PromptLookup | None = None  # draft index over them (speculative decoding)
+        self._filling: CompressedCache | None = None  # the cache a running prefill is filling
+        self._stop_ids = stop_token_ids(model.tokenizer, getattr(model.decoder.model, "generation_config", None))
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
         # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
         self._reuse_workspace = model.device.type == "cpu"
@@ -247,7 +212,7 @@ class DocumentSession:
         notify(Progress(Phase.TOKENIZING, 0, 1, "documents"))
         check_unicode(document.render() + document.title, document.title)  # before any model work
         encoding = self._encode_document(document)
-        prefix_ids, segment_starts = encoding.ids, encoding.segment_starts
+        prefix_ids = encoding.ids
         policy = self._resolve_policy(len(prefix_ids))
         key = self.prefix_config(policy).key(prefix_ids)
         # Before the read the plan says whether an archive is written; after it, what questions do.
@@ -262,7 +227,7 @@ class DocumentSession:
         # Index first: the spans and their full-text index need the text, not the model, so they
         # exist before the read, and a document not read yet is answered from re-read spans.
         spans = self._document_spans(document, encoding, key, recall_warnings)
-        archive, unread = None, None
+        archive, own_archive, unread = None, None, None
         try:
             if cache is None:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
@@ -273,7 +238,7 @@ class DocumentSession:
                         if plan.is_long and not before_prefill(plan):
                             raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
                     self._run_read(read, notify, cancel, None, threads=threads)
-                    cache, archive = read.cache, read.archive
+                    cache, archive, own_archive = read.cache, read.archive, read.own_archive
                     archive_missing += read.missing
                 else:
                     cache, unread = self._unread_snapshot(policy, len(prefix_ids)), read
@@ -283,22 +248,14 @@ class DocumentSession:
             if spans is not None:
                 spans.close()
             raise
-        self.document, self._snapshot, self.prefix_key = document, cache, key
-        self._archive, self._segment_starts, self._unread = archive, segment_starts, unread
-        self._token_chars = encoding.token_chars  # the attended passages' characters (engine.attended)
-        self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
-        self._spans = spans
-        self._turns = []
         if unread is not None:
             plan = RecallPlan(RecallSource.REREAD, UNREAD_REASON)
         else:  # the budget's verdict stands even if the store turned itself off during the read
             plan = self._plan_recall(len(prefix_ids), spans=spans is not None,
                                      archive_missing=archive_missing[0] if archive_missing else planned.archive_missing)
         notice = RecallNotice.of(plan)
-        self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
-        self._prefilled_for_next = not hit  # the first answer did not start from a saved cache
         read_s = 0.0 if hit or unread is not None else read.seconds
-        self.report = OpenReport(
+        report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=read_s, prefill_tokens_per_s=len(prefix_ids) / read_s if read_s else 0.0,
@@ -307,21 +264,36 @@ class DocumentSession:
             pages=document.pages, threads=0 if hit or unread is not None else read.threads,
             recall_notice=notice, recall_plan=plan, unread=unread is not None,
         )
+        self._open = OpenDocument(document, encoding, key, cache, report, spans=spans, archive=archive,
+                                  own_archive=own_archive, pending_read=unread, prefilled=not hit)
+        self._turns = []
         self.notices = []  # said once
-        return self.report
+        return report
+
+    @property
+    def document(self) -> Document | None:
+        """The open document (None: none is open)."""
+        return self._open.document if self._open is not None else None
+
+    @property
+    def report(self) -> OpenReport | None:
+        """What opening the open document did and cost (None: none is open)."""
+        return self._open.report if self._open is not None else None
+
+    @property
+    def prefix_key(self) -> str | None:
+        """The open document's prefix-cache key, whether or not it is stored (None: none is open)."""
+        return self._open.key if self._open is not None else None
 
     @property
     def unread(self) -> bool:
         """The open document has not been read whole yet (`open(read_now=False)`): questions re-read
         the spans they choose; `read` reads it."""
-        return self._unread is not None
+        return self._open is not None and self._open.unread
 
     def unread_progress(self) -> tuple[int, int]:
         """(tokens read, tokens) of the open document's whole read; (n, n) once it is read."""
-        n = len(self._document_ids or ())
-        if self._unread is None:
-            return n, n
-        return (self._unread.cache.seen_tokens if self._unread.cache is not None else 0), n
+        return self._open.unread_progress() if self._open is not None else (0, 0)
 
     @halaman_errors_only("reading the document")
     def read(self, *, progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
@@ -335,24 +307,25 @@ class DocumentSession:
         (answering a question in between is fine). Raises Cancelled when `cancel` is set (what was
         read is dropped), HalamanError when no document is open.
         """
-        pending = self._unread
-        if self._snapshot is None or self.report is None:
+        opened = self._open
+        if opened is None:
             raise HalamanError("no document is open: open a document first")
+        pending = opened.pending_read
         if pending is None:
             return True
         try:
             if not self._run_read(pending, progress or (lambda _p: None), cancel, pause):
                 return False
         except BaseException:  # a cancelled chunk leaves the cache inconsistent: the next read starts over
-            self._unread = PendingRead(pending.ids, pending.policy, pending.key, pending.layout, pending.label)
+            opened.pending_read = pending.restarted()
             raise
-        report = self.report
-        self._snapshot, self._archive, self._unread = pending.cache, pending.archive, None
+        opened.read_finished()
+        report = opened.report
         report.unread = False
         report.prefill_seconds = pending.seconds
         report.prefill_tokens_per_s = len(pending.ids) / pending.seconds if pending.seconds else 0.0
         report.kv, report.threads = pending.cache.memory(), pending.threads
-        plan = self._plan_recall(len(pending.ids), spans=self._spans is not None,
+        plan = self._plan_recall(len(pending.ids), spans=opened.spans is not None,
                                  archive_missing=pending.missing[0] if pending.missing else None)
         report.recall_plan, report.recall_notice = plan, RecallNotice.of(plan)
         if report.recall_notice is not None:
@@ -406,26 +379,15 @@ class DocumentSession:
         cache.shrink()
         saved = self._save(read.key, cache, n, read.label)
         if read.writer is not None:
-            read.archive = self._keep_archive(read.key, read.writer, saved, read.missing)
+            read.archive = self._keep_archive(read, saved)
         return True
 
     def close(self) -> None:
         """Forget the open document and its caches (an archive kept only for this session is deleted)."""
-        self.document = self.report = self._snapshot = self._conversation = self.prefix_key = None
-        if self._archive is not None:
-            self._archive.close()
-        self._archive, self._segment_starts = None, []
-        if self._spans is not None:
-            self._spans.close()
-        self._spans, self._text_range, self._token_chars = None, (0, 0), []
-        self._turns = []
-        self._document_ids, self._prompt_lookup = None, None
-        if self._unread is not None and self._unread.writer is not None:
-            self._unread.writer.abort()  # a read paused half-way: its archive is not kept
-        self._unread = None
-        if self._own_archive is not None:
-            self._own_archive.unlink(missing_ok=True)
-            self._own_archive = None
+        opened, self._open = self._open, None
+        self._conversation, self._turns = None, []
+        if opened is not None:
+            opened.close()
 
     # ------------------------------------------------------------------- ask
     def ask(
@@ -444,7 +406,8 @@ class DocumentSession:
         (stop_reason "cancelled"). Raises HalamanError when no document is open or the question is
         empty.
         """
-        if self._snapshot is None or self.report is None:
+        opened = self._open
+        if opened is None:
             raise HalamanError("no document is open: open a document first (it may have failed to load)")
         if not question.strip():
             raise HalamanError("the question is empty: type a question about the document")
@@ -452,9 +415,9 @@ class DocumentSession:
         if follow_up and self._conversation is not None:
             cache, suffix = self._conversation, follow_up_suffix(self.layout, question)
         else:
-            cache, suffix = self._snapshot.fork(), question_suffix(self.layout, question)
+            cache, suffix = opened.snapshot.fork(), question_suffix(self.layout, question)
         self._conversation = None
-        prefilled_for_this, self._prefilled_for_next = self._prefilled_for_next, False
+        prefilled_for_this, opened.prefilled = opened.prefilled, False
         suffix_ids = self._encode(suffix)
         decoder = self.model.decoder
         history = self._turns if follow_up else []
@@ -466,7 +429,7 @@ class DocumentSession:
             temperature=self.settings.temperature, repetition_penalty=self.settings.repetition_penalty,
             draft_tokens=self.settings.draft_tokens, reuse_workspace=self._reuse_workspace,
         )
-        lookup = self._lookup(suffix_ids) if decoding.drafts else None
+        lookup = opened.prompt_lookup(suffix_ids) if decoding.drafts else None
         built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
         drafts = DraftStats()
         stop = StopReason.MAX_TOKENS
@@ -487,16 +450,16 @@ class DocumentSession:
             self._conversation = cache  # a follow-up continues from here
             self._turns = [*history, self._turn]
         if recaller is not None:
-            sources, passages = self._sources(recaller.token_attention([layer.recalled for layer in cache.layers]).double())
+            sources, passages = opened.sources(recaller.token_attention([layer.recalled for layer in cache.layers]).double())
         elif scores_before is not None:
-            sources, passages = self._sources(cache.attention_since(scores_before, self.report.document_tokens))
+            sources, passages = opened.sources(cache.attention_since(scores_before, opened.report.document_tokens))
         else:
             sources, passages = [], []
         return Answer(
             question=question, text=split.answer, token_ids=built.generated,
-            prompt_tokens=self.report.document_tokens + len(suffix_ids),
+            prompt_tokens=opened.report.document_tokens + len(suffix_ids),
             time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
-            prefix_hit=not prefilled_for_this and self._unread is None, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
+            prefix_hit=not prefilled_for_this and opened.pending_read is None, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
             recall=recaller.stats if recaller else None, sources=sources, passages=passages,
             drafts=drafts, reasoning=split.reasoning,
         )
@@ -504,7 +467,7 @@ class DocumentSession:
     def memory(self) -> MemoryReport:
         """Weights / KV / workspace / free now, on the model's device. During `open`, call it only
         from the progress callback (between chunks): it then reports the cache being prefilled."""
-        cache = self._conversation or self._snapshot or self._filling
+        cache = self._conversation or (self._open.snapshot if self._open is not None else None) or self._filling
         policy = cache.policy if cache else self.settings.cache
         # The mark on the gauge: what the cache may hold at its peak (budget + one chunk), plus what
         # a question may recall beside it.
@@ -551,23 +514,22 @@ class DocumentSession:
     def recall_plan(self) -> RecallPlan | None:
         """Where the open document's questions get their recalled tokens, decided when it opened
         and changed only when a question finds its archive damaged (None: no document is open)."""
-        return self.report.recall_plan if self.report is not None else None
+        return self._open.recall_plan if self._open is not None else None
 
     def _archive_damaged(self, error: ArchiveError) -> HalamanError:
         """Stop using the open document's archive after a read found a damaged block: it is deleted
         from the store and the document's plan becomes that of a document without one (re-read or
         off), so the next question works. Returns the error for this question."""
+        opened = self._open
         if self.store is not None:
             try:
-                self.store.drop_archive(self.prefix_key)
+                self.store.drop_archive(opened.key)
             except CacheStoreError:
                 pass  # still indexed: the next open checks it again and meets the same damage
-        if self._archive is not None:
-            self._archive.close()
-        self._archive = None
-        plan = self._plan_recall(self.report.document_tokens, spans=self._spans is not None,
+        opened.drop_archive()
+        plan = self._plan_recall(opened.report.document_tokens, spans=opened.spans is not None,
                                  archive_missing=f"{error}; it was deleted, clear its cache to read it again")
-        self.report.recall_plan, self.report.recall_notice = plan, RecallNotice.of(plan)
+        opened.report.recall_plan, opened.report.recall_notice = plan, RecallNotice.of(plan)
         return HalamanError(f"the document's archive is damaged: {plan.reason}; ask the question again")
 
     # ------------------------------------------------------------- archive
@@ -594,10 +556,11 @@ class DocumentSession:
             missing.append(f"its archive cannot be written ({error})")
             return None
 
-    def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, missing: list[str]) -> Archive | None:
-        """Finish the archive, move it into the prefix store beside the snapshot, and open it. One
-        that cannot be opened is not kept: not in the store either, where the next prefix-cache hit
-        would find it."""
+    def _keep_archive(self, read: PendingRead, saved: bool) -> Archive | None:
+        """Finish `read`'s archive, move it into the prefix store beside the snapshot (`saved`), or
+        keep it for this session only (`read.own_archive`), and open it. One that cannot be opened
+        is not kept: not in the store either, where the next prefix-cache hit would find it."""
+        key, writer, missing = read.key, read.writer, read.missing
         stored = False
         try:
             sha256, size = writer.finish()
@@ -606,7 +569,7 @@ class DocumentSession:
                 path = self.store.put_archive(key, writer.path, sha256=sha256, size_bytes=size)
                 stored = True
             else:  # no store, or the snapshot was not stored: keep the archive for this session only
-                self._own_archive = path
+                read.own_archive = path
             return Archive.open(path, expect=writer.layout)
         except (OSError, ArchiveError, HalamanError) as error:
             writer.abort()
@@ -637,7 +600,7 @@ class DocumentSession:
     @property
     def spans(self) -> DocumentSpans | None:
         """The open document's spans, text index and structure (None: no document, or no index)."""
-        return self._spans
+        return self._open.spans if self._open is not None else None
 
     def spans_of(self, document: Document) -> DocumentSpans:
         """`document`'s spans, full-text index (in memory) and structure, without reading it into a
@@ -654,7 +617,7 @@ class DocumentSession:
         each, without answering it: about `spans` (from `spans_of`), else the open document.
         `after`: earlier questions of the conversation, oldest first (the last one's spans are kept
         for a follow-up). Raises HalamanError when no document is open or its spans could not be built."""
-        spans = spans if spans is not None else self._spans
+        spans = spans if spans is not None else self.spans
         if spans is None:
             raise HalamanError("no document is open, or its text index could not be built: open a document first")
         history: list[Turn] = []
@@ -669,7 +632,7 @@ class DocumentSession:
         room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
         if reread:
             room = min(room, REREAD_RECALL_TOKENS)
-        return select(spans if spans is not None else self._spans, question,
+        return select(spans if spans is not None else self.spans, question,
                       budget_tokens=max(0, min(recall.recall_tokens, room)), max_spans=recall.max_spans, history=history)
 
     def _recaller(self, question: str, history: Sequence[Turn]) -> RecallHook | None:
@@ -679,74 +642,41 @@ class DocumentSession:
         chosen and there is an archive). None: the plan does not recall, the recall budget is 0
         now, or no span was chosen and there is no archive. Remembers the spans read as the
         conversation's last turn."""
-        recall = self.settings.recall
+        recall, opened = self.settings.recall, self._open
         self._turn = Turn(question, ())
         if recall.recall_tokens < 1 or not self.recall_plan.recalls:
             return None
         if self.recall_plan.by_spans:
             began = time.perf_counter()
-            selection = self._select(question, history, reread=self._archive is None)
+            selection = self._select(question, history, reread=opened.archive is None)
             if selection.chosen:
                 self._turn = Turn(question, selection.chosen_index)
-                positions = torch.tensor(self._spans.recall_positions(selection.chosen))
-                if self._archive is not None:
-                    hook = SpanRecaller(self._archive, positions, focus=recall.focus)
+                positions = torch.tensor(opened.spans.recall_positions(selection.chosen))
+                if opened.archive is not None:
+                    hook = SpanRecaller(opened.archive, positions, focus=recall.focus)
                 else:
-                    hook = SpanRecaller.reread(self._reread(positions), positions, self._spans.n_tokens)
+                    hook = SpanRecaller.reread(self._reread(positions), positions, opened.spans.n_tokens)
                     hook.stats.reread = True
-                hook.stats.spans = tuple(self._span_label(span) for span in selection.chosen)
+                hook.stats.spans = tuple(opened.span_label(span) for span in selection.chosen)
                 hook.stats.signals = tuple(c.signal for c in selection.reasons())
                 hook.stats.reasons = tuple(c.reason for c in selection.reasons())
                 hook.stats.score_s = time.perf_counter() - began
                 return hook
-        if self._archive is None:
+        if opened.archive is None:
             return None
         decoder = self.model.decoder
-        return Recaller(self._archive, recall.recall_tokens, decoder.rope, decoder.scaling)
+        return Recaller(opened.archive, recall.recall_tokens, decoder.rope, decoder.scaling)
 
     def _reread(self, positions: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's keys and values of the prefix tokens at `positions`, prefilled on their own
         at positions 0..R-1 (span recall without an archive)."""
-        ids = torch.tensor(self._document_ids)[positions]
-        policy = self._snapshot.policy
+        ids = torch.tensor(self._open.ids)[positions]
+        policy = self._open.snapshot.policy
         policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens),
                                 position_mode="original")
         capture = SpanCapture()
         self.model.decoder.prefill(ids, self.model.decoder.new_cache(policy, "original"), archive=capture)
         return capture.keys_values()
-
-    def _span_label(self, span) -> str:
-        segment = self.document.segments[span.segment]
-        whole = span.char_start == 0 and span.char_end == len(segment.text)
-        return segment.label if whole else f"{segment.label} (characters {span.char_start:,}–{span.char_end:,})"
-
-    def _sources(self, mass: torch.Tensor) -> tuple[list[Source], list[AttendedSpan]]:
-        """Pages / files whose tokens received the most of `mass` (`[document tokens]` float64,
-        the attention each prefix token received while the question and the answer were fed: its
-        recalled copy's, or for a document kept whole its own), with their share; and the
-        sentences / lines within them that received it (`engine.attended.attended_spans`)."""
-        if self.document is None or not self._segment_starts:
-            return [], []
-        n_doc = self.report.document_tokens
-        # float64: a float32 total and per-page sums added in another order can give a share > 1
-        mass = mass.double()
-        first, end = self._text_range
-        mass[:first] = 0  # the template and the instructions are nobody's page
-        mass[end:] = 0
-        total = float(mass.sum())
-        if total <= 0:
-            return [], []
-        starts = torch.tensor(self._segment_starts)
-        segment = (torch.searchsorted(starts, torch.arange(n_doc), right=True) - 1).clamp(min=0)
-        per_segment = (torch.zeros(len(self._segment_starts), dtype=torch.float64).index_add_(0, segment, mass) / total).clamp_(max=1.0)
-        shares, order = per_segment.sort(descending=True)
-        sources = []
-        for share, i in zip(shares.tolist()[:SOURCES_MAX], order.tolist()[:SOURCES_MAX], strict=True):
-            if share < SOURCE_MIN_SHARE:
-                break
-            seg = self.document.segments[i]
-            sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
-        return sources, attended_spans(mass.tolist(), self._token_chars, first, self.document)
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache
@@ -827,14 +757,6 @@ class DocumentSession:
         self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
         return False
 
-    def _lookup(self, suffix_ids: list[int]) -> PromptLookup | None:
-        """The document's n-gram index, reset to this question (None: no document ids)."""
-        if self._document_ids is None:
-            return None
-        if self._prompt_lookup is None:
-            self._prompt_lookup = PromptLookup(self._document_ids)
-        self._prompt_lookup.reset(suffix_ids)
-        return self._prompt_lookup
 
 def reading_progress(notify: Callable[[Progress], None], path: str | os.PathLike[str]) -> Callable[[int, int], None]:
     """`load_document`'s progress(done, total) for `path` as "reading" `Progress` events for
