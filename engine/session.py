@@ -38,39 +38,31 @@ import torch
 import transformers
 
 from engine import paths, read_time
-from engine.answer import Answer, DraftStats, Source, StopReason
-from engine.attended import AttendedSpan, attended_spans
+from engine.answer import Answer, DraftStats, StopReason
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
 from engine.estimate import QUESTION_RESERVE_TOKENS, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
-from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache, MemoryBreakdown
+from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
-from engine.prompt_lookup import PromptLookup
 from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
-from engine.reasoning import ReasoningSplitter, Split, split_reasoning
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
+from engine.generate import AnswerBuilder, Decoding, decode_answer, stop_token_ids
+from engine.open_document import OpenDocument, PendingRead
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
 from engine.threads import ThreadGovernor, apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
-# Recall selects again with the answer's own query at each of the first RECALL_EVERY_TOKEN_UNTIL
-# answer tokens, then every RECALL_REFRESH_TOKENS: the token before a fact ("... the archive room
-# is") finds it in layers where the question's queries did not (8k needle: a refresh every 4 tokens
-# missed it, every token found it). Facts come early in short answers; each refresh costs one
-# selection (scoring + reading).
-RECALL_EVERY_TOKEN_UNTIL = 16
-RECALL_REFRESH_TOKENS = 8
 # Spans re-read from their token ids (no archive: the document is not read yet, or its archive does
 # not fit the disk) are prefilled before the first answer token, so they are held to fewer tokens
 # than an archive recall reads: the selection puts the best spans first, and a page with
@@ -79,14 +71,6 @@ REREAD_RECALL_TOKENS = 2048
 UNREAD_REASON = ("the document is not read whole yet: each question re-reads the pages it chooses from their "
                  "token ids")
 """The recall plan's reason while a document opened index first is not read (`DocumentSession.read`)."""
-# Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
-# by 1 after a miss, between 1 and settings.draft_tokens.
-DRAFT_START_TOKENS = 4
-
-
-def refresh_recall(answer_tokens: int) -> bool:
-    """Whether recall selects again before feeding answer token number `answer_tokens` (1-based)."""
-    return answer_tokens <= RECALL_EVERY_TOKEN_UNTIL or answer_tokens % RECALL_REFRESH_TOKENS == 0
 
 
 class Phase(enum.Enum):
@@ -167,32 +151,9 @@ class OpenReport:
     read_plan: ReadPlan | None = None  # when unread: how long its whole read will take on this machine
 
 
-@dataclass
-class PendingRead:
-    """The whole read of a document: its prefix token ids and where it stands. `cache` (None before
-    the first chunk) holds the tokens read so far (`cache.seen_tokens`), `writer` the archive being
-    written; once finished, `archive` is the kept archive (None without one)."""
-
-    ids: list[int]
-    policy: CachePolicy
-    key: str
-    layout: ArchiveLayout | None
-    label: str                  # the prefix-cache entry's label
-    cache: CompressedCache | None = None
-    writer: ArchiveWriter | None = None
-    archive: Archive | None = None
-    seconds: float = 0.0        # prefilling, over every part of the read
-    threads: int = 0            # CPU threads of its last part (0 on a GPU)
-    missing: list[str] = field(default_factory=list)  # why the archive the plan needs was not kept
-
-
-# Sources below this share of the recalled attention are not listed.
-SOURCE_MIN_SHARE = 0.05
-SOURCES_MAX = 5
-
-
 class DocumentSession:
-    """One model, at most one open document, and its snapshot. Not thread-safe: one caller at a time."""
+    """One model, at most one open document (an `OpenDocument`: its snapshot, archive, spans, report)
+    and the conversation about it. Not thread-safe: one caller at a time."""
 
     def __init__(self, model: LoadedModel, settings: EngineSettings, store: PrefixStore | None = None) -> None:
         settings.validate()
@@ -201,25 +162,14 @@ class DocumentSession:
         self.store = store if settings.prefix_cache else None
         self.notices: list[str] = []  # lines for the next OpenReport's warnings, e.g. "the prefix cache is off"
         self.layout = chat_layout(model.tokenizer)
-        self.document: Document | None = None
-        self.report: OpenReport | None = None
-        self.prefix_key: str | None = None  # the open document's prefix-cache key (whether or not it is stored)
-        self._snapshot: CompressedCache | None = None
+        self._open: OpenDocument | None = None  # the open document: its snapshot, archive, spans, report
+        # The conversation about it: the cache the last answer left (a follow-up continues it), its
+        # questions and the spans they read, and the question being answered.
         self._conversation: CompressedCache | None = None
-        self._prefilled_for_next = False  # the open prefilled: the next answer is the cache miss
-        self._filling: CompressedCache | None = None  # the cache a running prefill is filling
-        self._unread: PendingRead | None = None  # the open document's whole read, not done yet (index first)
-        self._stop_ids = _stop_token_ids(model)
-        self._archive: Archive | None = None
-        self._own_archive: Path | None = None  # an archive without a prefix store, deleted on close
-        self._segment_starts: list[int] = []   # first token of each segment of the open document
-        self._text_range = (0, 0)              # prefix tokens of the document text: [first, end)
-        self._token_chars: list[int] = []      # render() offset of each text token (the attended passages)
-        self._spans: DocumentSpans | None = None  # its spans, full-text index and structure (selection reads them)
-        self._turns: list[Turn] = []  # the conversation's questions and the spans they read (follow-ups)
+        self._turns: list[Turn] = []
         self._turn = Turn("", ())
-        self._document_ids: list[int] | None = None      # the open document's prefix tokens
-        self._prompt_lookup: PromptLookup | None = None  # draft index over them (speculative decoding)
+        self._filling: CompressedCache | None = None  # the cache a running prefill is filling
+        self._stop_ids = stop_token_ids(model.tokenizer, getattr(model.decoder.model, "generation_config", None))
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
         # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
         self._reuse_workspace = model.device.type == "cpu"
@@ -265,7 +215,7 @@ class DocumentSession:
         notify(Progress(Phase.TOKENIZING, 0, 1, "documents"))
         check_unicode(document.render() + document.title, document.title)  # before any model work
         encoding = self._encode_document(document)
-        prefix_ids, segment_starts = encoding.ids, encoding.segment_starts
+        prefix_ids = encoding.ids
         policy = self._resolve_policy(len(prefix_ids))
         key = self.prefix_config(policy).key(prefix_ids)
         # Before the read the plan says whether an archive is written; after it, what questions do.
@@ -280,7 +230,7 @@ class DocumentSession:
         # Index first: the spans and their full-text index need the text, not the model, so they
         # exist before the read, and a document not read yet is answered from re-read spans.
         spans = self._document_spans(document, encoding, key, recall_warnings)
-        archive, unread, read_plan = None, None, None
+        archive, own_archive, unread, read_plan = None, None, None, None
         try:
             if cache is None:
                 read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
@@ -293,7 +243,7 @@ class DocumentSession:
                         if before_prefill is not None and plan.is_long and not before_prefill(plan):
                             raise Cancelled(f"Reading {document.title} was not started: {plan.describe()}")
                     self._run_read(read, notify, cancel, None, threads=threads)
-                    cache, archive = read.cache, read.archive
+                    cache, archive, own_archive = read.cache, read.archive, read.own_archive
                     archive_missing += read.missing
                 else:
                     cache, unread = self._unread_snapshot(policy, len(prefix_ids)), read
@@ -307,22 +257,14 @@ class DocumentSession:
             if spans is not None:
                 spans.close()
             raise
-        self.document, self._snapshot, self.prefix_key = document, cache, key
-        self._archive, self._segment_starts, self._unread = archive, segment_starts, unread
-        self._token_chars = encoding.token_chars  # the attended passages' characters (engine.attended)
-        self._text_range = (encoding.head_tokens, encoding.head_tokens + encoding.text_tokens)
-        self._spans = spans
-        self._turns = []
         if unread is not None:
             plan = RecallPlan(RecallSource.REREAD, UNREAD_REASON)
         else:  # the budget's verdict stands even if the store turned itself off during the read
             plan = self._plan_recall(len(prefix_ids), spans=spans is not None,
                                      archive_missing=archive_missing[0] if archive_missing else planned.archive_missing)
         notice = RecallNotice.of(plan)
-        self._document_ids, self._prompt_lookup = prefix_ids, None  # the draft index is built at the first question
-        self._prefilled_for_next = not hit  # the first answer did not start from a saved cache
         read_s = 0.0 if hit or unread is not None else read.seconds
-        self.report = OpenReport(
+        report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
             prefill_seconds=read_s, prefill_tokens_per_s=len(prefix_ids) / read_s if read_s else 0.0,
@@ -331,21 +273,36 @@ class DocumentSession:
             pages=document.pages, threads=0 if hit or unread is not None else read.threads,
             recall_notice=notice, recall_plan=plan, unread=unread is not None, read_plan=read_plan,
         )
+        self._open = OpenDocument(document, encoding, key, cache, report, spans=spans, archive=archive,
+                                  own_archive=own_archive, pending_read=unread, prefilled=not hit)
+        self._turns = []
         self.notices = []  # said once
-        return self.report
+        return report
+
+    @property
+    def document(self) -> Document | None:
+        """The open document (None: none is open)."""
+        return self._open.document if self._open is not None else None
+
+    @property
+    def report(self) -> OpenReport | None:
+        """What opening the open document did and cost (None: none is open)."""
+        return self._open.report if self._open is not None else None
+
+    @property
+    def prefix_key(self) -> str | None:
+        """The open document's prefix-cache key, whether or not it is stored (None: none is open)."""
+        return self._open.key if self._open is not None else None
 
     @property
     def unread(self) -> bool:
         """The open document has not been read whole yet (`open(read_now=False)`): questions re-read
         the spans they choose; `read` reads it."""
-        return self._unread is not None
+        return self._open is not None and self._open.unread
 
     def unread_progress(self) -> tuple[int, int]:
         """(tokens read, tokens) of the open document's whole read; (n, n) once it is read."""
-        n = len(self._document_ids or ())
-        if self._unread is None:
-            return n, n
-        return (self._unread.cache.seen_tokens if self._unread.cache is not None else 0), n
+        return self._open.unread_progress() if self._open is not None else (0, 0)
 
     @halaman_errors_only("reading the document")
     def read(self, *, progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
@@ -360,9 +317,10 @@ class DocumentSession:
         read is dropped), HalamanError when no document is open. `on_read_plan(plan)` is told the
         plan of what is left to read before it starts (as in `open`).
         """
-        pending = self._unread
-        if self._snapshot is None or self.report is None:
+        opened = self._open
+        if opened is None:
             raise HalamanError("no document is open: open a document first")
+        pending = opened.pending_read
         if pending is None:
             return True
         threads = None
@@ -374,15 +332,15 @@ class DocumentSession:
             if not self._run_read(pending, progress or (lambda _p: None), cancel, pause, threads=threads):
                 return False
         except BaseException:  # a cancelled chunk leaves the cache inconsistent: the next read starts over
-            self._unread = PendingRead(pending.ids, pending.policy, pending.key, pending.layout, pending.label)
+            opened.pending_read = pending.restarted()
             raise
-        report = self.report
-        self._snapshot, self._archive, self._unread = pending.cache, pending.archive, None
+        opened.read_finished()
+        report = opened.report
         report.unread = False
         report.prefill_seconds = pending.seconds
         report.prefill_tokens_per_s = len(pending.ids) / pending.seconds if pending.seconds else 0.0
         report.kv, report.threads = pending.cache.memory(), pending.threads
-        plan = self._plan_recall(len(pending.ids), spans=self._spans is not None,
+        plan = self._plan_recall(len(pending.ids), spans=opened.spans is not None,
                                  archive_missing=pending.missing[0] if pending.missing else None)
         report.recall_plan, report.recall_notice = plan, RecallNotice.of(plan)
         if report.recall_notice is not None:
@@ -436,26 +394,15 @@ class DocumentSession:
         cache.shrink()
         saved = self._save(read.key, cache, n, read.label)
         if read.writer is not None:
-            read.archive = self._keep_archive(read.key, read.writer, saved, read.missing)
+            read.archive = self._keep_archive(read, saved)
         return True
 
     def close(self) -> None:
         """Forget the open document and its caches (an archive kept only for this session is deleted)."""
-        self.document = self.report = self._snapshot = self._conversation = self.prefix_key = None
-        if self._archive is not None:
-            self._archive.close()
-        self._archive, self._segment_starts = None, []
-        if self._spans is not None:
-            self._spans.close()
-        self._spans, self._text_range, self._token_chars = None, (0, 0), []
-        self._turns = []
-        self._document_ids, self._prompt_lookup = None, None
-        if self._unread is not None and self._unread.writer is not None:
-            self._unread.writer.abort()  # a read paused half-way: its archive is not kept
-        self._unread = None
-        if self._own_archive is not None:
-            self._own_archive.unlink(missing_ok=True)
-            self._own_archive = None
+        opened, self._open = self._open, None
+        self._conversation, self._turns = None, []
+        if opened is not None:
+            opened.close()
 
     # ------------------------------------------------------------------- ask
     def ask(
@@ -474,7 +421,8 @@ class DocumentSession:
         (stop_reason "cancelled"). Raises HalamanError when no document is open or the question is
         empty.
         """
-        if self._snapshot is None or self.report is None:
+        opened = self._open
+        if opened is None:
             raise HalamanError("no document is open: open a document first (it may have failed to load)")
         if not question.strip():
             raise HalamanError("the question is empty: type a question about the document")
@@ -482,45 +430,32 @@ class DocumentSession:
         if follow_up and self._conversation is not None:
             cache, suffix = self._conversation, follow_up_suffix(self.layout, question)
         else:
-            cache, suffix = self._snapshot.fork(), question_suffix(self.layout, question)
+            cache, suffix = opened.snapshot.fork(), question_suffix(self.layout, question)
         self._conversation = None
-        prefilled_for_this, self._prefilled_for_next = self._prefilled_for_next, False
+        prefilled_for_this, opened.prefilled = opened.prefilled, False
         suffix_ids = self._encode(suffix)
         decoder = self.model.decoder
         history = self._turns if follow_up else []
-        recaller = self._recaller(question, history)
+        # The cores free now, re-decided while the spans are re-read and the answer decodes.
+        governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
+        recaller = self._recaller(question, history, governor)
         # A document the cache keeps whole is never recalled: its attention is the scores' growth.
         scores_before = cache.score_snapshot() if recaller is None and self.recall_plan.source is RecallSource.WHOLE else None
-        reselecting = recaller is not None and recaller.reselects
-        limit = max_new_tokens or self.settings.max_new_tokens
-        lookup = self._lookup(suffix_ids)
+        decoding = Decoding(
+            stop_ids=self._stop_ids, max_new_tokens=max_new_tokens or self.settings.max_new_tokens,
+            temperature=self.settings.temperature, repetition_penalty=self.settings.repetition_penalty,
+            draft_tokens=self.settings.draft_tokens, reuse_workspace=self._reuse_workspace,
+        )
+        lookup = opened.prompt_lookup(suffix_ids) if decoding.drafts else None
         built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
         drafts = DraftStats()
         stop = StopReason.MAX_TOKENS
         try:
-            logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller)
+            logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller, governor=governor)
             if recaller is not None:
                 recaller.stats.question_s = recaller.stats.seconds
-            draft_length = min(DRAFT_START_TOKENS, self.settings.draft_tokens)
-            while len(built.generated) < limit:
-                token, logprob = self._pick(logits, built.generated)
-                if token in self._stop_ids:
-                    stop = StopReason.END
-                    break
-                built.emit(token, logprob)
-                refresh = reselecting and refresh_recall(len(built.generated))
-                if refresh:
-                    recaller.stats.refreshes += 1
-                proposal = [] if refresh or lookup is None else lookup.propose(
-                    min(draft_length, self._draft_room(cache, len(built.generated), limit, reselecting)))
-                if not proposal:
-                    logits = self._decode_one(token, cache, cancel, recaller if refresh else None)
-                    continue
-                logits, accepted = self._speculative_step(token, proposal, cache, built, cancel)
-                drafts.add(len(proposal), accepted)
-                # transformers' heuristic for assisted decoding: longer drafts while they are all
-                # accepted, shorter after a miss (a rejected token costs a little compute)
-                draft_length = min(draft_length + 2, self.settings.draft_tokens) if accepted == len(proposal) else max(1, draft_length - 1)
+            stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller,
+                                 cancel=cancel, governor=governor)
         except Cancelled:
             stop = StopReason.CANCELLED
         except ArchiveError as error:  # a block read for this question differs from its digest
@@ -532,51 +467,24 @@ class DocumentSession:
             self._conversation = cache  # a follow-up continues from here
             self._turns = [*history, self._turn]
         if recaller is not None:
-            sources, passages = self._sources(recaller.token_attention([layer.recalled for layer in cache.layers]).double())
+            sources, passages = opened.sources(recaller.token_attention([layer.recalled for layer in cache.layers]).double())
         elif scores_before is not None:
-            sources, passages = self._sources(cache.attention_since(scores_before, self.report.document_tokens))
+            sources, passages = opened.sources(cache.attention_since(scores_before, opened.report.document_tokens))
         else:
             sources, passages = [], []
         return Answer(
             question=question, text=split.answer, token_ids=built.generated,
-            prompt_tokens=self.report.document_tokens + len(suffix_ids),
+            prompt_tokens=opened.report.document_tokens + len(suffix_ids),
             time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
-            prefix_hit=not prefilled_for_this and self._unread is None, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
+            prefix_hit=not prefilled_for_this and opened.pending_read is None, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
             recall=recaller.stats if recaller else None, sources=sources, passages=passages,
             drafts=drafts, reasoning=split.reasoning,
         )
 
-    def _decode_one(self, token: int, cache: CompressedCache, cancel: threading.Event | None,
-                    recaller: RecallHook | None) -> torch.Tensor:
-        """One decode step: feed `token`, return the next logits `[1, vocab]` (recalling again with
-        the answer's own query when `recaller` is given)."""
-        return self.model.decoder.forward(
-            torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
-            reuse_workspace=self._reuse_workspace, recaller=recaller,
-        )
-
-    def _speculative_step(self, token: int, proposal: list[int], cache: CompressedCache, built: AnswerBuilder,
-                          cancel: threading.Event | None) -> tuple[torch.Tensor, int]:
-        """Check `token` and the draft `proposal` in one pass and keep the longest prefix greedy
-        decoding agrees with (prompt-lookup decoding). Returns (next logits, drafts accepted)."""
-        checked = self.model.decoder.forward(
-            torch.tensor([token, *proposal]), cache, all_logits=True, cancel=cancel,
-            reuse_workspace=self._reuse_workspace, pending=True,
-        )
-        accepted = 0
-        for i, draft in enumerate(proposal):
-            picked, picked_logprob = self._pick(checked[i : i + 1], built.generated)
-            if picked != draft or picked in self._stop_ids:
-                break
-            built.emit(draft, picked_logprob)
-            accepted += 1
-        cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
-        return checked[accepted : accepted + 1], accepted
-
     def memory(self) -> MemoryReport:
         """Weights / KV / workspace / free now, on the model's device. During `open`, call it only
         from the progress callback (between chunks): it then reports the cache being prefilled."""
-        cache = self._conversation or self._snapshot or self._filling
+        cache = self._conversation or (self._open.snapshot if self._open is not None else None) or self._filling
         policy = cache.policy if cache else self.settings.cache
         # The mark on the gauge: what the cache may hold at its peak (budget + one chunk), plus what
         # a question may recall beside it.
@@ -623,23 +531,22 @@ class DocumentSession:
     def recall_plan(self) -> RecallPlan | None:
         """Where the open document's questions get their recalled tokens, decided when it opened
         and changed only when a question finds its archive damaged (None: no document is open)."""
-        return self.report.recall_plan if self.report is not None else None
+        return self._open.recall_plan if self._open is not None else None
 
     def _archive_damaged(self, error: ArchiveError) -> HalamanError:
         """Stop using the open document's archive after a read found a damaged block: it is deleted
         from the store and the document's plan becomes that of a document without one (re-read or
         off), so the next question works. Returns the error for this question."""
+        opened = self._open
         if self.store is not None:
             try:
-                self.store.drop_archive(self.prefix_key)
+                self.store.drop_archive(opened.key)
             except CacheStoreError:
                 pass  # still indexed: the next open checks it again and meets the same damage
-        if self._archive is not None:
-            self._archive.close()
-        self._archive = None
-        plan = self._plan_recall(self.report.document_tokens, spans=self._spans is not None,
+        opened.drop_archive()
+        plan = self._plan_recall(opened.report.document_tokens, spans=opened.spans is not None,
                                  archive_missing=f"{error}; it was deleted, clear its cache to read it again")
-        self.report.recall_plan, self.report.recall_notice = plan, RecallNotice.of(plan)
+        opened.report.recall_plan, opened.report.recall_notice = plan, RecallNotice.of(plan)
         return HalamanError(f"the document's archive is damaged: {plan.reason}; ask the question again")
 
     # ------------------------------------------------------------- archive
@@ -666,10 +573,11 @@ class DocumentSession:
             missing.append(f"its archive cannot be written ({error})")
             return None
 
-    def _keep_archive(self, key: str, writer: ArchiveWriter, saved: bool, missing: list[str]) -> Archive | None:
-        """Finish the archive, move it into the prefix store beside the snapshot, and open it. One
-        that cannot be opened is not kept: not in the store either, where the next prefix-cache hit
-        would find it."""
+    def _keep_archive(self, read: PendingRead, saved: bool) -> Archive | None:
+        """Finish `read`'s archive, move it into the prefix store beside the snapshot (`saved`), or
+        keep it for this session only (`read.own_archive`), and open it. One that cannot be opened
+        is not kept: not in the store either, where the next prefix-cache hit would find it."""
+        key, writer, missing = read.key, read.writer, read.missing
         stored = False
         try:
             sha256, size = writer.finish()
@@ -678,7 +586,7 @@ class DocumentSession:
                 path = self.store.put_archive(key, writer.path, sha256=sha256, size_bytes=size)
                 stored = True
             else:  # no store, or the snapshot was not stored: keep the archive for this session only
-                self._own_archive = path
+                read.own_archive = path
             return Archive.open(path, expect=writer.layout)
         except (OSError, ArchiveError, HalamanError) as error:
             writer.abort()
@@ -709,7 +617,7 @@ class DocumentSession:
     @property
     def spans(self) -> DocumentSpans | None:
         """The open document's spans, text index and structure (None: no document, or no index)."""
-        return self._spans
+        return self._open.spans if self._open is not None else None
 
     def spans_of(self, document: Document) -> DocumentSpans:
         """`document`'s spans, full-text index (in memory) and structure, without reading it into a
@@ -726,7 +634,7 @@ class DocumentSession:
         each, without answering it: about `spans` (from `spans_of`), else the open document.
         `after`: earlier questions of the conversation, oldest first (the last one's spans are kept
         for a follow-up). Raises HalamanError when no document is open or its spans could not be built."""
-        spans = spans if spans is not None else self._spans
+        spans = spans if spans is not None else self.spans
         if spans is None:
             raise HalamanError("no document is open, or its text index could not be built: open a document first")
         history: list[Turn] = []
@@ -741,85 +649,52 @@ class DocumentSession:
         room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
         if reread:
             room = min(room, REREAD_RECALL_TOKENS)
-        return select(spans if spans is not None else self._spans, question,
+        return select(spans if spans is not None else self.spans, question,
                       budget_tokens=max(0, min(recall.recall_tokens, room)), max_spans=recall.max_spans, history=history)
 
-    def _recaller(self, question: str, history: Sequence[Turn]) -> RecallHook | None:
+    def _recaller(self, question: str, history: Sequence[Turn], governor: ThreadGovernor | None = None) -> RecallHook | None:
         """How this question recalls, by the open document's `recall_plan`: the spans
         `engine.evidence.select` chooses (`SpanRecaller`, from the archive or re-read), or archive
         blocks chosen layer by layer by the question's attention (`Recaller`; also when no span is
         chosen and there is an archive). None: the plan does not recall, the recall budget is 0
         now, or no span was chosen and there is no archive. Remembers the spans read as the
         conversation's last turn."""
-        recall = self.settings.recall
+        recall, opened = self.settings.recall, self._open
         self._turn = Turn(question, ())
         if recall.recall_tokens < 1 or not self.recall_plan.recalls:
             return None
         if self.recall_plan.by_spans:
             began = time.perf_counter()
-            selection = self._select(question, history, reread=self._archive is None)
+            selection = self._select(question, history, reread=opened.archive is None)
             if selection.chosen:
                 self._turn = Turn(question, selection.chosen_index)
-                positions = torch.tensor(self._spans.recall_positions(selection.chosen))
-                if self._archive is not None:
-                    hook = SpanRecaller(self._archive, positions, focus=recall.focus)
+                positions = torch.tensor(opened.spans.recall_positions(selection.chosen))
+                if opened.archive is not None:
+                    hook = SpanRecaller(opened.archive, positions, focus=recall.focus)
                 else:
-                    hook = SpanRecaller.reread(self._reread(positions), positions, self._spans.n_tokens)
+                    hook = SpanRecaller.reread(self._reread(positions, governor), positions, opened.spans.n_tokens)
                     hook.stats.reread = True
-                hook.stats.spans = tuple(self._span_label(span) for span in selection.chosen)
+                hook.stats.spans = tuple(opened.span_label(span) for span in selection.chosen)
                 hook.stats.signals = tuple(c.signal for c in selection.reasons())
                 hook.stats.reasons = tuple(c.reason for c in selection.reasons())
                 hook.stats.score_s = time.perf_counter() - began
                 return hook
-        if self._archive is None:
+        if opened.archive is None:
             return None
         decoder = self.model.decoder
-        return Recaller(self._archive, recall.recall_tokens, decoder.rope, decoder.scaling)
+        return Recaller(opened.archive, recall.recall_tokens, decoder.rope, decoder.scaling)
 
-    def _reread(self, positions: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    def _reread(self, positions: torch.Tensor, governor: ThreadGovernor | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's keys and values of the prefix tokens at `positions`, prefilled on their own
-        at positions 0..R-1 (span recall without an archive)."""
-        ids = torch.tensor(self._document_ids)[positions]
-        policy = self._snapshot.policy
+        at positions 0..R-1 (span recall without an archive); `governor` re-decides the CPU threads
+        between its chunks."""
+        ids = torch.tensor(self._open.ids)[positions]
+        policy = self._open.snapshot.policy
         policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens),
                                 position_mode="original")
         capture = SpanCapture()
-        self.model.decoder.prefill(ids, self.model.decoder.new_cache(policy, "original"), archive=capture)
+        self.model.decoder.prefill(ids, self.model.decoder.new_cache(policy, "original"), archive=capture, governor=governor)
         return capture.keys_values()
-
-    def _span_label(self, span) -> str:
-        segment = self.document.segments[span.segment]
-        whole = span.char_start == 0 and span.char_end == len(segment.text)
-        return segment.label if whole else f"{segment.label} (characters {span.char_start:,}–{span.char_end:,})"
-
-    def _sources(self, mass: torch.Tensor) -> tuple[list[Source], list[AttendedSpan]]:
-        """Pages / files whose tokens received the most of `mass` (`[document tokens]` float64,
-        the attention each prefix token received while the question and the answer were fed: its
-        recalled copy's, or for a document kept whole its own), with their share; and the
-        sentences / lines within them that received it (`engine.attended.attended_spans`)."""
-        if self.document is None or not self._segment_starts:
-            return [], []
-        n_doc = self.report.document_tokens
-        # float64: a float32 total and per-page sums added in another order can give a share > 1
-        mass = mass.double()
-        first, end = self._text_range
-        mass[:first] = 0  # the template and the instructions are nobody's page
-        mass[end:] = 0
-        total = float(mass.sum())
-        if total <= 0:
-            return [], []
-        starts = torch.tensor(self._segment_starts)
-        segment = (torch.searchsorted(starts, torch.arange(n_doc), right=True) - 1).clamp(min=0)
-        per_segment = (torch.zeros(len(self._segment_starts), dtype=torch.float64).index_add_(0, segment, mass) / total).clamp_(max=1.0)
-        shares, order = per_segment.sort(descending=True)
-        sources = []
-        for share, i in zip(shares.tolist()[:SOURCES_MAX], order.tolist()[:SOURCES_MAX], strict=True):
-            if share < SOURCE_MIN_SHARE:
-                break
-            seg = self.document.segments[i]
-            sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
-        cover = order.tolist()[:len(sources)]  # a source listed is a source a click shows a passage of
-        return sources, attended_spans(mass.tolist(), self._token_chars, first, self.document, cover=cover)
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache
@@ -899,96 +774,6 @@ class DocumentSession:
         self.store = None
         self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
         return False
-
-    def _lookup(self, suffix_ids: list[int]) -> PromptLookup | None:
-        """The document's n-gram index, reset to this question (None: drafting is off, or sampling)."""
-        if self.settings.draft_tokens == 0 or self.settings.temperature > 0 or self._document_ids is None:
-            return None
-        if self._prompt_lookup is None:
-            self._prompt_lookup = PromptLookup(self._document_ids)
-        self._prompt_lookup.reset(suffix_ids)
-        return self._prompt_lookup
-
-    def _draft_room(self, cache: CompressedCache, answered: int, limit: int, recalling: bool) -> int:
-        """How many draft tokens the next pass may check: the setting, the answer's length limit,
-        no flush or eviction inside the pass (that would make it differ from one-token decoding),
-        and no recall refresh due inside it (a refresh runs on a one-token pass)."""
-        room = min(self.settings.draft_tokens, limit - answered, cache.tokens_until_compress(DECODE_EVICTION_SLACK_TOKENS) - 1)
-        if recalling:
-            for ahead in range(1, room + 1):
-                if refresh_recall(answered + ahead):
-                    return ahead - 1
-        return room
-
-    def _pick(self, logits: torch.Tensor, generated: list[int]) -> tuple[int, float]:
-        """Next token: greedy or sampled, after a repetition penalty on the answer so far."""
-        scores = logits[-1].clone()
-        penalty = self.settings.repetition_penalty
-        if penalty != 1.0 and generated:
-            seen = torch.tensor(sorted(set(generated)), device=scores.device)
-            picked = scores[seen]
-            scores[seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
-        logprobs = torch.log_softmax(logits[-1].float(), dim=-1)
-        if self.settings.temperature > 0:
-            probs = torch.softmax(scores / self.settings.temperature, dim=-1)
-            token = int(torch.multinomial(probs, 1))
-        else:
-            token = int(scores.argmax())
-        return token, float(logprobs[token])
-
-
-class AnswerBuilder:
-    """The answer being decoded: its tokens and log-probabilities, the text streamed so far (to
-    `on_text`, with `<think>` blocks held back: `engine.reasoning`), time to first token and decode
-    rate. `lookup`, when drafting, learns every emitted token."""
-
-    def __init__(self, tokenizer, began: float, on_text: Callable[[str], None] | None, lookup: PromptLookup | None) -> None:
-        self.tokenizer = tokenizer
-        self.began = began
-        self.on_text = on_text
-        self.lookup = lookup
-        self.generated: list[int] = []
-        self.logprobs: list[float] = []
-        self.text = ""
-        self.ttft_s = 0.0
-        self.decode_began: float | None = None
-        self._splitter = ReasoningSplitter()
-
-    def emit(self, token: int, logprob: float) -> None:
-        """Add one answer token and stream the text it completes."""
-        self.generated.append(token)
-        self.logprobs.append(logprob)
-        if self.lookup is not None:
-            self.lookup.extend([token])
-        if self.decode_began is None:
-            self.ttft_s = time.perf_counter() - self.began
-            self.decode_began = time.perf_counter()
-        piece = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
-        if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
-            self._stream(piece)
-
-    def _stream(self, piece: str) -> None:
-        self.text += piece
-        shown, _ = self._splitter.feed(piece)
-        if shown and self.on_text:
-            self.on_text(shown)
-
-    def finish(self) -> Split:
-        """Stream what is left; the whole text split into answer and reasoning."""
-        tail = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
-        if tail:
-            self._stream(tail)
-        shown, _ = self._splitter.close()
-        if shown and self.on_text:
-            self.on_text(shown)
-        return split_reasoning(self.text)
-
-    def decode_tokens_per_s(self) -> float:
-        seconds = time.perf_counter() - self.decode_began if self.decode_began else 0.0
-        return (len(self.generated) - 1) / seconds if seconds and len(self.generated) > 1 else 0.0
-
-    def mean_logprob(self) -> float:
-        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else 0.0
 
 
 def reading_progress(notify: Callable[[Progress], None], path: str | os.PathLike[str]) -> Callable[[int, int], None]:
@@ -1072,14 +857,3 @@ def steady_eta(shown_s: float | None, fitted_s: float, rises: int) -> tuple[floa
         return fitted_s, 0
     return shown_s * ETA_RISE_MAX, rises
 
-
-def _stop_token_ids(model: LoadedModel) -> set[int]:
-    """End-of-turn ids: the tokenizer's EOS, the generation config's, and common chat end markers."""
-    tokenizer = model.tokenizer
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    generation = getattr(model.decoder.model, "generation_config", None)
-    eos = getattr(generation, "eos_token_id", None)
-    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    vocab = tokenizer.get_vocab()
-    ids.update(vocab[marker] for marker in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>") if marker in vocab)
-    return {i for i in ids if isinstance(i, int)}

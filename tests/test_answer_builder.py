@@ -1,8 +1,8 @@
-"""The answer being decoded (`engine.session.AnswerBuilder`): streamed text, reasoning kept apart."""
+"""The answer being decoded (`engine.generate.AnswerBuilder`): streamed text, reasoning kept apart."""
 
 import time
 
-from engine.session import AnswerBuilder
+from engine.generate import AnswerBuilder
 
 
 def test_a_local_model_thinking_aloud_streams_only_its_answer(smol):

@@ -66,7 +66,7 @@ def test_every_question_starts_from_the_snapshot(smol, tmp_path):
     assert not report.prefix_hit
     # the live gauge: the cache being prefilled is reported from the progress callback, and grows
     assert kv_during_prefill and kv_during_prefill[-1] > 0 and kv_during_prefill == sorted(kv_during_prefill)
-    snapshot = raw_bytes(session._snapshot)
+    snapshot = raw_bytes(session._open.snapshot)
     first = session.ask("When is the meeting?")
     a = first.token_ids
     # the first answer paid for the prefill; later ones reuse the document's cache from memory
@@ -74,7 +74,7 @@ def test_every_question_starts_from_the_snapshot(smol, tmp_path):
     assert session.ask("When is the meeting?").token_ids == a  # not polluted by the previous answer
     follow = session.ask("And what should I bring?", follow_up=True)
     assert follow.prompt_tokens > 0 and follow.stop_reason in ("end", "max_tokens")
-    after = raw_bytes(session._snapshot)  # each question forked it; none wrote into it
+    after = raw_bytes(session._open.snapshot)  # each question forked it; none wrote into it
     assert after.keys() == snapshot.keys() and all(torch.equal(after[name], snapshot[name]) for name in snapshot)
 
 

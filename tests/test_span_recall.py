@@ -88,7 +88,7 @@ def test_without_focus_the_snapshot_stays_visible_beside_the_recalled_page(smol)
     session.open(book())
     answer = session.ask(QUESTION)
     assert answer.recall.spans == (f"page {NEEDLE_PAGE}",) and answer.sources[0].page == NEEDLE_PAGE
-    held = session._snapshot.layers[0].index  # what the layer held when the question recalled
+    held = session._open.snapshot.layers[0].index  # what the layer held when the question recalled
     recalled = session._conversation.layers[0].recalled
     assert recalled.focus_from is None
     for head in range(held.shape[0]):  # held tokens are not attended twice
@@ -129,7 +129,7 @@ def test_a_span_cut_to_the_recall_budget_ends_where_its_tokens_end_and_none_is_c
 def test_span_recall_reads_exactly_the_archived_tokens_in_every_layer(smol, store):
     session = DocumentSession(smol, settings(), store)
     session.open(book())
-    archive: Archive = session._archive
+    archive: Archive = session._open.archive
     lay = archive.layout
     tokens = torch.tensor([3, 4, 5, 100, 101, 400])
     hook = SpanRecaller(archive, tokens, focus=True)
@@ -275,14 +275,14 @@ def test_split_spans_cover_the_text_at_line_ends():
 def test_a_damaged_or_missing_index_is_rebuilt(smol, store):
     first = DocumentSession(smol, settings(), store)
     first.open(book())
-    assert first._spans.rebuilt
+    assert first.spans.rebuilt
     key = first.prefix_key
     path = store.text_index_path(key)
     assert path.is_file()
     first.close()
 
     again = DocumentSession(smol, settings(), store)
-    assert again.open(book()).prefix_hit and not again._spans.rebuilt, "an intact index is reused"
+    assert again.open(book()).prefix_hit and not again.spans.rebuilt, "an intact index is reused"
     again.close()
 
     intact = path.read_bytes()
@@ -290,14 +290,14 @@ def test_a_damaged_or_missing_index_is_rebuilt(smol, store):
         path.write_bytes(damage)
         damaged = DocumentSession(smol, settings(), store)
         damaged.open(book())
-        assert damaged._spans.rebuilt
+        assert damaged.spans.rebuilt
         assert damaged.ask(QUESTION).recall.spans == (f"page {NEEDLE_PAGE}",)
         damaged.close()
 
     path.unlink()
     missing = DocumentSession(smol, settings(), store)
     missing.open(book())
-    assert missing._spans.rebuilt and path.is_file()
+    assert missing.spans.rebuilt and path.is_file()
     missing.close()
     store.delete(key)
     assert not path.exists(), "the index goes with its entry"
@@ -322,7 +322,7 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
     store = PrefixStore(tmp_path / "small", disk_budget_bytes=budget)
     session = DocumentSession(smol, settings(), store)
     report = session.open(book())
-    assert session._archive is None and store.archive(session.prefix_key) is None
+    assert session._open.archive is None and store.archive(session.prefix_key) is None
     assert any("re-reads the pages" in w and "would not fit" in w for w in report.warnings)
     answer = session.ask(QUESTION)
     assert COMBINATION in answer.text and answer.recall.spans == (f"page {NEEDLE_PAGE}",)
@@ -330,7 +330,7 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
     # The re-read keys and values are those of a prefill of just the recalled tokens.
     recalled = session._conversation.layers[5].recalled
     capture = SpanCapture()
-    ids = torch.tensor(session._document_ids)[recalled.index[0]]
+    ids = torch.tensor(session._open.ids)[recalled.index[0]]
     smol.decoder.prefill(ids, smol.decoder.new_cache(settings().cache.replace(budget_tokens=2048), "original"), archive=capture)
     keys, values = capture.keys_values()[5]
     assert torch.equal(recalled.keys, keys) and torch.equal(recalled.values, values)

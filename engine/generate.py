@@ -1,0 +1,239 @@
+"""Decoding an answer: functions of (decoder, cache, decoding settings), no session state.
+
+    built = AnswerBuilder(tokenizer, began, on_text, lookup)
+    logits = decoder.prefill(question_ids, cache, recaller=recaller)      # [1, vocab]
+    stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller)
+
+Shaped after gpt-fast's generate.py (github.com/pytorch-labs/gpt-fast): `pick` chooses a token from
+logits, `decode_one` feeds one token, `decode_answer` loops until a stop token or the length limit.
+`speculative_step` checks a draft from the document in one pass (prompt lookup decoding: Saxena,
+"Prompt Lookup Decoding", 2023, github.com/apoorvumang/prompt-lookup-decoding; drafts come from
+`engine.prompt_lookup`), keeping exactly what greedy decoding would produce.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.answer import DraftStats, StopReason
+from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache
+from engine.kvcache.recall import RecallHook
+from engine.models.decoder import CompressedDecoder
+from engine.prompt_lookup import PromptLookup
+from engine.reasoning import ReasoningSplitter, Split, split_reasoning
+
+# Recall selects again with the answer's own query at each of the first RECALL_EVERY_TOKEN_UNTIL
+# answer tokens, then every RECALL_REFRESH_TOKENS: the token before a fact ("... the archive room
+# is") finds it in layers where the question's queries did not (8k needle: a refresh every 4 tokens
+# missed it, every token found it). Facts come early in short answers; each refresh costs one
+# selection (scoring + reading).
+RECALL_EVERY_TOKEN_UNTIL = 16
+RECALL_REFRESH_TOKENS = 8
+# Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
+# by 1 after a miss, between 1 and `Decoding.draft_tokens`.
+DRAFT_START_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How an answer is decoded.
+
+    stop_ids: token ids that end the answer (`stop_token_ids`); never emitted.
+    max_new_tokens: the answer's length limit, in tokens.
+    temperature: 0 = greedy; above 0, sampled from softmax(logits / temperature).
+    repetition_penalty: CTRL-style (Keskar et al. 2019, arXiv:1909.05858) on tokens already in the
+        answer; 1 = off.
+    draft_tokens: the longest prompt-lookup draft checked in one pass; 0 = no drafting.
+    reuse_workspace: keep the dequantized cache between decode steps (`LayerKV.attend`; worth it
+        on a CPU).
+    """
+
+    stop_ids: frozenset[int]
+    max_new_tokens: int
+    temperature: float = 0.0
+    repetition_penalty: float = 1.0
+    draft_tokens: int = 0
+    reuse_workspace: bool = False
+
+    @property
+    def drafts(self) -> bool:
+        """Whether prompt-lookup drafts are checked: only in greedy decoding, whose output they keep."""
+        return self.draft_tokens > 0 and self.temperature <= 0
+
+
+def refresh_recall(answer_tokens: int) -> bool:
+    """Whether recall selects again before feeding answer token number `answer_tokens` (1-based)."""
+    return answer_tokens <= RECALL_EVERY_TOKEN_UNTIL or answer_tokens % RECALL_REFRESH_TOKENS == 0
+
+
+def pick(logits: torch.Tensor, generated: list[int], *, temperature: float = 0.0,
+         repetition_penalty: float = 1.0) -> tuple[int, float]:
+    """The next token after `logits` `[n, vocab]` (its last row): greedy (`temperature` 0) or
+    sampled, after a repetition penalty on the tokens of `generated` (the answer so far). Returns
+    (token id, its log-probability under the unpenalized logits at temperature 1)."""
+    scores = logits[-1].clone()
+    if repetition_penalty != 1.0 and generated:
+        seen = torch.tensor(sorted(set(generated)), device=scores.device)
+        picked = scores[seen]
+        scores[seen] = torch.where(picked > 0, picked / repetition_penalty, picked * repetition_penalty)
+    logprobs = torch.log_softmax(logits[-1].float(), dim=-1)
+    if temperature > 0:
+        probs = torch.softmax(scores / temperature, dim=-1)
+        token = int(torch.multinomial(probs, 1))
+    else:
+        token = int(scores.argmax())
+    return token, float(logprobs[token])
+
+
+def decode_one(decoder: CompressedDecoder, token: int, cache: CompressedCache, *,
+               cancel: threading.Event | None = None, reuse_workspace: bool = False,
+               recaller: RecallHook | None = None) -> torch.Tensor:
+    """One decode step: feed `token` into `cache`, return the next logits `[1, vocab]` (float32).
+    With `recaller`, recall selects again with this token's query. Raises Cancelled."""
+    return decoder.forward(
+        torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
+        reuse_workspace=reuse_workspace, recaller=recaller,
+    )
+
+
+def draft_room(cache: CompressedCache, answered: int, limit: int, draft_tokens: int, recalling: bool) -> int:
+    """How many draft tokens the next pass may check after `answered` answer tokens: at most
+    `draft_tokens`, within the answer's length `limit`, with no flush or eviction of `cache` inside
+    the pass (that would make it differ from one-token decoding), and, when `recalling`, no recall
+    refresh due inside it (a refresh runs on a one-token pass). May be 0 or less: no draft."""
+    room = min(draft_tokens, limit - answered, cache.tokens_until_compress(DECODE_EVICTION_SLACK_TOKENS) - 1)
+    if recalling:
+        for ahead in range(1, room + 1):
+            if refresh_recall(answered + ahead):
+                return ahead - 1
+    return room
+
+
+def speculative_step(decoder: CompressedDecoder, token: int, proposal: list[int], cache: CompressedCache,
+                     built: AnswerBuilder, decoding: Decoding, cancel: threading.Event | None = None
+                     ) -> tuple[torch.Tensor, int]:
+    """Check `token` and the draft `proposal` (`len(proposal) + 1` tokens, no more than
+    `cache.tokens_until_compress`) in one pass and keep the longest prefix of the draft that
+    greedy decoding agrees with, emitting it to `built`; the cache keeps `token` and the accepted
+    drafts, never a rejected one (`CompressedCache.commit`). Returns (logits `[1, vocab]` after the
+    last kept token, drafts accepted). Raises Cancelled."""
+    checked = decoder.forward(
+        torch.tensor([token, *proposal]), cache, all_logits=True, cancel=cancel,
+        reuse_workspace=decoding.reuse_workspace, pending=True,
+    )  # [1 + len(proposal), vocab]
+    accepted = 0
+    for i, draft in enumerate(proposal):
+        picked, picked_logprob = pick(checked[i : i + 1], built.generated, temperature=decoding.temperature,
+                                      repetition_penalty=decoding.repetition_penalty)
+        if picked != draft or picked in decoding.stop_ids:
+            break
+        built.emit(draft, picked_logprob)
+        accepted += 1
+    cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
+    return checked[accepted : accepted + 1], accepted
+
+
+def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: torch.Tensor, built: AnswerBuilder,
+                  drafts: DraftStats, decoding: Decoding, *, lookup: PromptLookup | None = None,
+                  recaller: RecallHook | None = None, cancel: threading.Event | None = None) -> StopReason:
+    """Decode after `logits` `[1, vocab]` (the question's last) until a stop token (END) or
+    `decoding.max_new_tokens` answer tokens in `built` (MAX_TOKENS), each token emitted to `built`.
+    `lookup` (greedy decoding only) drafts tokens to check in one pass, counted in `drafts`.
+    `recaller` (one that `reselects`) selects again on the answer's own tokens (`refresh_recall`).
+    Raises Cancelled (what was emitted stays in `built`) and whatever the decoder raises."""
+    reselecting = recaller is not None and recaller.reselects
+    limit = decoding.max_new_tokens
+    draft_length = min(DRAFT_START_TOKENS, decoding.draft_tokens)
+    while len(built.generated) < limit:
+        token, logprob = pick(logits, built.generated, temperature=decoding.temperature,
+                              repetition_penalty=decoding.repetition_penalty)
+        if token in decoding.stop_ids:
+            return StopReason.END
+        built.emit(token, logprob)
+        refresh = reselecting and refresh_recall(len(built.generated))
+        if refresh:
+            recaller.stats.refreshes += 1
+        proposal = [] if refresh or lookup is None else lookup.propose(
+            min(draft_length, draft_room(cache, len(built.generated), limit, decoding.draft_tokens, reselecting)))
+        if not proposal:
+            logits = decode_one(decoder, token, cache, cancel=cancel, reuse_workspace=decoding.reuse_workspace,
+                                recaller=recaller if refresh else None)
+            continue
+        logits, accepted = speculative_step(decoder, token, proposal, cache, built, decoding, cancel)
+        drafts.add(len(proposal), accepted)
+        # transformers' heuristic for assisted decoding: longer drafts while they are all
+        # accepted, shorter after a miss (a rejected token costs a little compute)
+        draft_length = (min(draft_length + 2, decoding.draft_tokens) if accepted == len(proposal)
+                        else max(1, draft_length - 1))
+    return StopReason.MAX_TOKENS
+
+
+class AnswerBuilder:
+    """The answer being decoded: its tokens and log-probabilities, the text streamed so far (to
+    `on_text`, with `<think>` blocks held back: `engine.reasoning`), time to first token and decode
+    rate (seconds from `began`, a `time.perf_counter()`). `lookup`, when drafting, learns every
+    emitted token."""
+
+    def __init__(self, tokenizer, began: float, on_text: Callable[[str], None] | None, lookup: PromptLookup | None) -> None:
+        self.tokenizer = tokenizer
+        self.began = began
+        self.on_text = on_text
+        self.lookup = lookup
+        self.generated: list[int] = []
+        self.logprobs: list[float] = []
+        self.text = ""
+        self.ttft_s = 0.0
+        self.decode_began: float | None = None
+        self._splitter = ReasoningSplitter()
+
+    def emit(self, token: int, logprob: float) -> None:
+        """Add one answer token and stream the text it completes."""
+        self.generated.append(token)
+        self.logprobs.append(logprob)
+        if self.lookup is not None:
+            self.lookup.extend([token])
+        if self.decode_began is None:
+            self.ttft_s = time.perf_counter() - self.began
+            self.decode_began = time.perf_counter()
+        piece = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
+        if piece and not piece.endswith("\ufffd"):  # wait for the rest of a split character
+            self._stream(piece)
+
+    def _stream(self, piece: str) -> None:
+        self.text += piece
+        shown, _ = self._splitter.feed(piece)
+        if shown and self.on_text:
+            self.on_text(shown)
+
+    def finish(self) -> Split:
+        """Stream what is left; the whole text split into answer and reasoning."""
+        tail = self.tokenizer.decode(self.generated, skip_special_tokens=True)[len(self.text):]
+        if tail:
+            self._stream(tail)
+        shown, _ = self._splitter.close()
+        if shown and self.on_text:
+            self.on_text(shown)
+        return split_reasoning(self.text)
+
+    def decode_tokens_per_s(self) -> float:
+        seconds = time.perf_counter() - self.decode_began if self.decode_began else 0.0
+        return (len(self.generated) - 1) / seconds if seconds and len(self.generated) > 1 else 0.0
+
+    def mean_logprob(self) -> float:
+        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else 0.0
+
+
+def stop_token_ids(tokenizer, generation_config=None) -> frozenset[int]:
+    """End-of-turn ids: the tokenizer's EOS, `generation_config.eos_token_id` (an int or a list;
+    transformers' `GenerationConfig`), and common chat end markers in the vocabulary."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    eos = getattr(generation_config, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[marker] for marker in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>") if marker in vocab)
+    return frozenset(i for i in ids if isinstance(i, int))

@@ -1,0 +1,198 @@
+"""OpenDocument: one open document's state in one handle, released by `close()`.
+
+`DocumentSession.open` reads, tokenizes and prefills (or restores) a document, then holds the
+result here: the document, its prompt-prefix encoding, its prefix-cache key, its snapshot, where
+recall gets its tokens (the archive, or the prefix token ids to re-read), its spans and full-text
+index, its report and, opened index first, its whole read still to do (`PendingRead`). Nothing in
+it is a model: a session keeps the model, the settings and the conversation, so several of these
+could share one model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.answer import Source
+from engine.attended import AttendedSpan, attended_spans
+from engine.documents import Document
+from engine.kvcache.archive import Archive, ArchiveLayout, ArchiveWriter
+from engine.kvcache.cache import CompressedCache
+from engine.prompt import PrefixEncoding
+from engine.prompt_lookup import PromptLookup
+from engine.recall_plan import RecallPlan
+from engine.settings import CachePolicy
+from engine.spans import DocumentSpans
+
+if TYPE_CHECKING:  # types only: the session defines the report, and imports this module
+    from engine.session import OpenReport
+
+# Sources below this share of the recalled attention are not listed.
+SOURCE_MIN_SHARE = 0.05
+SOURCES_MAX = 5
+
+
+@dataclass
+class PendingRead:
+    """The whole read of a document: its prefix token ids and where it stands. `cache` (None before
+    the first chunk) holds the tokens read so far (`cache.seen_tokens`), `writer` the archive being
+    written; once finished, `archive` is the kept archive (None without one) and `own_archive` its
+    file when no prefix store keeps it (deleted when the document closes)."""
+
+    ids: list[int]
+    policy: CachePolicy
+    key: str
+    layout: ArchiveLayout | None
+    label: str                  # the prefix-cache entry's label
+    cache: CompressedCache | None = None
+    writer: ArchiveWriter | None = None
+    archive: Archive | None = None
+    own_archive: Path | None = None
+    seconds: float = 0.0        # prefilling, over every part of the read
+    threads: int = 0            # CPU threads of its last part (0 on a GPU)
+    missing: list[str] = field(default_factory=list)  # why the archive the plan needs was not kept
+
+    def restarted(self) -> PendingRead:
+        """The same read from its first token (a cancelled chunk leaves the cache inconsistent)."""
+        return PendingRead(self.ids, self.policy, self.key, self.layout, self.label)
+
+
+@dataclass
+class OpenDocument:
+    """One open document.
+
+    document: as read (`engine.documents.load_document`).
+    encoding: its prompt prefix: token ids, where each segment and the text start, the character
+        offset of each text token (`engine.prompt.PrefixEncoding`).
+    key: its prefix-cache key (`engine.prefix_store.prefix_key`), whether or not it is stored.
+    snapshot: the compressed cache of the whole prefix; questions fork it. Opened index first and not
+        read yet: empty, its stream past the prefix (`DocumentSession.read` replaces it).
+    report: what opening it did and cost; its `recall_plan` says where recall gets its tokens.
+    spans: its spans, full-text index and structure (None: the tokenizer gives no offsets, or the
+        index could not be built).
+    archive: every prefix token's K/V on disk, for recall (None: none; spans are then re-read from
+        `encoding.ids`, or recall is off).
+    own_archive: the archive's file when no prefix store keeps it: deleted by `close`.
+    pending_read: its whole read, not done yet (opened index first); None once read.
+    prefilled: the open prefilled it (a prefix-cache miss): the first answer is no prefix hit.
+    """
+
+    document: Document
+    encoding: PrefixEncoding
+    key: str
+    snapshot: CompressedCache
+    report: OpenReport
+    spans: DocumentSpans | None = None
+    archive: Archive | None = None
+    own_archive: Path | None = None
+    pending_read: PendingRead | None = None
+    prefilled: bool = False
+    _lookup: PromptLookup | None = field(default=None, init=False, repr=False)  # built at the first drafting question
+
+    @property
+    def ids(self) -> list[int]:
+        """The prefix token ids `[prefix tokens]`."""
+        return self.encoding.ids
+
+    @property
+    def text_range(self) -> tuple[int, int]:
+        """Prefix tokens of the document text: [first, end)."""
+        return self.encoding.head_tokens, self.encoding.head_tokens + self.encoding.text_tokens
+
+    @property
+    def recall_plan(self) -> RecallPlan | None:
+        """Where its questions get their recalled tokens (`engine.recall_plan`), from its report."""
+        return self.report.recall_plan
+
+    @property
+    def unread(self) -> bool:
+        """Opened index first and not read whole yet."""
+        return self.pending_read is not None
+
+    def unread_progress(self) -> tuple[int, int]:
+        """(tokens read, tokens) of its whole read; (n, n) once it is read."""
+        n = len(self.ids)
+        if self.pending_read is None:
+            return n, n
+        return (self.pending_read.cache.seen_tokens if self.pending_read.cache is not None else 0), n
+
+    def read_finished(self) -> PendingRead:
+        """Take the finished whole read's snapshot and archive in place of the unread ones; returns
+        the read (its cost and why its archive is missing, for the report)."""
+        read = self.pending_read
+        assert read is not None and read.cache is not None
+        self.snapshot, self.archive, self.pending_read = read.cache, read.archive, None
+        if read.own_archive is not None:
+            self.own_archive = read.own_archive
+        return read
+
+    def prompt_lookup(self, context_ids: list[int]) -> PromptLookup:
+        """The n-gram draft index over the prefix tokens (built once, ≈0.2 s per 100k tokens),
+        reset to an answer whose context so far is `context_ids` (`engine.prompt_lookup`)."""
+        if self._lookup is None:
+            self._lookup = PromptLookup(self.ids)
+        self._lookup.reset(context_ids)
+        return self._lookup
+
+    def drop_archive(self) -> None:
+        """Stop recalling from the archive (found damaged): close it; the file is the store's."""
+        if self.archive is not None:
+            self.archive.close()
+        self.archive = None
+
+    def span_label(self, span) -> str:
+        """How an answer names a recalled span (`engine.spans`): its segment's label, with the
+        characters when it is only part of the segment."""
+        segment = self.document.segments[span.segment]
+        whole = span.char_start == 0 and span.char_end == len(segment.text)
+        return segment.label if whole else f"{segment.label} (characters {span.char_start:,}–{span.char_end:,})"
+
+    def sources(self, mass: torch.Tensor) -> tuple[list[Source], list[AttendedSpan]]:
+        """Pages / files whose tokens received the most of `mass` (`[document tokens]` float64,
+        the attention each prefix token received while the question and the answer were fed: its
+        recalled copy's, or for a document kept whole its own), with their share; and the
+        sentences / lines within them that received it (`engine.attended.attended_spans`)."""
+        starts_list = self.encoding.segment_starts
+        if not starts_list:
+            return [], []
+        n_doc = self.report.document_tokens
+        # float64: a float32 total and per-page sums added in another order can give a share > 1
+        mass = mass.double()
+        first, end = self.text_range
+        mass[:first] = 0  # the template and the instructions are nobody's page
+        mass[end:] = 0
+        total = float(mass.sum())
+        if total <= 0:
+            return [], []
+        starts = torch.tensor(starts_list)
+        segment = (torch.searchsorted(starts, torch.arange(n_doc), right=True) - 1).clamp(min=0)
+        per_segment = (torch.zeros(len(starts_list), dtype=torch.float64).index_add_(0, segment, mass) / total).clamp_(max=1.0)
+        shares, order = per_segment.sort(descending=True)
+        sources = []
+        for share, i in zip(shares.tolist()[:SOURCES_MAX], order.tolist()[:SOURCES_MAX], strict=True):
+            if share < SOURCE_MIN_SHARE:
+                break
+            seg = self.document.segments[i]
+            sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
+        cover = order.tolist()[:len(sources)]  # a source listed is a source a click shows a passage of
+        return sources, attended_spans(mass.tolist(), self.encoding.token_chars, first, self.document, cover=cover)
+
+    def close(self) -> None:
+        """Release what it holds: the archive (closed), the index (closed), a read paused half-way
+        (its archive is not kept), an archive kept only for this session (deleted). Idempotent."""
+        if self.archive is not None:
+            self.archive.close()
+            self.archive = None
+        if self.spans is not None:
+            self.spans.close()
+            self.spans = None
+        if self.pending_read is not None and self.pending_read.writer is not None:
+            self.pending_read.writer.abort()
+        self.pending_read = None
+        if self.own_archive is not None:
+            self.own_archive.unlink(missing_ok=True)
+            self.own_archive = None
+        self._lookup = None
