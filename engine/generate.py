@@ -26,6 +26,7 @@ from engine.kvcache.recall import RecallHook
 from engine.models.decoder import CompressedDecoder
 from engine.prompt_lookup import PromptLookup
 from engine.reasoning import ReasoningSplitter, Split, split_reasoning
+from engine.threads import ThreadGovernor
 
 # Recall selects again with the answer's own query at each of the first RECALL_EVERY_TOKEN_UNTIL
 # answer tokens, then every RECALL_REFRESH_TOKENS: the token before a fact ("... the archive room
@@ -37,6 +38,9 @@ RECALL_REFRESH_TOKENS = 8
 # Prompt-lookup drafts start at this length, then grow by 2 after a fully accepted draft and shrink
 # by 1 after a miss, between 1 and `Decoding.draft_tokens`.
 DRAFT_START_TOKENS = 4
+# Answer tokens between two thread decisions (`ThreadGovernor.step`): a step costs two psutil reads,
+# and the governor measures only once half a second has passed, so this just bounds the overhead.
+GOVERNOR_EVERY_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -140,11 +144,14 @@ def speculative_step(decoder: CompressedDecoder, token: int, proposal: list[int]
 
 def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: torch.Tensor, built: AnswerBuilder,
                   drafts: DraftStats, decoding: Decoding, *, lookup: PromptLookup | None = None,
-                  recaller: RecallHook | None = None, cancel: threading.Event | None = None) -> StopReason:
+                  recaller: RecallHook | None = None, cancel: threading.Event | None = None,
+                  governor: ThreadGovernor | None = None) -> StopReason:
     """Decode after `logits` `[1, vocab]` (the question's last) until a stop token (END) or
     `decoding.max_new_tokens` answer tokens in `built` (MAX_TOKENS), each token emitted to `built`.
     `lookup` (greedy decoding only) drafts tokens to check in one pass, counted in `drafts`.
     `recaller` (one that `reselects`) selects again on the answer's own tokens (`refresh_recall`).
+    `governor` re-decides the CPU threads every `GOVERNOR_EVERY_TOKENS` tokens, so an answer that
+    started beside a busy process takes the freed core back (`engine.threads`).
     Raises Cancelled (what was emitted stays in `built`) and whatever the decoder raises."""
     reselecting = recaller is not None and recaller.reselects
     limit = decoding.max_new_tokens
@@ -155,6 +162,8 @@ def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: to
         if token in decoding.stop_ids:
             return StopReason.END
         built.emit(token, logprob)
+        if governor is not None and len(built.generated) % GOVERNOR_EVERY_TOKENS == 0:
+            governor.step()
         refresh = reselecting and refresh_recall(len(built.generated))
         if refresh:
             recaller.stats.refreshes += 1

@@ -160,3 +160,25 @@ def test_drafting_only_in_greedy_decoding():
     assert Decoding(frozenset(), 10, draft_tokens=4).drafts
     assert not Decoding(frozenset(), 10, draft_tokens=4, temperature=0.7).drafts
     assert not Decoding(frozenset(), 10).drafts
+
+
+def test_the_thread_governor_is_asked_every_few_answer_tokens():
+    from engine.generate import GOVERNOR_EVERY_TOKENS
+
+    class Governor:
+        def __init__(self):
+            self.at: list[int] = []
+
+        def step(self):
+            self.at.append(len(built.generated))
+            return 1
+
+    following = {t: t + 1 for t in range(1, 30)}  # 1, 2, 3, … 30, then STOP
+    built = AnswerBuilder(Tokenizer(), 0.0, None, None)
+    governor = Governor()
+    logits = torch.full((1, VOCAB), -5.0)
+    logits[0, 1] = 5.0
+    stop = decode_answer(Decoder(following), Cache(), logits, built, DraftStats(), Decoding(stop_ids=frozenset({STOP}), max_new_tokens=20),
+                         governor=governor)
+    assert stop == StopReason.MAX_TOKENS and len(built.generated) == 20
+    assert governor.at == list(range(GOVERNOR_EVERY_TOKENS, 21, GOVERNOR_EVERY_TOKENS))

@@ -124,3 +124,48 @@ def test_a_read_that_starts_beside_a_busy_process_uses_both_cores_after_it_ends(
     assert per_chunk[-1][1] == usable_cores(), per_chunk
     back = next(i for i, (_, n) in enumerate(per_chunk) if n == usable_cores())
     assert back > ended and per_chunk[back][0] - per_chunk[ended][0] < 3.0, per_chunk  # within a few chunks
+
+
+def test_an_answer_that_starts_beside_a_busy_process_uses_both_cores_after_it_ends(smol, tmp_path):
+    """A real answer: decoding starts on the cores left free, and takes the freed one back within a
+    second or so of the other process ending (the governor is stepped between answer tokens)."""
+    from engine.session import DocumentSession
+    from engine.settings import CachePolicy, EngineSettings
+
+    quiet_machine_or_skip()
+    doc = tmp_path / "notes.md"
+    doc.write_text("# Notes\n\n" + "The budget review meeting is on Tuesday at 10 in room 4. " * 20 + "\n")
+    settings = EngineSettings(cache=CachePolicy(budget_tokens=512, window_tokens=128), prefix_cache=False,
+                              max_new_tokens=400, draft_tokens=0)
+    session = DocumentSession(smol, settings)
+    session.open(str(doc))
+    before = torch.get_num_threads()
+    busy = spinner()
+    pieces, began = [], time.monotonic()
+
+    def on_text(piece):
+        pieces.append((time.monotonic() - began, torch.get_num_threads()))
+        if busy.poll() is None and time.monotonic() - began > 2.0:
+            busy.kill()
+            busy.wait()
+
+    try:
+        time.sleep(0.5)
+        torch.set_num_threads(apply_threads(0))  # what a read or a model load beside the busy process sets
+        assert torch.get_num_threads() == usable_cores() - 1
+        began = time.monotonic()
+        answer = session.ask("Write a long story about the meeting, with every detail you can think of.",
+                             on_text=on_text, max_new_tokens=400)
+    finally:
+        if busy.poll() is None:
+            busy.kill()
+            busy.wait()
+        torch.set_num_threads(before)
+        session.close()
+    assert len(answer.token_ids) > 50, answer.text
+    assert pieces[0][1] == usable_cores() - 1
+    if pieces[-1][0] < 4.0:
+        pytest.skip(f"the answer ended {pieces[-1][0]:.1f} s in: too soon to see the core taken back")
+    assert pieces[-1][1] == usable_cores(), pieces
+    back = next(t for t, n in pieces if n == usable_cores())
+    assert 2.0 < back < 4.0, pieces  # within about a second of the busy process's end
