@@ -95,7 +95,7 @@ def two_part_file(folder):
 
 
 def spread_over_two_parts(smol, folder):
-    """Open `two_part_file`'s folder and measure `DocumentSession._sources` on a made-up attention:
+    """Open `two_part_file`'s folder and measure `OpenDocument.sources` on a made-up attention:
     one unit of mass on each token of both functions' bodies (half each) and of other.py's line.
     Returns (session, sources, passages, each body's lines: 1-based in the file's text as read)."""
     import torch
@@ -113,12 +113,12 @@ def spread_over_two_parts(smol, folder):
     other = document.segments[[s.path for s in document.segments].index("other.py")].text
     note = other.index("# note")
     wanted.append((starts["other.py"] + note, starts["other.py"] + other.index("\n", note)))
-    text_first, _ = session._text_range
+    text_first, _ = session._open.text_range
     mass = torch.zeros(session.report.document_tokens, dtype=torch.float64)
-    for i, char in enumerate(session._token_chars):
+    for i, char in enumerate(session._open.encoding.token_chars):
         if any(low <= char < high for low, high in wanted):
             mass[text_first + i] = 1.0
-    sources, passages = session._sources(mass)
+    sources, passages = session._open.sources(mass)
     return session, sources, passages, (first, second)
 
 
