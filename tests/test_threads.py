@@ -131,6 +131,7 @@ def test_an_answer_that_starts_beside_a_busy_process_uses_both_cores_after_it_en
     second or so of the other process ending (the governor is stepped between answer tokens)."""
     from engine.session import DocumentSession
     from engine.settings import CachePolicy, EngineSettings
+    from engine.threads import TAKE_BACK_SHARE, ThreadGovernor
 
     quiet_machine_or_skip()
     doc = tmp_path / "notes.md"
@@ -141,13 +142,14 @@ def test_an_answer_that_starts_beside_a_busy_process_uses_both_cores_after_it_en
     session.open(str(doc))
     before = torch.get_num_threads()
     busy = spinner()
-    pieces, began = [], time.monotonic()
+    pieces, began, since_end = [], time.monotonic(), []
 
     def on_text(piece):
         pieces.append((time.monotonic() - began, torch.get_num_threads()))
         if busy.poll() is None and time.monotonic() - began > 2.0:
             busy.kill()
             busy.wait()
+            since_end.append(ThreadGovernor(1))  # measures what other processes use from here on
 
     try:
         time.sleep(0.5)
@@ -166,6 +168,9 @@ def test_an_answer_that_starts_beside_a_busy_process_uses_both_cores_after_it_en
     assert pieces[0][1] == usable_cores() - 1
     if pieces[-1][0] < 4.0:
         pytest.skip(f"the answer ended {pieces[-1][0]:.1f} s in: too soon to see the core taken back")
+    others = since_end[0].others_cores()
+    if others is None or others >= TAKE_BACK_SHARE:
+        pytest.skip(f"other work used {others} cores after the busy process ended: no core was free to take back")
     assert pieces[-1][1] == usable_cores(), pieces
     back = next(t for t, n in pieces if n == usable_cores())
     assert 2.0 < back < 4.0, pieces  # within about a second of the busy process's end
