@@ -438,9 +438,6 @@ class DocumentSession:
         history = self._turns if follow_up else []
         # The cores free now, re-decided while the spans are re-read and the answer decodes.
         governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
-        recaller = self._recaller(question, history, governor)
-        # A document the cache keeps whole is never recalled: its attention is the scores' growth.
-        scores_before = cache.score_snapshot() if recaller is None and self.recall_plan.source is RecallSource.WHOLE else None
         decoding = Decoding(
             stop_ids=self._stop_ids, max_new_tokens=max_new_tokens or self.settings.max_new_tokens,
             temperature=self.settings.temperature, repetition_penalty=self.settings.repetition_penalty,
@@ -449,8 +446,13 @@ class DocumentSession:
         lookup = opened.prompt_lookup(suffix_ids) if decoding.drafts else None
         built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
         drafts = DraftStats()
-        stop = StopReason.MAX_TOKENS
+        stop, recaller, scores_before = StopReason.MAX_TOKENS, None, None
         try:
+            # Inside the try: re-reading the chosen spans (tens of seconds on a slow CPU) stops on cancel.
+            recaller = self._recaller(question, history, governor, cancel)
+            # A document the cache keeps whole is never recalled: its attention is the scores' growth.
+            if recaller is None and self.recall_plan.source is RecallSource.WHOLE:
+                scores_before = cache.score_snapshot()
             logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller, governor=governor)
             if recaller is not None:
                 recaller.stats.question_s = recaller.stats.seconds
@@ -652,7 +654,8 @@ class DocumentSession:
         return select(spans if spans is not None else self.spans, question,
                       budget_tokens=max(0, min(recall.recall_tokens, room)), max_spans=recall.max_spans, history=history)
 
-    def _recaller(self, question: str, history: Sequence[Turn], governor: ThreadGovernor | None = None) -> RecallHook | None:
+    def _recaller(self, question: str, history: Sequence[Turn], governor: ThreadGovernor | None = None,
+                  cancel: threading.Event | None = None) -> RecallHook | None:
         """How this question recalls, by the open document's `recall_plan`: the spans
         `engine.evidence.select` chooses (`SpanRecaller`, from the archive or re-read), or archive
         blocks chosen layer by layer by the question's attention (`Recaller`; also when no span is
@@ -672,7 +675,7 @@ class DocumentSession:
                 if opened.archive is not None:
                     hook = SpanRecaller(opened.archive, positions, focus=recall.focus)
                 else:
-                    hook = SpanRecaller.reread(self._reread(positions, governor), positions, opened.spans.n_tokens)
+                    hook = SpanRecaller.reread(self._reread(positions, governor, cancel), positions, opened.spans.n_tokens)
                     hook.stats.reread = True
                 hook.stats.spans = tuple(opened.span_label(span) for span in selection.chosen)
                 hook.stats.signals = tuple(c.signal for c in selection.reasons())
@@ -684,16 +687,18 @@ class DocumentSession:
         decoder = self.model.decoder
         return Recaller(opened.archive, recall.recall_tokens, decoder.rope, decoder.scaling)
 
-    def _reread(self, positions: torch.Tensor, governor: ThreadGovernor | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    def _reread(self, positions: torch.Tensor, governor: ThreadGovernor | None = None,
+                cancel: threading.Event | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's keys and values of the prefix tokens at `positions`, prefilled on their own
         at positions 0..R-1 (span recall without an archive); `governor` re-decides the CPU threads
-        between its chunks."""
+        between its chunks. Raises Cancelled when `cancel` is set (checked between chunks)."""
         ids = torch.tensor(self._open.ids)[positions]
         policy = self._open.snapshot.policy
         policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens),
                                 position_mode="original")
         capture = SpanCapture()
-        self.model.decoder.prefill(ids, self.model.decoder.new_cache(policy, "original"), archive=capture, governor=governor)
+        self.model.decoder.prefill(ids, self.model.decoder.new_cache(policy, "original"), archive=capture, governor=governor,
+                                   cancel=cancel)
         return capture.keys_values()
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:

@@ -91,3 +91,28 @@ def test_a_document_the_cache_keeps_whole_is_read_at_once(smol, store):
     report = session.open(book(), read_now=False)
     assert not report.unread and not session.unread and report.prefill_seconds > 0
     assert session.read() is True
+
+
+def test_cancel_stops_a_question_while_it_re_reads_its_spans(smol, store):
+    """The trial: Esc during an answer over an unread book left "Cancelling…" for 80 s, the re-read
+    of the chosen pages before the first word not watching the cancel. Cancelled during that re-read,
+    the question stops between its chunks: the spans are not read, nothing is answered."""
+    session = DocumentSession(smol, settings(), store)
+    session.open(book(), read_now=False)
+    cancel = threading.Event()
+    passes = []
+    forward = smol.decoder.forward
+
+    def counting(*args, **kwargs):  # cancel once the re-read's first chunk went through
+        passes.append(1)
+        cancel.set()
+        return forward(*args, **kwargs)
+
+    smol.decoder.forward = counting
+    try:
+        answer = session.ask(QUESTION, cancel=cancel)
+    finally:
+        smol.decoder.forward = forward
+    assert answer.stop_reason == "cancelled" and answer.token_ids == [] and answer.recall is None
+    assert len(passes) == 1, "one chunk of the re-read, then nothing"
+    session.close()
