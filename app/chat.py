@@ -37,6 +37,7 @@ from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.grounding import unsupported_note
+from engine.history import UNREAD_CITATION
 from engine.library import MessageRecord
 from engine.workspace import RecallOff
 
@@ -77,8 +78,11 @@ ATTENDED_TIP = ("Pages or files whose recalled tokens received the most attentio
                 "(its share of that attention). From the model's attention, not from the answer's text.")
 
 
-def sources_line(text: str, labels: set[str] | None, message_id: int | None = None) -> str:
-    """HTML: 'Cited: page 1 · src/app.py' (links, `cite_href`), unknown labels marked; '' when none."""
+def sources_line(text: str, labels: set[str] | None, message_id: int | None = None,
+                 read: set[str] | None = None) -> str:
+    """HTML: 'Cited: page 1 · src/app.py' (links, `cite_href`), labels the document does not have
+    marked, and those the answer did not read (not in `read`; None: unknown) marked as such: the
+    model wrote them without having read them. '' when nothing is cited."""
     cited = citations(text)
     if not cited:
         return ""
@@ -86,6 +90,9 @@ def sources_line(text: str, labels: set[str] | None, message_id: int | None = No
     for label in cited:
         if labels is not None and label not in labels and normalise_label(label) not in labels:
             parts.append(f"<span style='color:#B03030'>{escape(label)} (not in the document)</span>")
+        elif read is not None and label not in read and normalise_label(label) not in read:
+            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(label)}</a>"
+                         f"<span style='color:#B03030'> ({UNREAD_CITATION})</span>")
         else:
             parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(label)}</a>")
     return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
@@ -331,7 +338,7 @@ class ChatView(QTextBrowser):
         block = QTextBlockFormat()
         block.setTopMargin(4)
         cursor.setBlockFormat(block)
-        lines = [line for line in (sources_line(message.text, self.labels, message.id),
+        lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels),
                                    attended_line(message.sources, message.id)) if line]
         lines.append(escape(footer_text(message)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")

@@ -38,9 +38,14 @@ def resolve(label: str, labels: set[str] | None) -> list[str] | None:
     return named if labels is None or all(name in labels for name in named) else None
 
 
-def cite(text: str, title: str, labels: set[str] | None) -> str:
-    """`text` (an answer, Markdown) with each citation outside code written as `reference`s, and
-    each one the document does not have as '(cites “x”, which is not in the document)'."""
+UNREAD_CITATION = "not among the pages the answer read"
+
+
+def cite(text: str, title: str, labels: set[str] | None, read: set[str] | None = None) -> str:
+    """`text` (an answer, Markdown) with each citation outside code written as `reference`s, each
+    one the document does not have as '(cites “x”, which is not in the document)', and each page or
+    file the answer did not read (not in `read`; None: unknown, nothing marked) followed by
+    '(not among the pages the answer read)': the model wrote it without having read it."""
     def write(match: re.Match) -> str:
         label = match.group(1).strip()
         if not looks_like_citation(label):
@@ -48,7 +53,8 @@ def cite(text: str, title: str, labels: set[str] | None) -> str:
         named = resolve(label, labels)
         if named is None:
             return f"(cites “{label}”, which is not in the document)"
-        return ", ".join(reference(title, name) for name in named)
+        unread = read is not None and any(name not in read for name in named)
+        return ", ".join(reference(title, name) for name in named) + (f" ({UNREAD_CITATION})" if unread else "")
 
     return "".join(part if part.startswith("`") else CITATION.sub(write, part) for part in CODE.split(text))
 
@@ -90,7 +96,10 @@ def conversation_markdown(record: DocumentRecord, messages: list[MessageRecord],
         if message.role == "user":  # a rule before each question: one exchange per part
             lines += ["---", "", f"**Question:** {message.text}", ""]
             continue
-        lines += [f"**Answer** ({answered_by(message)}):", "", cite(message.text or "_(no answer)_", title, labels), ""]
+        answer = cite(message.text or "_(no answer)_", title, labels, message.read_labels)
+        if sum(line.lstrip().startswith("```") for line in answer.splitlines()) % 2:
+            answer += "\n```"  # an answer cut inside a code block: closed, or the rest of the file is code
+        lines += [f"**Answer** ({answered_by(message)}):", "", answer, ""]
         attended = [p for p in message.passages if document is not None and 0 <= p.segment_index < len(document.segments)
                     and document.segments[p.segment_index].label == p.label]
         if attended:

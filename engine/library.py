@@ -141,6 +141,18 @@ class MessageRecord:
         return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
     @property
+    def read_labels(self) -> set[str] | None:
+        """The pages or files the answer read: the spans recall brought back ("page 12", a part of a
+        file as its file's label) and the attended sources; None when no spans were recorded (a
+        document kept whole, which the model read entirely; block recall; an older row; a cloud
+        answer): then every page counts as read."""
+        recall = self.recall or {}
+        spans = recall.get("spans") if isinstance(recall.get("spans"), list) else []
+        if not spans:
+            return None
+        return {str(span).split(" (characters ")[0] for span in spans} | {source.label for source in self.sources}
+
+    @property
     def recall(self) -> dict | None:
         """What recall did for the answer (see `engine.workspace.recall_record`), None when not recorded."""
         if not self.recall_json:

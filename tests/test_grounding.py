@@ -120,3 +120,36 @@ def test_ask_says_which_names_the_document_does_not_contain(tmp_path):
     assert expected, f"the model's answer named nothing the note lacks: {answer!r}"
     checks = [line for line in out.stdout.splitlines() if line.startswith("check ")]
     assert any(line.endswith(unsupported_note(expected)) for line in checks), (answer, checks)
+
+
+def test_a_citation_of_a_page_the_answer_did_not_read_says_so_in_the_window_and_the_export(tmp_path):
+    """The trial: asked for the copyright notice, the model read page 4 and cited "[page 12]" (the
+    contributors list); the citation looked as sound as any. It now says it is not among the pages
+    the answer read, in the Cited line and in the export; an answer over a document kept whole
+    (no spans recorded: it read everything) marks nothing."""
+    from app.chat import sources_line
+    from engine.documents import load_document
+    from engine.history import UNREAD_CITATION, cite, conversation_markdown
+    from engine.library import Library, MessageRecord
+
+    read = json.dumps({"spans": ["page 4", "page 5 (characters 0–1,200)"], "tokens_recalled": 90})
+    sources = json.dumps([{"label": "page 4", "share": 0.8, "page": 4, "path": None}])
+    text = "The notice is on [page 4] and [page 12]."
+    record = MessageRecord(1, 1, "assistant", text, "done", 0.0, source="local", recall_json=read, sources_json=sources)
+    assert record.read_labels == {"page 4", "page 5"}
+    line = sources_line(text, {"page 4", "page 5", "page 12"}, 1, record.read_labels)
+    assert line.count(UNREAD_CITATION) == 1 and line.index("page 12") < line.index(UNREAD_CITATION)
+    whole = MessageRecord(1, 1, "assistant", text, "done", 0.0, source="local", recall_json=json.dumps({"off": "kept whole"}))
+    assert whole.read_labels is None and UNREAD_CITATION not in sources_line(text, {"page 4", "page 12"}, 1, whole.read_labels)
+    exported = cite(text, "book", {"page 4", "page 12"}, record.read_labels)
+    assert exported == f"The notice is on [book, page 4] and [book, page 12] ({UNREAD_CITATION})."
+
+    doc = tmp_path / "notes.md"
+    doc.write_text("# Notes\n\nThe meeting is on Tuesday.\n")
+    library = Library(tmp_path / "library.sqlite")
+    document_id = library.upsert_document(path=str(doc), title="notes.md", kind="text")
+    library.add_message(document_id, "user", "Show the code")
+    cut = "Here:\n```python\ndef meeting():\n    return 'Tuesday'"  # cut at the length limit inside the block
+    library.add_message(document_id, "assistant", cut, source="local", stop_reason="max_tokens")
+    markdown = conversation_markdown(library.document(document_id), library.messages(document_id), load_document(doc))
+    assert sum(line.startswith("```") for line in markdown.splitlines()) % 2 == 0, markdown
