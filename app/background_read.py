@@ -73,7 +73,7 @@ class BackgroundRead:
         share = event.done / event.total if event.total else 0.0
         left = f", about {fmt_duration(event.eta_s)} left" if event.eta_s is not None else ""
         w.library_panel.set_reading(self.path, Path(self.path).name,
-                                    f"answering from its pages; reading it whole: {share:.0%}{left}")
+                                    f"answering from the parts it chooses; reading it whole: {share:.0%}{left}")
 
     def _done(self, job: Job, report: OpenReport | None) -> None:
         if job is not self.job:

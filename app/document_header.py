@@ -35,7 +35,7 @@ def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate
     if record.tokens:
         parts.append(f"{record.tokens:,} tokens")
     if report is not None and report.unread and whole_read_stopped:
-        parts.append("not read whole (its read was stopped): each answer re-reads the pages it chooses; "
+        parts.append("not read whole (its read was stopped): each answer re-reads the parts it chooses; "
                      "opening it again reads it")
     elif report is not None and report.unread:
         parts.append(whole_read_text(report))
@@ -55,7 +55,7 @@ def whole_read_text(report: OpenReport) -> str:
     whole read will take here (`report.read_plan`), that questions can be asked now and that the
     read can be cancelled."""
     took = f", about {fmt_duration(report.read_plan.seconds)} on this computer" if report.read_plan is not None else ""
-    return (f"being read whole in the background{took}: ask now, each answer re-reads the pages it chooses "
+    return (f"being read whole in the background{took}: ask now, each answer re-reads the parts it chooses "
             "meanwhile; Cancel (Esc) stops the read")
 
 

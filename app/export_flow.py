@@ -15,6 +15,15 @@ from engine.errors import HalamanError
 from engine.history import conversation_markdown
 
 
+def export_name(path: str) -> str:
+    """The export's suggested base name for the document at `path`: a file's name without its
+    suffix, a folder's whole name ("requests-2.34.2", not "requests-2.34"), "conversation" when
+    there is none."""
+    source = Path(path)
+    name = source.name if source.is_dir() or not source.suffix.strip(".").isalpha() else source.stem
+    return name or "conversation"
+
+
 def export_conversation(window, path: str | None = None) -> Path | None:
     """Write the conversation about the document `window` (a `MainWindow`) shows to `path` (None:
     ask where, in a file dialog). Returns where it was written, None when nothing was (no
@@ -24,7 +33,7 @@ def export_conversation(window, path: str | None = None) -> Path | None:
         window.statusBar().showMessage("Choose a document in the library first: its conversation is what is exported.", 8000)
         return None
     if path is None:
-        suggested = Path(window.store.last_folder) / f"{Path(record.path).stem or 'conversation'} (conversation).md"
+        suggested = Path(window.store.last_folder) / f"{export_name(record.path)} (conversation).md"
         path, _ = QFileDialog.getSaveFileName(window, "Export the conversation", str(suggested),
                                               "Markdown (*.md);;All files (*)")
         if not path:

@@ -188,7 +188,7 @@ def reading_text(event: Progress) -> str:
     if event.phase is Phase.READING and event.total > 1:
         return f"reading {event.unit} {event.done:,} / {event.total:,}"
     if event.phase is Phase.LOADING_CACHE:
-        return "restoring its prefix cache"
+        return "opening its saved reading"
     return "reading…"
 
 

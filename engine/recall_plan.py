@@ -96,7 +96,7 @@ def plan_recall(settings: EngineSettings, profile: ModelProfile, n_tokens: int, 
                                "and the archive is not written")
     if archive_missing is not None:
         if recall.selection == "spans" and spans:
-            return RecallPlan(RecallSource.REREAD, f"{archive_missing}: each question re-reads the pages it chooses "
+            return RecallPlan(RecallSource.REREAD, f"{archive_missing}: each question re-reads the parts it chooses "
                                                    "from their token ids (slower answers)", archive_missing)
         without = "selection by blocks needs it" if recall.selection == "blocks" else "the document has no spans to re-read"
         return RecallPlan(RecallSource.OFF, f"{archive_missing}, and {without}: recall is off for this document",

@@ -68,7 +68,7 @@ SNAPSHOT_FORMAT = "halaman-kv-1"
 # than an archive recall reads: the selection puts the best spans first, and a page with
 # distractors around it is answered worse than the page alone (engine.kvcache.span_recall).
 REREAD_RECALL_TOKENS = 2048
-UNREAD_REASON = ("the document is not read whole yet: each question re-reads the pages it chooses from their "
+UNREAD_REASON = ("the document is not read whole yet: each question re-reads the parts it chooses from their "
                  "token ids")
 """The recall plan's reason while a document opened index first is not read (`DocumentSession.read`)."""
 
@@ -107,7 +107,7 @@ class RecallGap(enum.Enum):
     the spans it chooses from their token ids for each question (slower answers)."""
 
     OFF = "recall is off for this document"
-    REREAD = "recall re-reads the pages it chooses for each question (slower answers)"
+    REREAD = "recall re-reads the parts it chooses for each question (slower answers)"
 
 
 @dataclass(frozen=True)

@@ -767,7 +767,7 @@ def test_a_document_read_without_an_archive_says_recall_re_reads_its_pages(make_
     second.open_path(str(doc))
     wait_open(qtbot, second)
     assert second.state.report.prefix_hit
-    assert second.banner.isVisible() and "re-reads the pages it chooses" in second.banner.text
+    assert second.banner.isVisible() and "re-reads the parts it chooses" in second.banner.text
     assert "it has no archive" in second.banner.text
     ask(qtbot, second, "What is the secret code of the vault?")
     lines = second.chat.toPlainText().strip().splitlines()

@@ -88,3 +88,14 @@ def test_a_single_file_is_cited_by_its_name_once_not_as_name_comma_name(home, tm
     assert "Keys and values [kv-cache-primer.md]." in text
     assert f"> “{sentence}” — [kv-cache-primer.md] (90 %)" in text
     assert "kv-cache-primer.md, kv-cache-primer.md" not in text
+
+
+def test_the_suggested_export_name_keeps_a_folder_s_version_and_drops_a_file_s_suffix(tmp_path):
+    """The trial: the code folder requests-2.34.2 was offered as "requests-2.34 (conversation).md"."""
+    from app.export_flow import export_name
+
+    folder = tmp_path / "requests-2.34.2"
+    folder.mkdir()
+    assert export_name(str(folder)) == "requests-2.34.2"
+    assert export_name(str(tmp_path / "book.pdf")) == "book"
+    assert export_name(str(tmp_path / "notes.v2.md")) == "notes.v2"
