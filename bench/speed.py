@@ -226,7 +226,11 @@ def part_lengths(lm, book, args, threads) -> list[dict]:
 
 
 def plot_lengths(rows, threads) -> None:
-    plt = common.pyplot()
+    try:
+        plt = common.pyplot()
+    except ImportError as exc:  # matplotlib is not among the test tools: the results are written already
+        print(f"no plot: {exc}")
+        return
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     for engine in sorted({r["engine"] for r in rows}):
         sub = sorted((r for r in rows if r["engine"] == engine), key=lambda r: r["tokens"])
@@ -400,6 +404,7 @@ def main() -> None:
     ap.add_argument("--shape-tokens", type=int, default=4096, help="tokens read in the shape part (a multiple of 512)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the levers part")
     ap.add_argument("--runs", type=int, default=1, help="whole runs of the lengths part, one after another")
+    ap.add_argument("--name", default="speed_lengths", help="result name of the lengths part (docs/bench/NAME.*)")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="answer length in the drafts part")
     ap.add_argument("--threads", type=int, default=0, help="0 = the engine's choice (idle cores, measured)")
     args = ap.parse_args()
@@ -426,7 +431,7 @@ def main() -> None:
             rows += [{"run": run, **row} for row in part_lengths(lm, book, args, threads)]
             loads.append(load_avg())
         meta["load_avg_end"] = " | ".join(loads)
-        common.write_results("speed_lengths", rows, ["run", "engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
+        common.write_results(args.name, rows, ["run", "engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
                                                      "prefill_vs_transformers", "decode_vs_transformers"], meta)
         plot_lengths([r for r in rows if r["run"] == 1], threads)  # after the results: a missing matplotlib loses only the plot
     if "levers" in args.parts:
