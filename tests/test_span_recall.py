@@ -323,7 +323,7 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
     session = DocumentSession(smol, settings(), store)
     report = session.open(book())
     assert session._open.archive is None and store.archive(session.prefix_key) is None
-    assert any("re-reads the pages" in w and "would not fit" in w for w in report.warnings)
+    assert any("re-reads the parts" in w and "would not fit" in w for w in report.warnings)
     answer = session.ask(QUESTION)
     assert COMBINATION in answer.text and answer.recall.spans == (f"page {NEEDLE_PAGE}",)
     assert answer.sources[0].page == NEEDLE_PAGE and answer.recall.bytes_read == 0
