@@ -45,13 +45,15 @@ class Source:
 
     share: that page's part of all the attention the recalled tokens received (0..1), summed over
     layers, heads, the question and the answer's tokens. From the model's attention, not from text
-    matching. page / path as in `engine.documents.Segment`.
+    matching. page / path as in `engine.documents.Segment`. document: the title of the document
+    it is in, for an answer over several (`engine.library_ask`); None for one document's answer.
     """
 
     label: str
     share: float
     page: int | None = None
     path: str | None = None
+    document: str | None = None
 
 
 @dataclass

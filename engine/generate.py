@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.answer import DraftStats, StopReason
+from engine.errors import Cancelled
 from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache
 from engine.kvcache.recall import RecallHook
 from engine.models.decoder import CompressedDecoder
@@ -63,6 +64,14 @@ class Decoding:
     repetition_penalty: float = 1.0
     draft_tokens: int = 0
     reuse_workspace: bool = False
+
+    @classmethod
+    def of(cls, settings, stop_ids: frozenset[int], *, reuse_workspace: bool, max_new_tokens: int | None = None) -> Decoding:
+        """The decoding `settings` (`engine.settings.EngineSettings`) ask for; `max_new_tokens`
+        overrides theirs for one answer."""
+        return cls(stop_ids=stop_ids, max_new_tokens=max_new_tokens or settings.max_new_tokens,
+                   temperature=settings.temperature, repetition_penalty=settings.repetition_penalty,
+                   draft_tokens=settings.draft_tokens, reuse_workspace=reuse_workspace)
 
     @property
     def drafts(self) -> bool:
@@ -180,6 +189,24 @@ def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: to
         draft_length = (min(draft_length + 2, decoding.draft_tokens) if accepted == len(proposal)
                         else max(1, draft_length - 1))
     return StopReason.MAX_TOKENS
+
+
+def answer_question(decoder: CompressedDecoder, cache: CompressedCache, question_ids: list[int], built: AnswerBuilder,
+                    drafts: DraftStats, decoding: Decoding, *, lookup: PromptLookup | None = None,
+                    recaller: RecallHook | None = None, cancel: threading.Event | None = None,
+                    governor: ThreadGovernor | None = None) -> StopReason:
+    """Prefill the question's token ids (`[Q]`) into `cache`, recalling with `recaller`, then
+    decode the answer into `built` (`decode_answer`). Returns CANCELLED when `cancel` stopped it
+    (what was emitted stays in `built`); raises whatever the decoder or the recall hook raises
+    (ArchiveError from a damaged archive block)."""
+    try:
+        logits = decoder.prefill(torch.tensor(question_ids), cache, cancel=cancel, recaller=recaller, governor=governor)
+        if recaller is not None:
+            recaller.stats.question_s = recaller.stats.seconds
+        return decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller,
+                             cancel=cancel, governor=governor)
+    except Cancelled:
+        return StopReason.CANCELLED
 
 
 class AnswerBuilder:

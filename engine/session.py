@@ -46,7 +46,7 @@ from engine.estimate import QUESTION_RESERVE_TOKENS, full_cache_bytes, kv_peak_b
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
-from engine.kvcache.span_recall import SpanCapture, SpanRecaller
+from engine.kvcache.span_recall import SpanRecaller, reread_keys_values
 from engine.memory import MemoryReport, measure
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
@@ -55,7 +55,7 @@ from engine.read_time import RateKey, ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
-from engine.generate import AnswerBuilder, Decoding, decode_answer, stop_token_ids
+from engine.generate import AnswerBuilder, Decoding, answer_question, stop_token_ids
 from engine.open_document import OpenDocument, PendingRead
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
@@ -280,6 +280,22 @@ class DocumentSession:
         return report
 
     @property
+    def opened(self) -> OpenDocument | None:
+        """The open document's handle (None: none is open)."""
+        return self._open
+
+    def question_ids(self, question: str) -> list[int]:
+        """Token ids of a first question after the prefix: the question and the template that
+        opens the answer (`engine.prompt.question_suffix`)."""
+        return self._encode(question_suffix(self.layout, question))
+
+    def decoding(self, max_new_tokens: int | None = None) -> Decoding:
+        """How this session's answers are decoded (the settings' sampling and drafting, the model's
+        stop tokens); `max_new_tokens` overrides the settings' length limit."""
+        return Decoding.of(self.settings, self._stop_ids, reuse_workspace=self._reuse_workspace,
+                           max_new_tokens=max_new_tokens)
+
+    @property
     def document(self) -> Document | None:
         """The open document (None: none is open)."""
         return self._open.document if self._open is not None else None
@@ -438,11 +454,7 @@ class DocumentSession:
         history = self._turns if follow_up else []
         # The cores free now, re-decided while the spans are re-read and the answer decodes.
         governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
-        decoding = Decoding(
-            stop_ids=self._stop_ids, max_new_tokens=max_new_tokens or self.settings.max_new_tokens,
-            temperature=self.settings.temperature, repetition_penalty=self.settings.repetition_penalty,
-            draft_tokens=self.settings.draft_tokens, reuse_workspace=self._reuse_workspace,
-        )
+        decoding = self.decoding(max_new_tokens)
         lookup = opened.prompt_lookup(suffix_ids) if decoding.drafts else None
         built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
         drafts = DraftStats()
@@ -453,11 +465,8 @@ class DocumentSession:
             # A document the cache keeps whole is never recalled: its attention is the scores' growth.
             if recaller is None and self.recall_plan.source is RecallSource.WHOLE:
                 scores_before = cache.score_snapshot()
-            logits = decoder.prefill(torch.tensor(suffix_ids), cache, cancel=cancel, recaller=recaller, governor=governor)
-            if recaller is not None:
-                recaller.stats.question_s = recaller.stats.seconds
-            stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller,
-                                 cancel=cancel, governor=governor)
+            stop = answer_question(decoder, cache, suffix_ids, built, drafts, decoding, lookup=lookup,
+                                   recaller=recaller, cancel=cancel, governor=governor)
         except Cancelled:
             stop = StopReason.CANCELLED
         except ArchiveError as error:  # a block read for this question differs from its digest
@@ -689,17 +698,10 @@ class DocumentSession:
 
     def _reread(self, positions: torch.Tensor, governor: ThreadGovernor | None = None,
                 cancel: threading.Event | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        """Every layer's keys and values of the prefix tokens at `positions`, prefilled on their own
-        at positions 0..R-1 (span recall without an archive); `governor` re-decides the CPU threads
-        between its chunks. Raises Cancelled when `cancel` is set (checked between chunks)."""
-        ids = torch.tensor(self._open.ids)[positions]
-        policy = self._open.snapshot.policy
-        policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens),
-                                position_mode="original")
-        capture = SpanCapture()
-        self.model.decoder.prefill(ids, self.model.decoder.new_cache(policy, "original"), archive=capture, governor=governor,
-                                   cancel=cancel)
-        return capture.keys_values()
+        """Every layer's keys and values of the open document's prefix tokens at `positions`
+        (`reread_keys_values`). Raises Cancelled when `cancel` is set (checked between chunks)."""
+        return reread_keys_values(self.model.decoder, torch.tensor(self._open.ids)[positions], self._open.snapshot.policy,
+                                  governor=governor, cancel=cancel)
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache

@@ -1,0 +1,334 @@
+"""Ask the library: one question over several documents, answered from their chosen spans side by side.
+
+Each document is opened index first in its own `DocumentSession` (one model shared by all): its
+spans, its full-text index and, when it was read whole before, its archive. A question then
+
+1. picks the documents from one full-text index over every document's spans, each span headed by
+   its document's name (so "3M's 2018 capital expenditure" favours the file `3M_2018_10K`), so the
+   BM25 scores of different documents are comparable: the best document, and the next ones whose
+   best span scores at least SECOND_DOCUMENT_SHARE of its best (at most DOCUMENTS_AT_MOST);
+2. chooses spans in each as for a single document (`engine.evidence.select`: structure, named
+   sections, words), within an equal share of the recall budget;
+3. brings back those spans' keys and values (from each document's archive when every picked
+   document has one, else re-read together from their token ids, as an unread document is) and
+   lays them side by side in one stream, renumbered 0..R-1 in focus (`SpanRecaller`):
+
+       [prompt head + instructions] [spans of the best document] [spans of the next] … [prompt tail]
+
+   so the model reads them as one document, with nothing read whole and no other document's
+   heavy hitters in view;
+4. maps the attention each recalled token received back to its document and page
+   (`Source.document`).
+
+Peers answer a library from a few retrieved text chunks; this answers from the keys and values
+the documents' own reads computed when they have archives (design: issue "A library").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from engine.answer import Answer, DraftStats, Source, StopReason
+from engine.attended import AttendedSpan
+from engine.documents import Document
+from engine.errors import Cancelled, HalamanError
+from engine.estimate import QUESTION_RESERVE_TOKENS
+from engine.evidence.select import Selection, select
+from engine.generate import AnswerBuilder, answer_question
+from engine.grounding import DocumentWords
+from engine.kvcache.archive import ArchiveError
+from engine.kvcache.span_recall import SpanRecaller, reread_keys_values
+from engine.models.loader import LoadedModel
+from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
+from engine.prefix_store import PrefixStore
+from engine.session import REREAD_RECALL_TOKENS, DocumentSession, OpenReport, Progress
+from engine.settings import EngineSettings
+from engine.text_index import TextIndex, terms
+from engine.threads import ThreadGovernor
+
+# At most this many documents answer one question: the recall budget is shared equally among them,
+# and the embedded model answered a book's questions worse with distractors beside the right page.
+DOCUMENTS_AT_MOST = 2
+# A second document is read when its best span scores at least this share of the best document's
+# best span (a question naming two years of a company's filings matches both about as well).
+SECOND_DOCUMENT_SHARE = 0.8
+# Spans read from the library's index to rank the documents.
+MERGED_CANDIDATES = 16
+
+
+@dataclass(frozen=True)
+class LibraryPick:
+    """A document a library question reads: its place in `LibraryAsk.sessions`, its title, its best
+    span's BM25 score in the library's index (0 when no word of the question is in the library),
+    and the spans chosen in it."""
+
+    document: int
+    title: str
+    score: float
+    selection: Selection
+
+
+@dataclass(frozen=True)
+class StreamPart:
+    """Prefix positions [start, end) of one document, placed at virtual position `offset` of a
+    library question's stream."""
+
+    document: int
+    start: int
+    end: int
+    offset: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class LibraryAnswer:
+    """A library question's answer (its `sources` name their document), the documents it read in
+    stream order, and the attended sentences of each (document index -> passages)."""
+
+    answer: Answer
+    picks: list[LibraryPick]
+    passages: dict[int, list[AttendedSpan]] = field(default_factory=dict)
+
+
+class LibraryAsk:
+    """Several open documents and one question over them (see the module docstring). Not
+    thread-safe: one caller at a time; `close` releases every document."""
+
+    def __init__(self, model: LoadedModel, settings: EngineSettings, store: PrefixStore | None = None) -> None:
+        self.model = model
+        self.settings = settings
+        self.store = store
+        self.sessions: list[DocumentSession] = []
+        self._index: TextIndex | None = None
+        self._owners: list[tuple[int, int]] = []  # library index row -> (document, span)
+
+    def add(self, path: str | Document, *, password: str | None = None,
+            progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None) -> OpenReport:
+        """Open one more document index first (`DocumentSession.open(read_now=False)`: seconds for
+        a book not read before; its saved reading when it was). Raises what `open` raises, and
+        HalamanError when its spans cannot be built (a tokenizer without character offsets)."""
+        session = DocumentSession(self.model, self.settings, self.store)
+        report = session.open(path, password=password, progress=progress, cancel=cancel, read_now=False)
+        if session.spans is None:
+            session.close()
+            raise HalamanError(f"{report.title}: its text index could not be built, so the library cannot ask it")
+        self.sessions.append(session)
+        self._drop_index()
+        return report
+
+    def close(self) -> None:
+        """Close every document (idempotent)."""
+        self._drop_index()
+        for session in self.sessions:
+            session.close()
+        self.sessions = []
+
+    # ------------------------------------------------------------- choose
+    def choose(self, question: str) -> list[LibraryPick]:
+        """The documents `question` reads, best first, each with its chosen spans (see the module
+        docstring); a document whose selection is empty is left out. Raises HalamanError when the
+        library is empty."""
+        if not self.sessions:
+            raise HalamanError("the library is empty: add documents first (halaman library add PATH)")
+        best: dict[int, float] = {}
+        for hit in self._library_index().search(question, MERGED_CANDIDATES):
+            best.setdefault(self._owners[hit.span][0], hit.score)
+        ranked = sorted(best.items(), key=lambda item: -item[1])
+        if ranked:
+            ranked = [(d, s) for d, s in ranked if s >= SECOND_DOCUMENT_SHARE * ranked[0][1]][:DOCUMENTS_AT_MOST]
+        else:  # no word of the question anywhere ("what are these?"): the first documents' openings
+            ranked = [(d, 0.0) for d in range(min(len(self.sessions), DOCUMENTS_AT_MOST))]
+        archived = all(self.sessions[d].opened.archive is not None for d, _ in ranked)
+        first = self.sessions[ranked[0][0]].spans
+        frame = first.head_tokens + first.n_tokens - first.text_end  # the prompt's head and tail, read once
+        share = max(0, self._budget(archived) - frame) // len(ranked)
+        picks = []
+        for d, score in ranked:
+            session = self.sessions[d]
+            spans = session.spans
+            own_frame = spans.head_tokens + spans.n_tokens - spans.text_end
+            selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans)
+            if selection.chosen:
+                picks.append(LibraryPick(d, session.document.title, score, selection))
+        return picks
+
+    def _budget(self, archived: bool) -> int:
+        """Recalled tokens a library question may read (as for one document: `DocumentSession._select`)."""
+        room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
+        if not archived:  # re-read before the first token
+            room = min(room, REREAD_RECALL_TOKENS)
+        return max(0, min(self.settings.recall.recall_tokens, room))
+
+    def _library_index(self) -> TextIndex:
+        if self._index is None:
+            texts, owners = [], []
+            for d, session in enumerate(self.sessions):
+                document = session.document
+                name = " ".join(terms(f"{document.title} {Path(document.source).stem}".replace("_", " ")))
+                for k, span in enumerate(session.spans.spans):
+                    segment = document.segments[span.segment]
+                    texts.append(f"{name}\n{segment.label}\n{segment.text[span.char_start:span.char_end]}")
+                    owners.append((d, k))
+            self._index, self._owners = TextIndex.build(texts), owners
+        return self._index
+
+    def _drop_index(self) -> None:
+        if self._index is not None:
+            self._index.close()
+        self._index, self._owners = None, []
+
+    # ---------------------------------------------------------------- ask
+    def ask(self, question: str, *, on_text: Callable[[str], None] | None = None,
+            cancel: threading.Event | None = None, max_new_tokens: int | None = None) -> LibraryAnswer:
+        """Answer `question` from the spans `choose` picks in the library's documents, streaming
+        text pieces to `on_text`. Cancelling keeps what was generated (stop_reason "cancelled").
+        Raises HalamanError when the library is empty, the question is empty, recall is off, or
+        an archive block is damaged (that document's archive is dropped: ask again to re-read)."""
+        if not question.strip():
+            raise HalamanError("the question is empty: type a question about the documents")
+        if self.settings.recall.recall_tokens < 1:
+            raise HalamanError("recall is off (Settings › Advanced › Recall): a library question reads chosen pages "
+                               "of each document, so it needs recall on")
+        began = time.perf_counter()
+        picks = self.choose(question)
+        if not picks:
+            raise HalamanError("no page of the library fits the recall budget: raise it in Settings › Advanced › Recall")
+        chose_s = time.perf_counter() - began
+        parts, positions = self._stream(picks)
+        n_stream = parts[-1].offset + parts[-1].length
+        first = self.sessions[picks[0].document]
+        decoder = self.model.decoder
+        governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
+        # Empty, its stream past the library's: focus hides it and renumbers the recalled tokens.
+        policy = first.opened.snapshot.policy.replace(position_mode="compact")
+        cache = decoder.new_cache(policy, "compact")
+        cache.seen_tokens = n_stream
+        question_ids = first.question_ids(question)
+        decoding = first.decoding(max_new_tokens)
+        built = AnswerBuilder(self.model.tokenizer, began, on_text, None)
+        drafts, stop, hook = DraftStats(), StopReason.CANCELLED, None
+        try:
+            hook = self._recaller(parts, positions, n_stream, policy, governor, cancel)
+            hook.stats.score_s = chose_s
+            hook.stats.spans = tuple(f"{pick.title}: {self.sessions[pick.document].opened.span_label(span)}"
+                                     for pick in picks for span in pick.selection.chosen)
+            hook.stats.signals = tuple(c.signal for pick in picks for c in pick.selection.reasons())
+            hook.stats.reasons = tuple(c.reason for pick in picks for c in pick.selection.reasons())
+            stop = answer_question(decoder, cache, question_ids, built, drafts, decoding, recaller=hook,
+                                   cancel=cancel, governor=governor)
+        except Cancelled:
+            stop = StopReason.CANCELLED
+        finally:
+            cache.release_workspace()
+        split = built.finish()
+        sources, passages = ([], {}) if hook is None else self._sources(
+            parts, hook.token_attention([layer.recalled for layer in cache.layers]).double())
+        answer = Answer(
+            question=question, text=split.answer, token_ids=built.generated, prompt_tokens=n_stream + len(question_ids),
+            time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
+            prefix_hit=hook is not None and not hook.stats.reread, stop_reason=stop, mean_logprob=built.mean_logprob(),
+            kv=cache.memory(), recall=hook.stats if hook else None, sources=sources, drafts=drafts,
+            reasoning=split.reasoning,
+        )
+        if stop is not StopReason.CANCELLED:
+            answer.unsupported = self._unsupported(picks, answer.text, question)
+        return LibraryAnswer(answer, picks, passages)
+
+    def _stream(self, picks: list[LibraryPick]) -> tuple[list[StreamPart], torch.Tensor]:
+        """The question's stream (the best document's head and text, the next documents' text, the
+        best document's tail) and the virtual positions of the chosen tokens in it (`[R]` ascending)."""
+        best = picks[0].document
+        spans = self.sessions[best].spans
+        ranges = [(best, 0, spans.text_end)]
+        ranges += [(p.document, self.sessions[p.document].spans.head_tokens, self.sessions[p.document].spans.text_end)
+                   for p in picks[1:]]
+        ranges.append((best, spans.text_end, spans.n_tokens))
+        chosen = {p.document: torch.tensor(self.sessions[p.document].spans.recall_positions(p.selection.chosen))
+                  for p in picks}
+        parts, positions, offset = [], [], 0
+        for d, start, end in ranges:
+            parts.append(StreamPart(d, start, end, offset))
+            local = chosen[d]
+            positions.append(local[(local >= start) & (local < end)] - start + offset)
+            offset += end - start
+        return parts, torch.cat(positions)
+
+    def _local(self, part: StreamPart, positions: torch.Tensor) -> torch.Tensor:
+        """The prefix positions of `part`'s document at the stream `positions` that fall in `part`."""
+        inside = positions[(positions >= part.offset) & (positions < part.offset + part.length)]
+        return inside - part.offset + part.start
+
+    def _recaller(self, parts: list[StreamPart], positions: torch.Tensor, n_stream: int, policy,
+                  governor: ThreadGovernor | None, cancel: threading.Event | None) -> SpanRecaller:
+        """Span recall of the stream `positions`: every picked document's archive read at its own
+        positions, or (one has none) all the chosen tokens re-read together in stream order."""
+        began = time.perf_counter()
+        archived = all(self.sessions[part.document].opened.archive is not None for part in parts)
+        if archived:
+            keys_values, read = {}, 0
+            for layer in range(self.model.profile.num_layers):
+                pieces = []
+                for part in parts:
+                    archive = self.sessions[part.document].opened.archive
+                    local = self._local(part, positions)
+                    if local.numel():
+                        try:
+                            fields = archive.read(layer, local.expand(archive.layout.kv_heads, -1).contiguous())
+                        except ArchiveError as error:
+                            self.sessions[part.document].opened.drop_archive()
+                            raise HalamanError(f"{self.sessions[part.document].document.title}: a block of its saved "
+                                               f"reading is damaged ({error}); ask again to re-read its pages") from None
+                        read += sum(t.nbytes for t in fields.values())
+                        pieces.append(archive.decode(fields, torch.float32))
+                keys_values[layer] = (torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1))
+        else:
+            ids = torch.cat([torch.tensor(self.sessions[part.document].opened.ids)[self._local(part, positions)]
+                             for part in parts])
+            keys_values, read = reread_keys_values(self.model.decoder, ids, policy, governor=governor, cancel=cancel), 0
+        hook = SpanRecaller.reread(keys_values, positions, n_stream)
+        hook.stats.reread, hook.stats.bytes_read = not archived, read
+        hook.stats.read_s = time.perf_counter() - began
+        return hook
+
+    def _sources(self, parts: list[StreamPart], mass: torch.Tensor) -> tuple[list[Source], dict[int, list[AttendedSpan]]]:
+        """Pages / files of every picked document that received the most of `mass` (`[stream
+        tokens]`), their shares of the attention all of them received, each naming its document;
+        and each document's attended sentences."""
+        local: dict[int, torch.Tensor] = {}
+        for part in parts:
+            n = len(self.sessions[part.document].opened.ids)
+            into = local.setdefault(part.document, torch.zeros(n, dtype=torch.float64))
+            into[part.start:part.end] = mass[part.offset:part.offset + part.length]
+        totals = {}
+        for d, doc_mass in local.items():
+            first, end = self.sessions[d].opened.text_range
+            totals[d] = float(doc_mass[first:end].sum())
+        grand = sum(totals.values())
+        sources, passages = [], {}
+        if grand <= 0:
+            return [], {}
+        for d, doc_mass in local.items():
+            opened = self.sessions[d].opened
+            found, passages[d] = opened.sources(doc_mass.clone())
+            weight = totals[d] / grand
+            sources += [replace(s, share=s.share * weight, document=opened.document.title) for s in found]
+        sources.sort(key=lambda s: -s.share)
+        return [s for s in sources if s.share >= SOURCE_MIN_SHARE][:SOURCES_MAX], passages
+
+    def _unsupported(self, picks: list[LibraryPick], text: str, question: str) -> list[str]:
+        """Names in the answer that none of the documents it read contains (`engine.grounding`)."""
+        missing: list[str] | None = None
+        for pick in picks:
+            words = DocumentWords(self.sessions[pick.document].document.render())
+            found = words.unsupported(text, question)
+            missing = found if missing is None else [name for name in missing if name in found]
+        return missing or []

@@ -1,0 +1,128 @@
+"""Asking the library: one question over several documents (`engine.library_ask`).
+
+References: a library question that picks one document must give, token for token, the answer that
+document gives asked alone (the same spans recalled the same way: re-read when it is not read yet,
+from its archive when it is); sources name the document and page the answer is on; a question
+naming a document's title picks that document; two documents that both match are read side by side."""
+
+import random
+
+import pytest
+
+from engine.documents import Document, Segment
+from engine.errors import HalamanError
+from engine.library_ask import LibraryAsk
+from engine.prefix_store import PrefixStore
+from engine.session import DocumentSession
+from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, TOPICS, book, settings
+
+
+def other_book(title: str, seed: int, pages: int = 12, note: tuple[int, str] | None = None) -> Document:
+    """`pages` pages of the same kind of prose as `book()`, none about the observatory safe unless
+    `note` = (page, sentence) puts one there."""
+    rng = random.Random(seed)
+    texts = []
+    for page in range(1, pages + 1):
+        lines = [rng.choice(TOPICS).format(n=rng.randint(2, 90)) for _ in range(5)]
+        if note is not None and page == note[0]:
+            lines.insert(2, note[1])
+        texts.append(" ".join(lines))
+    return Document(title=title, source="", kind="pdf", pages=pages,
+                    segments=[Segment(text=t, label=f"page {i + 1}", page=i + 1, path=None) for i, t in enumerate(texts)])
+
+
+@pytest.fixture
+def store(tmp_path):
+    return PrefixStore(tmp_path / "prefix", disk_budget_bytes=512 * 1024**2)
+
+
+def library_of(smol, store, documents) -> LibraryAsk:
+    library = LibraryAsk(smol, settings(), store)
+    for document in documents:
+        library.add(document)
+    return library
+
+
+def test_the_document_that_holds_the_answer_is_read_and_cited_as_it_alone_would_be(smol, store):
+    library = library_of(smol, store, [other_book("harbour records", 1), book(), other_book("orchard notes", 2)])
+    try:
+        answered = library.ask(QUESTION)
+        answer = answered.answer
+        assert [pick.title for pick in answered.picks] == ["book"], "no other document has the question's words"
+        assert answer.recall.reread and answer.recall.spans == (f"book: page {NEEDLE_PAGE}",)
+        assert COMBINATION in answer.text
+        assert (answer.sources[0].document, answer.sources[0].page) == ("book", NEEDLE_PAGE)
+        assert answer.unsupported == []
+    finally:
+        library.close()
+    alone = DocumentSession(smol, settings(), store)
+    alone.open(book(), read_now=False)
+    reference = alone.ask(QUESTION)
+    alone.close()
+    assert reference.recall.reread and answer.token_ids == reference.token_ids
+
+
+def test_documents_read_whole_are_recalled_from_their_archives_as_alone(smol, store):
+    for document in (other_book("harbour records", 1), book()):
+        reader = DocumentSession(smol, settings(), store)
+        reader.open(document)  # read whole: snapshot and archive saved
+        reader.close()
+    alone = DocumentSession(smol, settings(), store)
+    alone.open(book())
+    assert alone.opened.archive is not None
+    reference = alone.ask(QUESTION)
+    alone.close()
+    library = library_of(smol, store, [other_book("harbour records", 1), book()])
+    try:
+        assert all(session.report.prefix_hit for session in library.sessions)
+        answer = library.ask(QUESTION).answer
+    finally:
+        library.close()
+    assert not answer.recall.reread and answer.recall.bytes_read > 0 and answer.prefix_hit
+    assert answer.token_ids == reference.token_ids and COMBINATION in answer.text
+    assert answer.sources[0].document == "book"
+
+
+def test_two_documents_that_match_are_read_side_by_side_and_each_cited(smol, store):
+    annex = other_book("annex", 3, note=(5, "Note: the combination of the observatory safe in the annex is 77120."))
+    library = library_of(smol, store, [book(), other_book("harbour records", 1), annex])
+    try:
+        answered = library.ask(QUESTION)
+        parts, positions = library._stream(answered.picks)
+        # The stream: the best document's head and text, the other's text, the best's tail, end to end;
+        # the tokens recalled from each part are exactly what that document alone would recall there.
+        best, other = (library.sessions[pick.document].spans for pick in answered.picks)
+        assert [part.document for part in parts] == [parts[0].document, parts[1].document, parts[0].document]
+        assert (parts[0].start, parts[0].end, parts[1].start, parts[1].end, parts[2].start, parts[2].end) == (
+            0, best.text_end, other.head_tokens, other.text_end, best.text_end, best.n_tokens)
+        assert [part.offset for part in parts] == [0, parts[0].length, parts[0].length + parts[1].length]
+        recalled = {pick.document: set(library.sessions[pick.document].spans.recall_positions(pick.selection.chosen))
+                    for pick in answered.picks}
+        for part in parts:
+            local = set(library._local(part, positions).tolist())
+            assert local == {p for p in recalled[part.document] if part.start <= p < part.end}
+    finally:
+        library.close()
+    assert sorted(pick.title for pick in answered.picks) == ["annex", "book"]
+    assert set(answered.answer.recall.spans) == {f"book: page {NEEDLE_PAGE}", "annex: page 5"}
+    assert {source.document for source in answered.answer.sources} <= {"book", "annex"}
+    assert answered.answer.sources and sum(s.share for s in answered.answer.sources) <= 1 + 1e-9
+
+
+def test_a_question_naming_a_document_picks_it_first(smol, store):
+    library = library_of(smol, store, [other_book("harbour report 2019", 4), other_book("harbour report 2021", 4)])
+    try:
+        picks = library.choose("How many fishing boats did the harbour report of 2021 count?")
+    finally:
+        library.close()
+    assert picks[0].title == "harbour report 2021" and picks[0].score > 0
+
+
+def test_an_empty_library_or_question_says_so(smol, store):
+    library = LibraryAsk(smol, settings(), store)
+    with pytest.raises(HalamanError, match="library is empty"):
+        library.ask(QUESTION)
+    library.add(book())
+    with pytest.raises(HalamanError, match="question is empty"):
+        library.ask("  ")
+    library.close()
