@@ -61,9 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--self-test", action="store_true", help="same as the self-test command")
     sub = parser.add_subparsers(dest="command")
 
-    ask = sub.add_parser("ask", help="answer a question about a PDF, a folder or a text file")
-    ask.add_argument("path", help="a PDF, a code folder or a text file")
-    ask.add_argument("question")
+    ask = sub.add_parser("ask", help="answer a question about a PDF, a folder or a text file, or about the whole library",
+                         usage="halaman ask PATH QUESTION [options]\n       halaman ask --library QUESTION [options]")
+    ask.add_argument("path", help="a PDF, a code folder or a text file (with --library: the question)")
+    ask.add_argument("question", nargs="?")
+    ask.add_argument("--library", action="store_true",
+                     help="ask every document of the library (`halaman library add`): the best matching ones answer")
+    ask.add_argument("--json", action="store_true", help="with --library: print the answer, sources and timings as JSON")
     ask.add_argument("--password", help="password of an encrypted PDF")
     ask.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
@@ -205,6 +209,15 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from engine.session import reading_progress
     from engine.workspace import Workspace
 
+    if args.library:
+        if args.question is not None:
+            raise HalamanError("with --library give only the question: halaman ask --library \"QUESTION\"")
+        from engine.cli_library import ask_library
+        return ask_library(args.path, args, _settings_from(args))
+    if args.question is None:
+        raise HalamanError("give a document and a question: halaman ask PATH \"QUESTION\" (or --library \"QUESTION\")")
+    if args.json:
+        raise HalamanError("--json is for --library questions")
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")

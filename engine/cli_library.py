@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -134,3 +135,103 @@ def _cmd_list(args: argparse.Namespace) -> int:
         library.close()
         workspace.shutdown()
     return 0
+
+
+def source_text(source) -> str:
+    """How a library answer's source is cited: "[Think Python, page 5]"."""
+    return f"[{source.document}, {source.label}]" if source.document else f"[{source.label}]"
+
+
+def ask_library(question: str, args: argparse.Namespace, settings) -> int:
+    """`halaman ask --library QUESTION`: open every document of the library index first (a saved
+    reading is reused, others are answered from their index), answer from the ones the question
+    picks (`engine.library_ask`), print the answer and a report (or, with `--json`, one JSON
+    object). Exit status 0; 130 when Ctrl-C stopped it. Raises HalamanError for an empty library
+    or question."""
+    from engine.cli import _ProgressBar as ProgressBar
+    from engine.cli import answer_cautions
+    from engine.library_ask import LibraryAsk
+    from engine.units import format_bytes
+    from engine.workspace import Workspace
+
+    if not question.strip():
+        raise HalamanError("the question is empty: type a question about the documents")
+    library = Library(interrupt_streaming=False)
+    try:
+        records = library.documents()
+    finally:
+        library.close()
+    if not records:
+        raise HalamanError("the library is empty: add documents with `halaman library add PATH…` or open them in the app")
+    err = sys.stderr
+    print(f"Loading {settings.model} ...", file=err, flush=True)
+    workspace = Workspace(settings)
+    workspace.ensure_model()
+    asking = LibraryAsk(workspace.model, settings, workspace.prefix_store())
+    cancel = threading.Event()
+    skipped: list[str] = []
+    try:
+        began = time.perf_counter()
+        for k, record in enumerate(records, 1):
+            if not Path(record.path).exists():
+                skipped.append(f"{record.title}: {record.path} is no longer there")
+                continue
+            bar = ProgressBar()
+            print(f"opening {k} of {len(records)}: {record.title}", file=err, flush=True)
+            try:
+                asking.add(record.path, progress=bar.update, cancel=cancel)
+            except Cancelled:
+                raise
+            except HalamanError as exc:
+                skipped.append(f"{record.title}: {exc}")
+            finally:
+                bar.close()
+        open_s = time.perf_counter() - began
+        for line in skipped:
+            print(f"warning: skipped {line}", file=err)
+        if not asking.sessions:
+            raise HalamanError("no document of the library could be opened (see the warnings above)")
+        answered = asking.ask(question, cancel=cancel,
+                              on_text=None if args.json else (lambda piece: print(piece, end="", flush=True)))
+        answer = answered.answer
+        saved = sum(not session.unread for session in asking.sessions)
+        read = [{"title": pick.title, "score": round(pick.score, 2),
+                 "spans": [asking.sessions[pick.document].opened.span_label(span) for span in pick.selection.chosen]}
+                for pick in answered.picks]
+        recall = answer.recall
+        how = (f"re-read {recall.tokens_recalled // max(1, workspace.model.profile.num_layers * workspace.model.profile.kv_heads):,}"
+               " tokens from their token ids (a document not read whole yet)" if recall.reread
+               else f"read {format_bytes(recall.bytes_read)} from the saved readings")
+        cautions = answer_cautions(answer, settings)
+        if args.json:
+            print(json.dumps({
+                "question": question, "answer": answer.text, "stop_reason": str(answer.stop_reason),
+                "sources": [{"document": s.document, "label": s.label, "page": s.page, "path": s.path,
+                             "share": round(s.share, 4)} for s in answer.sources],
+                "documents_read": read,
+                "library": {"documents": len(asking.sessions), "saved_readings": saved, "skipped": skipped},
+                "timings": {"open_s": round(open_s, 3), "ttft_s": round(answer.time_to_first_token_s, 3),
+                            "decode_tokens_per_s": round(answer.decode_tokens_per_s, 2)},
+                "recall": {"reread": recall.reread, "bytes_read": recall.bytes_read},
+                "check": cautions,
+            }, ensure_ascii=False))
+            return 0
+        print("\n\n--- report ---")
+        print(f"library         {len(asking.sessions)} documents ({saved} with a saved reading, "
+              f"{len(asking.sessions) - saved} answered from their index), opened in {format_duration(open_s)}")
+        print("read            " + "; ".join(f"{r['title']}: {', '.join(r['spans'])}" for r in read))
+        print(f"recall          {how}")
+        print(f"TTFT            {answer.time_to_first_token_s:.2f} s")
+        print(f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}")
+        if answer.sources:
+            print("sources         " + "; ".join(f"{source_text(s)} {s.share:.0%}" for s in answer.sources))
+        for caution in cautions:
+            print(f"check           {caution}")
+        return 0
+    except (KeyboardInterrupt, Cancelled):
+        cancel.set()
+        print("\nhalaman: stopped", file=err)
+        return 130
+    finally:
+        asking.close()
+        workspace.shutdown()

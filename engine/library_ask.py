@@ -3,10 +3,13 @@
 Each document is opened index first in its own `DocumentSession` (one model shared by all): its
 spans, its full-text index and, when it was read whole before, its archive. A question then
 
-1. picks the documents from one full-text index over every document's spans, each span headed by
-   its document's name (so "3M's 2018 capital expenditure" favours the file `3M_2018_10K`), so the
-   BM25 scores of different documents are comparable: the best document, and the next ones whose
-   best span scores at least SECOND_DOCUMENT_SHARE of its best (at most DOCUMENTS_AT_MOST);
+1. picks the documents: those the question names, if any (a word of the question in a document's
+   title or file name that other documents' texts rarely contain: "3M" names `3M_2022_10K.pdf`,
+   "MGM" both `MGMRESORTS_…` filings, "Walmart" the Walmart filing though Best Buy's mentions it
+   once, while "proxy", all over the requests code as in Nike's proxy statement, names nothing);
+   among them (else among all), by one full-text index over every document's spans, so the BM25
+   scores of different documents compare: the best document, and the next ones whose best span
+   scores at least SECOND_DOCUMENT_SHARE of its best (at most DOCUMENTS_AT_MOST);
 2. chooses spans in each as for a single document (`engine.evidence.select`: structure, named
    sections, words), within an equal share of the recall budget;
 3. brings back those spans' keys and values (from each document's archive when every picked
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +53,7 @@ from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
 from engine.prefix_store import PrefixStore
 from engine.session import REREAD_RECALL_TOKENS, DocumentSession, OpenReport, Progress
 from engine.settings import EngineSettings
-from engine.text_index import TextIndex, terms
+from engine.text_index import QUESTION_WORDS, TextIndex, terms
 from engine.threads import ThreadGovernor
 
 # At most this many documents answer one question: the recall budget is shared equally among them,
@@ -58,8 +62,16 @@ DOCUMENTS_AT_MOST = 2
 # A second document is read when its best span scores at least this share of the best document's
 # best span (a question naming two years of a company's filings matches both about as well).
 SECOND_DOCUMENT_SHARE = 0.8
-# Spans read from the library's index to rank the documents.
+# Spans read from the library's index to rank the documents (more when the question names some,
+# whose spans may rank below other documents').
 MERGED_CANDIDATES = 16
+NAMED_CANDIDATES = 256
+# A question word names the documents whose name holds it when at most this share of the spans
+# that mention it are in other documents (a competitor named in one paragraph of another filing).
+NAMED_ELSEWHERE_SHARE = 0.1
+# A question word names a document inside a run-together name ("mgm" in MGMRESORTS) only when that
+# name part is this long: shorter ones are words ("filed" would take "file").
+RUN_TOGETHER_CHARS = 7
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,7 @@ class LibraryAsk:
         self.sessions: list[DocumentSession] = []
         self._index: TextIndex | None = None
         self._owners: list[tuple[int, int]] = []  # library index row -> (document, span)
+        self._names: list[set[str]] = []          # each document's name terms (title and file name)
 
     def add(self, path: str | Document, *, password: str | None = None,
             progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None) -> OpenReport:
@@ -139,10 +152,15 @@ class LibraryAsk:
         library is empty."""
         if not self.sessions:
             raise HalamanError("the library is empty: add documents first (halaman library add PATH)")
+        index = self._library_index()
+        named = self.named(question)
         best: dict[int, float] = {}
-        for hit in self._library_index().search(question, MERGED_CANDIDATES):
-            best.setdefault(self._owners[hit.span][0], hit.score)
+        for hit in index.search(question, NAMED_CANDIDATES if named else MERGED_CANDIDATES):
+            document = self._owners[hit.span][0]
+            if not named or document in named:
+                best.setdefault(document, hit.score)
         ranked = sorted(best.items(), key=lambda item: -item[1])
+        ranked += [(d, 0.0) for d in sorted(named) if d not in best]
         if ranked:
             ranked = [(d, s) for d, s in ranked if s >= SECOND_DOCUMENT_SHARE * ranked[0][1]][:DOCUMENTS_AT_MOST]
         else:  # no word of the question anywhere ("what are these?"): the first documents' openings
@@ -161,6 +179,24 @@ class LibraryAsk:
                 picks.append(LibraryPick(d, session.document.title, score, selection))
         return picks
 
+    def named(self, question: str) -> set[int]:
+        """The documents `question` names most (see the module docstring): indices into `sessions`;
+        empty when it names none. "3M … FY2022" names 3M's filing by two words and every 2022
+        filing by one: the 3M filing."""
+        index = self._library_index()
+        votes: Counter[int] = Counter()
+        for term in set(terms(question)) - QUESTION_WORDS:
+            owners = {d for d, name in enumerate(self._names)
+                      if term in name or (len(term) >= 3 and any(len(part) >= RUN_TOGETHER_CHARS and term in part for part in name))}
+            if not owners or len(owners) == len(self._names):
+                continue
+            mentions = index.rows_with(term)
+            elsewhere = sum(self._owners[row][0] not in owners for row in mentions)
+            if elsewhere <= NAMED_ELSEWHERE_SHARE * len(mentions):
+                votes.update(owners)
+        most = max(votes.values(), default=0)
+        return {d for d, n in votes.items() if n == most}
+
     def _budget(self, archived: bool) -> int:
         """Recalled tokens a library question may read (as for one document: `DocumentSession._select`)."""
         room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
@@ -170,21 +206,22 @@ class LibraryAsk:
 
     def _library_index(self) -> TextIndex:
         if self._index is None:
-            texts, owners = [], []
+            texts, owners, names = [], [], []
             for d, session in enumerate(self.sessions):
                 document = session.document
-                name = " ".join(terms(f"{document.title} {Path(document.source).stem}".replace("_", " ")))
+                name = terms(f"{document.title} {Path(document.source).stem}".replace("_", " "))
+                names.append(set(name))
                 for k, span in enumerate(session.spans.spans):
                     segment = document.segments[span.segment]
-                    texts.append(f"{name}\n{segment.label}\n{segment.text[span.char_start:span.char_end]}")
+                    texts.append(f"{segment.label}\n{segment.text[span.char_start:span.char_end]}")
                     owners.append((d, k))
-            self._index, self._owners = TextIndex.build(texts), owners
+            self._index, self._owners, self._names = TextIndex.build(texts), owners, names
         return self._index
 
     def _drop_index(self) -> None:
         if self._index is not None:
             self._index.close()
-        self._index, self._owners = None, []
+        self._index, self._owners, self._names = None, [], []
 
     # ---------------------------------------------------------------- ask
     def ask(self, question: str, *, on_text: Callable[[str], None] | None = None,

@@ -231,6 +231,12 @@ class TextIndex:
                                 "ORDER BY score DESC LIMIT ?", (DEFINITION_WEIGHT, match, limit)).fetchall()
         return [Hit(int(rowid), float(score)) for rowid, score in rows]
 
+    def rows_with(self, term: str) -> list[int]:
+        """Rows whose text holds the one term `term` (as `terms` gives it, matched after the
+        index's stemming), in no particular order."""
+        quoted = term.replace('"', '""')
+        return [int(row) for (row,) in self._db.execute("SELECT rowid FROM spans WHERE spans MATCH ?", (f'terms : "{quoted}"',))]
+
     def close(self) -> None:
         """Close the connection (the file stays)."""
         self._db.close()

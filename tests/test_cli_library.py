@@ -50,3 +50,29 @@ def test_add_reads_each_document_once_lists_it_and_goes_on_past_a_bad_one(tmp_pa
     assert listed([launch])[str(launch.resolve())]["status"] == "stale"
     plain = run("library", "list")
     assert any(line.startswith("stale") and str(launch.resolve()) in line for line in plain.stdout.splitlines())
+
+
+def test_ask_library_answers_from_the_document_that_holds_the_answer_and_cites_it(tmp_path):
+    observatory = tmp_path / "observatory-log.md"
+    observatory.write_text("# Observatory log\n\nThe telescope dome was repaired in May. The combination of the "
+                           "observatory safe is 48213. The night guard is called Ilse.\n")
+    harbour = tmp_path / "harbour-report.md"
+    harbour.write_text("# Harbour report\n\nThe harbour master counted 41 fishing boats before the storm. "
+                       "The lighthouse lamp was replaced in June.\n")
+    added = run("library", "add", str(observatory), str(harbour))
+    assert added.returncode == 0, added.stderr
+
+    out = run("ask", "--library", "What is the combination of the observatory safe?", "--json", "--max-new-tokens", "16")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["documents_read"][0]["title"] == "observatory-log.md"
+    assert result["sources"][0]["document"] == "observatory-log.md" and result["sources"][0]["share"] > 0
+    assert "48213" in result["answer"]
+    assert result["library"]["documents"] >= 2 and result["timings"]["ttft_s"] > 0
+
+    plain = run("ask", "--library", "How many fishing boats did the harbour master count?", "--max-new-tokens", "16")
+    assert plain.returncode == 0, plain.stderr
+    assert "[harbour-report.md, " in plain.stdout.split("--- report ---")[1]
+
+    both = run("ask", "--library", str(harbour), "How many boats?")
+    assert both.returncode == 1 and "give only the question" in both.stderr

@@ -126,3 +126,28 @@ def test_an_empty_library_or_question_says_so(smol, store):
     with pytest.raises(HalamanError, match="question is empty"):
         library.ask("  ")
     library.close()
+
+
+def pages_document(title: str, source: str, pages: list[str]) -> Document:
+    return Document(title=title, source=source, kind="pdf", pages=len(pages),
+                    segments=[Segment(text=t, label=f"page {i + 1}", page=i + 1, path=None) for i, t in enumerate(pages)])
+
+
+def test_a_word_names_a_document_only_when_other_documents_rarely_say_it(smol, store):
+    walmart = pages_document("0000104169-20-000011", "/filings/WALMART_2020_10K.pdf",
+                             [f"Walmart stores sold {n} million units of grocery goods this quarter." for n in range(10, 30)])
+    bestbuy = pages_document("Best Buy 10-Q", "/filings/BESTBUY_2024Q2_10Q.pdf",
+                             [f"Best Buy sold {n} thousand laptops in its stores." for n in range(10, 29)]
+                             + ["Competitors such as Walmart also sold laptops."])
+    proxy = pages_document("Nike 2023 Proxy", "/filings/NIKE_2023_PROXY.pdf",
+                           [f"The proxy card lists {n} nominees for the board." for n in range(10, 20)])
+    code = pages_document("requests", "/src/requests", [f"def proxy_{n}(): return the proxy for url {n}" for n in range(10, 30)])
+    library = library_of(smol, store, [walmart, bestbuy, proxy, code])
+    try:
+        assert library.named("How many grocery units did Walmart sell?") == {0}, "one mention in Best Buy's filing"
+        assert library.named("Which function returns the proxy for a url?") == set(), "'proxy' is all over the code too"
+        assert library.named("How many laptops did BestBuy sell?") == {1}, "a file name's word"
+        picks = library.choose("How many grocery units did Walmart sell?")
+        assert [pick.document for pick in picks] == [0]
+    finally:
+        library.close()
