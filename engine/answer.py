@@ -45,8 +45,9 @@ class Source:
 
     share: that page's part of all the attention the recalled tokens received (0..1), summed over
     layers, heads, the question and the answer's tokens. From the model's attention, not from text
-    matching. page / path as in `engine.documents.Segment`. document: the title of the document
-    it is in, for an answer over several (`engine.library_ask`); None for one document's answer.
+    matching. page / path as in `engine.documents.Segment`. document / document_source: the title
+    and the file or folder (`Document.source`) of the document it is in, for an answer over several
+    (`engine.library_ask`); None for one document's answer.
     """
 
     label: str
@@ -54,6 +55,7 @@ class Source:
     page: int | None = None
     path: str | None = None
     document: str | None = None
+    document_source: str | None = None
 
 
 @dataclass

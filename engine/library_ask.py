@@ -357,7 +357,8 @@ class LibraryAsk:
             opened = self.sessions[d].opened
             found, passages[d] = opened.sources(doc_mass.clone())
             weight = totals[d] / grand
-            sources += [replace(s, share=s.share * weight, document=opened.document.title) for s in found]
+            sources += [replace(s, share=s.share * weight, document=opened.document.title,
+                                 document_source=opened.document.source) for s in found]
         sources.sort(key=lambda s: -s.share)
         return [s for s in sources if s.share >= SOURCE_MIN_SHARE][:SOURCES_MAX], passages
 
