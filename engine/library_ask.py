@@ -14,14 +14,18 @@ spans, its full-text index and, when it was read whole before, its archive. A qu
    sections, words), within an equal share of the recall budget;
 3. brings back those spans' keys and values (from each document's archive when every picked
    document has one, else re-read together from their token ids, as an unread document is) and
-   lays them side by side in one stream, renumbered 0..R-1 in focus (`SpanRecaller`):
+   lays them side by side in one stream over the whole library, renumbered 0..R-1 in focus
+   (`SpanRecaller`), so the model reads
 
-       [prompt head + instructions] [spans of the best document] [spans of the next] … [prompt tail]
+       [prompt head + instructions] [spans of one document] [spans of another] … [prompt tail]
 
-   so the model reads them as one document, with nothing read whole and no other document's
-   heavy hitters in view;
+   as one document (in library order), with nothing read whole and no heavy hitter in view;
 4. maps the attention each recalled token received back to its document and page
    (`Source.document`).
+
+A follow-up goes on from the previous answer, as within one document: the documents it read stay
+(their spans chosen again with the previous question's kept: `engine.evidence.select`'s
+conversation signal), and the best new document the follow-up picks joins them.
 
 Peers answer a library from a few retrieved text chunks; this answers from the keys and values
 the documents' own reads computed when they have archives (design: issue "A library").
@@ -43,10 +47,11 @@ from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.errors import Cancelled, HalamanError
 from engine.estimate import QUESTION_RESERVE_TOKENS
-from engine.evidence.select import Selection, select
+from engine.evidence.select import Selection, Turn, select
 from engine.generate import AnswerBuilder, answer_question
 from engine.grounding import DocumentWords
 from engine.kvcache.archive import ArchiveError
+from engine.kvcache.cache import CompressedCache
 from engine.kvcache.span_recall import SpanRecaller, reread_keys_values
 from engine.models.loader import LoadedModel
 from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
@@ -101,6 +106,14 @@ class StreamPart:
         return self.end - self.start
 
 
+@dataclass(frozen=True)
+class LibraryTurn:
+    """A library question answered: what a follow-up keeps."""
+
+    question: str
+    picks: list[LibraryPick]
+
+
 @dataclass
 class LibraryAnswer:
     """A library question's answer (its `sources` name their document), the documents it read in
@@ -123,6 +136,9 @@ class LibraryAsk:
         self._index: TextIndex | None = None
         self._owners: list[tuple[int, int]] = []  # library index row -> (document, span)
         self._names: list[set[str]] = []          # each document's name terms (title and file name)
+        # The conversation: the cache the last answer left (a follow-up goes on from it) and its turn.
+        self._conversation: CompressedCache | None = None
+        self._turn: LibraryTurn | None = None
 
     def add(self, path: str | Document, *, password: str | None = None,
             progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None) -> OpenReport:
@@ -146,10 +162,10 @@ class LibraryAsk:
         self.sessions = []
 
     # ------------------------------------------------------------- choose
-    def choose(self, question: str) -> list[LibraryPick]:
+    def choose(self, question: str, previous: LibraryTurn | None = None) -> list[LibraryPick]:
         """The documents `question` reads, best first, each with its chosen spans (see the module
-        docstring); a document whose selection is empty is left out. Raises HalamanError when the
-        library is empty."""
+        docstring); a document whose selection is empty is left out. `previous`: the conversation's
+        last question, for a follow-up. Raises HalamanError when the library is empty."""
         if not self.sessions:
             raise HalamanError("the library is empty: add documents first (halaman library add PATH)")
         index = self._library_index()
@@ -165,6 +181,11 @@ class LibraryAsk:
             ranked = [(d, s) for d, s in ranked if s >= SECOND_DOCUMENT_SHARE * ranked[0][1]][:DOCUMENTS_AT_MOST]
         else:  # no word of the question anywhere ("what are these?"): the first documents' openings
             ranked = [(d, 0.0) for d in range(min(len(self.sessions), DOCUMENTS_AT_MOST))]
+        history: dict[int, list[Turn]] = {}
+        if previous is not None:  # the documents read before stay, and the best new one joins them
+            kept = [(pick.document, pick.score) for pick in previous.picks]
+            history = {pick.document: [Turn(previous.question, pick.selection.chosen_index)] for pick in previous.picks}
+            ranked = kept + [(d, s) for d, s in ranked if d not in history][:1]
         archived = all(self.sessions[d].opened.archive is not None for d, _ in ranked)
         first = self.sessions[ranked[0][0]].spans
         frame = first.head_tokens + first.n_tokens - first.text_end  # the prompt's head and tail, read once
@@ -174,7 +195,8 @@ class LibraryAsk:
             session = self.sessions[d]
             spans = session.spans
             own_frame = spans.head_tokens + spans.n_tokens - spans.text_end
-            selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans)
+            selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans,
+                               history=history.get(d, ()))
             if selection.chosen:
                 picks.append(LibraryPick(d, session.document.title, score, selection))
         return picks
@@ -219,15 +241,19 @@ class LibraryAsk:
         return self._index
 
     def _drop_index(self) -> None:
+        """Forget the library's index and the conversation (a document added or removed changes
+        the stream a follow-up would go on in)."""
         if self._index is not None:
             self._index.close()
         self._index, self._owners, self._names = None, [], []
+        self._conversation, self._turn = None, None
 
     # ---------------------------------------------------------------- ask
-    def ask(self, question: str, *, on_text: Callable[[str], None] | None = None,
+    def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None, max_new_tokens: int | None = None) -> LibraryAnswer:
         """Answer `question` from the spans `choose` picks in the library's documents, streaming
-        text pieces to `on_text`. Cancelling keeps what was generated (stop_reason "cancelled").
+        text pieces to `on_text`; `follow_up` goes on from the previous answer (a first question
+        when there is none, or it was cancelled). Cancelling keeps what was generated (stop_reason "cancelled").
         Raises HalamanError when the library is empty, the question is empty, recall is off, or
         an archive block is damaged (that document's archive is dropped: ask again to re-read)."""
         if not question.strip():
@@ -236,7 +262,9 @@ class LibraryAsk:
             raise HalamanError("recall is off (Settings › Advanced › Recall): a library question reads chosen pages "
                                "of each document, so it needs recall on")
         began = time.perf_counter()
-        picks = self.choose(question)
+        previous = self._turn if follow_up and self._conversation is not None else None
+        conversation, self._conversation, self._turn = self._conversation, None, None
+        picks = self.choose(question, previous)
         if not picks:
             raise HalamanError("no page of the library fits the recall budget: raise it in Settings › Advanced › Recall")
         chose_s = time.perf_counter() - began
@@ -245,11 +273,12 @@ class LibraryAsk:
         first = self.sessions[picks[0].document]
         decoder = self.model.decoder
         governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
-        # Empty, its stream past the library's: focus hides it and renumbers the recalled tokens.
         policy = first.opened.snapshot.policy.replace(position_mode="compact")
-        cache = decoder.new_cache(policy, "compact")
-        cache.seen_tokens = n_stream
-        question_ids = first.question_ids(question)
+        if previous is not None:
+            cache, question_ids = conversation, first.question_ids(question, follow_up=True)
+        else:  # empty, its stream past the library's: focus hides it and renumbers the recalled tokens
+            cache, question_ids = decoder.new_cache(policy, "compact"), first.question_ids(question)
+            cache.seen_tokens = n_stream
         decoding = first.decoding(max_new_tokens)
         built = AnswerBuilder(self.model.tokenizer, began, on_text, None)
         drafts, stop, hook = DraftStats(), StopReason.CANCELLED, None
@@ -268,7 +297,7 @@ class LibraryAsk:
             cache.release_workspace()
         split = built.finish()
         sources, passages = ([], {}) if hook is None else self._sources(
-            parts, hook.token_attention([layer.recalled for layer in cache.layers]).double())
+            parts, {pick.document for pick in picks}, hook.token_attention([layer.recalled for layer in cache.layers]).double())
         answer = Answer(
             question=question, text=split.answer, token_ids=built.generated, prompt_tokens=n_stream + len(question_ids),
             time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
@@ -278,24 +307,27 @@ class LibraryAsk:
         )
         if stop is not StopReason.CANCELLED:
             answer.unsupported = self._unsupported(picks, answer.text, question)
+            self._conversation, self._turn = cache, LibraryTurn(question, picks)
         return LibraryAnswer(answer, picks, passages)
 
     def _stream(self, picks: list[LibraryPick]) -> tuple[list[StreamPart], torch.Tensor]:
-        """The question's stream (the best document's head and text, the next documents' text, the
-        best document's tail) and the virtual positions of the chosen tokens in it (`[R]` ascending)."""
+        """The library's stream: the prompt's head (the best picked document's: every document's
+        head and tail are the same tokens), every document's text in library order, the prompt's
+        tail; and the stream positions of the picked spans (`[R]`, ascending). Its length does not
+        depend on the picks, so a follow-up goes on in the same stream."""
         best = picks[0].document
         spans = self.sessions[best].spans
-        ranges = [(best, 0, spans.text_end)]
-        ranges += [(p.document, self.sessions[p.document].spans.head_tokens, self.sessions[p.document].spans.text_end)
-                   for p in picks[1:]]
+        ranges = [(best, 0, spans.head_tokens)]
+        ranges += [(d, session.spans.head_tokens, session.spans.text_end) for d, session in enumerate(self.sessions)]
         ranges.append((best, spans.text_end, spans.n_tokens))
         chosen = {p.document: torch.tensor(self.sessions[p.document].spans.recall_positions(p.selection.chosen))
                   for p in picks}
         parts, positions, offset = [], [], 0
         for d, start, end in ranges:
             parts.append(StreamPart(d, start, end, offset))
-            local = chosen[d]
-            positions.append(local[(local >= start) & (local < end)] - start + offset)
+            local = chosen.get(d)
+            if local is not None:
+                positions.append(local[(local >= start) & (local < end)] - start + offset)
             offset += end - start
         return parts, torch.cat(positions)
 
@@ -309,24 +341,14 @@ class LibraryAsk:
         """Span recall of the stream `positions`: every picked document's archive read at its own
         positions, or (one has none) all the chosen tokens re-read together in stream order."""
         began = time.perf_counter()
+        parts = [part for part in parts if self._local(part, positions).numel()]  # the picked documents' parts
         archived = all(self.sessions[part.document].opened.archive is not None for part in parts)
         if archived:
             keys_values, read = {}, 0
             for layer in range(self.model.profile.num_layers):
-                pieces = []
-                for part in parts:
-                    archive = self.sessions[part.document].opened.archive
-                    local = self._local(part, positions)
-                    if local.numel():
-                        try:
-                            fields = archive.read(layer, local.expand(archive.layout.kv_heads, -1).contiguous())
-                        except ArchiveError as error:
-                            self.sessions[part.document].opened.drop_archive()
-                            raise HalamanError(f"{self.sessions[part.document].document.title}: a block of its saved "
-                                               f"reading is damaged ({error}); ask again to re-read its pages") from None
-                        read += sum(t.nbytes for t in fields.values())
-                        pieces.append(archive.decode(fields, torch.float32))
-                keys_values[layer] = (torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1))
+                pieces = [self._archived(part, layer, self._local(part, positions)) for part in parts]
+                read += sum(n for _, _, n in pieces)
+                keys_values[layer] = (torch.cat([k for k, _, _ in pieces], 1), torch.cat([v for _, v, _ in pieces], 1))
         else:
             ids = torch.cat([torch.tensor(self.sessions[part.document].opened.ids)[self._local(part, positions)]
                              for part in parts])
@@ -336,12 +358,31 @@ class LibraryAsk:
         hook.stats.read_s = time.perf_counter() - began
         return hook
 
-    def _sources(self, parts: list[StreamPart], mass: torch.Tensor) -> tuple[list[Source], dict[int, list[AttendedSpan]]]:
+    def _archived(self, part: StreamPart, layer: int, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(keys before RoPE, values) `[kv_heads, len(local), head_dim]` float32 of `layer` at the
+        prefix positions `local` of `part`'s document, from its archive, and the bytes read. Raises
+        HalamanError when a block differs from its digest (the archive is dropped: the next question
+        re-reads that document's pages)."""
+        opened = self.sessions[part.document].opened
+        archive = opened.archive
+        try:
+            fields = archive.read(layer, local.expand(archive.layout.kv_heads, -1).contiguous())
+        except ArchiveError as error:
+            opened.drop_archive()
+            raise HalamanError(f"{opened.document.title}: a block of its saved reading is damaged ({error}); "
+                               "ask again to re-read its pages") from None
+        keys, values = archive.decode(fields, torch.float32)
+        return keys, values, sum(t.nbytes for t in fields.values())
+
+    def _sources(self, parts: list[StreamPart], picked: set[int], mass: torch.Tensor
+                 ) -> tuple[list[Source], dict[int, list[AttendedSpan]]]:
         """Pages / files of every picked document that received the most of `mass` (`[stream
         tokens]`), their shares of the attention all of them received, each naming its document;
         and each document's attended sentences."""
         local: dict[int, torch.Tensor] = {}
         for part in parts:
+            if part.document not in picked:
+                continue
             n = len(self.sessions[part.document].opened.ids)
             into = local.setdefault(part.document, torch.zeros(n, dtype=torch.float64))
             into[part.start:part.end] = mass[part.offset:part.offset + part.length]

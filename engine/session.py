@@ -284,10 +284,11 @@ class DocumentSession:
         """The open document's handle (None: none is open)."""
         return self._open
 
-    def question_ids(self, question: str) -> list[int]:
-        """Token ids of a first question after the prefix: the question and the template that
-        opens the answer (`engine.prompt.question_suffix`)."""
-        return self._encode(question_suffix(self.layout, question))
+    def question_ids(self, question: str, *, follow_up: bool = False) -> list[int]:
+        """Token ids of a first question after the prefix (`engine.prompt.question_suffix`), or of
+        a follow-up after an answer (`follow_up_suffix`): the template, the question and the
+        template that opens the answer."""
+        return self._encode((follow_up_suffix if follow_up else question_suffix)(self.layout, question))
 
     def decoding(self, max_new_tokens: int | None = None) -> Decoding:
         """How this session's answers are decoded (the settings' sampling and drafting, the model's

@@ -89,18 +89,21 @@ def test_two_documents_that_match_are_read_side_by_side_and_each_cited(smol, sto
     try:
         answered = library.ask(QUESTION)
         parts, positions = library._stream(answered.picks)
-        # The stream: the best document's head and text, the other's text, the best's tail, end to end;
-        # the tokens recalled from each part are exactly what that document alone would recall there.
-        best, other = (library.sessions[pick.document].spans for pick in answered.picks)
-        assert [part.document for part in parts] == [parts[0].document, parts[1].document, parts[0].document]
-        assert (parts[0].start, parts[0].end, parts[1].start, parts[1].end, parts[2].start, parts[2].end) == (
-            0, best.text_end, other.head_tokens, other.text_end, best.text_end, best.n_tokens)
-        assert [part.offset for part in parts] == [0, parts[0].length, parts[0].length + parts[1].length]
+        # The stream: the prompt's head (the best document's), every document's text in library order,
+        # the prompt's tail, end to end; the tokens recalled from each part are exactly what that
+        # document alone would recall there, and none from the document not picked.
+        best = library.sessions[answered.picks[0].document].spans
+        assert [part.document for part in parts] == [answered.picks[0].document, 0, 1, 2, answered.picks[0].document]
+        assert (parts[0].start, parts[0].end, parts[-1].start, parts[-1].end) == (0, best.head_tokens, best.text_end, best.n_tokens)
+        for part, session in zip(parts[1:4], library.sessions, strict=True):
+            assert (part.start, part.end) == (session.spans.head_tokens, session.spans.text_end)
+        assert [part.offset for part in parts] == [sum(p.length for p in parts[:k]) for k in range(len(parts))]
+        assert library._local(parts[2], positions).numel() == 0, "harbour records is not read"
         recalled = {pick.document: set(library.sessions[pick.document].spans.recall_positions(pick.selection.chosen))
                     for pick in answered.picks}
         for part in parts:
             local = set(library._local(part, positions).tolist())
-            assert local == {p for p in recalled[part.document] if part.start <= p < part.end}
+            assert local == {p for p in recalled.get(part.document, ()) if part.start <= p < part.end}
     finally:
         library.close()
     assert sorted(pick.title for pick in answered.picks) == ["annex", "book"]
@@ -151,3 +154,34 @@ def test_a_word_names_a_document_only_when_other_documents_rarely_say_it(smol, s
         assert [pick.document for pick in picks] == [0]
     finally:
         library.close()
+
+
+def test_a_follow_up_keeps_the_documents_read_and_goes_on_as_alone(smol, store):
+    """With one document, a library follow-up is a single document's follow-up, token for token
+    (the same spans kept by the conversation, the same cache continued); across three, the
+    document read first stays read."""
+    library = library_of(smol, store, [book()])
+    alone = DocumentSession(smol, settings(), store)
+    alone.open(book(), read_now=False)
+    try:
+        first = library.ask(QUESTION)
+        again = library.ask("Say the number again.", follow_up=True)
+        reference_first = alone.ask(QUESTION)
+        reference = alone.ask("Say the number again.", follow_up=True)
+    finally:
+        library.close()
+        alone.close()
+    assert first.answer.token_ids == reference_first.token_ids
+    assert f"book: page {NEEDLE_PAGE}" in again.answer.recall.spans, "kept from the first question"
+    assert again.answer.recall.spans == tuple(f"book: {label}" for label in reference.recall.spans)
+    assert again.answer.token_ids == reference.token_ids and again.answer.prompt_tokens > first.answer.prompt_tokens
+
+    library = library_of(smol, store, [other_book("harbour records", 1), book(), other_book("orchard notes", 2)])
+    try:
+        library.ask(QUESTION)
+        follow = library.ask("How many baskets of apples did the orchard give?", follow_up=True)
+    finally:
+        library.close()
+    titles = [pick.title for pick in follow.picks]
+    assert titles[0] == "book" and len(titles) == 2, "the document read before stays, one new joins"
+    assert f"book: page {NEEDLE_PAGE}" in follow.answer.recall.spans
