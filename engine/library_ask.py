@@ -12,8 +12,8 @@ spans, its full-text index and, when it was read whole before, its archive. A qu
    scores at least SECOND_DOCUMENT_SHARE of its best (at most DOCUMENTS_AT_MOST);
 2. chooses spans in each as for a single document (`engine.evidence.select`: structure, named
    sections, words), within an equal share of the recall budget;
-3. brings back those spans' keys and values (from each document's archive when every picked
-   document has one, else re-read together from their token ids, as an unread document is) and
+3. brings back those spans' keys and values (from a document's archive, from its snapshot when the
+   cache keeps it whole, else re-read from their token ids, as for an unread document) and
    lays them side by side in one stream over the whole library, renumbered 0..R-1 in focus
    (`SpanRecaller`), so the model reads
 
@@ -56,6 +56,7 @@ from engine.kvcache.span_recall import SpanRecaller, reread_keys_values
 from engine.models.loader import LoadedModel
 from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
 from engine.prefix_store import PrefixStore
+from engine.recall_plan import RecallSource
 from engine.session import REREAD_RECALL_TOKENS, DocumentSession, OpenReport, Progress
 from engine.settings import EngineSettings
 from engine.text_index import QUESTION_WORDS, TextIndex, terms
@@ -186,7 +187,7 @@ class LibraryAsk:
             kept = [(pick.document, pick.score) for pick in previous.picks]
             history = {pick.document: [Turn(previous.question, pick.selection.chosen_index)] for pick in previous.picks}
             ranked = kept + [(d, s) for d, s in ranked if d not in history][:1]
-        archived = all(self.sessions[d].opened.archive is not None for d, _ in ranked)
+        archived = all(self._kind(d) != "reread" for d, _ in ranked)
         first = self.sessions[ranked[0][0]].spans
         frame = first.head_tokens + first.n_tokens - first.text_end  # the prompt's head and tail, read once
         share = max(0, self._budget(archived) - frame) // len(ranked)
@@ -336,25 +337,46 @@ class LibraryAsk:
         inside = positions[(positions >= part.offset) & (positions < part.offset + part.length)]
         return inside - part.offset + part.start
 
+    def _kind(self, document: int) -> str:
+        """Where a library question gets `document`'s tokens: "archive" (read whole, archive kept),
+        "snapshot" (read whole and kept whole by the cache: every token is in its snapshot) or
+        "reread" (not read whole yet, or its archive is missing: prefilled again from token ids)."""
+        opened = self.sessions[document].opened
+        if opened.archive is not None:
+            return "archive"
+        if not opened.unread and opened.recall_plan is not None and opened.recall_plan.source is RecallSource.WHOLE:
+            return "snapshot"
+        return "reread"
+
     def _recaller(self, parts: list[StreamPart], positions: torch.Tensor, n_stream: int, policy,
                   governor: ThreadGovernor | None, cancel: threading.Event | None) -> SpanRecaller:
-        """Span recall of the stream `positions`: every picked document's archive read at its own
-        positions, or (one has none) all the chosen tokens re-read together in stream order."""
+        """Span recall of the stream `positions`, each picked document's tokens from where it keeps
+        them (`_kind`); the documents that keep none are re-read together, in stream order, before
+        the first token."""
         began = time.perf_counter()
-        parts = [part for part in parts if self._local(part, positions).numel()]  # the picked documents' parts
-        archived = all(self.sessions[part.document].opened.archive is not None for part in parts)
-        if archived:
-            keys_values, read = {}, 0
-            for layer in range(self.model.profile.num_layers):
-                pieces = [self._archived(part, layer, self._local(part, positions)) for part in parts]
-                read += sum(n for _, _, n in pieces)
-                keys_values[layer] = (torch.cat([k for k, _, _ in pieces], 1), torch.cat([v for _, v, _ in pieces], 1))
-        else:
-            ids = torch.cat([torch.tensor(self.sessions[part.document].opened.ids)[self._local(part, positions)]
-                             for part in parts])
-            keys_values, read = reread_keys_values(self.model.decoder, ids, policy, governor=governor, cancel=cancel), 0
+        used = [(part, self._local(part, positions)) for part in parts]
+        used = [(part, local, self._kind(part.document)) for part, local in used if local.numel()]
+        reread = None
+        if any(kind == "reread" for _, _, kind in used):
+            ids = torch.cat([torch.tensor(self.sessions[part.document].opened.ids)[local]
+                             for part, local, kind in used if kind == "reread"])
+            reread = reread_keys_values(self.model.decoder, ids, policy, governor=governor, cancel=cancel)
+        keys_values, read = {}, 0
+        for layer in range(self.model.profile.num_layers):
+            pieces, cursor = [], 0
+            for part, local, kind in used:
+                if kind == "archive":
+                    keys, values, n = self._archived(part, layer, local)
+                    read += n
+                elif kind == "snapshot":
+                    keys, values = self.sessions[part.document].opened.snapshot.layers[layer].keys_values_at(local, torch.float32)
+                else:
+                    keys, values = (t[:, cursor:cursor + local.numel()] for t in reread[layer])
+                    cursor += local.numel()
+                pieces.append((keys.to("cpu", torch.float32), values.to("cpu", torch.float32)))
+            keys_values[layer] = (torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1))
         hook = SpanRecaller.reread(keys_values, positions, n_stream)
-        hook.stats.reread, hook.stats.bytes_read = not archived, read
+        hook.stats.reread, hook.stats.bytes_read = reread is not None, read
         hook.stats.read_s = time.perf_counter() - began
         return hook
 

@@ -8,9 +8,11 @@ naming a document's title picks that document; two documents that both match are
 import random
 
 import pytest
+import torch
 
 from engine.documents import Document, Segment
 from engine.errors import HalamanError
+from engine.kvcache.span_recall import SpanCapture
 from engine.library_ask import LibraryAsk
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession
@@ -185,3 +187,40 @@ def test_a_follow_up_keeps_the_documents_read_and_goes_on_as_alone(smol, store):
     titles = [pick.title for pick in follow.picks]
     assert titles[0] == "book" and len(titles) == 2, "the document read before stays, one new joins"
     assert f"book: page {NEEDLE_PAGE}" in follow.answer.recall.spans
+
+
+def test_a_document_kept_whole_is_answered_from_its_snapshot_without_re_reading(smol, store):
+    whole = settings().replace(cache=settings().cache.replace(budget_tokens=4096, window_tokens=512, residual_tokens=64))
+    session = DocumentSession(smol, whole, None)
+    session.open(book())
+    snapshot, ids = session.opened.snapshot, session.opened.ids
+    assert snapshot.layers[0].n_tokens == len(ids), "kept whole"
+    # The keys and values the read computed, against what the snapshot gives back at the same
+    # positions: sinks and the residual as stored, the rest as their 4-bit groups decode.
+    capture = SpanCapture()
+    smol.decoder.prefill(torch.tensor(ids), smol.decoder.new_cache(snapshot.policy, snapshot.policy.position_mode), archive=capture)
+    computed = capture.keys_values()
+    positions = torch.arange(0, len(ids), 5)
+    for number in (0, len(snapshot.layers) - 1):
+        layer = snapshot.layers[number]
+        keys, values = layer.keys_values_at(positions, torch.float32)
+        n_sink, n_resid = layer.sink_k.shape[1], layer.resid_k.shape[1]
+        for got, ref in ((keys, computed[number][0]), (values, computed[number][1])):
+            stored = ref.to(layer.store_dtype)
+            quantized = layer.fmt.decode(layer.fmt.encode(stored), torch.float32)
+            as_stored = (positions < n_sink) | (positions >= len(ids) - n_resid)
+            expected = torch.where(as_stored[None, :, None], stored.float()[:, positions], quantized[:, positions])
+            assert torch.equal(got, expected)
+    with pytest.raises(ValueError):
+        snapshot.layers[0].keys_values_at(torch.tensor([len(ids) + 3]), torch.float32)
+    session.close()
+
+    library = LibraryAsk(smol, whole, store)
+    try:
+        library.add(other_book("harbour records", 1))
+        library.add(book())
+        answer = library.ask(QUESTION).answer
+    finally:
+        library.close()
+    assert not answer.recall.reread and answer.recall.bytes_read == 0
+    assert COMBINATION in answer.text and answer.sources[0].document == "book"

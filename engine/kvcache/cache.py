@@ -146,6 +146,24 @@ class LayerKV:
             out.append(torch.cat(parts, dim=1))
         return tuple(out)
 
+    def keys_values_at(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys (before RoPE) and values `[kv_heads, P, head_dim]` in `dtype` of the stream
+        `positions` `[P]`, read from the held tokens (quantized ones dequantized): a document the
+        cache keeps whole answers a library question from its snapshot. Raises ValueError when a
+        position is not held in every KV head."""
+        keys, values = self._dequantized_stable(dtype)
+        keys = torch.cat((keys, self.resid_k.to(dtype)), dim=1)
+        values = torch.cat((values, self.resid_v.to(dtype)), dim=1)
+        index = self.index.long()
+        wanted = positions.to(index.device).long().expand(index.shape[0], -1).contiguous()
+        order = index.argsort(dim=1)
+        found = torch.searchsorted(index.gather(1, order), wanted).clamp(max=max(0, index.shape[1] - 1))
+        slots = order.gather(1, found) if index.shape[1] else found
+        if not index.shape[1] or not torch.equal(index.gather(1, slots), wanted):
+            raise ValueError("a position is not held in every KV head")
+        at = slots[..., None].expand(-1, -1, keys.shape[-1])
+        return keys.gather(1, at), values.gather(1, at)
+
     @staticmethod
     def _rotate(keys: torch.Tensor, rope: RotaryTable, kind: PositionKind | None, positions: torch.Tensor | None,
                 first_slot: int) -> torch.Tensor:
