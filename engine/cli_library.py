@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import Cancelled, HalamanError
-from engine.library import Library
+from engine.library import STALE, Library
 from engine.units import format_duration
 
 if TYPE_CHECKING:
@@ -170,12 +170,16 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
     asking = LibraryAsk(workspace.model, settings, workspace.prefix_store())
     cancel = threading.Event()
     skipped: list[str] = []
+    cache = workspace.cache_status({record.tokens for record in records if record.tokens})
     try:
         began = time.perf_counter()
         for k, record in enumerate(records, 1):
             if not Path(record.path).exists():
                 skipped.append(f"{record.title}: {record.path} is no longer there")
                 continue
+            if library.status(record, cache, settings) == STALE:
+                print(f"warning: {record.title} changed since its reading was saved: the pages a question picks in it "
+                      "are read again each time, until `halaman library add` reads it anew", file=err)
             bar = ProgressBar()
             print(f"opening {k} of {len(records)}: {record.title}", file=err, flush=True)
             try:

@@ -70,9 +70,12 @@ def test_ask_library_answers_from_the_document_that_holds_the_answer_and_cites_i
     assert "48213" in result["answer"]
     assert result["library"]["documents"] >= 2 and result["timings"]["ttft_s"] > 0
 
+    harbour.write_text(harbour.read_text() + "The pier was painted blue in August.\n")  # its saved reading is stale now
     plain = run("ask", "--library", "How many fishing boats did the harbour master count?", "--max-new-tokens", "16")
     assert plain.returncode == 0, plain.stderr
     assert "[harbour-report.md, " in plain.stdout.split("--- report ---")[1]
+    assert "harbour-report.md changed since its reading was saved" in plain.stderr
+    assert "observatory-log.md changed" not in plain.stderr
 
     both = run("ask", "--library", str(harbour), "How many boats?")
     assert both.returncode == 1 and "give only the question" in both.stderr
