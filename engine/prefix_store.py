@@ -17,6 +17,11 @@ Layout under `root`:
                                        its per-block digests; `put_archive`), evicted with its entry
     .<key>.<pid>.<random>.tmp          a write in progress (or left by a crashed writer)
 
+A read in progress keeps its checkpoint (`engine.read_checkpoint`) as an ordinary entry under
+`checkpoint_key(key)`, whose archive (digest "partial") is the file the read is writing: counted in
+the budget, evicted and cleared like any entry (`begin_checkpoint`, `save_checkpoint`, `checkpoint`,
+`release_checkpoint`).
+
 Every entry is checksummed (SHA-256 of the whole file) and verified before it is parsed; a bad entry
 is deleted and reported as a miss, so a poisoned cache never survives a restart (L04). An archive is
 too large to hash at every open: its digest covers a digest per block, and a block is checked when
