@@ -26,12 +26,16 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.errors import CacheStoreError
 from engine.kvcache.archive import ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache
 from engine.prefix_store import PrefixStore
 from engine.settings import CachePolicy
+
+if TYPE_CHECKING:  # types only: the decoder is the model layer's, above the cache
+    from engine.models.decoder import CompressedDecoder
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +66,12 @@ class ReadCheckpoints:
         self._saved_at = time.monotonic()
         self._boundary: tuple[CompressedCache, dict | None] | None = None  # the last chunk's end, not saved yet
 
-    def load(self, decoder, policy: CachePolicy, layout: ArchiveLayout | None) -> tuple[CompressedCache, ArchiveWriter | None] | None:
+    def load(self, decoder: CompressedDecoder, policy: CachePolicy,
+             layout: ArchiveLayout | None) -> tuple[CompressedCache, ArchiveWriter | None] | None:
         """The read as the checkpoint on disk left it: (its cache, the archive writer going on from
         there; None when `layout` is None: no archive is written), or None when there is no usable
-        checkpoint (an unusable one is dropped). `decoder`: the model's `CompressedDecoder`."""
+        checkpoint (an unusable one is dropped: damaged, made with another policy or shape, its
+        archive missing, of another layout or differing from its digests)."""
         try:
             found = self.store.checkpoint(self.key)
         except CacheStoreError as error:

@@ -7,13 +7,14 @@ import threading
 
 import pytest
 import torch
+from test_recall_archive import rope, write_archive  # noqa: F401 - rope is a fixture
+from test_span_recall import book, settings
 
+from engine import read_checkpoint
 from engine.errors import Cancelled
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveWriter
 from engine.prefix_store import PrefixStore, checkpoint_key
 from engine.session import DocumentSession
-from test_recall_archive import rope, write_archive  # noqa: F401 - rope is a fixture
-from test_span_recall import book, settings
 
 BUDGET = 512 * 1024**2
 # One thread: the reference and the resumed read must sum in the same order to give the same bits.
@@ -110,6 +111,33 @@ def test_a_cancelled_read_keeps_the_chunks_before_the_cancelled_one(smol, refere
     assert session.read(progress=lambda p: done.append(p.done)) is True
     assert done[0] == (STOP_AFTER + 1) * CHUNK
     assert_saves_what_a_straight_read_saves(store, session.prefix_key, reference)
+
+
+def test_a_read_killed_inside_a_chunk_goes_on_from_its_last_periodic_checkpoint(smol, reference, tmp_path, monkeypatch):
+    """A crash runs no handler: what is on disk is the last periodic checkpoint, and an archive
+    written past it (half a chunk's layers) that the next read writes again."""
+    monkeypatch.setattr(read_checkpoint, "CHECKPOINT_EVERY_S", 0.0)  # a checkpoint after every chunk
+    monkeypatch.setattr(read_checkpoint.ReadCheckpoints, "stopped", lambda self, writer: None)  # killed: nothing runs
+    layers, appends = smol.decoder.shape.num_layers, []
+    append = ArchiveWriter.append
+
+    def dying(self, *args):
+        appends.append(1)
+        if len(appends) == STOP_AFTER * layers + layers // 2:
+            raise SystemExit("killed")
+        return append(self, *args)
+
+    monkeypatch.setattr(ArchiveWriter, "append", dying)
+    store = PrefixStore(tmp_path / "prefix", disk_budget_bytes=BUDGET)
+    session = DocumentSession(smol, SETTINGS, store)
+    session.open(book(), read_now=False)
+    with pytest.raises(SystemExit):
+        session.read()
+    key = session.prefix_key
+    monkeypatch.setattr(ArchiveWriter, "append", append)
+    store, report, done = read_after_restart(smol, tmp_path / "prefix")
+    assert report.read_from == STOP_AFTER * CHUNK and done[0] == (STOP_AFTER + 1) * CHUNK
+    assert_saves_what_a_straight_read_saves(store, key, reference)
 
 
 @pytest.mark.parametrize("part", ["snapshot", "archive"])
