@@ -19,6 +19,10 @@ fails inside a chunk (from a copy of the cache taken at the chunk's start: the s
 the cache half-updated). Deleted once the whole read is saved (its archive becomes the document's)
 and, like every entry, when the cache is cleared. One that cannot be used (damaged, made with other
 settings, its archive missing or differing from its digests) is dropped: the read starts at 0.
+
+Not handled: two processes reading the same document at the same time share one checkpoint, and
+the second to start drops the first's. Nothing wrong is ever answered from the result (the archive's
+digest and each block's are checked before use), but one of the two may end without its archive.
 """
 
 from __future__ import annotations
