@@ -5,8 +5,9 @@ A document is answerable seconds after it is opened: questions re-read the pages
 read that makes later answers faster (and the document's saved reading) then runs as a background
 job. A question pauses it between two chunks (`DocumentSession.read(pause=…)`): the read job
 returns, the question (queued behind it) is answered, and the read is submitted again after it, going
-on from the chunk it stopped at. Cancel stops it; the document stays answerable and the next open
-starts its read again.
+on from the chunk it stopped at. Cancel stops it; the document stays answerable, and the chunks read
+are kept in the prefix cache (`engine.read_checkpoint`): the next open goes on from there, even
+after a restart, and its progress starts where the read stopped.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from app.changes import Changes
 from app.units import fmt_duration
 from app.worker import Job, JobError
 from engine.errors import ErrorKind
-from engine.session import OpenReport, Progress
+from engine.session import OpenReport, Phase, Progress
 
 
 class BackgroundRead:
@@ -36,11 +37,14 @@ class BackgroundRead:
     def running(self) -> bool:
         return self.job is not None
 
-    def start(self, path: str) -> None:
-        """Read the open document (`path`, opened index first) whole, in the background."""
+    def start(self, path: str, report: OpenReport | None = None) -> None:
+        """Read the open document (`path`, opened index first) whole, in the background; its
+        progress starts where an earlier read of it stopped (`report.read_from`)."""
         self.stop()
         self.path = path
         self._submit()
+        if report is not None and report.read_from:
+            self._progress(self.job, Progress(Phase.PREFILL, report.read_from, report.document_tokens, "tokens"))
 
     def stop(self) -> None:
         """Cancel the read (a new document replaces this one, or the window closes)."""

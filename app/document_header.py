@@ -55,6 +55,8 @@ def whole_read_text(report: OpenReport) -> str:
     whole read will take here (`report.read_plan`), that questions can be asked now and that the
     read can be cancelled."""
     took = f", about {fmt_duration(report.read_plan.seconds)} on this computer" if report.read_plan is not None else ""
+    if report.read_from:  # an earlier read's chunks were kept (engine.read_checkpoint)
+        took = f", going on from {report.read_from / report.document_tokens:.0%} where it stopped{took}"
     return (f"being read whole in the background{took}: ask now, each answer re-reads the parts it chooses "
             "meanwhile; Cancel (Esc) stops the read")
 

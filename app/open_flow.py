@@ -136,7 +136,7 @@ class OpenFlow:
         w.conversation.question.setFocus()
         w.refresh_cache_status()
         if report.unread:
-            w.background_read.start(result.path)
+            w.background_read.start(result.path, report)
 
     def _failed(self, job: Job, path: str, password: str | None, error: JobError, previous: str | None = None) -> None:
         w = self.window

@@ -23,6 +23,7 @@ from engine.kvcache.archive import Archive, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache
 from engine.prompt import PrefixEncoding
 from engine.prompt_lookup import PromptLookup
+from engine.read_checkpoint import ReadCheckpoints
 from engine.recall_plan import RecallPlan
 from engine.settings import CachePolicy
 from engine.spans import DocumentSpans
@@ -40,7 +41,8 @@ class PendingRead:
     """The whole read of a document: its prefix token ids and where it stands. `cache` (None before
     the first chunk) holds the tokens read so far (`cache.seen_tokens`), `writer` the archive being
     written; once finished, `archive` is the kept archive (None without one) and `own_archive` its
-    file when no prefix store keeps it (deleted when the document closes)."""
+    file when no prefix store keeps it (deleted when the document closes). `checkpoints`: what it
+    keeps in the prefix store to go on after a stop or a restart (None without a store)."""
 
     ids: list[int]
     policy: CachePolicy
@@ -54,10 +56,28 @@ class PendingRead:
     seconds: float = 0.0        # prefilling, over every part of the read
     threads: int = 0            # CPU threads of its last part (0 on a GPU)
     missing: list[str] = field(default_factory=list)  # why the archive the plan needs was not kept
+    checkpoints: ReadCheckpoints | None = None
+    resumed_from: int = 0       # tokens its checkpoint held when this process took the read up (`seconds` reads the rest)
+
+    @property
+    def tokens_read(self) -> int:
+        """Tokens read so far: in memory, else by its checkpoint on disk (where the read goes on)."""
+        if self.cache is not None:
+            return self.cache.seen_tokens
+        return self.checkpoints.saved_tokens if self.checkpoints is not None else 0
 
     def restarted(self) -> PendingRead:
-        """The same read from its first token (a cancelled chunk leaves the cache inconsistent)."""
-        return PendingRead(self.ids, self.policy, self.key, self.layout, self.label)
+        """The same read from its checkpoint, else its first token (a cancelled chunk leaves the
+        cache in memory inconsistent)."""
+        return PendingRead(self.ids, self.policy, self.key, self.layout, self.label, checkpoints=self.checkpoints)
+
+    def close(self) -> None:
+        """Stop: its archive file is kept when a checkpoint holds part of it, else deleted."""
+        if self.checkpoints is not None:
+            self.checkpoints.close(self.writer)
+        elif self.writer is not None:
+            self.writer.abort()
+        self.writer = None
 
 
 @dataclass
@@ -113,11 +133,12 @@ class OpenDocument:
         return self.pending_read is not None
 
     def unread_progress(self) -> tuple[int, int]:
-        """(tokens read, tokens) of its whole read; (n, n) once it is read."""
+        """(tokens read, tokens) of its whole read; (n, n) once it is read. Before the read runs,
+        what its checkpoint on disk holds: where it will go on (`engine.read_checkpoint`)."""
         n = len(self.ids)
         if self.pending_read is None:
             return n, n
-        return (self.pending_read.cache.seen_tokens if self.pending_read.cache is not None else 0), n
+        return self.pending_read.tokens_read, n
 
     def read_finished(self) -> PendingRead:
         """Take the finished whole read's snapshot and archive in place of the unread ones; returns
@@ -182,15 +203,16 @@ class OpenDocument:
 
     def close(self) -> None:
         """Release what it holds: the archive (closed), the index (closed), a read paused half-way
-        (its archive is not kept), an archive kept only for this session (deleted). Idempotent."""
+        (its archive is kept only with the checkpoint that holds part of it), an archive kept only
+        for this session (deleted). Idempotent."""
         if self.archive is not None:
             self.archive.close()
             self.archive = None
         if self.spans is not None:
             self.spans.close()
             self.spans = None
-        if self.pending_read is not None and self.pending_read.writer is not None:
-            self.pending_read.writer.abort()
+        if self.pending_read is not None:
+            self.pending_read.close()
         self.pending_read = None
         if self.own_archive is not None:
             self.own_archive.unlink(missing_ok=True)

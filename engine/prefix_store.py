@@ -17,6 +17,11 @@ Layout under `root`:
                                        its per-block digests; `put_archive`), evicted with its entry
     .<key>.<pid>.<random>.tmp          a write in progress (or left by a crashed writer)
 
+A read in progress keeps its checkpoint (`engine.read_checkpoint`) as an ordinary entry under
+`checkpoint_key(key)`, whose archive (digest "partial") is the file the read is writing: counted in
+the budget, evicted and cleared like any entry (`begin_checkpoint`, `save_checkpoint`, `checkpoint`,
+`release_checkpoint`).
+
 Every entry is checksummed (SHA-256 of the whole file) and verified before it is parsed; a bad entry
 is deleted and reported as a miss, so a poisoned cache never survives a restart (L04). An archive is
 too large to hash at every open: its digest covers a digest per block, and a block is checked when
@@ -78,6 +83,8 @@ _META_FORMAT = "halaman.format_version"
 _META_KEY = "halaman.key"
 _META_N_TOKENS = "halaman.n_tokens"
 _KEY_DOMAIN = b"halaman.prefix_key\x00"
+_CHECKPOINT_DOMAIN = b"halaman.read_checkpoint\x00"
+_CHECKPOINT_ARCHIVE_DIGEST = "partial"  # a checkpoint's archive is being written: it has no digest yet
 _CONFIG_DOMAIN = b"halaman.prefix_config\x00"
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -159,6 +166,14 @@ class PrefixConfig:
         digest.update(len(ids).to_bytes(8, "little"))
         digest.update(ids_bytes)
         return digest.hexdigest()
+
+
+def checkpoint_key(key: str) -> str:
+    """The key of the checkpoint of a read of `key` in progress (`engine.read_checkpoint`): SHA-256
+    hex of a domain tag and `key`, so it is an ordinary entry's key that no prefix key can equal.
+    Raises ValueError for a malformed key."""
+    _check_key(key)
+    return hashlib.sha256(_CHECKPOINT_DOMAIN + key.encode("ascii")).hexdigest()
 
 
 def prefix_key(
@@ -465,6 +480,75 @@ class PrefixStore:
         with self._lock, self._write():
             self._db.execute(f"DELETE FROM {_ARCHIVES} WHERE key = ?", [key])
             _remove(self._archive_path(key))
+
+    # -- checkpoints of a read in progress (engine.read_checkpoint) -----------------------------
+
+    def begin_checkpoint(self, key: str, *, label: str, archive_bytes: int | None) -> Path | None:
+        """Start the checkpoints of a read of `key`: drop any earlier one, store an empty entry under
+        `checkpoint_key(key)` and, when the read writes an archive of `archive_bytes` bytes (its
+        preallocated size), index that archive from now on, so the disk budget counts it and other
+        processes' cleanup leaves it alone. Returns the path the read must create its archive at
+        (None without one). Evicts least-recently-used entries down to the budget. Raises
+        PrefixTooLargeError when the archive exceeds the whole budget, CacheStoreError on failure."""
+        checkpoint = checkpoint_key(key)
+        self.delete(checkpoint)
+        self.put(checkpoint, {}, {}, n_tokens=0, label=label)
+        if archive_bytes is None:
+            return None
+        with self._lock, self._write():
+            row = self._row(checkpoint)
+            if row is None or not parts_fit(row["size_bytes"], archive_bytes, self.disk_budget_bytes):
+                self._drop(checkpoint)
+                raise PrefixTooLargeError(f"The archive being read for {label!r} ({archive_bytes} bytes) does not fit "
+                                          f"the cache disk budget ({self.disk_budget_bytes} bytes).")
+            self._db[_ARCHIVES].upsert({"key": checkpoint, "size_bytes": archive_bytes, "sha256": _CHECKPOINT_ARCHIVE_DIGEST},
+                                       pk="key")
+            self._evict_to_budget(keep=checkpoint)
+        return self._archive_path(checkpoint)
+
+    def save_checkpoint(self, key: str, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], *,
+                        n_tokens: int, label: str) -> None:
+        """Replace the checkpoint of the read of `key` with `tensors` (what `n_tokens` tokens read
+        left); its archive, indexed by `begin_checkpoint`, stays. Raises like `put`."""
+        self.put(checkpoint_key(key), tensors, metadata, n_tokens=n_tokens, label=label)
+
+    def checkpoint(self, key: str) -> tuple[dict[str, torch.Tensor], dict[str, str], Path | None] | None:
+        """The checkpoint of a read of `key`: (tensors, metadata, its archive's path or None), or None
+        when there is none (a damaged one is dropped, as `get` does). Raises CacheStoreError."""
+        checkpoint = checkpoint_key(key)
+        found = self.get(checkpoint)
+        if found is None:
+            return None
+        archive = self.archive(checkpoint)
+        return found[0], found[1], archive[0] if archive is not None else None
+
+    def checkpoint_tokens(self, key: str) -> int:
+        """Tokens read by the checkpoint of a read of `key` (0: none), from the index only (the file
+        is checked when it is loaded). Raises CacheStoreError."""
+        with self._lock:
+            row = self._row(checkpoint_key(key))
+        return int(row["n_tokens"]) if row is not None else 0
+
+    def release_checkpoint(self, key: str) -> Path | None:
+        """The read of `key` is complete: drop its checkpoint, moving its archive (closed by its
+        writer, finished) to a fresh temp path first, for `put_archive`. Returns that path (None:
+        the checkpoint had no archive file). Raises CacheStoreError (then nothing changed)."""
+        checkpoint = checkpoint_key(key)
+        source, temp = self._archive_path(checkpoint), self.archive_temp_path(key)
+        with self._lock:
+            try:
+                with self._write():
+                    moved = source.is_file()
+                    if moved:
+                        os.replace(source, temp)
+                    self._drop(checkpoint)
+            except OSError as error:
+                raise CacheStoreError(f"Could not move the archive in {self.root} ({error}).") from error
+        return temp if moved else None
+
+    def drop_checkpoint(self, key: str) -> None:
+        """Delete the checkpoint of a read of `key` and its archive, if any. Raises CacheStoreError."""
+        self.delete(checkpoint_key(key))
 
     def entries(self) -> list[PrefixEntry]:
         """All index rows, most recently used first. Raises CacheStoreError if the index fails."""

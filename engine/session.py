@@ -57,6 +57,7 @@ from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import AnswerBuilder, Decoding, answer_question, stop_token_ids
 from engine.open_document import OpenDocument, PendingRead
+from engine.read_checkpoint import ReadCheckpoints
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
 from engine.threads import ThreadGovernor, apply_threads
@@ -149,6 +150,7 @@ class OpenReport:
     recall_plan: RecallPlan | None = None      # where its questions' recalled tokens come from
     unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
     read_plan: ReadPlan | None = None  # when unread: how long its whole read will take on this machine
+    read_from: int = 0          # when unread: tokens an earlier read kept (`engine.read_checkpoint`), where its read goes on
 
 
 class DocumentSession:
@@ -233,11 +235,14 @@ class DocumentSession:
         archive, own_archive, unread, read_plan = None, None, None, None
         try:
             if cache is None:
-                read = PendingRead(prefix_ids, policy, key, layout, f"{document.title} · {self.model.label}")
+                label = f"{document.title} · {self.model.label}"
+                checkpoints = ReadCheckpoints(self.store, key, len(prefix_ids), label) if self.store is not None else None
+                read = PendingRead(prefix_ids, policy, key, layout, label, checkpoints=checkpoints)
+                to_read = len(prefix_ids) - read.tokens_read  # what a checkpoint of an earlier read leaves
                 if read_now or not (planned.by_spans and spans is not None):
                     threads = apply_threads(self.settings.threads) if self.model.device.type == "cpu" else 0
                     if before_prefill is not None or on_read_plan is not None:
-                        plan = read_time.plan_read(len(prefix_ids), self._rate_key(threads), self.model.parameters)
+                        plan = read_time.plan_read(to_read, self._rate_key(threads), self.model.parameters)
                         if on_read_plan is not None:
                             on_read_plan(plan)
                         if before_prefill is not None and plan.is_long and not before_prefill(plan):
@@ -250,7 +255,7 @@ class DocumentSession:
                     # The thread count the model runs with now: the read decides its own only when it
                     # starts (sampling the cores takes a moment the open should not spend).
                     threads = torch.get_num_threads() if self.model.device.type == "cpu" else 0
-                    read_plan = read_time.plan_read(len(prefix_ids), self._rate_key(threads), self.model.parameters)
+                    read_plan = read_time.plan_read(to_read, self._rate_key(threads), self.model.parameters)
             elif layout is not None:
                 archive = self._open_archive(key, layout, archive_missing)
         except BaseException:
@@ -267,11 +272,12 @@ class DocumentSession:
         report = OpenReport(
             title=document.title, kind=document.kind, document_tokens=len(prefix_ids), prefix_hit=hit,
             position_mode=policy.position_mode, seconds=time.perf_counter() - began,
-            prefill_seconds=read_s, prefill_tokens_per_s=len(prefix_ids) / read_s if read_s else 0.0,
+            prefill_seconds=read_s, prefill_tokens_per_s=(len(prefix_ids) - read.resumed_from) / read_s if read_s else 0.0,
             kv=cache.memory(), full_fp16_bytes=full_cache_bytes(self.model.profile, len(prefix_ids)),
             warnings=[*self.notices, *document.warnings, *([str(notice)] if notice else []), *recall_warnings],
             pages=document.pages, threads=0 if hit or unread is not None else read.threads,
             recall_notice=notice, recall_plan=plan, unread=unread is not None, read_plan=read_plan,
+            read_from=unread.tokens_read if unread is not None else 0,
         )
         self._open = OpenDocument(document, encoding, key, cache, report, spans=spans, archive=archive,
                                   own_archive=own_archive, pending_read=unread, prefilled=not hit)
@@ -355,7 +361,7 @@ class DocumentSession:
         report = opened.report
         report.unread = False
         report.prefill_seconds = pending.seconds
-        report.prefill_tokens_per_s = len(pending.ids) / pending.seconds if pending.seconds else 0.0
+        report.prefill_tokens_per_s = (len(pending.ids) - pending.resumed_from) / pending.seconds if pending.seconds else 0.0
         report.kv, report.threads = pending.cache.memory(), pending.threads
         plan = self._plan_recall(len(pending.ids), spans=opened.spans is not None,
                                  archive_missing=pending.missing[0] if pending.missing else None)
@@ -377,42 +383,68 @@ class DocumentSession:
 
     def _run_read(self, read: PendingRead, notify: Callable[[Progress], None], cancel: threading.Event | None,
                   pause: threading.Event | None, *, threads: int | None = None) -> bool:
-        """Prefill `read`'s tokens from where it stopped, writing its archive; when all are read,
+        """Prefill `read`'s tokens from where it stopped (in memory, else its checkpoint on disk),
+        writing its archive and keeping checkpoints (`engine.read_checkpoint`); when all are read,
         save the snapshot and keep the archive (`read.cache`, `read.archive`). False: `pause` stopped
-        it between two chunks. `threads`: the count `apply_threads` just set (None: decided here).
-        Raises Cancelled (the archive being written is deleted)."""
+        it between two chunks (a checkpoint is saved). `threads`: the count `apply_threads` just set
+        (None: decided here). Raises Cancelled (a checkpoint of the chunks before is kept; without a
+        prefix store the archive being written is deleted)."""
         governor = None
         if self.model.device.type == "cpu":  # the load may have changed since the model loaded (or the pause)
             read.threads = apply_threads(self.settings.threads) if threads is None else threads
             governor = ThreadGovernor(self.settings.threads)  # and it changes during a long read
         if read.cache is None:
-            read.cache = self.model.decoder.new_cache(read.policy, read.policy.position_mode)
-            read.writer = self._archive_writer(read.key, read.layout, read.missing)
-        cache, n = read.cache, len(read.ids)
+            self._start_read(read)
+        cache, n, checkpoints = read.cache, len(read.ids), read.checkpoints
         first = cache.seen_tokens
         clock = PrefillClock(read.policy.budget_tokens, first)
+
+        def after_chunk(done: int, total: int, elapsed: float) -> None:
+            if checkpoints is not None:
+                checkpoints.after_chunk(cache, read.writer)
+            notify(clock(first + done, n, elapsed))
+
         t0 = time.perf_counter()
         self._filling = cache  # memory() reports it from progress callbacks (the live gauge)
         try:
-            self.model.decoder.prefill(
-                torch.tensor(read.ids[first:]), cache, cancel=cancel, archive=read.writer, governor=governor, pause=pause,
-                progress=lambda done, total, elapsed: notify(clock(first + done, n, elapsed)),
-            )
+            self.model.decoder.prefill(torch.tensor(read.ids[first:]), cache, cancel=cancel, archive=read.writer,
+                                       governor=governor, pause=pause, progress=after_chunk)
         except BaseException:
-            if read.writer is not None:
+            if checkpoints is not None:
+                checkpoints.stopped(read.writer)
+            elif read.writer is not None:
                 read.writer.abort()
+            read.writer = None
             raise
         finally:
             self._filling = None
             read.seconds += time.perf_counter() - t0
         if cache.seen_tokens < n:
+            if checkpoints is not None:
+                checkpoints.save(cache, read.writer)
             return False
-        read_time.record_rate(self._rate_key(read.threads), n, read.seconds)
+        read_time.record_rate(self._rate_key(read.threads), n - read.resumed_from, read.seconds)
         cache.shrink()
+        finished = self._finish_archive(read)
+        if checkpoints is not None:  # before the snapshot is saved: the budget would count the archive twice
+            checkpoints.release(read.writer)
         saved = self._save(read.key, cache, n, read.label)
-        if read.writer is not None:
-            read.archive = self._keep_archive(read, saved)
+        if finished is not None:
+            read.archive = self._keep_archive(read, finished, saved)
         return True
+
+    def _start_read(self, read: PendingRead) -> None:
+        """Give `read` its cache and archive writer: as its checkpoint on disk left them, else new
+        ones for a read from token 0 (with checkpoints when there is a prefix store)."""
+        decoder = self.model.decoder
+        resumed = read.checkpoints.load(decoder, read.policy, read.layout) if read.checkpoints is not None else None
+        if resumed is not None:
+            read.cache, read.writer = resumed
+            read.resumed_from = read.cache.seen_tokens
+            return
+        read.cache = decoder.new_cache(read.policy, read.policy.position_mode)
+        path = read.checkpoints.begin(read.layout) if read.checkpoints is not None else None
+        read.writer = self._archive_writer(read.key, read.layout, read.missing, path)
 
     def close(self) -> None:
         """Forget the open document and its caches (an archive kept only for this session is deleted)."""
@@ -568,15 +600,17 @@ class DocumentSession:
         return ArchiveLayout(shape.num_layers, shape.kv_heads, shape.head_dim, n_tokens, recall.block_tokens,
                              recall.archive_bits, policy.group_size)
 
-    def _archive_writer(self, key: str, layout: ArchiveLayout | None, missing: list[str]) -> ArchiveWriter | None:
-        """A writer for the archive, in the prefix store (or a session file without one); None when
-        the plan writes none or it cannot be created (then `missing` says why)."""
+    def _archive_writer(self, key: str, layout: ArchiveLayout | None, missing: list[str],
+                        path: Path | None = None) -> ArchiveWriter | None:
+        """A writer for the archive at `path` (the read's checkpoint's), else in the prefix store (or
+        a session file without one); None when the plan writes none or it cannot be created (then
+        `missing` says why)."""
         if layout is None:
             return None
         try:
-            if self.store is not None:
+            if path is None and self.store is not None:
                 path = self.store.archive_temp_path(key)
-            else:
+            elif path is None:
                 folder = paths.cache_dir() / "archives"
                 folder.mkdir(exist_ok=True)
                 path = folder / f"session-{os.getpid()}-{secrets.token_hex(4)}.safetensors"
@@ -585,14 +619,27 @@ class DocumentSession:
             missing.append(f"its archive cannot be written ({error})")
             return None
 
-    def _keep_archive(self, read: PendingRead, saved: bool) -> Archive | None:
-        """Finish `read`'s archive, move it into the prefix store beside the snapshot (`saved`), or
-        keep it for this session only (`read.own_archive`), and open it. One that cannot be opened
-        is not kept: not in the store either, where the next prefix-cache hit would find it."""
+    def _finish_archive(self, read: PendingRead) -> tuple[str, int] | None:
+        """Finish `read`'s archive (`ArchiveWriter.finish`: digest tables written, file closed):
+        (digest hex, size in bytes); None without one, or when it failed (deleted; `missing` says why)."""
+        if read.writer is None:
+            return None
+        try:
+            return read.writer.finish()
+        except (OSError, ArchiveError) as error:
+            read.writer.abort()
+            read.missing.append(f"its archive was not kept ({error})")
+            return None
+
+    def _keep_archive(self, read: PendingRead, finished: tuple[str, int], saved: bool) -> Archive | None:
+        """Move `read`'s finished archive (`finished`: its digest and size) into the prefix store
+        beside the snapshot (`saved`), or keep it for this session only (`read.own_archive`), and
+        open it. One that cannot be opened is not kept: not in the store either, where the next
+        prefix-cache hit would find it."""
         key, writer, missing = read.key, read.writer, read.missing
         stored = False
         try:
-            sha256, size = writer.finish()
+            sha256, size = finished
             path = writer.path
             if saved:
                 path = self.store.put_archive(key, writer.path, sha256=sha256, size_bytes=size)

@@ -584,3 +584,18 @@ def test_ticking_the_cloud_fallback_asks_for_its_endpoint_and_keeps_the_estimate
     assert not dialog.saved and dialog.error.text() and "C62828" in dialog.error.styleSheet()
     dialog.cloud.setChecked(False)
     assert dialog.error.text() == "" and dialog.cloud.title() == off
+
+
+def test_the_header_says_where_a_read_stopped_earlier_goes_on():
+    """A document whose earlier whole read kept its chunks (engine.read_checkpoint): the header says
+    the read goes on from there, and the time it gives is the rest's."""
+    from app.document_header import whole_read_text
+    from engine.kvcache.cache import MemoryBreakdown
+    from engine.session import OpenReport
+
+    report = OpenReport(title="b.txt", kind="text", document_tokens=1000, prefix_hit=False, position_mode="original",
+                        seconds=0.1, prefill_seconds=0.0, prefill_tokens_per_s=0.0, kv=MemoryBreakdown(),
+                        full_fp16_bytes=0, unread=True)
+    assert "going on" not in whole_read_text(report)
+    report.read_from = 400
+    assert "going on from 40% where it stopped" in whole_read_text(report)

@@ -74,15 +74,17 @@ def test_a_paused_read_goes_on_from_its_chunk_and_then_questions_recall_from_the
         assert torch.equal(kept.index, reference.index)
 
 
-def test_a_cancelled_read_keeps_the_document_answerable_and_starts_over(smol, store):
+def test_a_cancelled_read_keeps_the_document_answerable_and_goes_on_from_its_checkpoint(smol, store):
+    """Cancelled inside its second chunk, the read keeps the first in a checkpoint (tests/test_resume_read.py)."""
     session = DocumentSession(smol, settings(), store)
     session.open(book(), read_now=False)
     cancel = threading.Event()
     with pytest.raises(Cancelled):
         session.read(progress=lambda p: cancel.set(), cancel=cancel)
-    assert session.unread and session.unread_progress()[0] == 0 and store.entries() == []
+    assert session.unread and session.unread_progress()[0] == settings().cache.chunk_tokens
+    assert [entry.n_tokens for entry in store.entries()] == [settings().cache.chunk_tokens], "only the checkpoint"
     assert COMBINATION in session.ask(QUESTION).text
-    assert session.read() is True and len(store.entries()) == 1
+    assert session.read() is True and [entry.key for entry in store.entries()] == [session.prefix_key]
 
 
 def test_a_document_the_cache_keeps_whole_is_read_at_once(smol, store):

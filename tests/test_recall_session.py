@@ -169,7 +169,9 @@ def test_archive_off_means_no_archive_file_and_answers_as_before(smol, store):
     assert answer.recall is None and answer.sources == []
 
 
-def test_a_cancelled_read_leaves_no_archive_behind(smol, store):
+def test_a_cancelled_read_leaves_no_archive_behind_but_its_checkpoints(smol, store):
+    """What a cancelled read wrote is either its checkpoint's, indexed and counted in the disk
+    budget (`engine.read_checkpoint`), or gone."""
     cancel = threading.Event()
     session = DocumentSession(smol, settings(), store)
 
@@ -179,4 +181,7 @@ def test_a_cancelled_read_leaves_no_archive_behind(smol, store):
 
     with pytest.raises(Cancelled):
         session.open(haystack(), progress=stop, cancel=cancel)
-    assert not [p for p in store.root.iterdir() if p.name.endswith((".tmp", ".archive.safetensors"))]
+    [checkpoint] = store.entries()
+    kept = [p for p in store.root.iterdir() if p.name.endswith((".tmp", ".archive.safetensors"))]
+    assert [p.name for p in kept] == [f"{checkpoint.key}.archive.safetensors"]
+    assert checkpoint.archive_bytes == kept[0].stat().st_size

@@ -114,6 +114,11 @@ class ArchiveLayout:
         """Tensor names of `layer`'s keys (`kind` "k") or values ("v"), in the order a block digest hashes them."""
         return [f"layer{layer}.{kind}.{name}" for name in self.fmt.field_specs(self.head_dim)]
 
+    @property
+    def file_bytes(self) -> int:
+        """The archive file's size in bytes, header included."""
+        return _end(_header(self)[1])
+
     def metadata(self) -> dict[str, str]:
         return {"format": ARCHIVE_FORMAT, "layout": json.dumps(self.__dict__, sort_keys=True)}
 
@@ -145,28 +150,108 @@ class ArchiveWriter:
     Each block is hashed as it is written (see the module docstring). `finish()` checks every
     token was written, writes the digest tables, fsyncs and returns (digest hex, size in bytes);
     `abort()` deletes the file. Raises OSError from the file system, ArchiveError for a bad layout.
+
+    A read stopped half-way can go on in another process (`engine.read_checkpoint`): between two
+    chunks `flush()` makes the file durable and `digests()` says what it holds; `close()` keeps the
+    file, and `ArchiveWriter.resume` reopens it, hashing its written part again.
     """
 
     def __init__(self, path: Path, layout: ArchiveLayout, rope: RotaryTable) -> None:
+        self._setup(path, layout, rope)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(self._fd, self._header)
+            if hasattr(os, "posix_fallocate"):  # reserve the blocks: a full disk fails here, not mid-read
+                os.posix_fallocate(self._fd, 0, self.size_bytes)
+            else:
+                os.ftruncate(self._fd, self.size_bytes)
+        except OSError:
+            self.abort()
+            raise
+
+    def _setup(self, path: Path, layout: ArchiveLayout, rope: RotaryTable) -> None:
+        """State of a writer that has written nothing yet, its file not open."""
         layout.validate()
         self.path = Path(path)
         self.layout = layout
         self.rope = rope
         self._header, self._places = _header(layout)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(self._fd, self._header)
-            if hasattr(os, "posix_fallocate"):  # reserve the blocks: a full disk fails here, not mid-read
-                os.posix_fallocate(self._fd, 0, _end(self._places))
-            else:
-                os.ftruncate(self._fd, _end(self._places))
-        except OSError:
-            self.abort()
-            raise
+        self._fd = -1
         self._written = [0] * layout.num_layers
         self._block_digests = np.zeros(layout.tensor_specs()["digests.blocks"][0], dtype=np.uint8)
         # The bounds are hashed as they arrive, in order: one running hash per layer and bound.
         self._bound_hashes = [(_digest(), _digest()) for _ in range(layout.num_layers)]
+
+    @property
+    def size_bytes(self) -> int:
+        """The file's size, the same from its creation on (it is preallocated)."""
+        return _end(self._places)
+
+    @property
+    def written_tokens(self) -> int:
+        """Tokens written in every layer (between two prefill chunks, all layers hold the same)."""
+        return min(self._written)
+
+    def digests(self) -> dict[str, torch.Tensor]:
+        """The digests of what is written so far, for a checkpoint of the read (`resume` checks the
+        file against them): "blocks" `[L, b, 2, 16]` uint8, the block digests of the b blocks of
+        `written_tokens`; "bounds" `[L, 2, 16]` uint8, the running hashes of each layer's key_min and
+        key_max so far (their digests: a hash object cannot be saved). Raises ArchiveError when the
+        layers hold different token counts or a partial block (a read stopped inside a chunk)."""
+        written = self.written_tokens
+        if any(n != written for n in self._written) or written % self.layout.block_tokens:
+            raise ArchiveError("the archive is not at a chunk boundary: no checkpoint can describe it")
+        # A view, not a copy (this runs after every chunk): the blocks before `written` never change again.
+        blocks = self._block_digests[:, : written // self.layout.block_tokens]
+        return {"blocks": torch.from_numpy(blocks), "bounds": torch.from_numpy(self._bound_digests())}
+
+    def _bound_digests(self) -> np.ndarray:
+        """`[L, 2, 16]` uint8: the digests of the running key_min / key_max hashes now."""
+        return np.array([[np.frombuffer(h.digest(), dtype=np.uint8) for h in pair] for pair in self._bound_hashes],
+                        dtype=np.uint8)
+
+    @classmethod
+    def resume(cls, path: Path, layout: ArchiveLayout, rope: RotaryTable, written_tokens: int,
+               digests: dict[str, torch.Tensor]) -> ArchiveWriter:
+        """Go on writing the archive at `path`, of which the first `written_tokens` tokens of every
+        layer were written (a read stopped there and saved a checkpoint with `digests()`).
+
+        The running hashes cannot be saved, so the written part is read back and hashed again
+        (every block and the bounds so far: about the share of the file written, at the hash's
+        speed), and checked against `digests`: `finish` then gives the digest a read in one go gives.
+        Raises ArchiveError when the file does not fit `layout`, `written_tokens` is not a whole
+        number of blocks inside the document, or the written part differs from `digests` (damaged);
+        OSError from the file system.
+        """
+        writer = object.__new__(cls)
+        writer._setup(path, layout, rope)
+        lay, blocks = layout, written_tokens // layout.block_tokens
+        if written_tokens % lay.block_tokens or not 0 < written_tokens < lay.n_tokens:
+            raise ArchiveError(f"cannot resume an archive at token {written_tokens} (blocks of {lay.block_tokens})")
+        expected = {"blocks": (lay.num_layers, blocks, 2, DIGEST_BYTES), "bounds": (lay.num_layers, 2, DIGEST_BYTES)}
+        if {name: tuple(digests[name].shape) for name in expected if name in digests} != expected:
+            raise ArchiveError("the checkpoint's archive digests do not fit the archive")
+        with open(writer.path, "rb") as handle:
+            if handle.read(len(writer._header)) != writer._header or os.fstat(handle.fileno()).st_size != writer.size_bytes:
+                raise ArchiveError("the archive being resumed was made for another layout, or is truncated")
+        data = np.memmap(writer.path, dtype=np.uint8, mode="r")
+        for layer in range(lay.num_layers):
+            for i, kind in enumerate("kv"):
+                views = [_view(data, writer._places[name]) for name in lay.field_names(layer, kind)]
+                for block in range(blocks):
+                    digest = _digest()
+                    for view in views:
+                        digest.update(view[block * lay.block_tokens:(block + 1) * lay.block_tokens])
+                    writer._block_digests[layer, block, i] = np.frombuffer(digest.digest(), dtype=np.uint8)
+            # The bounds were hashed chunk by chunk in block order: one update over their rows is the same hash.
+            for hashed, name in zip(writer._bound_hashes[layer], ("key_min", "key_max"), strict=True):
+                hashed.update(_view(data, writer._places[f"layer{layer}.{name}"])[:blocks])
+        if not (np.array_equal(writer._block_digests[:, :blocks], digests["blocks"].numpy())
+                and np.array_equal(writer._bound_digests(), digests["bounds"].numpy())):
+            raise ArchiveError("the archive being resumed differs from its checkpoint's digests (damaged file)")
+        writer._written = [written_tokens] * lay.num_layers
+        writer._fd = os.open(writer.path, os.O_RDWR)
+        return writer
 
     def append(self, layer: int, start: int, key: torch.Tensor, value: torch.Tensor) -> None:
         """Write the chunk `[kv_heads, chunk, head_dim]` (keys before RoPE) of `layer` at `start`."""
@@ -223,6 +308,16 @@ class ArchiveWriter:
         self._fd = -1
         return archive_digest(self._header, self._block_digests, bounds), self.path.stat().st_size
 
+    def flush(self) -> None:
+        """Make what is written durable (fsync), before a checkpoint says how far it goes. Raises OSError."""
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Close the file and keep it: a checkpoint of the read refers to it (`resume` goes on). Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
     def abort(self) -> None:
         """Close and delete the file (a cancelled or failed prefill)."""
         if self._fd >= 0:
@@ -238,6 +333,13 @@ def _row_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
 def _end(places: dict) -> int:
     """File size: where the last tensor ends."""
     return max(offset + shape[0] * _row_bytes(shape, dtype) for offset, shape, dtype in places.values())
+
+
+def _view(data: np.ndarray, place: tuple[int, tuple[int, ...], torch.dtype]) -> np.ndarray:
+    """The tensor at `place` (absolute offset, shape, dtype) of the mapped file `data`, as an array."""
+    offset, shape, dtype = place
+    size = shape[0] * _row_bytes(shape, dtype)
+    return data[offset : offset + size].view(_DTYPES[dtype][1]).reshape(shape)
 
 
 def _combine(key_min: hashlib.blake2b, key_max: hashlib.blake2b) -> bytes:
@@ -315,9 +417,7 @@ class Archive:
         return archive
 
     def _view(self, name: str) -> np.ndarray:
-        offset, shape, dtype = self._places[name]
-        size = shape[0] * _row_bytes(shape, dtype)
-        return self._data[offset : offset + size].view(_DTYPES[dtype][1]).reshape(shape)
+        return _view(self._data, self._places[name])
 
     def _check_blocks(self, layer: int, blocks: np.ndarray, kinds: str) -> None:
         """Hash `layer`'s `blocks` (block indices) for `kinds` not checked yet; ArchiveError on a mismatch."""
