@@ -127,7 +127,6 @@ def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> lis
         old = before.build(document, *args)
         chunks, window_index = windows(document)
         history: list[Turn] = []
-        old_previous = None
         for question in questions:
             evidence = evidence_of(document, question)
             follow = bool(question.get("follow_up"))
