@@ -256,6 +256,7 @@ class PrefixStore:
         self.disk_budget_bytes = int(disk_budget_bytes)
         self._index_path = self.root / INDEX_NAME
         self.notice: str | None = None  # one line for the user when opening had to heal the index
+        self.evicted: list[str] = []  # labels of entries evicted for the budget, until `take_evicted`
         # One connection per store, shared by threads (the GUI may open the store on one thread and
         # prefill on the worker thread); the lock keeps its transactions from interleaving.
         self._lock = threading.RLock()
@@ -764,15 +765,23 @@ class PrefixStore:
         if total <= self.disk_budget_bytes:
             return
         victims = self._db.execute(
-            f"SELECT p.key, p.size_bytes + COALESCE(a.size_bytes, 0) FROM {_TABLE} p LEFT JOIN {_ARCHIVES} a "
+            f"SELECT p.key, p.label, p.size_bytes + COALESCE(a.size_bytes, 0) FROM {_TABLE} p LEFT JOIN {_ARCHIVES} a "
             "ON a.key = p.key WHERE p.key != ? ORDER BY p.last_used_s ASC, p.created_s ASC",
             [keep or ""],
         ).fetchall()
-        for key, size_bytes in victims:
+        for key, label, size_bytes in victims:
             if total <= self.disk_budget_bytes:
                 break
             self._drop(key)
+            self.evicted.append(label)
             total -= size_bytes
+
+    def take_evicted(self) -> list[str]:
+        """Labels of the entries evicted to stay within the disk budget since the last call, least
+        recently used first (a document's saved reading: "book.pdf · SmolLM2…"); then forgets them."""
+        with self._lock:
+            evicted, self.evicted = self.evicted, []
+        return evicted
 
 
 def _enable_wal(db: sqlite_utils.Database) -> None:

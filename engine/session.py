@@ -368,6 +368,8 @@ class DocumentSession:
         report.recall_plan, report.recall_notice = plan, RecallNotice.of(plan)
         if report.recall_notice is not None:
             report.warnings.append(str(report.recall_notice))
+        report.warnings += self.notices
+        self.notices = []  # said once
         return True
 
     def _unread_snapshot(self, policy: CachePolicy, n_tokens: int) -> CompressedCache:
@@ -431,6 +433,8 @@ class DocumentSession:
         saved = self._save(read.key, cache, n, read.label)
         if finished is not None:
             read.archive = self._keep_archive(read, finished, saved)
+        if self.store is not None:  # the user should know which saved reading made room for this one
+            self.notices += [evicted_notice(label) for label in self.store.take_evicted()]
         return True
 
     def _start_read(self, read: PendingRead) -> None:
@@ -829,6 +833,12 @@ class DocumentSession:
         self.store = None
         self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
         return False
+
+
+def evicted_notice(label: str) -> str:
+    """The line that says a saved reading was removed to make room (`PrefixStore.take_evicted`)."""
+    return (f"the saved reading of “{label}” was removed to keep the saved readings within their disk space "
+            "(the least recently used goes first): it will be read again when opened")
 
 
 def reading_progress(notify: Callable[[Progress], None], path: str | os.PathLike[str]) -> Callable[[int, int], None]:

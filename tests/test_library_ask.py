@@ -224,3 +224,22 @@ def test_a_document_kept_whole_is_answered_from_its_snapshot_without_re_reading(
         library.close()
     assert not answer.recall.reread and answer.recall.bytes_read == 0
     assert COMBINATION in answer.text and answer.sources[0].document == "book"
+
+
+def test_a_reading_that_makes_room_says_which_saved_reading_it_removed(smol, tmp_path):
+    probe = PrefixStore(tmp_path / "probe", disk_budget_bytes=512 * 1024**2)
+    reader = DocumentSession(smol, settings(), probe)
+    reader.open(book())
+    reader.close()
+    one = probe.total_bytes()
+    store = PrefixStore(tmp_path / "small", disk_budget_bytes=one + one // 2)  # room for one saved reading
+    session = DocumentSession(smol, settings(), store)
+    first = session.open(book())
+    assert not any("was removed" in w for w in first.warnings)
+    second = session.open(other_book("harbour records", 1, pages=24))
+    removed = [w for w in second.warnings if "was removed" in w]
+    assert removed == [f"the saved reading of “{first.title} · {smol.label}” was removed to keep the saved readings within "
+                       "their disk space (the least recently used goes first): it will be read again when opened"]
+    assert len(store.entries()) == 1
+    session.close()
+

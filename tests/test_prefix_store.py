@@ -809,3 +809,12 @@ def test_b06_ask_goes_on_without_the_prefix_cache_and_says_so_once(tmp_path):
     assert "||" not in room  # said once
     assert full == ("full 0 warning: the prefix cache cannot be used (the disk holding it is full), so it is off "
                     "for now: documents are prefilled every time")
+
+
+def test_evicted_entries_are_named_once_least_recently_used_first(tmp_path):
+    size = entry_size(tmp_path)
+    store = PrefixStore(tmp_path / "s", disk_budget_bytes=2 * size + size // 2)
+    for k, name in enumerate("abcd"):
+        store.put(key_for(dtype=name), snapshot(k + 1), {}, n_tokens=5, label=f"{name}.pdf · model")
+    assert store.take_evicted() == ["a.pdf · model", "b.pdf · model"]
+    assert store.take_evicted() == [], "said once"
