@@ -190,6 +190,7 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
                 skipped.append(f"{record.title}: {exc}")
             finally:
                 bar.close()
+        asking.prepare()
         open_s = time.perf_counter() - began
         for line in skipped:
             print(f"warning: skipped {line}", file=err)

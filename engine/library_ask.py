@@ -162,6 +162,11 @@ class LibraryAsk:
             session.close()
         self.sessions = []
 
+    def prepare(self) -> None:
+        """Build the library's full-text index now (about 5 s for 30 documents with a 288-page book
+        on a laptop CPU) rather than at the first question, which would wait for it."""
+        self._library_index()
+
     # ------------------------------------------------------------- choose
     def choose(self, question: str, previous: LibraryTurn | None = None) -> list[LibraryPick]:
         """The documents `question` reads, best first, each with its chosen spans (see the module
