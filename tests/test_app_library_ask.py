@@ -22,7 +22,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from engine.documents import load_document  # noqa: E402
-from test_app import anchors, ask, home, make_window, wait_open  # noqa: E402,F401  (fixtures)
+from test_app import anchors, ask, home, make_window, wait_open  # noqa: E402,F401,F811  (fixtures)
 from test_library_ask import other_book  # noqa: E402
 from test_span_recall import COMBINATION, QUESTION, settings  # noqa: E402
 from window_driver import add_document, pick  # noqa: E402
