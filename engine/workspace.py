@@ -479,21 +479,20 @@ class Workspace:
             raise HalamanError("the question is empty: type a question about the documents")
         self.ensure_model()
         wanted = tuple(dict.fromkeys(str(p) for p in paths))
-        if self._library is None or wanted != self._library_paths:
+        if self._library is None or wanted != self._library_paths or not self._library.sessions:
             self._close_library()
-            # Built before opening: a cancel or error part-way leaves an owner that the next call closes.
-            self._library, self._library_paths = LibraryAsk(self.model, self.settings, self.prefix_store()), wanted
+            self._library = LibraryAsk(self.model, self.settings, self.prefix_store())
             for path in wanted:
-                if cancel is not None and cancel.is_set():
-                    self._close_library()  # a half-opened library must not pass for the whole one
-                    raise Cancelled()
                 try:
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled()
                     self._library.add(path, cancel=cancel)
                 except Cancelled:
-                    self._close_library()
+                    self._close_library()  # a half-opened library must not pass for the whole one
                     raise
                 except HalamanError as exc:
                     self._library_skipped.append(f"{Path(path).name}: {exc}")
+            self._library_paths = wanted  # only now: one left half-opened by an unexpected error is rebuilt
         if not self._library.sessions:
             raise HalamanError("no document of the library could be opened: "
                                + ("; ".join(self._library_skipped) or "the library is empty"))
