@@ -64,7 +64,9 @@ class SourceFlow(QObject):
         self.window = window
         self._wanted: Citation | None = None                       # the last click; an older read's result is dropped
         self._kept: tuple[int, str | None, Document] | None = None  # document id, its file's signature, its text
-        self.shown_id: int | None = None      # the library document whose page or file the pane shows
+        # The library document whose answer's page or file the pane shows (a library answer's may be
+        # of another document: it still belongs beside the chat that holds the answer).
+        self.shown_id: int | None = None
         self._read.connect(self._on_read)
 
     def follow(self, document_id: int | None) -> None:
@@ -138,7 +140,7 @@ class SourceFlow(QObject):
         # A library answer's passages are of several documents: those of the one shown.
         passages = [p for p in message.passages if p.document_source == citation.document_source] if message else []
         w.source_pane.show_segment(document, labels.index(found), passages)
-        self.shown_id = citation.document_id
+        self.shown_id = message.document_id if message is not None else citation.document_id
         self.shown.emit(citation)
 
     def open_pane(self) -> None:

@@ -69,7 +69,8 @@ def test_asking_all_documents_answers_from_the_one_that_holds_it_and_keeps_it_th
     assert (first.document, first.document_source, first.label) == ("beacon.txt", str(beacon), "beacon.txt")
     assert window.state.current.id == ids[1], "the chat follows the answer to its document"
 
-    href = f"cite:{quote('beacon.txt, beacon.txt')}#{answer.id}"
+    assert "Attended: [beacon.txt] (" in window.chat.toPlainText(), "a library answer's source names its document"
+    href = f"cite:{quote('beacon.txt')}#{answer.id}"
     click_link(qtbot, window.chat, href)
     pane = window.source_pane
     qtbot.waitUntil(pane.isVisible, timeout=10_000)
