@@ -106,3 +106,38 @@ def test_unticked_a_question_is_asked_of_the_open_document_as_before(make_window
     assert started == ["ask"] and [m.role for m in messages] == ["user", "assistant"]
     assert COMBINATION in messages[1].text and not messages[1].text.startswith("Asked across")
     assert messages[1].sources and all(s.document is None for s in messages[1].sources)
+
+
+def test_a_stored_library_answer_opens_each_source_in_its_own_document_with_its_own_highlights(qtbot, home, tmp_path):
+    """No model: a library answer kept with the almanac whose source is in the beacon opens the
+    beacon's file with the beacon's passage only, and stays shown when the library refreshes."""
+    import json
+
+    from app.changes import Changes
+    from engine.answer import Source
+    from engine.attended import AttendedSpan
+    from window_driver import window_without_model
+
+    almanac, beacon, _cellar = library_files(tmp_path)
+    window = window_without_model(qtbot)
+    almanac_id, beacon_id = (add_document(window, path, load_document(path)) for path in (almanac, beacon))
+    shown = load_document(beacon).segments[0].text
+    at = shown.index(NEEDLE)
+    passages = [AttendedSpan(0, "almanac.txt", None, None, 0, 20, 0.4, str(almanac)),
+                AttendedSpan(0, "beacon.txt", None, None, at, at + len(NEEDLE), 0.6, str(beacon))]
+    sources = [Source("beacon.txt", 0.6, document="beacon.txt", document_source=str(beacon)),
+               Source("almanac.txt", 0.4, document="almanac.txt", document_source=str(almanac))]
+    window.library.add_message(almanac_id, "user", QUESTION)
+    message_id = window.library.add_message(
+        almanac_id, "assistant", f"Asked across 3 documents; read beacon.txt, almanac.txt.\n\nIt is {COMBINATION}.",
+        source="local", sources_json=json.dumps([s.__dict__ for s in sources]),
+        passages_json=json.dumps([p.__dict__ for p in passages]))
+    pick(window, almanac_id)
+    assert "Attended: [beacon.txt] (60 %) · [almanac.txt] (40 %)" in window.chat.toPlainText()
+    click_link(qtbot, window.chat, f"cite:{quote('beacon.txt')}#{message_id}")
+    pane = window.source_pane
+    qtbot.waitUntil(lambda: pane.isVisible() and pane.code.toPlainText() == shown, timeout=10_000)
+    assert pane.passages == [passages[1]] and pane.marked_lines == [shown[:at].count("\n") + 1]
+    window.changed.emit(Changes(library=True))  # e.g. the saved readings' status came back
+    assert pane.code.toPlainText() == shown and pane.passages == [passages[1]], "not emptied: it is this chat's answer"
+    assert window.library.messages(beacon_id) == []
