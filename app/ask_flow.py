@@ -3,9 +3,16 @@ an empty answer row in the history, the job in the worker (`app.operations.ask_l
 `ask_cloud`), the answer streamed by `app.answer_stream`, and then the escalation to the cloud the
 workspace decided (`AnswerOutcome.escalation`) or a banner. It reads the window's `DocumentState`
 and says when the history changed (`app.changes`): the ask bar waits while an answer streams.
+
+With "Ask all documents" ticked, the question goes to the library's documents
+(`app.operations.ask_library`). It is kept in the chat shown while it streams; once the answer
+says which documents it read, question and answer move to the first one's history (where they
+stay across restarts, and where their sources open), and the chat follows them there.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from app import operations as ops
 from app.answer_stream import LiveAnswer
@@ -20,16 +27,41 @@ class AskFlow:
 
     def __init__(self, window) -> None:
         self.window = window
+        self._library_question: dict[int, int] = {}  # a library answer's message id -> its question's
         window.answers.ended.connect(self._answer_ended)
+        window.conversation.ask_all.toggled.connect(lambda _on: window.changed.emit(Changes()))  # the ask bar
 
     def ask(self, question: str | None = None, follow_up: bool | None = None) -> None:
         """Ask the local model (the question box's text when `question` is None)."""
         conversation = self.window.conversation
         if question is None:
             question = conversation.question.text().strip()
+        if conversation.ask_all.isChecked():
+            self.ask_library(question)
+            return
         if follow_up is None:
             follow_up = conversation.follow_up.isChecked()
         self._ask(question, cloud=False, follow_up=follow_up)
+
+    def ask_library(self, question: str) -> None:
+        """Ask the library's documents whose files are still there (`Workspace.ask_library`)."""
+        w, state = self.window, self.window.state
+        if not question or not state.library_ready:
+            return
+        paths = [record.path for record in w.library.documents() if Path(record.path).exists()]
+        doc_id = state.current.id
+        w.conversation.take_question()
+        question_id = w.library.add_message(doc_id, "user", question)
+        w.chat.add_question(question)
+        model = w.client.model
+        message_id = w.library.add_message(doc_id, "assistant", "", state="streaming", source="local",
+                                           model=model.label if model else None)
+        self._library_question[message_id] = question_id
+        job = ops.ask_library(question, paths)
+        w.answers.start(job, document_id=doc_id, message_id=message_id, question=question, source="local")
+        w.changed.emit(Changes(history=True))
+        w.background_read.pause_for_question()
+        w.client.submit(job)
 
     def ask_cloud(self, question: str | None = None) -> None:
         """Ask the cloud endpoint: the typed question, or the last one asked."""
@@ -64,6 +96,9 @@ class AskFlow:
     def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:
         """What follows an answer: the escalation to the cloud the workspace decided, or a banner."""
         w = self.window
+        question_id = self._library_question.pop(live.message_id, None)
+        if outcome is not None and outcome.documents and question_id is not None:
+            self._keep_with(outcome.documents[0], live, question_id)
         w.changed.emit(Changes(history=True))
         if w.closed:
             return
@@ -74,6 +109,19 @@ class AskFlow:
                                   lambda: w.settings_flow.lower_budget_and_retry(w.state.engine_path))
         elif error is not None and error.kind is not ErrorKind.CANCELLED:
             w.banner.show_message("error", f"Could not answer: {error.message}")
+
+    def _keep_with(self, path: str, live: LiveAnswer, question_id: int) -> None:
+        """Move a library answer and its question to the history of the document at `path` (the
+        first it read), and show that document's chat if the chat showed the question's."""
+        w = self.window
+        record = w.library.find(path)
+        if record is None or record.id == live.document_id or w.library.message(live.message_id) is None:
+            return
+        for message_id in (question_id, live.message_id):
+            w.library.update_message(message_id, document_id=record.id)
+        if w.state.current is not None and w.state.current.id == live.document_id and not w.closed:
+            w.select_document(record.id)
+            w.statusBar().showMessage(f"The answer is kept with {record.title}, the document it read first.", 8000)
 
     def _last_question(self) -> str:
         current = self.window.state.current

@@ -1,6 +1,7 @@
 """The conversation: the chat (or, with no document, a big drop target) and the ask bar below it.
 
-Intents out (signals): `ask_requested(question, follow_up)`, `ask_cloud_requested(question)`,
+Intents out (signals): `ask_requested(question, follow_up)` (to the whole library when `ask_all` is
+ticked; `ask_all.toggled` says it changed), `ask_cloud_requested(question)`,
 `citation_clicked(label, message_id)`, `open_file_requested()`, `open_folder_requested()`. State in:
 `set_ready(...)`, `show_document(id)`, `show_empty()`, `show_chat()`; the chat itself is `chat` (`app.chat.ChatView`).
 """
@@ -90,10 +91,13 @@ class Conversation(QWidget):
         self.cloud_button.setToolTip("Send this question (and what fits of the document) to the cloud endpoint in Settings")
         self.follow_up = QCheckBox("Follow-up")
         self.follow_up.setToolTip("Continue from the previous answer instead of starting fresh from the document")
+        self.ask_all = QCheckBox("Ask all documents")
+        self.ask_all.setToolTip("Answer from the best matching documents of the library; sources name the document")
         bar = QHBoxLayout()
         bar.setContentsMargins(12, 8, 12, 12)
         bar.addWidget(self.question, 1)
         bar.addWidget(self.follow_up)
+        bar.addWidget(self.ask_all)
         bar.addWidget(self.ask_button)
         bar.addWidget(self.cloud_button)
         layout = QVBoxLayout(self)
@@ -125,6 +129,9 @@ class Conversation(QWidget):
         self.cloud_button.setVisible(cloud)
         for widget in (self.ask_button, self.cloud_button, self.follow_up):
             widget.setEnabled(ready)
+        # A library question has no previous answer to follow, and the cloud is sent one document.
+        self.follow_up.setEnabled(ready and not self.ask_all.isChecked())
+        self.cloud_button.setEnabled(ready and not self.ask_all.isChecked())
         enabled = ready or typing
         if not enabled and self.question.hasFocus():
             self.chat.setFocus()

@@ -112,6 +112,13 @@ class DocumentState:
         return self.is_open(self.current) and self.opening is None and self.live is None
 
     @property
+    def library_ready(self) -> bool:
+        """A question to the whole library can be asked: the chat shows a library document (it
+        holds the question until the answer says which document it belongs to), nothing is read or
+        answered. No document needs to be open: the library question opens its own."""
+        return self.current is not None and self.opening is None and self.live is None
+
+    @property
     def engine_path(self) -> str | None:
         """The path the engine has open, or is reading."""
         return self.open_path if self.open_id is not None else self.opening

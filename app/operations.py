@@ -58,6 +58,15 @@ def ask_local(question: str, *, follow_up: bool, **callbacks) -> Job:
     return Job("ask", run, title="Answering…", **callbacks)
 
 
+def ask_library(question: str, paths: list[str], **callbacks) -> Job:
+    """Answer from the documents of `paths` the question picks (`Workspace.ask_library`); the
+    result is an `AnswerOutcome` whose `documents` are those it read, the best first."""
+    def run(workspace, ctx):
+        return workspace.library_outcome(workspace.ask_library(question, paths, on_text=ctx.text, cancel=ctx.cancel))
+
+    return Job("ask library", run, title="Answering from the library…", **callbacks)
+
+
 def ask_cloud(question: str, *, reason: str, **callbacks) -> Job:
     """Answer with the cloud endpoint in Settings; with "ask before sending" on, the user sees what
     would be sent first. The result is an `AnswerOutcome`, or None if they decline."""

@@ -83,17 +83,21 @@ def ask_bar(window, changes: Changes) -> None:
     the Cancel action. It reads the documents' state, the answer, the settings (the cloud button)
     and the worker, so it follows every change."""
     state = window.state
+    library = window.conversation.ask_all.isChecked()
+    ready = state.library_ready if library else state.ready
     if state.opening is not None:
         hint = "Reading the document — type your question; Ask works as soon as it is ready (Esc to cancel)"
     elif state.live is not None:
         hint = "Answering… (Esc to stop)"
+    elif library and ready:
+        hint = "Ask all documents of the library…"
     elif state.current is not None and not state.is_open(state.current):
         hint = "Open this document to ask about it"
     elif state.ready:
         hint = f"Ask about {state.current.title}…"
     else:
         hint = "Open or drop a document to ask about it"
-    window.conversation.set_ready(state.ready, hint, cloud=window.settings.cloud.enabled,
+    window.conversation.set_ready(ready, hint, cloud=window.settings.cloud.enabled,
                                   typing=state.opening is not None or state.live is not None)
     window.action_cancel.setEnabled(window.client.busy)
 

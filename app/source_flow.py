@@ -5,6 +5,11 @@ at hand (`DocumentState.document`); another one is read again from its file, in 
 (the engine worker may be busy reading for minutes, and a click must not wait behind that), and the
 last one read is kept for the next click.
 
+A library answer (asked of all documents) is kept with one document but cites several: its
+sources name their document's file (`Source.document_source`), and its links name the document
+("title, page 3", `library_label`); such a click resolves in the library document of that file,
+with the passages measured on it.
+
 Reading a document's text needs no model: `engine.documents.load_document`, as the engine's open
 does, so the pane's page numbers and passages' character offsets are those the answer was given.
 """
@@ -16,6 +21,8 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat import library_label
+from engine.answer import Source
 from engine.citations import normalise_label
 from engine.documents import Document, load_document
 from engine.errors import HalamanError
@@ -30,6 +37,19 @@ class Citation:
     label: str
     message_id: int | None
     document_id: int | None
+    document_source: str | None = None   # a library answer's: the file of the document cited
+
+
+def library_source(label: str, sources: list[Source]) -> Source | None:
+    """The source of a library answer (`sources` naming their documents) a clicked `label` means: the
+    one named so (`library_label`), else the strongest with that page or file (the model cites
+    "[page 3]" without the document), else the strongest; None for one document's answer."""
+    named = [s for s in sources if s.document_source]
+    if not named:
+        return None
+    plain = normalise_label(label)
+    return next((s for s in named if library_label(s) == label), None) or next(
+        (s for s in named if s.label in (label, plain)), named[0])
 
 
 class SourceFlow(QObject):
@@ -44,7 +64,9 @@ class SourceFlow(QObject):
         self.window = window
         self._wanted: Citation | None = None                       # the last click; an older read's result is dropped
         self._kept: tuple[int, str | None, Document] | None = None  # document id, its file's signature, its text
-        self.shown_id: int | None = None      # the library document whose page or file the pane shows
+        # The library document whose answer's page or file the pane shows (a library answer's may be
+        # of another document: it still belongs beside the chat that holds the answer).
+        self.shown_id: int | None = None
         self._read.connect(self._on_read)
 
     def follow(self, document_id: int | None) -> None:
@@ -61,11 +83,15 @@ class SourceFlow(QObject):
         passages highlighted."""
         w = self.window
         message = w.library.message(message_id) if message_id is not None else None
-        if message is not None:
+        source = library_source(label, message.sources) if message is not None else None
+        if source is not None:
+            found = w.library.find(source.document_source)
+            document_id, label = (found.id if found else None), source.label
+        elif message is not None:
             document_id = message.document_id
         else:
             document_id = w.state.current.id if w.state.current is not None else w.state.open_id
-        citation = self._wanted = Citation(label, message_id, document_id)
+        citation = self._wanted = Citation(label, message_id, document_id, source.document_source if source else None)
         if document_id is not None and document_id == w.state.open_id and w.state.document is not None:
             self._show(citation, w.state.document)
             return
@@ -111,8 +137,10 @@ class SourceFlow(QObject):
             return
         message = w.library.message(citation.message_id) if citation.message_id is not None else None
         self.open_pane()
-        w.source_pane.show_segment(document, labels.index(found), message.passages if message else [])
-        self.shown_id = citation.document_id
+        # A library answer's passages are of several documents: those of the one shown.
+        passages = [p for p in message.passages if p.document_source == citation.document_source] if message else []
+        w.source_pane.show_segment(document, labels.index(found), passages)
+        self.shown_id = message.document_id if message is not None else citation.document_id
         self.shown.emit(citation)
 
     def open_pane(self) -> None:

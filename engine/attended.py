@@ -43,7 +43,9 @@ _UNIT_END = re.compile(r"\n|(?<=[.!?])\s+")
 class AttendedSpan:
     """A passage the answer attended to: characters `char_start`..`char_end` (end exclusive) of
     `Document.segments[segment_index].text`, whose tokens received `share` (0..1) of all the
-    attention the recalled document tokens received. label / page / path as in `Segment`."""
+    attention the recalled document tokens received. label / page / path as in `Segment`.
+    document_source: the file or folder (`Document.source`) of the document it is in, for an answer
+    over several (`engine.workspace.Workspace.library_outcome`); None for one document's answer."""
 
     segment_index: int
     label: str
@@ -52,6 +54,7 @@ class AttendedSpan:
     char_start: int
     char_end: int
     share: float
+    document_source: str | None = None
 
     def text(self, document: Document) -> str:
         """The passage's characters in `document` (the one it was measured on)."""

@@ -100,8 +100,10 @@ def conversation_markdown(record: DocumentRecord, messages: list[MessageRecord],
         if sum(line.lstrip().startswith("```") for line in answer.splitlines()) % 2:
             answer += "\n```"  # an answer cut inside a code block: closed, or the rest of the file is code
         lines += [f"**Answer** ({answered_by(message)}):", "", answer, ""]
+        # A library answer also holds passages of the other documents it read: only this one's are quoted.
         attended = [p for p in message.passages if document is not None and 0 <= p.segment_index < len(document.segments)
-                    and document.segments[p.segment_index].label == p.label]
+                    and document.segments[p.segment_index].label == p.label
+                    and p.document_source in (None, document.source)]
         if attended:
             lines.append("Where its attention went:")
             lines.append("")

@@ -29,7 +29,7 @@ import json
 import math
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -46,6 +46,7 @@ from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind,
 from engine.evidence.select import FoundSpan, found_spans
 from engine.grounding import DocumentWords
 from engine.kvcache.recall import RecallStats
+from engine.library_ask import LibraryAnswer, LibraryAsk
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
@@ -207,6 +208,7 @@ class AnswerOutcome:
     answer: Answer
     record: AnswerRecord
     escalation: str | None
+    documents: tuple[str, ...] = ()   # a library answer's documents read (`Document.source`), the best first
 
 
 def sources_json(sources: list[Source]) -> str | None:
@@ -331,6 +333,9 @@ class Workspace:
         self._store_tried = False            # opened once (a store that cannot be used is not retried)
         self.notices: list[str] = []         # for the next open's warnings, once
         self._words: tuple[Document, DocumentWords] | None = None  # the open document's, folded once
+        self._library: LibraryAsk | None = None   # the documents of the last library question, open index first
+        self._library_paths: tuple[str, ...] = ()  # the paths it was built from (some may have failed to open)
+        self._library_skipped: list[str] = []      # "title or path: why" for each of them that could not be opened
 
     # ------------------------------------------------------------------ model
     def ensure_model(self, progress: Callable[[Progress], None] | None = None) -> ModelInfo:
@@ -357,6 +362,7 @@ class Workspace:
 
     def unload_model(self) -> None:
         """Drop the model and its session and give their memory back (the GPU's cache too)."""
+        self._close_library()
         if self.session is not None:
             self.session.close()
         self.session = None
@@ -460,6 +466,61 @@ class Workspace:
         open document that produced it (the window's worker returns this, so the window decides neither)."""
         return AnswerOutcome(answer, self.answer_record(answer), self.escalation_reason(answer))
 
+    # ---------------------------------------------------------------- library
+    def ask_library(self, question: str, paths: Sequence[str], *, on_text: Callable[[str], None] | None = None,
+                    cancel: threading.Event | None = None) -> LibraryAnswer:
+        """Answer `question` from the documents of `paths` the question picks (`engine.library_ask`;
+        `answer.unsupported` is set there). The documents stay open index first for the next library
+        question; when `paths` differ from the last call's, every one is opened again (each open
+        parses its file: seconds for a book; a saved reading is reused). A document that cannot be
+        opened is skipped (`library_outcome` names it). Raises HalamanError when the question is
+        empty or no document could be opened, Cancelled, and what `LibraryAsk.ask` raises."""
+        if not question.strip():
+            raise HalamanError("the question is empty: type a question about the documents")
+        self.ensure_model()
+        wanted = tuple(dict.fromkeys(str(p) for p in paths))
+        if self._library is None or wanted != self._library_paths or not self._library.sessions:
+            self._close_library()
+            self._library = LibraryAsk(self.model, self.settings, self.prefix_store())
+            for path in wanted:
+                try:
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled()
+                    self._library.add(path, cancel=cancel)
+                except Cancelled:
+                    self._close_library()  # a half-opened library must not pass for the whole one
+                    raise
+                except HalamanError as exc:
+                    self._library_skipped.append(f"{Path(path).name}: {exc}")
+            self._library_paths = wanted  # only now: one left half-opened by an unexpected error is rebuilt
+        if not self._library.sessions:
+            raise HalamanError("no document of the library could be opened: "
+                               + ("; ".join(self._library_skipped) or "the library is empty"))
+        return self._library.ask(question, on_text=on_text, cancel=cancel)
+
+    def library_outcome(self, answered: LibraryAnswer) -> AnswerOutcome:
+        """A library answer as the library stores it: its text after a line saying how many
+        documents it was asked across, which it read and which could not be opened; its sources
+        (each naming its document) and every read document's attended passages (each naming its
+        document, `AttendedSpan.document_source`). Never escalated: the cloud answers one document."""
+        answer, sessions = answered.answer, self._library.sessions if self._library else []
+        read = [sessions[pick.document].document for pick in answered.picks]
+        lead = (f"Asked across {len(sessions)} document{'s' if len(sessions) != 1 else ''}; read "
+                + ", ".join(document.title for document in read) + ".")
+        if self._library_skipped:
+            lead += f"  \nCould not open: {'; '.join(self._library_skipped)}."
+        record = answer_record(answer, model=self.model_info(), recall=None,
+                               low_confidence=cloud_policy.low_confidence(answer, self.settings))
+        passages = [replace(p, document_source=sessions[d].document.source)
+                    for d, found in answered.passages.items() for p in found]
+        record = replace(record, text=f"{lead}\n\n{answer.text}", passages_json=passages_json(passages))
+        return AnswerOutcome(answer, record, None, tuple(document.source for document in read))
+
+    def _close_library(self) -> None:
+        if self._library is not None:
+            self._library.close()
+        self._library, self._library_paths, self._library_skipped = None, (), []
+
     def memory(self) -> MemoryReport | None:
         """Weights / KV / workspace / free now, None before a model is loaded (see
         `DocumentSession.memory` for when it may be called during an open)."""
@@ -474,6 +535,8 @@ class Workspace:
         made once). Raises SettingsError for invalid settings (nothing changes)."""
         new.validate()
         old, self.settings = self.settings, new
+        if new != old:  # its documents were opened with the old settings (recall budget, cache policy, model)
+            self._close_library()
         store_changed = (old.prefix_cache_disk_bytes, old.prefix_cache) != (new.prefix_cache_disk_bytes, new.prefix_cache)
         if store_changed:
             self._close_store()
@@ -539,6 +602,7 @@ class Workspace:
         self.unload_model()
 
     def _close_store(self) -> None:
+        self._close_library()  # its documents hold the store
         self._store_tried = False
         if self._store is not None:
             self._store.close()

@@ -243,3 +243,42 @@ def test_a_reading_that_makes_room_says_which_saved_reading_it_removed(smol, tmp
     assert len(store.entries()) == 1
     session.close()
 
+
+
+def test_the_workspace_asks_the_documents_of_paths_and_skips_one_that_will_not_open(smol, tmp_path):
+    """`Workspace.ask_library`, as the window's "Ask all documents" calls it: a path that cannot be
+    opened is named, not a failure, unless nothing opens; the stored record keeps every source's
+    and passage's document through the library's JSON columns; a settings change closes it."""
+    import json
+
+    from engine.library import Library
+    from engine.workspace import Workspace
+
+    logbook = tmp_path / "logbook.txt"
+    logbook.write_text("\n".join(segment.text for segment in book().segments) + "\n", encoding="utf-8")
+    missing = tmp_path / "missing.txt"
+    workspace = Workspace(settings().replace(prefix_cache=False), lambda _settings: smol)
+    library = Library(tmp_path / "library.sqlite")
+    try:
+        with pytest.raises(HalamanError, match="no document of the library could be opened: missing.txt"):
+            workspace.ask_library(QUESTION, [str(missing)])
+        answered = workspace.ask_library(QUESTION, [str(logbook), str(missing)])
+        outcome = workspace.library_outcome(answered)
+        assert COMBINATION in answered.answer.text and outcome.escalation is None
+        assert outcome.documents == (str(logbook),)
+        assert outcome.record.text.startswith("Asked across 1 document; read logbook.txt.  \nCould not open: missing.txt")
+        assert outcome.record.text.endswith(answered.answer.text)
+        assert {p["document_source"] for p in json.loads(outcome.record.passages_json)} == {str(logbook)}
+
+        document_id = library.upsert_document(path=str(logbook), title="logbook.txt", kind="text")
+        message_id = library.add_message(document_id, "assistant", "")
+        library.update_message(message_id, **outcome.record.fields())
+        stored = library.message(message_id)
+        assert stored.sources == answered.answer.sources and stored.sources[0].document_source == str(logbook)
+        assert stored.passages and all(p.document_source == str(logbook) for p in stored.passages)
+
+        workspace.apply_settings(settings().replace(prefix_cache=False, max_new_tokens=8))
+        assert workspace._library is None, "its documents were opened under the old settings"
+    finally:
+        library.close()
+        workspace.shutdown()
