@@ -34,9 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the headless command line with `argv`. Returns the process exit code."""
     parser = _parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["--self-test"]:  # the installer's check: `halaman --self-test ...` = `halaman self-test ...`
-        argv = ["self-test", *argv[1:]]
-    args = parser.parse_args(argv)
+    args = parser.parse_args(parser_argv(argv))
     if args.command is None:
         parser.print_help()
         return 0
@@ -48,6 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("halaman: cancelled", file=sys.stderr)
         return EXIT_CANCELLED
+
+
+def parser_argv(argv: list[str]) -> list[str]:
+    """`argv` as the parser takes it: `halaman --self-test …` is `halaman self-test …` (the
+    installer's check), and `ask --library QUESTION` gets an empty PATH, which keeps both of
+    `ask`'s positionals required, so options may come between PATH and QUESTION in a plain `ask`
+    (argparse cannot intermix options with an optional positional)."""
+    if argv[:1] == ["--self-test"]:
+        return ["self-test", *argv[1:]]
+    if argv[:1] == ["ask"] and "--library" in argv:
+        return ["ask", "", *argv[1:]]
+    return argv
 
 
 READ_WHEN = ("later", "after", "first")
@@ -63,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
 
     ask = sub.add_parser("ask", help="answer a question about a PDF, a folder or a text file, or about the whole library",
                          usage="halaman ask PATH QUESTION [options]\n       halaman ask --library QUESTION [options]")
-    ask.add_argument("path", help="a PDF, a code folder or a text file (with --library: the question)")
-    ask.add_argument("question", nargs="?")
+    ask.add_argument("path", help="a PDF, a code folder or a text file (none with --library)")
+    ask.add_argument("question")
     ask.add_argument("--library", action="store_true",
                      help="ask every document of the library (`halaman library add`): the best matching ones answer")
     ask.add_argument("--json", action="store_true", help="with --library: print the answer, sources and timings as JSON")
@@ -210,12 +220,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     from engine.workspace import Workspace
 
     if args.library:
-        if args.question is not None:
-            raise HalamanError("with --library give only the question: halaman ask --library \"QUESTION\"")
         from engine.cli_library import ask_library
-        return ask_library(args.path, args, _settings_from(args))
-    if args.question is None:
-        raise HalamanError("give a document and a question: halaman ask PATH \"QUESTION\" (or --library \"QUESTION\")")
+        return ask_library(args.question, args, _settings_from(args))
     if args.json:
         raise HalamanError("--json is for --library questions")
     settings = _settings_from(args)

@@ -32,6 +32,8 @@ def add_library_command(sub) -> None:
     actions = library.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="read documents whole once and list them in the app's library")
     add.add_argument("paths", nargs="+", metavar="PATH", help="PDFs, text files or folders")
+    add.add_argument("--password", help="password of the encrypted PDFs among them (not kept: a library question "
+                                        "skips them; ask one on its own with --password)")
     add.set_defaults(handler=_cmd_add)
     listing = actions.add_parser("list", help="the library's documents and whether their reading is saved")
     listing.add_argument("--json", action="store_true", help="one JSON object per document, for scripts")
@@ -69,7 +71,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
             try:
                 if not Path(path).exists():
                     raise HalamanError(f"{path}: no such file or folder; check the path")
-                document = load_document(path, progress=reading_progress(bar.update, path),
+                document = load_document(path, password=args.password, progress=reading_progress(bar.update, path),
                                          include_generated=settings.include_generated_files)
                 bar.close()
 
@@ -138,8 +140,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def source_text(source) -> str:
-    """How a library answer's source is cited: "[Think Python, page 5]"."""
-    return f"[{source.document}, {source.label}]" if source.document else f"[{source.label}]"
+    """How a library answer's source is cited: "[Think Python, page 5]"; a single file, whose one
+    segment is labelled with its name, once: "[notes.md]"."""
+    if not source.document or source.label == source.document:
+        return f"[{source.label}]"
+    return f"[{source.document}, {source.label}]"
 
 
 def ask_library(question: str, args: argparse.Namespace, settings) -> int:
@@ -150,7 +155,8 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
     or question."""
     from engine.cli import _ProgressBar as ProgressBar
     from engine.cli import answer_cautions
-    from engine.library_ask import LibraryAsk
+    from engine.documents import PasswordRequiredError
+    from engine.library_ask import LibraryAsk, unmatched_note
     from engine.units import format_bytes
     from engine.workspace import Workspace
 
@@ -186,6 +192,9 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
                 asking.add(record.path, progress=bar.update, cancel=cancel)
             except Cancelled:
                 raise
+            except PasswordRequiredError:  # the library keeps no passwords: say what does work
+                skipped.append(f"{record.title}: it is password-protected, and the library keeps no passwords; "
+                               f"ask it on its own: halaman ask --password PASSWORD {record.path} \"QUESTION\"")
             except HalamanError as exc:
                 skipped.append(f"{record.title}: {exc}")
             finally:
@@ -207,11 +216,11 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
         how = (f"re-read {recall.tokens_recalled // max(1, workspace.model.profile.num_layers * workspace.model.profile.kv_heads):,}"
                " tokens from their token ids (a document not read whole yet)" if recall.reread
                else f"read {format_bytes(recall.bytes_read)} from the saved readings")
-        cautions = answer_cautions(answer, settings)
+        cautions = [note for note in [unmatched_note(answered.picks)] if note] + answer_cautions(answer, settings)
         if args.json:
             print(json.dumps({
                 "question": question, "answer": answer.text, "stop_reason": str(answer.stop_reason),
-                "sources": [{"document": s.document, "label": s.label, "page": s.page, "path": s.path,
+                "sources": [{"document": s.document, "file": s.document_source, "label": s.label, "page": s.page, "path": s.path,
                              "share": round(s.share, 4)} for s in answer.sources],
                 "documents_read": read,
                 "library": {"documents": len(asking.sessions), "saved_readings": saved, "skipped": skipped},

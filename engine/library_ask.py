@@ -52,12 +52,12 @@ from engine.generate import AnswerBuilder, answer_question
 from engine.grounding import DocumentWords
 from engine.kvcache.archive import ArchiveError
 from engine.kvcache.cache import CompressedCache
-from engine.kvcache.span_recall import SpanRecaller, reread_keys_values
+from engine.kvcache.span_recall import SpanRecaller
 from engine.models.loader import LoadedModel
 from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
 from engine.prefix_store import PrefixStore
 from engine.recall_plan import RecallSource
-from engine.session import REREAD_RECALL_TOKENS, DocumentSession, OpenReport, Progress
+from engine.session import REREAD_RECALL_TOKENS, DocumentSession, OpenReport, Progress, reread_keys_values
 from engine.settings import EngineSettings
 from engine.text_index import QUESTION_WORDS, TextIndex, terms
 from engine.threads import ThreadGovernor
@@ -84,12 +84,13 @@ RUN_TOGETHER_CHARS = 7
 class LibraryPick:
     """A document a library question reads: its place in `LibraryAsk.sessions`, its title, its best
     span's BM25 score in the library's index (0 when no word of the question is in the library),
-    and the spans chosen in it."""
+    the spans chosen in it, and whether the question matched it at all (`matched`)."""
 
     document: int
     title: str
     score: float
     selection: Selection
+    matched: bool = True  # False: no word of the question in the library, its opening read instead
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,16 @@ class LibraryTurn:
 
     question: str
     picks: list[LibraryPick]
+
+
+def unmatched_note(picks: list[LibraryPick]) -> str | None:
+    """A line for the reader when no document the question read matched it (no word of it in the
+    library, nor a document it names): the answer comes from the first documents' openings. None
+    when one matched."""
+    if any(pick.matched for pick in picks):
+        return None
+    return ("no document of the library has the question's words: the answer read the openings of "
+            + ", ".join(pick.title for pick in picks) + ", which may not be about it")
 
 
 @dataclass
@@ -187,6 +198,7 @@ class LibraryAsk:
             ranked = [(d, s) for d, s in ranked if s >= SECOND_DOCUMENT_SHARE * ranked[0][1]][:DOCUMENTS_AT_MOST]
         else:  # no word of the question anywhere ("what are these?"): the first documents' openings
             ranked = [(d, 0.0) for d in range(min(len(self.sessions), DOCUMENTS_AT_MOST))]
+        matched = bool(best) or bool(named)
         history: dict[int, list[Turn]] = {}
         if previous is not None:  # the documents read before stay, and the best new one joins them
             kept = [(pick.document, pick.score) for pick in previous.picks]
@@ -204,7 +216,7 @@ class LibraryAsk:
             selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans,
                                history=history.get(d, ()))
             if selection.chosen:
-                picks.append(LibraryPick(d, session.document.title, score, selection))
+                picks.append(LibraryPick(d, session.document.title, score, selection, matched or d in history))
         return picks
 
     def named(self, question: str) -> set[int]:

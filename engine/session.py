@@ -46,8 +46,9 @@ from engine.estimate import QUESTION_RESERVE_TOKENS, full_cache_bytes, kv_peak_b
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.kvcache.recall import RecallHook, Recaller
-from engine.kvcache.span_recall import SpanRecaller, reread_keys_values
+from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
+from engine.models.decoder import CompressedDecoder
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
 from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
@@ -833,6 +834,20 @@ class DocumentSession:
         self.store = None
         self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
         return False
+
+
+def reread_keys_values(decoder: CompressedDecoder, ids: torch.Tensor, policy: CachePolicy, *,
+                       governor: ThreadGovernor | None = None, cancel: threading.Event | None = None
+                       ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Every layer's keys (before RoPE) and values of the token ids `ids` `[R]`, prefilled on
+    their own at positions 0..R-1 in a cache of `policy` widened to hold them all (span recall
+    without an archive: `SpanRecaller.reread`). `governor` re-decides the CPU threads between
+    chunks. Returns layer -> (keys, values) `[kv_heads, R, head_dim]`. Raises Cancelled when
+    `cancel` is set (checked between chunks)."""
+    policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens), position_mode="original")
+    capture = SpanCapture()
+    decoder.prefill(ids, decoder.new_cache(policy, "original"), archive=capture, governor=governor, cancel=cancel)
+    return capture.keys_values()
 
 
 def evicted_notice(label: str) -> str:

@@ -46,7 +46,7 @@ from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind,
 from engine.evidence.select import FoundSpan, found_spans
 from engine.grounding import DocumentWords
 from engine.kvcache.recall import RecallStats
-from engine.library_ask import LibraryAnswer, LibraryAsk
+from engine.library_ask import LibraryAnswer, LibraryAsk, unmatched_note
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
@@ -509,6 +509,9 @@ class Workspace:
                 + ", ".join(document.title for document in read) + ".")
         if self._library_skipped:
             lead += f"  \nCould not open: {'; '.join(self._library_skipped)}."
+        unmatched = unmatched_note(answered.picks)
+        if unmatched:
+            lead += f"  \nNote: {unmatched}."
         record = answer_record(answer, model=self.model_info(), recall=None,
                                low_confidence=cloud_policy.low_confidence(answer, self.settings))
         passages = [replace(p, document_source=sessions[d].document.source)

@@ -13,8 +13,11 @@ if not Path(HALAMAN[0]).exists():
     HALAMAN = [sys.executable, "-m", "engine.cli"]
 
 
-def run(*args):
-    return subprocess.run([*HALAMAN, *args], capture_output=True, text=True, timeout=900, env=dict(os.environ), cwd=REPO)
+def run(*args, home=None):
+    """`halaman ARGS` in a real process; `home`: a HALAMAN_HOME of its own (a library of just
+    what the test adds), else the test session's."""
+    env = dict(os.environ, **({"HALAMAN_HOME": str(home)} if home is not None else {}))
+    return subprocess.run([*HALAMAN, *args], capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
 
 
 def listed(paths):
@@ -53,29 +56,52 @@ def test_add_reads_each_document_once_lists_it_and_goes_on_past_a_bad_one(tmp_pa
 
 
 def test_ask_library_answers_from_the_document_that_holds_the_answer_and_cites_it(tmp_path):
+    home = tmp_path / "home"  # a library of just these two documents
     observatory = tmp_path / "observatory-log.md"
     observatory.write_text("# Observatory log\n\nThe telescope dome was repaired in May. The combination of the "
                            "observatory safe is 48213. The night guard is called Ilse.\n")
     harbour = tmp_path / "harbour-report.md"
     harbour.write_text("# Harbour report\n\nThe harbour master counted 41 fishing boats before the storm. "
                        "The lighthouse lamp was replaced in June.\n")
-    added = run("library", "add", str(observatory), str(harbour))
+    added = run("library", "add", str(observatory), str(harbour), home=home)
     assert added.returncode == 0, added.stderr
 
-    out = run("ask", "--library", "What is the combination of the observatory safe?", "--json", "--max-new-tokens", "16")
+    out = run("ask", "--library", "What is the combination of the observatory safe?", "--json", "--max-new-tokens", "16", home=home)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["documents_read"][0]["title"] == "observatory-log.md"
     assert result["sources"][0]["document"] == "observatory-log.md" and result["sources"][0]["share"] > 0
+    assert result["sources"][0]["file"] == str(observatory.resolve())
     assert "48213" in result["answer"]
-    assert result["library"]["documents"] >= 2 and result["timings"]["ttft_s"] > 0
+    assert result["library"]["documents"] == 2 and result["timings"]["ttft_s"] > 0
 
     harbour.write_text(harbour.read_text() + "The pier was painted blue in August.\n")  # its saved reading is stale now
-    plain = run("ask", "--library", "How many fishing boats did the harbour master count?", "--max-new-tokens", "16")
+    plain = run("ask", "--library", "How many fishing boats did the harbour master count?", "--max-new-tokens", "16",
+                home=home)
     assert plain.returncode == 0, plain.stderr
-    assert "[harbour-report.md, " in plain.stdout.split("--- report ---")[1]
+    assert "[harbour-report.md]" in plain.stdout.split("--- report ---")[1]
     assert "harbour-report.md changed since its reading was saved" in plain.stderr
     assert "observatory-log.md changed" not in plain.stderr
 
-    both = run("ask", "--library", str(harbour), "How many boats?")
-    assert both.returncode == 1 and "give only the question" in both.stderr
+    both = run("ask", "--library", str(harbour), "How many boats?", home=home)
+    assert both.returncode == 2 and "unrecognized arguments" in both.stderr
+
+
+def test_options_may_come_between_path_and_question_and_library_takes_only_a_question():
+    """The trial: `ask doc.txt --max-new-tokens 30 "Q"` stopped parsing when QUESTION became optional."""
+    from engine.cli import _parser, parser_argv
+
+    parse = lambda *argv: _parser().parse_args(parser_argv(list(argv)))  # noqa: E731
+    args = parse("ask", "doc.txt", "--max-new-tokens", "30", "Who built it?")
+    assert (args.path, args.question, args.max_new_tokens, args.library) == ("doc.txt", "Who built it?", 30, False)
+    args = parse("ask", "--library", "--max-new-tokens", "30", "Who built it?")
+    assert (args.question, args.library) == ("Who built it?", True)
+    assert parse("ask", "--password", "pw", "a.pdf", "Q?").password == "pw"
+
+
+def test_a_library_source_names_a_single_file_once():
+    from engine.answer import Source
+    from engine.cli_library import source_text
+
+    assert source_text(Source("page 5", 0.5, page=5, document="Think Python")) == "[Think Python, page 5]"
+    assert source_text(Source("notes.md", 1.0, document="notes.md")) == "[notes.md]"

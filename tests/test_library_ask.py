@@ -13,7 +13,7 @@ import torch
 from engine.documents import Document, Segment
 from engine.errors import HalamanError
 from engine.kvcache.span_recall import SpanCapture
-from engine.library_ask import LibraryAsk
+from engine.library_ask import LibraryAsk, unmatched_note
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession
 from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, TOPICS, book, settings
@@ -118,9 +118,15 @@ def test_a_question_naming_a_document_picks_it_first(smol, store):
     library = library_of(smol, store, [other_book("harbour report 2019", 4), other_book("harbour report 2021", 4)])
     try:
         picks = library.choose("How many fishing boats did the harbour report of 2021 count?")
+        unrelated = library.choose("Explain quantum entanglement briefly")
     finally:
         library.close()
     assert picks[0].title == "harbour report 2021" and picks[0].score > 0
+    assert unmatched_note(picks) is None
+    # The trial: a question no document matches read the first openings and cited them with no word.
+    assert unrelated and not any(pick.matched for pick in unrelated)
+    assert unmatched_note(unrelated) == ("no document of the library has the question's words: the answer read the "
+                                         "openings of harbour report 2019, harbour report 2021, which may not be about it")
 
 
 def test_an_empty_library_or_question_says_so(smol, store):

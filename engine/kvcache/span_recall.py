@@ -22,19 +22,12 @@ neighbours, 4 of 9: distractors cost as much as a missed page.
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
 from engine.kvcache.archive import Archive
 from engine.kvcache.recall import RecalledTokens, RecallHook, held_tokens
-
-if TYPE_CHECKING:  # types only: the decoder imports the cache, which this package holds
-    from engine.models.decoder import CompressedDecoder
-    from engine.settings import CachePolicy
-    from engine.threads import ThreadGovernor
 
 
 class SpanRecaller(RecallHook):
@@ -119,16 +112,3 @@ class SpanCapture:
         return {layer: (torch.cat([k for k, _ in parts], dim=1), torch.cat([v for _, v in parts], dim=1))
                 for layer, parts in self._parts.items()}
 
-
-def reread_keys_values(decoder: CompressedDecoder, ids: torch.Tensor, policy: CachePolicy, *,
-                       governor: ThreadGovernor | None = None, cancel: threading.Event | None = None
-                       ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """Every layer's keys (before RoPE) and values of the token ids `ids` `[R]`, prefilled on
-    their own at positions 0..R-1 in a cache of `policy` widened to hold them all (span recall
-    without an archive: `SpanRecaller.reread`). `governor` re-decides the CPU threads between
-    chunks. Returns layer -> (keys, values) `[kv_heads, R, head_dim]`. Raises Cancelled when
-    `cancel` is set (checked between chunks)."""
-    policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens), position_mode="original")
-    capture = SpanCapture()
-    decoder.prefill(ids, decoder.new_cache(policy, "original"), archive=capture, governor=governor, cancel=cancel)
-    return capture.keys_values()
