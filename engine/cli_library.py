@@ -155,8 +155,7 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
     or question."""
     from engine.cli import _ProgressBar as ProgressBar
     from engine.cli import answer_cautions
-    from engine.documents import PasswordRequiredError
-    from engine.library_ask import LibraryAsk, unmatched_note
+    from engine.library_ask import unmatched_note
     from engine.units import format_bytes
     from engine.workspace import Workspace
 
@@ -165,46 +164,43 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
     library = Library(interrupt_streaming=False)
     try:
         records = library.documents()
+        if not records:
+            raise HalamanError("the library is empty: add documents with `halaman library add PATH…` or open them in the app")
+        err = sys.stderr
+        print(f"Loading {settings.model} ...", file=err, flush=True)
+        workspace = Workspace(settings)
+        workspace.ensure_model()
+        cache = workspace.cache_status({record.tokens for record in records if record.tokens})
+        stale = {record.path for record in records if library.status(record, cache, settings) == STALE}
     finally:
         library.close()
-    if not records:
-        raise HalamanError("the library is empty: add documents with `halaman library add PATH…` or open them in the app")
-    err = sys.stderr
-    print(f"Loading {settings.model} ...", file=err, flush=True)
-    workspace = Workspace(settings)
-    workspace.ensure_model()
-    asking = LibraryAsk(workspace.model, settings, workspace.prefix_store())
     cancel = threading.Event()
-    skipped: list[str] = []
-    cache = workspace.cache_status({record.tokens for record in records if record.tokens})
+    missing = [f"{record.title}: {record.path} is no longer there" for record in records if not Path(record.path).exists()]
+    titles = {record.path: record.title for record in records}
+    bars: list[ProgressBar] = []
+
+    def progress_for(k: int, n: int, path: str):
+        for bar in bars:
+            bar.close()
+        if path in stale:
+            print(f"warning: {titles[path]} changed since its reading was saved: the pages a question picks in it "
+                  "are read again each time, until `halaman library add` reads it anew", file=err)
+        print(f"opening {k} of {n}: {titles[path]}", file=err, flush=True)
+        bars.append(ProgressBar())
+        return bars[-1].update
+
     try:
         began = time.perf_counter()
-        for k, record in enumerate(records, 1):
-            if not Path(record.path).exists():
-                skipped.append(f"{record.title}: {record.path} is no longer there")
-                continue
-            if library.status(record, cache, settings) == STALE:
-                print(f"warning: {record.title} changed since its reading was saved: the pages a question picks in it "
-                      "are read again each time, until `halaman library add` reads it anew", file=err)
-            bar = ProgressBar()
-            print(f"opening {k} of {len(records)}: {record.title}", file=err, flush=True)
-            try:
-                asking.add(record.path, progress=bar.update, cancel=cancel)
-            except Cancelled:
-                raise
-            except PasswordRequiredError:  # the library keeps no passwords: say what does work
-                skipped.append(f"{record.title}: it is password-protected, and the library keeps no passwords; "
-                               f"ask it on its own: halaman ask --password PASSWORD {record.path} \"QUESTION\"")
-            except HalamanError as exc:
-                skipped.append(f"{record.title}: {exc}")
-            finally:
+        try:
+            asking = workspace.open_library([r.path for r in records if Path(r.path).exists()], cancel=cancel,
+                                            progress_for=progress_for)
+        finally:
+            for bar in bars:
                 bar.close()
-        asking.prepare()
+            skipped = missing + workspace.library_skipped
+            for line in skipped:
+                print(f"warning: skipped {line}", file=err)
         open_s = time.perf_counter() - began
-        for line in skipped:
-            print(f"warning: skipped {line}", file=err)
-        if not asking.sessions:
-            raise HalamanError("no document of the library could be opened (see the warnings above)")
         answered = asking.ask(question, cancel=cancel,
                               on_text=None if args.json else (lambda piece: print(piece, end="", flush=True)))
         answer = answered.answer
@@ -247,5 +243,4 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
         print("\nhalaman: stopped", file=err)
         return 130
     finally:
-        asking.close()
         workspace.shutdown()

@@ -470,33 +470,50 @@ class Workspace:
     def ask_library(self, question: str, paths: Sequence[str], *, on_text: Callable[[str], None] | None = None,
                     cancel: threading.Event | None = None) -> LibraryAnswer:
         """Answer `question` from the documents of `paths` the question picks (`engine.library_ask`;
-        `answer.unsupported` is set there). The documents stay open index first for the next library
-        question; when `paths` differ from the last call's, every one is opened again (each open
-        parses its file: seconds for a book; a saved reading is reused). A document that cannot be
-        opened is skipped (`library_outcome` names it). Raises HalamanError when the question is
-        empty or no document could be opened, Cancelled, and what `LibraryAsk.ask` raises."""
+        `answer.unsupported` is set there), opened by `open_library`. Raises HalamanError when the
+        question is empty or no document could be opened, Cancelled, and what `LibraryAsk.ask` raises."""
         if not question.strip():
             raise HalamanError("the question is empty: type a question about the documents")
+        return self.open_library(paths, cancel=cancel).ask(question, on_text=on_text, cancel=cancel)
+
+    def open_library(self, paths: Sequence[str], *, cancel: threading.Event | None = None,
+                     progress_for: Callable[[int, int, str], Callable[[Progress], None] | None] | None = None
+                     ) -> LibraryAsk:
+        """The documents of `paths`, open index first with the library's index built, kept for the
+        next library question; when `paths` differ from the last call's, every one is opened again
+        (each open parses its file: seconds for a book; a saved reading is reused).
+        `progress_for(k, n, path)` gives the progress callback of the k-th of n opens (None: none).
+        A document that cannot be opened is skipped (`library_skipped` names it). Raises
+        HalamanError when none could be opened, Cancelled (nothing is kept)."""
         self.ensure_model()
         wanted = tuple(dict.fromkeys(str(p) for p in paths))
         if self._library is None or wanted != self._library_paths or not self._library.sessions:
             self._close_library()
             self._library = LibraryAsk(self.model, self.settings, self.prefix_store())
-            for path in wanted:
+            for k, path in enumerate(wanted, 1):
                 try:
                     if cancel is not None and cancel.is_set():
                         raise Cancelled()
-                    self._library.add(path, cancel=cancel)
+                    self._library.add(path, cancel=cancel, progress=progress_for(k, len(wanted), path) if progress_for else None)
                 except Cancelled:
                     self._close_library()  # a half-opened library must not pass for the whole one
                     raise
+                except PasswordRequiredError:  # the library keeps no passwords: say what does work
+                    self._library_skipped.append(f"{Path(path).name}: it is password-protected, and the library keeps no "
+                                                 "passwords; open or ask it on its own with its password")
                 except HalamanError as exc:
                     self._library_skipped.append(f"{Path(path).name}: {exc}")
+            self._library.prepare()
             self._library_paths = wanted  # only now: one left half-opened by an unexpected error is rebuilt
         if not self._library.sessions:
             raise HalamanError("no document of the library could be opened: "
                                + ("; ".join(self._library_skipped) or "the library is empty"))
-        return self._library.ask(question, on_text=on_text, cancel=cancel)
+        return self._library
+
+    @property
+    def library_skipped(self) -> list[str]:
+        """"file: why" for each document the open library could not open."""
+        return list(self._library_skipped)
 
     def library_outcome(self, answered: LibraryAnswer) -> AnswerOutcome:
         """A library answer as the library stores it: its text after a line saying how many
