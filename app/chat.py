@@ -100,9 +100,9 @@ def sources_line(text: str, labels: set[str] | None, message_id: int | None = No
 
 def library_label(source: Source) -> str:
     """How a library answer's source (`Source.document` set) is named in the chat and its link:
-    "title, page 3", or "notes.md" for a text file (its one segment is named as the document is);
-    `app.source_flow` resolves the link by it."""
-    return source.document if source.label == source.document else f"{source.document}, {source.label}"
+    "title, page 3", or "notes.md" for a text file (`Source.cited_name`); `app.source_flow`
+    resolves the link by it."""
+    return source.cited_name
 
 
 def attended_line(sources: list[Source], message_id: int | None = None) -> str:

@@ -57,6 +57,15 @@ class Source:
     document: str | None = None
     document_source: str | None = None
 
+    @property
+    def cited_name(self) -> str:
+        """How a citation names it: its label ("page 3"), or for a library answer's source its
+        document's title with it ("Think Python, page 3"), once for a single file whose one
+        segment is named as the document is ("notes.md")."""
+        if not self.document or self.label == self.document:
+            return self.label
+        return f"{self.document}, {self.label}"
+
 
 @dataclass
 class DraftStats:

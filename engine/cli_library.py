@@ -140,11 +140,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def source_text(source) -> str:
-    """How a library answer's source is cited: "[Think Python, page 5]"; a single file, whose one
-    segment is labelled with its name, once: "[notes.md]"."""
-    if not source.document or source.label == source.document:
-        return f"[{source.label}]"
-    return f"[{source.document}, {source.label}]"
+    """How a library answer's source is cited: "[Think Python, page 5]", "[notes.md]" (`Source.cited_name`)."""
+    return f"[{source.cited_name}]"
 
 
 def ask_library(question: str, args: argparse.Namespace, settings) -> int:
