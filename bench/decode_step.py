@@ -16,8 +16,9 @@ with `--against`, the old and the current cache code) are interleaved run by run
 medians of `--runs` runs. `ms_per_step` is the run's mean (what an answer sees), `steady_ms` the
 median single step. With `--against` the logits of both are compared at every step.
 
-quality: the decode workspace of the CPU's default path (`Bf16Int8Workspace`: bfloat16 keys, int8
-values, where the weights are int4 on AVX-512 BF16) against a float32 one over the same snapshots
+quality: the decode path of the CPU's default (`Bf16Int8Workspace`: bfloat16 keys, int8 values,
+where the weights are int4 on AVX-512 BF16; without it an `Int8Workspace` and the LM head's int8
+step copy) against a float32 workspace and the int4 kernel over the same snapshots
 (the first 4,200 / 5,000 / 6,000 tokens of P05, compact positions), 96 teacher-forced steps of the
 document's continuation each: KL(float32 ‖ default) of the next-token distribution, top-1
 agreement, and the NLL of the true next token for both.
@@ -29,6 +30,7 @@ machine and the load average at start and end.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import time
@@ -84,7 +86,7 @@ def main() -> None:
     feed = ids[args.tokens : args.tokens + args.steps]
 
     def run(cache) -> tuple[list[float], list[torch.Tensor]]:
-        cache = cache.clone()
+        cache = cache.fork() if hasattr(cache, "fork") else cache.clone()  # an older commit's cache clones
         seconds, logits = [], []
         for token in feed:
             start = time.perf_counter()
@@ -130,15 +132,22 @@ def quality(lm, ids: list[int], policy, args, meta: dict) -> None:
 
     from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS as slack
     from engine.models.decoder import CompressedDecoder
+    from engine.models.int4_cpu import Int4Linear
 
     torch.set_num_threads(args.threads[-1])
     decoder = lm.decoder
-    reference = CompressedDecoder(decoder.model, attention_dtype=None)  # float32 attention and workspace
+    # float32 attention and workspace, and every weight through its int4 (or float) layer: no int8
+    # step copy of the LM head (without AVX-512 BF16 the default decodes on it and an `Int8Workspace`)
+    plain = copy.deepcopy(decoder.model)
+    for module in plain.modules():
+        if isinstance(module, Int4Linear):
+            module.step_codes = module.step_scales = None
+    reference = CompressedDecoder(plain, attention_dtype=None)
     rows, steps = [], 96
     for context in (4200, 5000, 6000):
         snapshot = decoder.new_cache(policy, args.mode)
         decoder.prefill(torch.tensor(ids[:context]), snapshot)
-        ours, theirs = snapshot.clone(), snapshot.clone()
+        ours, theirs = snapshot.fork(), snapshot.fork()
         kl = agree = nll_ours = nll_ref = 0.0
         for i in range(steps):
             token, following = ids[context + i], ids[context + i + 1]
@@ -150,7 +159,8 @@ def quality(lm, ids: list[int], policy, args, meta: dict) -> None:
         rows.append({"context": context, "steps": steps, "kl": round(kl / steps, 5), "top1_agreement": round(agree / steps, 4),
                      "nll_default": round(nll_ours / steps, 4), "nll_float32": round(nll_ref / steps, 4)})
         print(rows[-1], flush=True)
-    meta.update(weights=lm.weights_label, document="P05", workspace=type(ours.layers[0]._workspace["held"]).__name__,
+    meta.update(weights=lm.weights_label, document="P05", workspace=type(ours.layers[0]._workspace.held).__name__,
+                step_copies=decoder.int8_steps,
                 load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
     common.write_results("decode_quality", rows, ["context", "steps", "kl", "top1_agreement", "nll_default", "nll_float32"], meta)
 

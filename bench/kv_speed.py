@@ -48,7 +48,7 @@ def trace_ours(lm, ids, checkpoints, decode_steps):
         elapsed += time.perf_counter() - t0
         n = first + step
         if n in checkpoints:
-            twin, times, token = cache.clone(), [], 42
+            twin, times, token = cache.fork(), [], 42
             for _ in range(decode_steps):
                 t0 = time.perf_counter()
                 logits = lm.decoder.forward(torch.tensor([token]), twin, slack_tokens=32, **_decode_kwargs(lm))

@@ -116,7 +116,7 @@ def test_the_weights_column_says_why_int4_on_a_cpu_can_take_more_than_the_downlo
         if "int4" not in table.item(row, WEIGHTS_COLUMN).text():
             continue
         assert "bfloat16 copy of the layers for reading" in tip and "embeddings, norms and biases in float32" in tip
-        assert sum(size for _, size in model.weight_int4_parts(dense=True)) == model.weight_int4_bytes(dense=True)
-        assert table.item(row, WEIGHTS_COLUMN).text().startswith(format_bytes(model.weight_int4_bytes(dense=True)))
+        assert sum(size for _, size in model.weight_int4_parts(bf16_matmuls=True)) == model.weight_int4_bytes(bf16_matmuls=True)
+        assert table.item(row, WEIGHTS_COLUMN).text().startswith(format_bytes(model.weight_int4_bytes(bf16_matmuls=True)))
         assert "this CPU has AVX-512 BF16" in tip
     assert any("int4" in table.item(row, WEIGHTS_COLUMN).text() for row in range(table.rowCount()))

@@ -1,11 +1,11 @@
-"""The CPU decode workspace (`engine.kvcache.decode_workspace`): its int8 values and bfloat16 keys
-against a float64 brute force, and appended / compacted workspaces against ones built at once."""
+"""The CPU decode workspace (`engine.kvcache.decode_workspace`): its int8 values and bfloat16 or int8
+keys against a float64 brute force, and appended / compacted workspaces against ones built at once."""
 
 import pytest
 import torch
 
 from engine.kvcache.attention import chunk_attention
-from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace, int8_rows
+from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace, Int8Workspace, int8_rows
 from test_kvcache_attention import reference
 
 
@@ -17,10 +17,11 @@ def test_int8_rows_round_each_row_to_a_127th_of_its_largest_magnitude():
     assert bool(((codes.float() * scale[..., None] - x).abs() <= scale[..., None] / 2 + 1e-6).all())
 
 
+@pytest.mark.parametrize("kind", [Bf16Int8Workspace, Int8Workspace])
 @pytest.mark.parametrize("chunk", [1, 4, 30])  # a decode step, a few drafts, a chunk long enough to join the keys
-def test_int8_workspace_attention_matches_brute_force(chunk):
-    """A decode step over the workspace (bfloat16 keys, int8 values) plus a float32 tail: output
-    within the roundings' few per mille of the float64 reference, H2O scores within 2 % (the
+def test_int8_workspace_attention_matches_brute_force(chunk, kind):
+    """A decode step over the workspace (bfloat16 or int8 keys, int8 values) plus a float32 tail:
+    output within the roundings' few per mille of the float64 reference, H2O scores within 2 % (the
     logits are rounded to bfloat16: ~1 % here, with logits larger than the model's)."""
     torch.manual_seed(0)
     kv_heads, group, d = 3, 3, 64
@@ -28,19 +29,24 @@ def test_int8_workspace_attention_matches_brute_force(chunk):
     held[:, 0] *= 4  # a sink-like key with large logits
     held_v, tail_v = torch.randn(kv_heads, 700, d), torch.randn(kv_heads, 40 + chunk, d)
     query = torch.randn(kv_heads, group, chunk, d) * 2
-    workspace = Bf16Int8Workspace(held, held_v)
+    workspace = kind(held, held_v)
     out, scores = chunk_attention(query, (workspace, tail), (workspace, tail_v), scaling=d**-0.5, masks=(None, None))
     ref_out, ref_scores = reference(query, (held, tail), (held_v, tail_v), d**-0.5, (None, None))
     assert out.dtype == torch.float32 and out.shape == ref_out.shape
     error = float((out.double() - ref_out).norm() / ref_out.norm())
-    assert 1e-4 < error < 1.5e-2  # really rounded, but only by a few per mille
+    # really rounded, but only by a few per mille; int8 keys add up to half a 127th of each key's
+    # largest magnitude to its logits (1.9 % here, where the logits are larger than the model's; on
+    # the model its decode steps' KL against float32 matched the bfloat16 keys', docs/BENCHMARKS.md §2e)
+    assert 1e-4 < error < (1.5e-2 if kind is Bf16Int8Workspace else 2.5e-2)
     assert float((scores.double() - ref_scores).abs().sum() / ref_scores.sum()) < 2e-2
     torch.testing.assert_close(scores.sum(dim=1).double(), torch.full((kv_heads,), float(group * chunk), dtype=torch.float64), rtol=1e-5, atol=0)
-    # bfloat16 keys, int8 values padded to 704 tokens (the kernel's blocks of 16), float32 scales
-    assert workspace.nbytes == kv_heads * (700 * d * 2 + 704 * d + 700 * 4)
+    # bfloat16 or int8 keys (with a float32 scale), int8 values padded to 704 tokens (the kernel's
+    # blocks of 16), float32 scales
+    keys = 700 * d * 2 if kind is Bf16Int8Workspace else 700 * (d + 4)
+    assert workspace.nbytes == kv_heads * (keys + 704 * d + 700 * 4)
 
 
-@pytest.mark.parametrize("kind", [DenseWorkspace, Bf16Int8Workspace])
+@pytest.mark.parametrize("kind", [DenseWorkspace, Bf16Int8Workspace, Int8Workspace])
 def test_a_workspace_appended_to_and_compacted_holds_what_one_built_at_once_holds(kind):
     """Flushes append, evictions keep slots (with or without new keys): the parts attended equal,
     bit for bit, those of a workspace built from the surviving tokens in one go."""

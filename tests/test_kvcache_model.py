@@ -189,16 +189,19 @@ def test_decode_workspace_changes_nothing(smol, text_ids, mode):
     assert reused.workspace_bytes() == 0
 
 
-@pytest.mark.parametrize("attention", ["float32", "bfloat16"])
+@pytest.mark.parametrize("attention", ["float32", "bfloat16", "int8"])
 @pytest.mark.parametrize("mode", ["original", "compact"])
 def test_decode_workspace_survives_flushes_and_evictions_exactly(smol, text_ids, mode, attention):
     """Flushes append to the workspace and evictions compact it (recall off): the logits equal, bit
     for bit, those of a workspace rebuilt from the pool at every step, and it is never rebuilt.
-    bfloat16 attention (int4 weights on AVX-512 BF16) decodes over a `Bf16Int8Workspace`."""
-    from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace
+    bfloat16 attention (int4 weights on AVX-512 BF16) decodes over a `Bf16Int8Workspace`, int8
+    steps (int4 weights without it) over an `Int8Workspace`."""
+    from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace, Int8Workspace
     from engine.models.decoder import CompressedDecoder
 
-    decoder = smol.decoder if attention == "float32" else CompressedDecoder(smol.decoder.model, attention_dtype=torch.bfloat16)
+    decoder = {"float32": lambda: smol.decoder,
+               "bfloat16": lambda: CompressedDecoder(smol.decoder.model, attention_dtype=torch.bfloat16),
+               "int8": lambda: CompressedDecoder(smol.decoder.model, int8_steps=True)}[attention]()
     policy = CachePolicy(budget_tokens=100, window_tokens=32, residual_tokens=16, kv_bits=4, chunk_tokens=64, block_tokens=16)
     rebuilt = decoder.new_cache(policy, mode)
     decoder.prefill(text_ids[:200], rebuilt)
@@ -206,7 +209,7 @@ def test_decode_workspace_survives_flushes_and_evictions_exactly(smol, text_ids,
     decoder.forward(text_ids[200:201], kept, slack_tokens=8, reuse_workspace=True)
     decoder.forward(text_ids[200:201], rebuilt, slack_tokens=8, reuse_workspace=True)
     held = kept.layers[5]._workspace.held
-    assert type(held) is (DenseWorkspace if attention == "float32" else Bf16Int8Workspace)
+    assert type(held) is {"float32": DenseWorkspace, "bfloat16": Bf16Int8Workspace, "int8": Int8Workspace}[attention]
     for token in text_ids[201:281].tolist():  # 80 steps: a flush and an eviction every 9 tokens (slack 8)
         rebuilt.release_workspace()
         a = decoder.forward(torch.tensor([token]), rebuilt, slack_tokens=8, reuse_workspace=True)

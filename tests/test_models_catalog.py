@@ -95,7 +95,7 @@ def test_4bit_weight_bytes_are_what_the_loader_holds(tmp_path, config, extra, to
     assert listed.parameters == sum(p.numel() for p in model.parameters())
     assert load_model(str(tmp_path), device="cpu", weights="4bit").weight_bytes == listed.weight_4bit_bytes(4)
     int4 = load_model(str(tmp_path), device="cpu", weights="int4")
-    assert int4.weight_bytes == listed.weight_int4_bytes(dense=dense_chunks())
+    assert int4.weight_bytes == listed.weight_int4_bytes(bf16_matmuls=dense_chunks())
 
 def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
     model = find(load_catalog(), "qwen2.5-1.5b")
@@ -123,7 +123,7 @@ def test_fit_counts_the_weights_the_loader_will_hold():
     model, auto = find(load_catalog(), "qwen2.5-1.5b"), EngineSettings()
     full = model.parameters * 4
     big_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full, 4))
-    assert big_ram.weights_label == "4-bit int4" and big_ram.weights_bytes == model.weight_int4_bytes(dense=False) < full
+    assert big_ram.weights_label == "4-bit int4" and big_ram.weights_bytes == model.weight_int4_bytes(bf16_matmuls=False) < full
     cpu_full = fit(model, auto.replace(weights="full"), DeviceMemory("cpu", "RAM", 4 * full, 4))
     assert cpu_full.weights_label == "float32" and cpu_full.weights_bytes == full
     small_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full - 1, 4))
@@ -148,11 +148,16 @@ def test_int4_sizes_count_the_bfloat16_reading_copy_only_where_the_loader_makes_
     smol, settings = find(load_catalog(), "smollm2-135m"), EngineSettings(weights="int4")
     with_copy = fit(smol, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=True))
     without = fit(smol, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=False))
-    assert with_copy.weights_bytes == smol.weight_int4_bytes(dense=True)
-    assert without.weights_bytes == smol.weight_int4_bytes(dense=False) < with_copy.weights_bytes
+    assert with_copy.weights_bytes == smol.weight_int4_bytes(bf16_matmuls=True)
+    assert without.weights_bytes == smol.weight_int4_bytes(bf16_matmuls=False) < with_copy.weights_bytes
     assert any("bfloat16 copy" in what for what, _ in with_copy.weights_parts)
     assert not any("bfloat16 copy" in what for what, _ in without.weights_parts)
-    assert "has AVX-512 BF16" in with_copy.weights_note and "no bfloat16 copy" in without.weights_note
+    assert "has AVX-512 BF16" in with_copy.weights_note and "has no AVX-512 BF16" in without.weights_note
+    # Without AVX-512 BF16 decode steps run the LM head on an int8 copy: a byte per weight plus a
+    # bfloat16 scale per output feature (token).
+    step = dict(without.weights_parts)["an 8-bit copy of the LM head for answering (decode)"]
+    assert step == 49_152 * 576 + 2 * 49_152
+    assert not any("8-bit copy" in what for what, _ in with_copy.weights_parts)
     # On this machine the list shows what the loader holds, whichever branch its CPU takes.
     here = detect_memory("cpu")
     assert here.bf16_matmuls == dense_chunks()

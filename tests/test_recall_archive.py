@@ -297,14 +297,17 @@ def test_recall_settings_validate_and_round_trip(tmp_path):
         EngineSettings(cache=CachePolicy(chunk_tokens=500)).validate()
 
 
-def test_a_decode_step_reads_recalled_tokens_from_the_int8_workspace_as_from_the_tensors(rope):
-    """On a CPU with bfloat16 attention (int4 weights) the decode workspace holds the recalled
-    tokens as bfloat16 keys and int8 values too: the step's output is the float32 one's within
-    the roundings' few per mille, and the same workspace serves the next step."""
-    from engine.kvcache.cache import int8_workspace
-    from engine.kvcache.decode_workspace import Bf16Int8Workspace
+@pytest.mark.parametrize("packing", ["bf16-int8", "int8"])
+def test_a_decode_step_reads_recalled_tokens_from_the_int8_workspace_as_from_the_tensors(rope, packing):
+    """On a CPU with int4 weights the decode workspace holds the recalled tokens packed too
+    (bfloat16 keys and int8 values with AVX-512 BF16, int8 keys and values without): the step's
+    output is the float32 one's within the roundings' few per mille, and the same workspace
+    serves the next step."""
+    from engine.kvcache.cache import packed_workspace
 
-    if not int8_workspace(torch.bfloat16, torch.device("cpu")):
+    attention_dtype, int8_steps = (torch.bfloat16, False) if packing == "bf16-int8" else (None, True)
+    packed = packed_workspace(attention_dtype, torch.device("cpu"), int8_steps)
+    if packed is None:
         pytest.skip("this CPU has no bfloat16 prefill path, so decoding keeps float32")
     shape = CacheShape(num_layers=1, kv_heads=HEADS, head_dim=DIM, query_heads=HEADS * GROUP)
     policy = CachePolicy(budget_tokens=64, sink_tokens=4, window_tokens=16, residual_tokens=16, kv_bits=4, chunk_tokens=32)
@@ -323,11 +326,11 @@ def test_a_decode_step_reads_recalled_tokens_from_the_int8_workspace_as_from_the
         query = torch.randn((HEADS * GROUP, 1, DIM), generator=gen)
         new_k, new_v = torch.randn((HEADS, 1, DIM), generator=gen), torch.randn((HEADS, 1, DIM), generator=gen)
         kwargs = dict(start=400 + step, rope=rope, compact_positions=False, scaling=DIM**-0.5, pending=True,
-                      attention_dtype=torch.bfloat16)
+                      attention_dtype=attention_dtype, int8_steps=int8_steps)
         plain = layer.attend(query, new_k, new_v, reuse_workspace=False, **kwargs)
         layer._pending = None
         held = layer.attend(query, new_k, new_v, reuse_workspace=True, **kwargs)
-        assert isinstance(layer._workspace.recall.keys, Bf16Int8Workspace) and layer._workspace.recall.keys is layer._workspace.recall.values
+        assert type(layer._workspace.recall.keys) is packed and layer._workspace.recall.keys is layer._workspace.recall.values
         error = float((held - plain).norm() / plain.norm())
         assert 1e-5 < error < 1.5e-2, error  # really rounded, but only by a few per mille
         layer.commit_pending(1)

@@ -88,7 +88,7 @@ def test_the_embedded_model_in_int4_agrees_with_float32_on_real_text(smol, corpu
     decoder = int4.decoder
     assert isinstance(decoder.lm_head, Int8Linear) and isinstance(decoder.layers[0].mlp.down_proj, Int4Linear)
     assert decoder.embed.weight.dtype == torch.float32  # the lookup stays float32
-    assert int4.weight_bytes == next(m for m in load_catalog() if m.embedded).weight_int4_bytes(dense=dense_chunks())
+    assert int4.weight_bytes == next(m for m in load_catalog() if m.embedded).weight_int4_bytes(bf16_matmuls=dense_chunks())
     assert int4.weight_bytes < 0.85 * full.weight_bytes
 
     text = load_document(corpus / "pdf" / "P05_dmca.pdf").render()
@@ -125,3 +125,22 @@ def test_fused_layers_give_each_parts_output_bit_for_bit(dense):
         fuse([parts[0], Int4Linear(torch.nn.Linear(64, 32))])
     with pytest.raises(ValueError):  # a part before the last not in whole packing blocks: the kernel would misread it
         fuse([Int4Linear(torch.nn.Linear(128, 96)), Int4Linear(torch.nn.Linear(128, 32))])
+
+
+def test_the_lm_heads_step_copy_applies_its_weights_within_half_an_int8_step():
+    """Decode steps (at most KERNEL_ROWS rows) run the LM head on its int8 step copy, a prefill's
+    rows on the two 4-bit planes: the copy holds the weights the planes apply, each within half its
+    row's int8 step, so a read and its answer see one head but for that rounding (module docstring)."""
+    g = torch.Generator().manual_seed(5)
+    weight = torch.randn(48, 64, generator=g)
+    plain, step = Int8Linear(linear_with(weight)), Int8Linear(linear_with(weight), step_copy=True)
+    assert step.step_codes is not None and step.step_codes.dtype == torch.int8 and plain.step_codes is None
+    applied = as_matrix(plain, 64)  # the planes' weights, read back through the int4 kernel (64 rows)
+    with torch.inference_mode():
+        rows = torch.cat([step(torch.eye(64)[i : i + 1]) for i in range(64)]).T
+        assert torch.equal(step(torch.eye(64)).T, applied)  # more than KERNEL_ROWS rows: the planes
+    largest = applied.abs().amax(1, keepdim=True)
+    # half an int8 step of the row, plus the kernel's bfloat16 output rounding (3 significant digits)
+    assert bool(((rows - applied).abs() <= largest / 254 + 0.004 * largest).all())
+    assert not torch.equal(rows, applied)  # a step really runs the copy
+    assert Int4Linear(linear_with(weight)).step_codes is None  # the int4 layers keep their kernel

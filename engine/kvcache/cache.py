@@ -24,7 +24,7 @@ import torch
 
 from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention, fused_prefill, rotate
 from engine.kvcache.blocks import PagedTokens
-from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace
+from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace, Int8Workspace
 from engine.kvcache.layer_workspace import DecodeWorkspace, RotatedRecall, RotatedTail
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
 from engine.kvcache.positions import AttentionPositions, PositionKind, attention_positions
@@ -33,10 +33,15 @@ from engine.kvcache.recall import RecalledTokens
 from engine.settings import CachePolicy
 
 
-def int8_workspace(attention_dtype: torch.dtype | None, device: torch.device) -> bool:
-    """Whether decoding reads the held tokens from a `Bf16Int8Workspace`: where prefill attention runs
-    in bfloat16 on a CPU (int4 weights on AVX-512 BF16), whose int8 and bfloat16 kernels it uses."""
-    return fused_prefill(attention_dtype, device)
+def packed_workspace(attention_dtype: torch.dtype | None, device: torch.device,
+                     int8_steps: bool) -> type[Bf16Int8Workspace] | None:
+    """The workspace class decoding reads the held tokens from, None for a `DenseWorkspace`:
+    `Int8Workspace` where `int8_steps` (int4 weights on a CPU without AVX-512 BF16); a
+    `Bf16Int8Workspace` where prefill attention runs in bfloat16 on a CPU (int4 weights on AVX-512
+    BF16), whose int8 and bfloat16 kernels it uses."""
+    if int8_steps and device.type == "cpu":
+        return Int8Workspace
+    return Bf16Int8Workspace if fused_prefill(attention_dtype, device) else None
 
 
 # The residual is flushed into the quantized pool in batches of at least this many tokens, so
@@ -212,11 +217,11 @@ class LayerKV:
         return ws if reuse and ws is not None and ws.compute == dtype else None
 
     def _stable_kv(self, compute: torch.dtype, rope: RotaryTable, pos: AttentionPositions, reuse: bool,
-                   int8: bool) -> tuple:
+                   packed: type[Bf16Int8Workspace] | None) -> tuple:
         """Rotated keys and values of sinks + quantized tokens from slot `pos.hidden` on, each
         `[kv_heads, stable_tokens - hidden, head_dim]` in `compute`, or the workspace's parts
         (`attention_parts`). With `reuse` they are read from, or kept as, the decode workspace (a
-        `Bf16Int8Workspace` if `int8`, else a `DenseWorkspace` with room for the flushes until the
+        `packed` workspace (`packed_workspace`) if given, else a `DenseWorkspace` with room for the flushes until the
         next eviction)."""
         ws = self._valid_workspace(compute, reuse)
         if ws is not None and ws.start == pos.hidden:
@@ -226,15 +231,15 @@ class LayerKV:
         self._workspace = None
         if not reuse:
             return keys, values
-        if int8:
-            held = Bf16Int8Workspace(keys, values)
+        if packed is not None:
+            held = packed(keys, values)
         else:
             held = DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(0, self.policy.budget_tokens - keys.shape[1]))
         self._workspace = DecodeWorkspace(held, pos.hidden, rope, pos.kind, compute)
         return held.attention_parts()
 
     def _recalled_kv(self, recalled: RecalledTokens, pos: AttentionPositions, compute: torch.dtype,
-                     rope: RotaryTable, reuse: bool, int8: bool) -> tuple:
+                     rope: RotaryTable, reuse: bool, packed: type[Bf16Int8Workspace] | None) -> tuple:
         """Rotated keys and values of the recalled tokens `[kv_heads, R, head_dim]` at `pos.recalled`,
         kept in the workspace (`RotatedRecall`) until the set changes."""
         ws = self._valid_workspace(compute, reuse)
@@ -243,8 +248,8 @@ class LayerKV:
         cos, sin = rope.lookup(pos.recalled.long())
         keys, values = apply_rope(recalled.keys.to(compute), cos, sin), recalled.values.to(compute)
         if ws is not None:
-            if int8:
-                keys = values = Bf16Int8Workspace(keys, values)
+            if packed is not None:
+                keys = values = packed(keys, values)
             ws.recall = RotatedRecall(recalled, keys, values, pos.order)
         return keys, values
 
@@ -265,14 +270,15 @@ class LayerKV:
         return tail_k, torch.cat((self.resid_v.to(compute), value.to(compute)), dim=1)
 
     def _attended_kv(self, key: torch.Tensor, value: torch.Tensor, pos: AttentionPositions, rope: RotaryTable,
-                     compute: torch.dtype, reuse: bool, int8: bool) -> tuple[tuple, tuple, tuple]:
+                     compute: torch.dtype, reuse: bool,
+                     packed: type[Bf16Int8Workspace] | None) -> tuple[tuple, tuple, tuple]:
         """Keys, values and masks of what a chunk attends, as `chunk_attention` takes them, in order:
         the stable tokens from slot `pos.hidden` on, the recalled ones (if any), the residual + chunk."""
-        stable_k, stable_v = self._stable_kv(compute, rope, pos, reuse, int8)
+        stable_k, stable_v = self._stable_kv(compute, rope, pos, reuse, packed)
         tail_k, tail_v = self._tail_kv(key, value, pos, rope, compute)
         if self.recalled is None:
             return (stable_k, tail_k), (stable_v, tail_v), (pos.stable_mask, pos.tail_mask)
-        recalled_k, recalled_v = self._recalled_kv(self.recalled, pos, compute, rope, reuse, int8)
+        recalled_k, recalled_v = self._recalled_kv(self.recalled, pos, compute, rope, reuse, packed)
         return ((stable_k, recalled_k, tail_k), (stable_v, recalled_v, tail_v),
                 (pos.stable_mask, self.recalled.valid, pos.tail_mask))
 
@@ -299,7 +305,8 @@ class LayerKV:
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, start: int, rope: RotaryTable,
                compact_positions: bool, scaling: float, reuse_workspace: bool = False, scratch: Scratch | None = None,
-               pending: bool = False, attention_dtype: torch.dtype | None = None) -> torch.Tensor:
+               pending: bool = False, attention_dtype: torch.dtype | None = None,
+               int8_steps: bool = False) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
         query `[query_heads, chunk, head_dim]`, key / value `[kv_heads, chunk, head_dim]`, all before
@@ -309,6 +316,7 @@ class LayerKV:
         `recalled.mass`. reuse_workspace: keep the held tokens dequantized and rotated between calls
         (`engine.kvcache.layer_workspace`; for token-by-token decoding). scratch, attention_dtype: see
         `chunk_attention`. pending: append nothing until `commit_pending` (speculative decoding).
+        int8_steps: the decode workspace holds int8 keys and values (`packed_workspace`).
         """
         chunk, compute, heads = query.shape[1], query.dtype, self.shape.kv_heads
         recalled, ws = self.recalled, self._valid_workspace(compute, reuse_workspace)
@@ -316,7 +324,7 @@ class LayerKV:
         pos = attention_positions(self.index, self.n_tokens - self.resid_k.shape[1], start=start, chunk=chunk,
                                   recalled=recalled, compact=compact_positions, order=known)
         keys, values, masks = self._attended_kv(key, value, pos, rope, compute, reuse_workspace,
-                                                int8_workspace(attention_dtype, query.device))
+                                                packed_workspace(attention_dtype, query.device, int8_steps))
         query_rope = rope.joint(pos.query, bound=pos.bound)  # [kv_heads, chunk, 2 · head_dim] or [chunk, …]
         q = rotate(query.view(heads, self.shape.group, chunk, -1), query_rope[:, None] if query_rope.dim() == 3 else query_rope)
         out, scores = chunk_attention(q, keys, values, scaling=scaling, masks=masks, scratch=scratch,

@@ -14,6 +14,12 @@ appends a flush to it and compacts it on eviction. Two forms, with the same meth
   (one call per KV head; it has no batched form) were slower in the engine than one batched
   bfloat16 product. Used where prefill attention runs in bfloat16 on a CPU (int4 weights,
   AVX-512 BF16).
+- `Int8Workspace`: keys as int8 rows too, each KV head's q·kᵀ one call of the same kernel. On a
+  CPU without AVX-512 BF16 a bfloat16 batched product ran 50x slower than float32 (8.9 ms per
+  layer against 0.17), so keys cannot go to bfloat16 there, while a decode step reads the float32
+  workspace at ~13 GB/s (two threads): 30 layers of a 4,096-token budget, 189 MB, were 14.7 ms of a
+  48 ms step, int8 keys and values 9.3 ms (AMD EPYC without AVX-512). Used where int4 weights run
+  without AVX-512 BF16 (`engine.models.weight_format.keeps_step_copy`).
 """
 
 from __future__ import annotations
@@ -166,3 +172,67 @@ class Bf16Int8Workspace:
     @property
     def nbytes(self) -> int:
         return sum(t.nbytes for t in (self._keys_t, self._values_t, self._value_scale))
+
+
+class Int8Workspace(Bf16Int8Workspace):
+    """`Bf16Int8Workspace` with the keys as int8 rows too, a float32 absmax scale per token and
+    head (module docstring): keys `[kv_heads, n, head_dim]` int8 (the kernel's weight layout: one
+    row per token, so q·kᵀ needs no transpose and its scales enter the logits afterwards), values
+    as in `Bf16Int8Workspace`. Each token is rounded on its own, as there."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self._key_codes, self._key_scale = int8_rows(keys.float())
+        codes, self._value_scale = int8_rows(values.float())
+        self._values_t = _pad_tokens(codes.transpose(1, 2))
+        self._ones = torch.ones(values.shape[2], dtype=torch.bfloat16, device=values.device)
+
+    @property
+    def n(self) -> int:
+        return self._key_codes.shape[1]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self._key_codes.shape)
+
+    @property
+    def device(self) -> torch.device:
+        return self._key_codes.device
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Append `m` tokens' rotated keys and values `[kv_heads, m, head_dim]` (float)."""
+        held = self.n
+        codes, scale = int8_rows(keys.float())
+        self._key_codes = torch.cat((self._key_codes, codes), 1)
+        self._key_scale = torch.cat((self._key_scale, scale), 1)
+        codes, scale = int8_rows(values.float())
+        self._values_t = _pad_tokens(torch.cat((self._values_t[..., :held], codes.transpose(1, 2)), 2))
+        self._value_scale = torch.cat((self._value_scale, scale), 1)
+
+    def keep(self, slots: torch.Tensor, keys: torch.Tensor | None = None) -> None:
+        """As `DenseWorkspace.keep`."""
+        d = self._values_t.shape[1]
+        if keys is None:
+            self._key_codes = torch.gather(self._key_codes, 1, slots[..., None].expand(-1, -1, d))
+            self._key_scale = torch.gather(self._key_scale, 1, slots)
+        else:
+            self._key_codes, self._key_scale = int8_rows(keys.float())
+        self._values_t = _pad_tokens(torch.gather(self._values_t, 2, slots[:, None, :].expand(-1, d, -1)))
+        self._value_scale = torch.gather(self._value_scale, 1, slots)
+
+    def logits(self, q: torch.Tensor) -> torch.Tensor:
+        """q·kᵀ `[kv_heads, rows, n]` float32 for queries `q` `[kv_heads, rows, head_dim]` (the kernel
+        sums in float32 and rounds to bfloat16; the key scales multiply afterwards, in float32)."""
+        qb = q.to(torch.bfloat16)
+        ones = self._key_scale.new_ones(self.n, dtype=torch.bfloat16)
+        products = torch.stack([torch.ops.aten._weight_int8pack_mm(qb[h], self._key_codes[h], ones)
+                                for h in range(qb.shape[0])])
+        return products.float() * self._key_scale[:, None]
+
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) `[kv_heads, n, head_dim]` float32, decoded (for a chunk too long for a step)."""
+        values = self._values_t[..., : self.n].transpose(1, 2).float() * self._value_scale[..., None]
+        return self._key_codes.float() * self._key_scale[..., None], values
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (self._key_codes, self._key_scale, self._values_t, self._value_scale))

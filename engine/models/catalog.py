@@ -13,8 +13,10 @@ Sizes are computed from each model's config numbers, not typed in:
                     16-bit on a GPU), and the rotary embedding's float32 frequency buffers
     int4 weights    on a CPU (`engine.models.int4_cpu`): every decoder linear layer in 4-bit codes
                     (half a byte per weight + a bfloat16 scale and zero per 32 weights) and, on a
-                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks (counted where the
-                    loader makes it: `weight_format.keeps_reading_copy`), the LM head (its own copy when tied) in
+                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks, on one without it an
+                    int8 copy (a byte per weight + a bfloat16 scale per output feature) of the LM
+                    head for decode steps (each counted where the loader makes it:
+                    `weight_format.keeps_reading_copy`, `keeps_step_copy`), the LM head (its own copy when tied) in
                     8-bit codes held as two 4-bit planes, embeddings, norms and biases in float32,
                     and the rotary buffers
     weights         what the loader will hold with the `weights` setting: the 4-bit NF4 size, or
@@ -36,7 +38,7 @@ from pathlib import Path
 from engine.errors import ModelError
 from engine.estimate import full_cache_bytes, kv_peak_bytes
 from engine.models.profile import ModelProfile
-from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy
+from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy, keeps_step_copy
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
@@ -121,24 +123,31 @@ class CatalogModel:
         rotary = 2 * (self.head_dimension // 2) * 4  # inv_freq and original_inv_freq buffers, float32
         return nf4 + element_bytes * self._other_parameters() + rotary
 
-    def weight_int4_bytes(self, *, dense: bool) -> int:
-        """Bytes the weights hold once loaded in int4 on a CPU (module docstring); `dense`: with the
-        bfloat16 copy of the decoder layers for chunks (`weight_format.keeps_reading_copy`)."""
-        return sum(size for _, size in self.weight_int4_parts(dense=dense))
+    def weight_int4_bytes(self, *, bf16_matmuls: bool) -> int:
+        """Bytes the weights hold once loaded in int4 on a CPU (module docstring) that runs bfloat16
+        matmuls natively or not (`bf16_matmuls`), which decides the copies it keeps
+        (`weight_format.keeps_reading_copy`, `keeps_step_copy`)."""
+        return sum(size for _, size in self.weight_int4_parts(bf16_matmuls=bf16_matmuls))
 
-    def weight_int4_parts(self, *, dense: bool) -> list[tuple[str, int]]:
+    def weight_int4_parts(self, *, bf16_matmuls: bool) -> list[tuple[str, int]]:
         """`weight_int4_bytes` by what holds them, for people: the layers' 4-bit codes, the
-        bfloat16 copy reading uses, the 8-bit LM head, the float32 embeddings, norms and biases."""
+        bfloat16 copy reading uses or the LM head's 8-bit copy answering uses, the 8-bit LM head, the float32
+        embeddings, norms and biases."""
         def int4(shape: tuple[int, int]) -> int:  # codes, then a bfloat16 scale and zero per group
             return shape[0] * shape[1] // 2 + 4 * (shape[0] * shape[1] // INT4_GROUP)
+
+        def int8_rows(shape: tuple[int, int]) -> int:  # codes, then a bfloat16 scale per output feature
+            return shape[0] * shape[1] + 2 * shape[1]
 
         h, vocab = self.hidden_size, self.vocab_size
         untied_head = 0 if self.tie_word_embeddings else vocab * h  # replaced, not kept in float32
         rotary = 2 * (self.head_dimension // 2) * 4
         parts = [("4-bit layers", sum(int4(shape) for shape in self._linear_shapes()))]
-        if dense:
+        if keeps_reading_copy("int4", bf16_matmuls):
             parts.append(("a bfloat16 copy of the layers for reading (prefill)",
                           sum(2 * i * o for i, o in self._linear_shapes())))
+        if keeps_step_copy("int4", bf16_matmuls):
+            parts.append(("an 8-bit copy of the LM head for answering (decode)", int8_rows((h, vocab))))
         parts += [("the 8-bit LM head", 2 * int4((h, vocab))),
                   ("embeddings, norms and biases in float32", 4 * (self._other_parameters() - untied_head) + rotary)]
         return parts
@@ -183,8 +192,9 @@ class DeviceMemory:
         if self.bf16_matmuls:
             return ("int4 counts its 4-bit layers and a bfloat16 copy of them that reading uses "
                     "(this CPU has AVX-512 BF16), the 8-bit LM head and float32 embeddings")
-        return ("int4 counts its 4-bit layers, the 8-bit LM head and float32 embeddings; no bfloat16 copy for "
-                "reading (this CPU has no AVX-512 BF16: reading runs on the 4-bit kernel)")
+        return ("int4 counts its 4-bit layers, the 8-bit LM head and a second 8-bit copy of it that answering "
+                "uses, and float32 embeddings; no bfloat16 copy for reading (this CPU has no AVX-512 BF16: "
+                "reading runs on the 4-bit kernel)")
 
 
 def detect_memory(device: str = "auto") -> DeviceMemory:
@@ -229,7 +239,7 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     if held == "nf4":
         weights, label = model.weight_4bit_bytes(memory.element_bytes), LABELS[held]
     elif held == "int4":
-        parts = tuple(model.weight_int4_parts(dense=keeps_reading_copy(held, memory.bf16_matmuls)))
+        parts = tuple(model.weight_int4_parts(bf16_matmuls=memory.bf16_matmuls))
         weights, label = sum(size for _, size in parts), LABELS[held]
     else:
         weights, label = full, "float32" if memory.element_bytes == 4 else "16-bit"

@@ -58,10 +58,13 @@ class CompressedDecoder:
 
     `attention_dtype`: the dtype a prefill chunk's attention output is computed in (default: the
     compute dtype); bfloat16 with int4 CPU weights, whose layers already round their inputs to it.
+    `int8_steps`: decode steps read the held tokens as int8 keys and values (`Int8Workspace`; int4
+    weights on a CPU without AVX-512 BF16, whose layers keep int8 step copies).
     Raises ModelError for a model family other than Llama, Qwen2 or Qwen3.
     """
 
-    def __init__(self, model: torch.nn.Module, *, attention_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, *, attention_dtype: torch.dtype | None = None,
+                 int8_steps: bool = False) -> None:
         config = model.config
         if config.model_type not in SUPPORTED_MODEL_TYPES:
             raise ModelError(
@@ -84,6 +87,7 @@ class CompressedDecoder:
         self.device = self.embed.weight.device
         self.compute_dtype = self.embed.weight.dtype
         self.attention_dtype = attention_dtype or self.compute_dtype
+        self.int8_steps = int8_steps
         self.rope = RotaryTable(inner.rotary_emb, head_dim, self.device)
         self.scaling = head_dim**-0.5
         self.max_positions = int(config.max_position_embeddings)
@@ -158,7 +162,7 @@ class CompressedDecoder:
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                 start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
                 reuse_workspace=reuse_workspace, scratch=self.scratch, pending=pending,
-                attention_dtype=self.attention_dtype,
+                attention_dtype=self.attention_dtype, int8_steps=self.int8_steps,
             )
             if not pending:
                 layer_cache.compress(start + chunk, slack_tokens)

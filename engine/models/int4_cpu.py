@@ -21,20 +21,30 @@ projections no faster than float32, and a read 8 % slower. On a CPU with AVX-512
 `Int4Linear` therefore also keeps its weight dequantized to bfloat16 and runs chunks of more than
 `KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there; without AVX-512 BF16
 bfloat16 matmuls were slower than float32, so chunks take the kernel.
+
+Without AVX-512 the int4 kernel is compute-bound on a decode step's one row: the LM head, as two
+4-bit planes, took 4.6 ms of a 48 ms SmolLM2 step on an AMD EPYC without AVX-512 (2 threads).
+There an `Int8Linear` also keeps a *step copy*: its weights (the values the planes apply) rounded
+again to int8 per output feature, w ≈ c · s with s = max|w_row| / 127, run by torch's int8
+weight-only kernel (`aten._weight_int8pack_mm`, bfloat16 activations) for inputs of at most
+`KERNEL_ROWS` rows: 2.2 ms. The same copy of the int4 layers was no faster in a real step (twice
+their bytes, and a step streams them from memory: 9.4 ms against 9.5) and cost more agreement
+with the int4 weights, so they keep the kernel (docs/BENCHMARKS.md §5f).
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.models.weight_format import keeps_reading_copy
+from engine.models.weight_format import keeps_reading_copy, keeps_step_copy
 
 GROUP_SIZE = 32
 """Input weights per scale: the block of Q4_1 and Q8_0."""
 OUT_MULTIPLE = 16
 """The kernel packs output features in tiles of this many."""
 KERNEL_ROWS = 16
-"""Inputs of at most this many rows (tokens) take the int4 kernel; longer ones the bfloat16 copy, if kept."""
+"""Inputs of at most this many rows (tokens) take the int4 kernel (the LM head's step copy, if
+kept); longer ones the bfloat16 copy, if kept."""
 PACK_BLOCK_OUT = 64
 """The packed layout interleaves output features in blocks of this many: packed layers concatenate
 along the output features only where every one but the last fills whole blocks (measured: a
@@ -49,7 +59,7 @@ def dense_chunks() -> bool:
 class Int4Linear(torch.nn.Module):
     """A drop-in for `torch.nn.Linear` (inference only) holding its weight as 4-bit codes, two per
     byte, with a bfloat16 scale and zero per `GROUP_SIZE` input weights (module docstring).
-    Raises ValueError unless `fits(linear)`."""
+    `dense`: also keep a bfloat16 copy for chunks (module docstring). Raises ValueError unless `fits(linear)`."""
 
     def __init__(self, linear: torch.nn.Linear, *, dense: bool = False) -> None:
         super().__init__()
@@ -62,6 +72,18 @@ class Int4Linear(torch.nn.Module):
         # dense: the same weights dequantized, for chunks (module docstring)
         bf = lambda t: t.to(torch.bfloat16).float()[..., None]  # noqa: E731 - as the kernel holds them
         self.register_buffer("dense", ((codes - 8) * bf(scale) + bf(zero)).flatten(1).to(torch.bfloat16) if dense else None)
+        self._keep_step_copy(None)
+
+    def _keep_step_copy(self, applied: torch.Tensor | None) -> None:
+        """Hold `applied` [out, in] float32 as int8 codes with a bfloat16 scale per output feature
+        (module docstring), or no step copy for None."""
+        if applied is None:
+            self.register_buffer("step_codes", None)
+            self.register_buffer("step_scales", None)
+            return
+        scales = (applied.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
+        self.register_buffer("step_codes", torch.round(applied / scales.float()[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("step_scales", scales)
 
     def _pack(self, linear: torch.nn.Linear, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
         """Hold `codes` [out, in'] (0..15) with `scale` and `zero` [out, in' / GROUP_SIZE] in the kernel's layout."""
@@ -74,10 +96,14 @@ class Int4Linear(torch.nn.Module):
         return (x if x.dim() == 2 else x.reshape(-1, self.in_features)).to(torch.bfloat16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = self._kernel_input(x)
-        if self.dense is not None and flat.shape[0] > KERNEL_ROWS:
-            y = torch.nn.functional.linear(flat, self.dense)
+        rows = x.numel() // self.in_features
+        if self.step_codes is not None and rows <= KERNEL_ROWS:
+            flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
+            y = torch.ops.aten._weight_int8pack_mm(flat, self.step_codes, self.step_scales)
+        elif self.dense is not None and rows > KERNEL_ROWS:
+            y = torch.nn.functional.linear(self._kernel_input(x), self.dense)
         else:
+            flat = self._kernel_input(x)
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP_SIZE, self.scales_and_zeros)
         y = y.to(x.dtype)
         if x.dim() != 2:
@@ -88,9 +114,10 @@ class Int4Linear(torch.nn.Module):
 class Int8Linear(Int4Linear):
     """A drop-in for `torch.nn.Linear` holding its weight as 8-bit codes with a bfloat16 scale per
     `GROUP_SIZE` input weights, run as two 4-bit planes (module docstring). Twice an `Int4Linear`'s
-    bytes and time. Raises ValueError unless `fits(linear)`."""
+    bytes and time. `step_copy`: also keep its weights as int8 per output feature for decode steps
+    (module docstring). Raises ValueError unless `fits(linear)`."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:  # noqa: D107 - the class says it
+    def __init__(self, linear: torch.nn.Linear, *, step_copy: bool = False) -> None:  # noqa: D107 - the class says it
         torch.nn.Module.__init__(self)
         self.register_buffer("dense", None)  # the LM head runs on one row in a prefill
         weight = _groups(linear)
@@ -100,6 +127,9 @@ class Int8Linear(Int4Linear):
         low = q - 16 * high
         codes = torch.cat([(high + 8).flatten(1), low.flatten(1)], 1)
         self._pack(linear, codes, torch.cat([16 * d, d], 1), torch.cat([torch.zeros_like(d), 8 * d], 1))
+        # the weights the two planes apply: 16d and d rounded to bfloat16 as the kernel holds them
+        bf = lambda t: t.to(torch.bfloat16).float()[..., None]  # noqa: E731
+        self._keep_step_copy(((high * bf(16 * d)) + (low * bf(d))).flatten(1) if step_copy else None)
 
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
@@ -132,6 +162,7 @@ def fuse(parts: list[Int4Linear]) -> Int4Linear:
     fused.register_buffer("scales_and_zeros", torch.cat([p.scales_and_zeros for p in parts], 1))
     dense = None if any(p.dense is None for p in parts) else torch.cat([p.dense for p in parts])
     fused.register_buffer("dense", dense)
+    fused._keep_step_copy(None)
     fused.bias = None
     if any(p.bias is not None for p in parts):
         biases = [p.bias if p.bias is not None else torch.zeros(p.out_features, device=p.packed.device) for p in parts]
@@ -161,14 +192,16 @@ def _groups(linear: torch.nn.Linear) -> torch.Tensor:
     return linear.weight.detach().float().view(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
 
 
-def quantize_for_cpu(model: torch.nn.Module, *, dense: bool | None = None) -> None:
+def quantize_for_cpu(model: torch.nn.Module, *, dense: bool | None = None, step_copy: bool | None = None) -> None:
     """Replace, in place, every `nn.Linear` of the decoder layers by an `Int4Linear` and the LM head
     by an `Int8Linear` (its own copy even when it is tied to the embedding, which stays float32 for
     the lookup). A layer whose shape the kernel does not take (`fits`) stays as it is. `dense`: keep
-    a bfloat16 copy of each `Int4Linear` for chunks (None: as `keeps_reading_copy` decides on this CPU)."""
+    a bfloat16 copy of each `Int4Linear` for chunks; `step_copy`: an int8 copy of the LM head for
+    decode steps (None: as `keeps_reading_copy` / `keeps_step_copy` decide on this CPU)."""
     dense = keeps_reading_copy("int4", dense_chunks()) if dense is None else dense
+    step_copy = keeps_step_copy("int4", dense_chunks()) if step_copy is None else step_copy
     head = getattr(model, "lm_head", None)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, torch.nn.Linear) and fits(child):
-                setattr(parent, name, Int8Linear(child) if child is head else Int4Linear(child, dense=dense))
+                setattr(parent, name, Int8Linear(child, step_copy=step_copy) if child is head else Int4Linear(child, dense=dense))

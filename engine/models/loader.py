@@ -30,7 +30,7 @@ from engine.models.gguf_convert import converted_folder, is_converted, no_transf
 from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy
+from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy, keeps_step_copy
 
 
 @dataclass
@@ -125,17 +125,17 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
     parameters = model.num_parameters(exclude_embeddings=True)  # before int4 packs them into buffers
-    attention_dtype = None
+    attention_dtype, int8_steps = None, False
     if held == "int4":
-        copy = keeps_reading_copy(held, dense_chunks())
-        quantize_for_cpu(model, dense=copy)
+        copy, int8_steps = keeps_reading_copy(held, dense_chunks()), keeps_step_copy(held, dense_chunks())
+        quantize_for_cpu(model, dense=copy, step_copy=int8_steps)
         if copy:  # its chunks already run in bfloat16: so does their attention (fused, AVX-512 BF16)
             attention_dtype = torch.bfloat16
     weights_mode = str(dtype) if held == "full" else f"{held}-{dtype}"
     if held == "full":
         held = str(dtype).removeprefix("torch.")
     return LoadedModel(
-        decoder=CompressedDecoder(model, attention_dtype=attention_dtype),
+        decoder=CompressedDecoder(model, attention_dtype=attention_dtype, int8_steps=int8_steps),
         tokenizer=tokenizer,
         profile=ModelProfile.from_config(model.config),
         label=source.label,

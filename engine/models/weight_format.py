@@ -21,6 +21,15 @@ def keeps_reading_copy(held: str, bf16_matmuls: bool) -> bool:
     return held == "int4" and bf16_matmuls
 
 
+def keeps_step_copy(held: str, bf16_matmuls: bool) -> bool:
+    """Whether weights loaded as `held` also keep an int8 copy (per output feature) of the LM head
+    for decode steps, and decode over int8 keys and values (`Int8Workspace`): int4 does on a CPU
+    without AVX-512 BF16, where torch's int4 kernel is compute-bound on one row and bfloat16
+    products are slow (`engine.models.int4_cpu`, `engine.kvcache.decode_workspace`). With AVX-512
+    BF16 the LM head keeps the int4 kernel and the workspace bfloat16 keys."""
+    return held == "int4" and not bf16_matmuls
+
+
 def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: int) -> str:
     """The format to load: "nf4", "int4" or "full". `weights` is the setting ("auto", "4bit", "int4"
     or "full"); `device_type` is "cpu" or "cuda"; `full_bytes`: the weights at the compute dtype.
