@@ -113,7 +113,7 @@ class Bf16Int8Workspace:
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        self._keys_t = keys.to(torch.bfloat16).transpose(1, 2).contiguous()
+        self._hold_keys(keys)
         codes, self._value_scale = int8_rows(values.float())
         self._values_t = _pad_tokens(codes.transpose(1, 2))
         # Unit per-output scales for the kernel (the real ones weight the probabilities instead).
@@ -121,33 +121,32 @@ class Bf16Int8Workspace:
 
     @property
     def n(self) -> int:
-        return self._keys_t.shape[2]
+        return self._value_scale.shape[1]
 
     @property
     def shape(self) -> tuple[int, int, int]:
         """`(kv_heads, n, head_dim)`, as a keys part's shape."""
-        return (self._keys_t.shape[0], self.n, self._keys_t.shape[1])
+        return (self._value_scale.shape[0], self.n, self._values_t.shape[1])
 
     @property
     def device(self) -> torch.device:
-        return self._keys_t.device
+        return self._value_scale.device
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Append `m` tokens' rotated keys and values `[kv_heads, m, head_dim]` (float)."""
         held = self.n
-        self._keys_t = torch.cat((self._keys_t, keys.to(torch.bfloat16).transpose(1, 2)), 2)
+        self._append_keys(keys)
         codes, scale = int8_rows(values.float())
         self._values_t = _pad_tokens(torch.cat((self._values_t[..., :held], codes.transpose(1, 2)), 2))
         self._value_scale = torch.cat((self._value_scale, scale), 1)
 
     def keep(self, slots: torch.Tensor, keys: torch.Tensor | None = None) -> None:
         """As `DenseWorkspace.keep`."""
-        d = self._keys_t.shape[1]
-        columns = slots[:, None, :].expand(-1, d, -1)
         if keys is None:
-            self._keys_t = torch.gather(self._keys_t, 2, columns)
+            self._keep_keys(slots)
         else:
-            self._keys_t = keys.to(torch.bfloat16).transpose(1, 2).contiguous()
+            self._hold_keys(keys)
+        columns = slots[:, None, :].expand(-1, self._values_t.shape[1], -1)
         self._values_t = _pad_tokens(torch.gather(self._values_t, 2, columns))
         self._value_scale = torch.gather(self._value_scale, 1, slots)
 
@@ -167,11 +166,28 @@ class Bf16Int8Workspace:
     def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(keys, values) `[kv_heads, n, head_dim]` float32, decoded (for a chunk too long for a step)."""
         values = self._values_t[..., : self.n].transpose(1, 2).float() * self._value_scale[..., None]
-        return self._keys_t.transpose(1, 2).float(), values
+        return self._dense_keys(), values
 
     @property
     def nbytes(self) -> int:
-        return sum(t.nbytes for t in (self._keys_t, self._values_t, self._value_scale))
+        return sum(t.nbytes for t in (*self._key_tensors(), self._values_t, self._value_scale))
+
+    # The keys: bfloat16, transposed. `Int8Workspace` holds them its own way through these five.
+    def _hold_keys(self, keys: torch.Tensor) -> None:
+        """Hold rotated keys `[kv_heads, n, head_dim]` (float), replacing any held."""
+        self._keys_t = keys.to(torch.bfloat16).transpose(1, 2).contiguous()
+
+    def _append_keys(self, keys: torch.Tensor) -> None:
+        self._keys_t = torch.cat((self._keys_t, keys.to(torch.bfloat16).transpose(1, 2)), 2)
+
+    def _keep_keys(self, slots: torch.Tensor) -> None:
+        self._keys_t = torch.gather(self._keys_t, 2, slots[:, None, :].expand(-1, self._keys_t.shape[1], -1))
+
+    def _dense_keys(self) -> torch.Tensor:
+        return self._keys_t.transpose(1, 2).float()
+
+    def _key_tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self._keys_t,)
 
 
 class Int8Workspace(Bf16Int8Workspace):
@@ -179,45 +195,6 @@ class Int8Workspace(Bf16Int8Workspace):
     head (module docstring): keys `[kv_heads, n, head_dim]` int8 (the kernel's weight layout: one
     row per token, so q·kᵀ needs no transpose and its scales enter the logits afterwards), values
     as in `Bf16Int8Workspace`. Each token is rounded on its own, as there."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        self._key_codes, self._key_scale = int8_rows(keys.float())
-        codes, self._value_scale = int8_rows(values.float())
-        self._values_t = _pad_tokens(codes.transpose(1, 2))
-        self._ones = torch.ones(values.shape[2], dtype=torch.bfloat16, device=values.device)
-
-    @property
-    def n(self) -> int:
-        return self._key_codes.shape[1]
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return tuple(self._key_codes.shape)
-
-    @property
-    def device(self) -> torch.device:
-        return self._key_codes.device
-
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Append `m` tokens' rotated keys and values `[kv_heads, m, head_dim]` (float)."""
-        held = self.n
-        codes, scale = int8_rows(keys.float())
-        self._key_codes = torch.cat((self._key_codes, codes), 1)
-        self._key_scale = torch.cat((self._key_scale, scale), 1)
-        codes, scale = int8_rows(values.float())
-        self._values_t = _pad_tokens(torch.cat((self._values_t[..., :held], codes.transpose(1, 2)), 2))
-        self._value_scale = torch.cat((self._value_scale, scale), 1)
-
-    def keep(self, slots: torch.Tensor, keys: torch.Tensor | None = None) -> None:
-        """As `DenseWorkspace.keep`."""
-        d = self._values_t.shape[1]
-        if keys is None:
-            self._key_codes = torch.gather(self._key_codes, 1, slots[..., None].expand(-1, -1, d))
-            self._key_scale = torch.gather(self._key_scale, 1, slots)
-        else:
-            self._key_codes, self._key_scale = int8_rows(keys.float())
-        self._values_t = _pad_tokens(torch.gather(self._values_t, 2, slots[:, None, :].expand(-1, d, -1)))
-        self._value_scale = torch.gather(self._value_scale, 1, slots)
 
     def logits(self, q: torch.Tensor) -> torch.Tensor:
         """q·kᵀ `[kv_heads, rows, n]` float32 for queries `q` `[kv_heads, rows, head_dim]` (the kernel
@@ -228,11 +205,20 @@ class Int8Workspace(Bf16Int8Workspace):
                                 for h in range(qb.shape[0])])
         return products.float() * self._key_scale[:, None]
 
-    def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(keys, values) `[kv_heads, n, head_dim]` float32, decoded (for a chunk too long for a step)."""
-        values = self._values_t[..., : self.n].transpose(1, 2).float() * self._value_scale[..., None]
-        return self._key_codes.float() * self._key_scale[..., None], values
+    def _hold_keys(self, keys: torch.Tensor) -> None:
+        self._key_codes, self._key_scale = int8_rows(keys.float())
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.nbytes for t in (self._key_codes, self._key_scale, self._values_t, self._value_scale))
+    def _append_keys(self, keys: torch.Tensor) -> None:
+        codes, scale = int8_rows(keys.float())
+        self._key_codes = torch.cat((self._key_codes, codes), 1)
+        self._key_scale = torch.cat((self._key_scale, scale), 1)
+
+    def _keep_keys(self, slots: torch.Tensor) -> None:
+        self._key_codes = torch.gather(self._key_codes, 1, slots[..., None].expand(-1, -1, self._key_codes.shape[2]))
+        self._key_scale = torch.gather(self._key_scale, 1, slots)
+
+    def _dense_keys(self) -> torch.Tensor:
+        return self._key_codes.float() * self._key_scale[..., None]
+
+    def _key_tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self._key_codes, self._key_scale)
