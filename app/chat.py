@@ -98,20 +98,14 @@ def sources_line(text: str, labels: set[str] | None, message_id: int | None = No
     return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
 
 
-def library_label(source: Source) -> str:
-    """How a library answer's source (`Source.document` set) is named in the chat and its link:
-    "title, page 3", or "notes.md" for a text file (`Source.cited_name`); `app.source_flow`
-    resolves the link by it."""
-    return source.cited_name
-
-
 def attended_line(sources: list[Source], message_id: int | None = None) -> str:
     """HTML: 'Attended: page 12 (41 %) · src/app.py (22 %)', each label a `cite:` link like a
     citation's; '' when there are none (no recall, or nothing attended above the engine's floor)."""
     if not sources:
         return ""
-    # A library answer's sources are in several documents: each is named "[title, page 3]".
-    names = [(library_label(s), f"[{library_label(s)}]") if s.document else (s.label, s.label) for s in sources]
+    # A library answer's sources are in several documents: each is named "[title, page 3]"
+    # (`Source.cited_name`, by which `app.source_flow` resolves the link).
+    names = [(s.cited_name, f"[{s.cited_name}]") if s.document else (s.label, s.label) for s in sources]
     parts = [f"<a href='{cite_href(label, message_id)}' title=\"{ATTENDED_TIP}\">{escape(shown)}</a> ({s.share * 100:.0f} %)"
              for s, (label, shown) in zip(sources, names)]
     return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
@@ -407,5 +401,5 @@ def _code_block_format() -> QTextBlockFormat:
     return fmt
 
 
-__all__ = ["ChatView", "cite_href", "library_label", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
+__all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
            "read_spans", "footer_text", "LOW_CONFIDENCE"]

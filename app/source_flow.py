@@ -7,7 +7,7 @@ last one read is kept for the next click.
 
 A library answer (asked of all documents) is kept with one document but cites several: its
 sources name their document's file (`Source.document_source`), and its links name the document
-("title, page 3", `library_label`); such a click resolves in the library document of that file,
+("title, page 3", `Source.cited_name`); such a click resolves in the library document of that file,
 with the passages measured on it.
 
 Reading a document's text needs no model: `engine.documents.load_document`, as the engine's open
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
-from app.chat import library_label
 from engine.answer import Source
 from engine.citations import normalise_label
 from engine.documents import Document, load_document
@@ -42,13 +41,13 @@ class Citation:
 
 def library_source(label: str, sources: list[Source]) -> Source | None:
     """The source of a library answer (`sources` naming their documents) a clicked `label` means: the
-    one named so (`library_label`), else the strongest with that page or file (the model cites
+    one named so (`Source.cited_name`), else the strongest with that page or file (the model cites
     "[page 3]" without the document), else the strongest; None for one document's answer."""
     named = [s for s in sources if s.document_source]
     if not named:
         return None
     plain = normalise_label(label)
-    return next((s for s in named if library_label(s) == label), None) or next(
+    return next((s for s in named if s.cited_name == label), None) or next(
         (s for s in named if s.label in (label, plain)), named[0])
 
 

@@ -70,8 +70,8 @@ class Int4Linear(torch.nn.Module):
         zero = low + 8 * scale
         self._pack(linear, codes.flatten(1), scale, zero)
         # dense: the same weights dequantized, for chunks (module docstring)
-        bf = lambda t: t.to(torch.bfloat16).float()[..., None]  # noqa: E731 - as the kernel holds them
-        self.register_buffer("dense", ((codes - 8) * bf(scale) + bf(zero)).flatten(1).to(torch.bfloat16) if dense else None)
+        applied = (codes - 8) * _as_kernel_holds(scale) + _as_kernel_holds(zero)
+        self.register_buffer("dense", applied.flatten(1).to(torch.bfloat16) if dense else None)
         self._keep_step_copy(None)
 
     def _keep_step_copy(self, applied: torch.Tensor | None) -> None:
@@ -127,9 +127,8 @@ class Int8Linear(Int4Linear):
         low = q - 16 * high
         codes = torch.cat([(high + 8).flatten(1), low.flatten(1)], 1)
         self._pack(linear, codes, torch.cat([16 * d, d], 1), torch.cat([torch.zeros_like(d), 8 * d], 1))
-        # the weights the two planes apply: 16d and d rounded to bfloat16 as the kernel holds them
-        bf = lambda t: t.to(torch.bfloat16).float()[..., None]  # noqa: E731
-        self._keep_step_copy(((high * bf(16 * d)) + (low * bf(d))).flatten(1) if step_copy else None)
+        # the weights the two planes apply, with 16d and d as the kernel holds them
+        self._keep_step_copy((high * _as_kernel_holds(16 * d) + low * _as_kernel_holds(d)).flatten(1) if step_copy else None)
 
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
@@ -175,6 +174,12 @@ def fuse(parts: list[Int4Linear]) -> Int4Linear:
             p.dense = dense[rows]
         first = rows.stop
     return fused
+
+
+def _as_kernel_holds(groups: torch.Tensor) -> torch.Tensor:
+    """Per-group scales or zeros `[out, groups]` rounded to bfloat16 as the kernel holds them, as
+    float32 `[out, groups, 1]` to broadcast over each group's weights."""
+    return groups.to(torch.bfloat16).float()[..., None]
 
 
 def fits(linear: torch.nn.Linear) -> bool:

@@ -127,7 +127,8 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     parameters = model.num_parameters(exclude_embeddings=True)  # before int4 packs them into buffers
     attention_dtype, int8_steps = None, False
     if held == "int4":
-        copy, int8_steps = keeps_reading_copy(held, dense_chunks()), keeps_step_copy(held, dense_chunks())
+        bf16_matmuls = dense_chunks()
+        copy, int8_steps = keeps_reading_copy(held, bf16_matmuls), keeps_step_copy(held, bf16_matmuls)
         quantize_for_cpu(model, dense=copy, step_copy=int8_steps)
         if copy:  # its chunks already run in bfloat16: so does their attention (fused, AVX-512 BF16)
             attention_dtype = torch.bfloat16
