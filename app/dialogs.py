@@ -29,7 +29,9 @@ def confirm_cloud(parent: QWidget, plan: CloudPlan, answer: Callable[[bool], Non
             f"{len(plan.segments_sent)} pages/files{cut}")
     if plan.warnings:
         info += "\n\n" + "\n".join(f"• {w}" for w in plan.warnings)
-    box.setInformativeText(literal_rich_text(info))
+    # The box's text format (plain) holds for the informative text too: escaped rich text showed
+    # its markup ("<p>", "&#x27;") to the user.
+    box.setInformativeText(info)
     box.setDetailedText("Segments sent:\n" + "\n".join(plan.segments_sent))
     send = box.addButton("Send", QMessageBox.ButtonRole.AcceptRole)
     box.addButton("Don't send", QMessageBox.ButtonRole.RejectRole)

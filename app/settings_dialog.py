@@ -75,6 +75,7 @@ class SettingsDialog(QDialog):
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
+        self._listed: EngineSettings | None = None  # what the model list was last fitted to
         self._lay_out(models_box)
         self.load(settings)
         if cache_usage is not None:
@@ -85,8 +86,8 @@ class SettingsDialog(QDialog):
 
     def _lay_out(self, models_box: QGroupBox) -> None:
         """The model list on top; the model and the KV cache on the left, recall under the cache's
-        Advanced part, the prefix cache and the cloud on the right; the error line; everything but
-        Save / Cancel scrolls."""
+        Advanced part, the prefix cache and the cloud on the right; everything but the error line
+        and Save / Cancel scrolls."""
         left, right = QVBoxLayout(), QVBoxLayout()
         # Recall's terms (archive, blocks) mean nothing to a new user: closed with the cache's.
         self.cache.add_advanced(self.recall)
@@ -104,7 +105,6 @@ class SettingsDialog(QDialog):
         inner.setContentsMargins(0, 0, 0, 0)
         inner.addWidget(models_box, 1)  # full width: the table has seven columns; it takes any extra height
         inner.addLayout(columns)
-        inner.addWidget(self.error)
         self.scroll = QScrollArea()
         self.scroll.setWidget(content)
         self.scroll.setWidgetResizable(True)
@@ -113,6 +113,9 @@ class SettingsDialog(QDialog):
         content.setMinimumSize(content.sizeHint())
         layout = QVBoxLayout(self)
         layout.addWidget(self.scroll, 1)
+        # Outside the scroll area, beside Save: an error written below the visible part made Save
+        # seem to do nothing, and a long one (the keyring's) was cut.
+        layout.addWidget(self.error)
         layout.addWidget(self.buttons)
         self._fit_to_screen(content)
 
@@ -184,7 +187,12 @@ class SettingsDialog(QDialog):
             return
         self._say(hint or "", error=False)
         self._show_budget(settings)
-        self.model_list.set_settings(settings)
+        # The model list (sizes and fit for every model) does not depend on the cloud fields; refitting
+        # it on each character typed into the endpoint made typing lag on a busy machine.
+        local = dataclasses.replace(settings, cloud=self.original.cloud)
+        if local != self._listed:
+            self._listed = local
+            self.model_list.set_settings(settings)
 
     def _say(self, text: str, *, error: bool) -> None:
         self.error.setText(text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
     QPushButton, QSpinBox, QToolButton, QWidget,
@@ -43,8 +43,31 @@ def model_kind(spec: str) -> str:
     return "hub"
 
 
+class _WheelOnlyWhenFocused(QObject):
+    """Lets a combo or spin box take the mouse wheel only once the user has clicked into it: in a
+    scrolling dialog the wheel otherwise changed whichever box passed under the pointer (Archive
+    bits 4 → 2 by accident). The ignored wheel goes on to the scroll area."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Type.Wheel and isinstance(watched, QWidget) and not watched.hasFocus():
+            event.ignore()
+            return True
+        return False
+
+
+_WHEEL_FILTER = _WheelOnlyWhenFocused()
+
+
+def no_wheel_unless_focused(widget: QWidget) -> QWidget:
+    """`widget` (a combo or spin box) changed by the wheel only while it has the keyboard focus,
+    which the wheel alone never gives it."""
+    widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+    widget.installEventFilter(_WHEEL_FILTER)
+    return widget
+
+
 def _spin(low: int, high: int, step: int = 1, suffix: str = "") -> QSpinBox:
-    box = QSpinBox()
+    box = no_wheel_unless_focused(QSpinBox())
     box.setRange(low, high)
     box.setSingleStep(step)
     box.setGroupSeparatorShown(True)
@@ -54,7 +77,7 @@ def _spin(low: int, high: int, step: int = 1, suffix: str = "") -> QSpinBox:
 
 
 def _combo(items) -> QComboBox:
-    combo = QComboBox()
+    combo = no_wheel_unless_focused(QComboBox())
     for data, text in items:
         combo.addItem(text, data)
     return combo
@@ -324,14 +347,18 @@ class CloudSection(Section):
     def __init__(self) -> None:
         super().__init__(self.OFF_TITLE)
         self.setCheckable(True)
-        self.toggled.connect(lambda on: self.setTitle(self.ON_TITLE if on else self.OFF_TITLE))
+        self.setChecked(False)
+        # The title is the privacy statement: computed from the box's state whenever it changes or
+        # settings are loaded. A checkable group box starts checked, so loading "on" changed nothing
+        # and the title kept saying "off: nothing leaves this computer" while the cloud was on.
+        self.toggled.connect(self._show_state)
         self.url = QLineEdit()
         self.url.setPlaceholderText("https://api.example.com/v1")
         self.model = QLineEdit()
         self.key = QLineEdit()
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_state = plain_label()
-        self.threshold = QDoubleSpinBox()
+        self.threshold = no_wheel_unless_focused(QDoubleSpinBox())
         self.threshold.setRange(-20.0, 0.0)
         self.threshold.setSingleStep(0.1)
         self.threshold.setDecimals(2)
@@ -349,6 +376,7 @@ class CloudSection(Section):
         super().load(settings)
         cloud = settings.cloud
         self.setChecked(cloud.enabled)
+        self._show_state()
         self.url.setText(cloud.base_url)
         self.model.setText(cloud.model)
         self.threshold.setValue(cloud.escalation_threshold)
@@ -357,6 +385,9 @@ class CloudSection(Section):
         has_key = bool(cloud.base_url and secrets.load_api_key(cloud.base_url))
         self.key.setPlaceholderText("stored in the OS keyring — type to replace" if has_key else "stored in the OS keyring, never in a file")
         self.key_state.setText("A key is stored for this endpoint." if has_key else "No key stored for this endpoint.")
+
+    def _show_state(self, *_args) -> None:
+        self.setTitle(self.ON_TITLE if self.isChecked() else self.OFF_TITLE)
 
     def values(self) -> dict:
         return {"cloud": dataclasses.replace(

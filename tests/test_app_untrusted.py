@@ -153,7 +153,10 @@ def test_dialogs_quote_titles_names_and_questions_as_typed(qtbot, home, probe):
     box.done(0)
     assert not probe.opened, "the cloud question"
     assert box.text().startswith('Send this question and part of “<img src="probe">”')
-    assert "What is &lt;img src=&quot;" in box.informativeText()
+    # Shown as typed: the box is plain text, its informative line too (escaped markup showed as "&lt;").
+    informative = box.findChild(QLabel, "qt_msgbox_informativelabel")
+    assert informative.textFormat() == Qt.TextFormat.PlainText
+    assert f'Question: What is <img src="{probe.path}">?' in informative.text() and "&lt;" not in informative.text()
 
     prompts = []
 

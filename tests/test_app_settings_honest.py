@@ -1,0 +1,95 @@
+"""Issue 44, item 5: the settings dialog says what the settings are and keeps what the user set:
+the privacy title follows the saved cloud setting, the mouse wheel does not change a box the
+pointer passes over while the dialog scrolls, a refused Save says why where the user looks."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
+from PySide6.QtGui import QWheelEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from engine.settings import CloudSettings, EngineSettings, RecallSettings, load_settings  # noqa: E402
+
+
+def wheel(widget, steps: int) -> None:
+    """A real wheel event of `steps` notches (down when negative) over the middle of `widget`."""
+    centre = QPointF(widget.rect().center())
+    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, 120 * steps),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, event)
+
+
+def test_the_privacy_title_follows_the_saved_cloud_setting_when_the_dialog_reopens(qtbot, tmp_path, memory_keyring):
+    """Saved with the cloud on, reopened: the box is ticked and the title must not say "nothing
+    leaves this computer" (it did: a checkable group box starts checked, so loading "on" emitted
+    no change and the title stayed "off")."""
+    from app.settings_dialog import SettingsDialog
+
+    file = tmp_path / "settings.toml"
+    first = SettingsDialog(EngineSettings(), settings_file=file)
+    qtbot.addWidget(first)
+    assert not first.cloud.isChecked() and "nothing leaves this computer" in first.cloud.title()
+    first.cloud.setChecked(True)
+    first.cloud.url.setText("http://127.0.0.1:9/v1")
+    first.cloud.model.setText("tiny-cloud")
+    first.buttons.button(first.buttons.StandardButton.Save).click()
+    assert first.saved is not None and load_settings(file).cloud.enabled
+
+    reopened = SettingsDialog(load_settings(file), settings_file=file)
+    qtbot.addWidget(reopened)
+    assert reopened.cloud.isChecked()
+    assert "nothing leaves" not in reopened.cloud.title() and "on:" in reopened.cloud.title()
+    reopened.load(EngineSettings())  # and back: the title follows every load
+    assert not reopened.cloud.isChecked() and "nothing leaves this computer" in reopened.cloud.title()
+
+
+def test_the_wheel_changes_a_box_only_after_the_user_clicks_into_it(qtbot, tmp_path, memory_keyring):
+    """Scrolling the dialog over Archive bits changed 4 → 2 by accident. A box without the focus
+    lets the wheel pass (to the scroll area); once focused it takes it as before."""
+    from app.settings_dialog import SettingsDialog
+
+    settings = EngineSettings(recall=RecallSettings(archive_bits=4))
+    dialog = SettingsDialog(settings, settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.mouseClick(dialog.cache.advanced_toggle, Qt.MouseButton.LeftButton)
+    bits, budget, threshold = dialog.recall.archive_bits, dialog.cache.budget, dialog.cloud.threshold
+    before = (bits.currentIndex(), budget.value(), threshold.value())
+    for box in (bits, budget, threshold):
+        wheel(box, -1)
+        wheel(box, 1)
+        wheel(box, -2)
+    assert (bits.currentIndex(), budget.value(), threshold.value()) == before
+    assert dialog.values() == settings
+
+    budget.setFocus()
+    qtbot.waitUntil(budget.hasFocus, timeout=2000)
+    wheel(budget, 1)
+    assert budget.value() == before[1] + budget.singleStep(), "a focused box still takes the wheel"
+
+
+def test_a_refused_save_says_why_beside_the_save_button_not_below_the_scrolled_part(qtbot, tmp_path, memory_keyring):
+    """The error line sat at the bottom of the scrolling content, below the visible part on a
+    laptop screen, so Save seemed to do nothing. It is outside the scroll area now, visible, with
+    the whole message (word-wrapped, not cut)."""
+    from app.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(EngineSettings(cloud=CloudSettings()), settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(dialog)
+    dialog.resize(800, 500)  # smaller than the content: the dialog scrolls
+    dialog.show()
+    assert dialog.scroll.verticalScrollBar().maximum() > 0, "the test needs a dialog that scrolls"
+    dialog.cloud.setChecked(True)
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert dialog.saved is None and "endpoint URL" in dialog.error.text()
+    assert not dialog.scroll.widget().isAncestorOf(dialog.error)
+    assert dialog.error.isVisible() and dialog.error.wordWrap()
+    assert dialog.error.visibleRegion().boundingRect().height() >= dialog.error.fontMetrics().height()
