@@ -69,6 +69,28 @@ def _decoded(text: str) -> str:
     return raw.decode("latin-1")
 
 
+# Metadata titles that name no document (issue 44: a filing listed as "0001065280-18-000069"): an
+# SEC accession number or any other run of digits and separators, a file name or path, or the
+# placeholder a producing program writes ("Microsoft Word - draft.docx", "Untitled", "Document1").
+_NOT_A_TITLE = re.compile(
+    r"[\d\W_]*"                                                   # digits and separators only
+    r"|(?:[a-z]:)?[/\\]?(?:[^\s/\\]+[/\\])+[^\s/\\]*"                # a path (dates have spaces around)
+    r"|.*\.(?:pdf|docx?|dotx?|odt|rtf|txt|tex|dvi|ps|indd|qxd|pptx?|xlsx?|html?|md)"  # a file name
+    r"|(?:microsoft\s+(?:word|powerpoint|excel)|adobe\s+\w+|pdf\s*creator)\b.*"
+    r"|untitled.*|document\s*\d*|title|slide\s*\d*|(?:powerpoint\s+)?presentation\s*\d*|\S{1,2}",
+    re.IGNORECASE)
+
+
+def shown_title(metadata_title: str, path: str | os.PathLike[str]) -> str:
+    """The name a document is shown and cited by: the title a file's metadata gives (first line)
+    when it names the document, else the file name without its extension (`display_name`).
+    Accession numbers, paths, file names and producers' placeholders are not titles."""
+    title = " ".join(metadata_title.split("\n", 1)[0].split()) if metadata_title else ""
+    if not title or _NOT_A_TITLE.fullmatch(title):
+        return display_name(os.path.splitext(os.path.basename(os.fspath(path)))[0])
+    return title
+
+
 def check_unicode(text: str, what: str) -> None:
     """Raise DocumentError (one line naming `what`) if `text` cannot be encoded as UTF-8.
 

@@ -31,7 +31,7 @@ from engine.documents import (
     _reason,
 )
 from engine.documents.hyphenation import join_hyphenated_lines
-from engine.documents.names import display_name
+from engine.documents.names import display_name, shown_title
 from engine.documents.text import is_unreliable, measure, normalize_and_count, normalize_text
 from engine.errors import Cancelled
 
@@ -175,7 +175,7 @@ class _Collected:
         # whole document (B28).
         texts = join_hyphenated_lines([segment.text for segment in self.segments])
         segments = [replace(segment, text=text) for segment, text in zip(self.segments, texts)]
-        return Document(title=self.title.split("\n", 1)[0] or display_name(self.path.stem),
+        return Document(title=shown_title(self.title, self.path),
                         source=str(self.path), kind="pdf", segments=segments,
                         warnings=warnings, pages=self.total, outline=self.outline)
 
