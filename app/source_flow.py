@@ -51,6 +51,10 @@ def library_source(label: str, sources: list[Source]) -> Source | None:
         (s for s in named if s.label in (label, plain)), named[0])
 
 
+CHAT_MIN_WIDTH = 480   # px the chat keeps beside the source pane: the question box stays readable
+PANE_MIN_WIDTH = 300   # px below which a page is too small to read
+
+
 class SourceFlow(QObject):
     """Shows citations of `window` (a `MainWindow`: its library, state, source pane, splitter and
     store) in the source pane. Signal `shown(citation)` after a page or file is shown (tests wait on it)."""
@@ -67,6 +71,7 @@ class SourceFlow(QObject):
         # of another document: it still belongs beside the chat that holds the answer).
         self.shown_id: int | None = None
         self._read.connect(self._on_read)
+        window.source_pane.closed.connect(window.sidebar.show)  # the list stepped aside for the pane
 
     def follow(self, document_id: int | None) -> None:
         """The chat shows library document `document_id` now (None: a new file being read): a page
@@ -143,10 +148,22 @@ class SourceFlow(QObject):
         self.shown.emit(citation)
 
     def open_pane(self) -> None:
-        """Show the source pane beside the chat, as wide as it was last (else half the chat)."""
+        """Show the source pane beside the chat, as wide as it was last (else half the chat), never
+        growing the window: the chat keeps `CHAT_MIN_WIDTH`, and where the window is too narrow for
+        the library list, the chat and the pane together (an 800 px window), the list steps aside
+        until the pane closes."""
         w = self.window
-        if w.source_pane.isHidden():
-            w.source_pane.show()
-            side, chat, pane = w.splitter.sizes()
-            width = min(w.store.pane_width or (chat + pane) // 2, (chat + pane) - 200)
-            w.splitter.setSizes([side, chat + pane - width, width])
+        if not w.source_pane.isHidden():
+            return
+        side, chat, pane = w.splitter.sizes()
+        room = side + chat + pane
+        if room - side - PANE_MIN_WIDTH < CHAT_MIN_WIDTH:
+            # Hidden before the pane shows: the three panels' minimum widths together widened an
+            # 800 px window to 907 px, and a folded list still counts its minimum.
+            side = 0
+            w.sidebar.hide()
+        w.source_pane.show()
+        w.splitter.refresh()  # the pane's minimum known now, not after the next event loop turn
+        wanted = w.store.pane_width or (room - side) // 2
+        width = max(PANE_MIN_WIDTH, min(wanted, room - side - CHAT_MIN_WIDTH))
+        w.splitter.setSizes([side, room - side - width, width])

@@ -37,7 +37,7 @@ def build_panels(window) -> None:
     window.answers = AnswerStream(window.library, window.chat, window.progress, parent=window,
                                   max_new_tokens=lambda: window.settings.max_new_tokens)
 
-    sidebar = QWidget()
+    window.sidebar = sidebar = QWidget()
     sidebar.setObjectName("sidebar")
     sidebar.setMinimumWidth(280)
     side = QVBoxLayout(sidebar)
