@@ -106,9 +106,10 @@ class AskFlow:
             self._ask(live.question, cloud=True, reason=outcome.escalation, escalation=True)
         elif error is not None and error.kind is ErrorKind.OOM:
             w.banner.show_message("error", error.message, "Lower the budget and retry",
-                                  lambda: w.settings_flow.lower_budget_and_retry(w.state.engine_path))
+                                  lambda: w.settings_flow.lower_budget_and_retry(w.state.engine_path),
+                                  document_id=live.document_id)
         elif error is not None and error.kind is not ErrorKind.CANCELLED:
-            w.banner.show_message("error", f"Could not answer: {error.message}")
+            w.banner.show_message("error", f"Could not answer: {error.message}", document_id=live.document_id)
 
     def _keep_with(self, path: str, live: LiveAnswer, question_id: int) -> None:
         """Move a library answer and its question to the history of the document at `path` (the

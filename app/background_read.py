@@ -17,6 +17,7 @@ from pathlib import Path
 
 from app import operations as ops
 from app.changes import Changes
+from app.panel_refresh import document_header
 from app.units import fmt_duration
 from app.worker import Job, JobError
 from engine.errors import ErrorKind
@@ -31,6 +32,8 @@ class BackgroundRead:
         self.job: Job | None = None
         self.path: str | None = None
         self._pause: threading.Event | None = None
+        self.share = 0.0  # how much of the document the read has done (0..1): `stop` says it
+        self.left_s: float | None = None  # its time left as last measured: the header says the same
         self.stopped = False  # the open document's read was cancelled or failed: it is not read whole
 
     @property
@@ -41,18 +44,24 @@ class BackgroundRead:
         """Read the open document (`path`, opened index first) whole, in the background; its
         progress starts where an earlier read of it stopped (`report.read_from`)."""
         self.stop()
-        self.path = path
+        self.path, self.share, self.left_s = path, 0.0, None
         self._submit()
         if report is not None and report.read_from:
-            self._progress(self.job, Progress(Phase.PREFILL, report.read_from, report.document_tokens, "tokens"))
+            self.show_progress(self.job, Progress(Phase.PREFILL, report.read_from, report.document_tokens, "tokens"))
 
-    def stop(self) -> None:
-        """Cancel the read (a new document replaces this one, or the window closes)."""
+    def stop(self) -> str | None:
+        """Cancel the read (a new document replaces this one, or the window closes). Returns what
+        to tell the user when a read was under way ("Reading book.pdf whole stopped at 37 %: …"),
+        else None."""
         job, self.job, self._pause = self.job, None, None
         self.stopped = False  # another document, or none, follows
-        if job is not None:
-            self.window.client.cancel([job])
-            self.window.library_panel.set_reading(None)
+        if job is None:
+            return None
+        self.window.client.cancel([job])
+        self.window.library_panel.set_reading(None)
+        share = f" at {self.share:.0%}" if self.share else ""
+        return (f"Reading {Path(self.path).name} whole stopped{share}: what was read is kept, and the read goes on "
+                "from there the next time you open it.")
 
     def pause_for_question(self) -> None:
         """A question is about to be submitted: the read stops after its current chunk, and goes on
@@ -63,18 +72,23 @@ class BackgroundRead:
     def _submit(self) -> None:
         pause = threading.Event()
         job = ops.read_document(pause=pause)
-        job.on_progress = lambda event: self._progress(job, event)
+        job.on_progress = lambda event: self.show_progress(job, event)
         job.on_done = lambda report: self._done(job, report)
         job.on_error = lambda error: self._failed(job, error)
         self.job, self._pause = job, pause
         self.window.client.submit(job)
 
-    def _progress(self, job: Job, event: Progress) -> None:
+    def show_progress(self, job: Job, event: Progress) -> None:
+        """A progress event of `job` (the read running now; a replaced read's are dropped): the progress
+        line, the library row and the header's time left."""
         if job is not self.job:
             return
         w = self.window
         w.progress.show_event(event)
-        share = event.done / event.total if event.total else 0.0
+        share = self.share = event.done / event.total if event.total else 0.0
+        if event.eta_s is not None and event.eta_s != self.left_s:
+            self.left_s = event.eta_s
+            document_header(w)
         left = f", about {fmt_duration(event.eta_s)} left" if event.eta_s is not None else ""
         w.library_panel.set_reading(self.path, Path(self.path).name,
                                     f"answering from the parts it chooses; reading it whole: {share:.0%}{left}")
@@ -106,4 +120,4 @@ class BackgroundRead:
                                       "choose; opening the document again reads it.", 10000)
         else:
             w.banner.show_message("warning", f"The document could not be read whole ({error.message}); questions "
-                                             "keep re-reading the pages they choose.")
+                                             "keep re-reading the pages they choose.", document_id=w.state.open_id)

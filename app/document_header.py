@@ -22,7 +22,7 @@ STATUS_WORDS = {CACHED: "its saved reading is ready", STALE: "its saved reading 
 
 
 def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate: str, not_open_status: str | None,
-                  whole_read_stopped: bool = False) -> str:
+                  whole_read_stopped: bool = False, whole_read_left_s: float | None = None) -> str:
     """"12 pages · 5,231 tokens · kept in 1.2 MiB of memory (48.0× smaller than uncompressed) · read just now",
     in plain words (the KV cache is "memory", a prefix-cache hit "its saved reading").
 
@@ -30,7 +30,8 @@ def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate
     estimate for its tokens, is shown instead). `not_open_status`: its prefix-cache status when it
     is neither open nor being opened (`engine.library`'s CACHED, STALE, NOT_CACHED), else None.
     `whole_read_stopped`: the background read of the open document, not read whole, was cancelled
-    or failed."""
+    or failed. `whole_read_left_s`: the time that read has left as its progress measures it (the
+    progress line's figure), once measured."""
     parts = [record.size_text]
     if record.tokens:
         parts.append(f"{record.tokens:,} tokens")
@@ -38,7 +39,7 @@ def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate
         parts.append("not read whole (its read was stopped): each answer re-reads the parts it chooses; "
                      "opening it again reads it")
     elif report is not None and report.unread:
-        parts.append(whole_read_text(report))
+        parts.append(whole_read_text(report, whole_read_left_s))
     elif report is not None:
         parts.append(f"kept in {format_bytes(report.kv.total_bytes)} of memory "
                      f"({size_ratio(report.full_fp16_bytes, report.kv.total_bytes)} than uncompressed)")
@@ -50,11 +51,18 @@ def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate
     return " · ".join(p for p in parts if p)
 
 
-def whole_read_text(report: OpenReport) -> str:
+def whole_read_text(report: OpenReport, left_s: float | None = None) -> str:
     """What the header says of a document opened index first, not read whole yet: how long its
-    whole read will take here (`report.read_plan`), that questions can be asked now and that the
-    read can be cancelled."""
-    took = f", about {fmt_duration(report.read_plan.seconds)} on this computer" if report.read_plan is not None else ""
+    whole read will take here, that questions can be asked now and that the read can be cancelled.
+    The time is the read's measured time left (`left_s`, the progress line's figure) once there
+    is one, before that the plan's (`report.read_plan`): the header said "about 15 min" while the
+    progress line said "1 h 37 min left"."""
+    if left_s is not None:
+        took = f", about {fmt_duration(left_s)} left"
+    elif report.read_plan is not None:
+        took = f", about {fmt_duration(report.read_plan.seconds)} on this computer"
+    else:
+        took = ""
     if report.read_from:  # an earlier read's chunks were kept (engine.read_checkpoint)
         took = f", going on from {report.read_from / report.document_tokens:.0%} where it stopped{took}"
     return (f"being read whole in the background{took}: ask now, each answer re-reads the parts it chooses "

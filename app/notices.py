@@ -37,13 +37,17 @@ class Banner(QFrame):
         layout.addWidget(self.action)
         layout.addWidget(close)
         self.kind = ""
+        self.document_id: int | None = None
         self._callback = None
         self.action.clicked.connect(self._act)
         self.hide()
 
-    def show_message(self, kind: str, text: str, action: str | None = None, callback=None) -> None:
-        """kind: "error", "warning" or "info" (the colour)."""
-        self.kind = kind
+    def show_message(self, kind: str, text: str, action: str | None = None, callback=None, *,
+                     document_id: int | None = None) -> None:
+        """kind: "error", "warning" or "info" (the colour). `document_id`: the library document the
+        message is about (its open's warnings, its answer's or read's error), hidden when the chat
+        shows another one (`follow`); None: about the app (the model, the settings), kept."""
+        self.kind, self.document_id = kind, document_id
         self.setProperty("kind", kind)
         self.style().unpolish(self)
         self.style().polish(self)
@@ -53,6 +57,11 @@ class Banner(QFrame):
         if action:
             self.action.setText(action)
         self.show()
+
+    def follow(self, document_id: int | None) -> None:
+        """The chat shows library document `document_id` now: a message about another goes."""
+        if self.document_id is not None and document_id != self.document_id:
+            self.hide()
 
     @property
     def text(self) -> str:

@@ -37,8 +37,10 @@ class OpenFlow:
         path = str(Path(path).expanduser().resolve())
         name = Path(path).name
         w.client.cancel(state.document_jobs())  # a new document replaces what was being read or answered
-        w.background_read.stop()
         w.banner.hide()
+        stopped = w.background_read.stop()
+        if stopped:  # said, not silent: the user may have been waiting for that read
+            w.banner.show_message("info", stopped)
         self._estimate_shown_for = None
         w.store.last_folder = str(Path(path).parent)
         self.close_long_read_box()
@@ -131,7 +133,8 @@ class OpenFlow:
                 f"Read {report.title}: {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "
                 f"({report.prefill_tokens_per_s:,.0f} tokens/s).", 10000)
         if report.warnings:
-            w.banner.show_message("warning", warning_note(report.warnings, str(report.recall_notice) if report.recall_notice else None))
+            w.banner.show_message("warning", warning_note(report.warnings, str(report.recall_notice) if report.recall_notice else None),
+                                  document_id=w.state.open_id)
         w.on_memory(result.memory)
         w.conversation.question.setFocus()
         w.refresh_cache_status()

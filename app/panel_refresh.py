@@ -44,6 +44,7 @@ def document_view(window, changes: Changes) -> None:
         return
     window.conversation.show_document(record.id if record else None)
     window.sources.follow(record.id if record else None)
+    window.banner.follow(record.id if record else None)
     if record is None and state.opening is not None:
         window.header.show_document(Path(state.opening).name, "Reading…", can_open=False)
         window.chat.clear()
@@ -58,11 +59,21 @@ def document_view(window, changes: Changes) -> None:
     if not window.chat.streaming:  # a streaming answer is drawn by the answer stream, piece by piece
         window.chat.labels = set(state.segments) if is_open else None
         window.chat.show_messages(window.library.messages(record.id))
-    being_read = state.being_read(record)
+    document_header(window)
+
+
+def document_header(window) -> None:
+    """The header of the library document the chat shows (its title and info line); the
+    background read calls it as its time left changes."""
+    state, record = window.state, window.state.current
+    if record is None:
+        return
+    is_open, being_read = state.is_open(record), state.being_read(record)
     status = None if is_open or being_read else window.library.status(record, window.cache_status, window.settings)
+    read = window.background_read
     info = document_info(record, state.report if is_open else None,
                          estimate=window.estimate_text(record.tokens) if record.tokens else "", not_open_status=status,
-                         whole_read_stopped=window.background_read.stopped)
+                         whole_read_stopped=read.stopped, whole_read_left_s=read.left_s if read.running else None)
     window.header.show_document(record.title, info, can_open=not is_open and not being_read,
                                 tooltip=info_tooltip(state.report if is_open else None))
 
