@@ -28,6 +28,7 @@ from engine.models.catalog import CatalogModel, DeviceMemory
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings, save_settings
 from engine.units import format_bytes
+from engine.workspace import SettingsChange
 
 # Without an open document, the archive's disk size is shown for this many tokens.
 ARCHIVE_PER_TOKENS = 100_000
@@ -44,8 +45,10 @@ class SettingsDialog(QDialog):
     def __init__(self, settings: EngineSettings, *, profile: ModelProfile | None = None,
                  cache_usage: tuple[int, int] | None = None, parent: QWidget | None = None,
                  settings_file: Path | None = None, document_tokens: int | None = None,
-                 models: list[CatalogModel] | None = None, memory: DeviceMemory | None = None) -> None:
+                 models: list[CatalogModel] | None = None, memory: DeviceMemory | None = None,
+                 open_title: str | None = None) -> None:
         """`document_tokens`: the open document's length, to size its archive (else per 100,000 tokens).
+        `open_title`: the open document's name, to say before Save when the change reads it again.
         `models` / `memory`: the model list and the device it is fitted to (default: the bundled
         list, this machine)."""
         super().__init__(parent)
@@ -57,6 +60,7 @@ class SettingsDialog(QDialog):
         self.profile_name = "the loaded model" if profile else "SmolLM2-135M (model not loaded yet)"
         self.settings_file = settings_file
         self.document_tokens = document_tokens
+        self.open_title = open_title
         self.model, self.cache, self.recall = ModelSection(), CacheSection(), RecallSection()
         self.prefix, self.cloud = PrefixSection(), CloudSection()
         self.sections = (self.model, self.cache, self.recall, self.prefix, self.cloud)
@@ -185,7 +189,7 @@ class SettingsDialog(QDialog):
             self.cache.budget_info.setText("")
             self.recall.info.setText("")
             return
-        self._say(hint or "", error=False)
+        self._say(" ".join(note for note in (hint, self.restart_note(settings)) if note), error=False)
         self._show_budget(settings)
         # The model list (sizes and fit for every model) does not depend on the cloud fields; refitting
         # it on each character typed into the endpoint made typing lag on a busy machine.
@@ -193,6 +197,16 @@ class SettingsDialog(QDialog):
         if local != self._listed:
             self._listed = local
             self.model_list.set_settings(settings)
+
+    def restart_note(self, settings: EngineSettings) -> str | None:
+        """What saving `settings` does to the open document, said before Save (the read restarted
+        from 0 % without a word): None when it stays as it is (`SettingsChange.between`)."""
+        change = SettingsChange.between(self.original, settings)
+        if self.open_title is None or not change.reopens_document:
+            return None
+        model = "loads the new model and " if change is SettingsChange.RELOAD_MODEL else ""
+        return (f"Saving {model}opens {self.open_title} again under these settings: a reading saved under other "
+                "settings is not reused, so reading it whole starts over.")
 
     def _say(self, text: str, *, error: bool) -> None:
         self.error.setText(text)

@@ -27,8 +27,10 @@ class SettingsFlow:
         """Open the Settings dialog; Save applies what it holds."""
         w = self.window
         profile = w.client.model.profile if w.client.model else None
-        tokens = w.state.report.document_tokens if w.state.report and w.state.open_id else None
-        dialog = SettingsDialog(w.settings, profile=profile, parent=w, document_tokens=tokens)
+        is_open = w.state.report is not None and w.state.open_id is not None
+        tokens = w.state.report.document_tokens if is_open else None
+        dialog = SettingsDialog(w.settings, profile=profile, parent=w, document_tokens=tokens,
+                                open_title=w.state.report.title if is_open else None)
         dialog.clear_cache_requested.connect(lambda: self.clear_prefix_cache(dialog))
         w.client.submit(ops.prefix_cache_usage(
             on_done=lambda usage: self.dialog is dialog and dialog.set_cache_usage(*usage)))

@@ -93,3 +93,26 @@ def test_a_refused_save_says_why_beside_the_save_button_not_below_the_scrolled_p
     assert not dialog.scroll.widget().isAncestorOf(dialog.error)
     assert dialog.error.isVisible() and dialog.error.wordWrap()
     assert dialog.error.visibleRegion().boundingRect().height() >= dialog.error.fontMetrics().height()
+
+
+def test_a_change_that_reads_the_open_document_again_says_so_before_save(qtbot, tmp_path, memory_keyring):
+    """Issue 44, item 3: saving a new memory budget restarted the open document's read from 0 %
+    without a word. The dialog says it before Save; a change that keeps the reading says nothing."""
+    from app.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(EngineSettings(), settings_file=tmp_path / "settings.toml", open_title="thinkpython2.pdf",
+                            document_tokens=129_000)
+    qtbot.addWidget(dialog)
+    assert dialog.error.text() == ""
+    dialog.model.max_new_tokens.setValue(dialog.model.max_new_tokens.value() + 16)  # from the next question on
+    assert dialog.error.text() == ""
+    dialog.cache.budget.setValue(dialog.cache.budget.value() - 512)
+    assert "opens thinkpython2.pdf again" in dialog.error.text() and "starts over" in dialog.error.text()
+    assert "C62828" not in dialog.error.styleSheet(), "a note, not an error"
+    dialog.cache.budget.setValue(dialog.cache.budget.value() + 512)
+    assert dialog.error.text() == ""
+
+    nothing_open = SettingsDialog(EngineSettings(), settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(nothing_open)
+    nothing_open.cache.budget.setValue(nothing_open.cache.budget.value() - 512)
+    assert nothing_open.error.text() == ""
