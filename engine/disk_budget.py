@@ -11,8 +11,43 @@ Torch-free: the estimator and the settings dialog use it before any model is loa
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
+import platformdirs
+
+GIB = 1024**3
+DEFAULT_SHARE_OF_FREE = 0.25
+"""A new installation's prefix-cache budget is this share of the free disk, within the bounds
+below: a book's archive alone is ~1 GiB on the default model, so the old fixed 2 GiB evicted a
+book's reading within the hour of opening a second one."""
+DEFAULT_MIN_BYTES = 2 * GIB
+DEFAULT_MAX_BYTES = 32 * GIB
+
 
 def parts_fit(snapshot_bytes: int, archive_bytes: int, disk_budget_bytes: int) -> bool:
     """Whether a snapshot of `snapshot_bytes` and an archive of `archive_bytes` (0: none) fit a
     prefix-store disk budget of `disk_budget_bytes` together (other entries are evicted for them)."""
     return snapshot_bytes + archive_bytes <= disk_budget_bytes
+
+
+def default_disk_budget_bytes(free_bytes: int) -> int:
+    """The prefix-cache budget for a disk with `free_bytes` free: `DEFAULT_SHARE_OF_FREE` of it,
+    whole GiB, between `DEFAULT_MIN_BYTES` and `DEFAULT_MAX_BYTES` (2 GiB on a full disk: a user
+    then chooses). Pure."""
+    share = int(free_bytes * DEFAULT_SHARE_OF_FREE) // GIB * GIB
+    return max(DEFAULT_MIN_BYTES, min(DEFAULT_MAX_BYTES, share))
+
+
+def sized_for_this_disk() -> int:
+    """`default_disk_budget_bytes` for the disk that holds the cache folder (`engine.paths`, or
+    $HALAMAN_HOME), measured now; the minimum when it cannot be measured."""
+    home = os.environ.get("HALAMAN_HOME")  # as engine.paths reads it, without creating the folder
+    folder = Path(home).expanduser() if home else Path(platformdirs.user_cache_dir("halaman", appauthor=False))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return default_disk_budget_bytes(shutil.disk_usage(folder).free)
+    except OSError:
+        return DEFAULT_MIN_BYTES

@@ -18,6 +18,7 @@ from typing import Any
 import tomli_w
 
 from engine import paths
+from engine.disk_budget import sized_for_this_disk
 from engine.errors import SettingsError
 
 POSITION_MODES = ("auto", "original", "compact")
@@ -222,7 +223,8 @@ class EngineSettings:
     temperature: 0 = greedy decoding.
     repetition_penalty: CTRL-style penalty on tokens already in the answer (1 = off).
     prefix_cache: reuse persisted document caches.
-    prefix_cache_disk_bytes: disk budget of the prefix-cache store, in bytes (LRU beyond it).
+    prefix_cache_disk_bytes: disk budget of the prefix-cache store, in bytes (LRU beyond it); a
+        new installation's is a quarter of the free disk, 2-32 GiB (`engine.disk_budget`).
     cache: the KV cache policy; recall: the on-disk archive and recall at question time;
     cloud: the optional cloud fallback.
     include_generated_files: also read a repository's lock files and the files .gitattributes marks
@@ -238,7 +240,7 @@ class EngineSettings:
     temperature: float = 0.0
     repetition_penalty: float = 1.1
     prefix_cache: bool = True
-    prefix_cache_disk_bytes: int = 2 * 1024**3
+    prefix_cache_disk_bytes: int = field(default_factory=sized_for_this_disk)
     cache: CachePolicy = field(default_factory=CachePolicy)
     cloud: CloudSettings = field(default_factory=CloudSettings)
     recall: RecallSettings = field(default_factory=RecallSettings)
@@ -378,7 +380,8 @@ def _typed(cls: type, data: dict[str, Any], prefix: str, unknown: list[str]) -> 
         if key not in fields:
             unknown.append(prefix + key)
             continue
-        kind = type(fields[key].default)
+        default = fields[key].default
+        kind = type(fields[key].default_factory() if default is dataclasses.MISSING else default)
         fits = (isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
                 else isinstance(value, kind) and (kind is bool or not isinstance(value, bool)))
         if not fits:

@@ -89,12 +89,15 @@ def test_no_archive_is_estimated_for_a_document_the_cache_keeps_whole():
     assert estimate(profile, policy, 10 * whole, RecallSettings(archive=False)).archive_bytes == 0
 
 
-def test_a_3b_model_at_128k_keeps_recall_on_under_the_default_disk_budget():
+def test_a_3b_model_at_128k_keeps_recall_on_under_a_2_gib_disk_budget():
+    """On a disk with little room (the smallest default budget, 2 GiB) a 3B model's archive does
+    not fit: its questions re-read their spans; the 135M model's archive fits."""
+    from engine.disk_budget import DEFAULT_MIN_BYTES
     from engine.estimate import estimate
     from engine.recall_plan import RecallSource, plan_recall
     from engine.settings import EngineSettings
 
-    settings = EngineSettings()
+    settings = EngineSettings(prefix_cache_disk_bytes=DEFAULT_MIN_BYTES)
     budget = settings.prefix_cache_disk_bytes
     llama = KNOWN_SHAPES["llama-3.2-3b"]
     result = estimate(llama, settings.cache, 131_072, settings.recall)
@@ -108,10 +111,28 @@ def test_a_3b_model_at_128k_keeps_recall_on_under_the_default_disk_budget():
     assert plan_recall(blocks, llama, 131_072, disk_budget_bytes=budget).source is RecallSource.OFF
 
 
-def test_halaman_estimate_says_where_recall_reads_from():
+def test_halaman_estimate_says_where_recall_reads_from(tmp_path):
+    import os
     import subprocess
     import sys
 
+    from engine.settings import EngineSettings, save_settings
+
+    # A user whose disk budget is 2 GiB (a nearly full disk's default, or chosen).
+    (tmp_path / "config").mkdir()
+    save_settings(EngineSettings(prefix_cache_disk_bytes=2 * 1024**3), tmp_path / "config" / "settings.toml")
     out = subprocess.run([sys.executable, "-m", "engine.cli", "estimate", "--model", "llama-3.2-3b", "--tokens", "131072"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env={**os.environ, "HALAMAN_HOME": str(tmp_path)}).stdout
     assert "4.8 GiB" in out and "not written" in out and "recall          re-read: its archive (4.8 GiB)" in out
+
+
+def test_the_default_disk_budget_follows_the_free_disk():
+    """Issue 44, item 3: the fixed 2 GiB default evicted a book's reading (its archive alone ~1 GiB)
+    within the hour. A new installation's budget is a quarter of the free disk, 2 to 32 GiB."""
+    from engine.disk_budget import GIB, default_disk_budget_bytes, sized_for_this_disk
+    from engine.settings import EngineSettings
+
+    assert default_disk_budget_bytes(70 * GIB) == 17 * GIB
+    assert default_disk_budget_bytes(3 * GIB) == 2 * GIB          # a full disk: the minimum
+    assert default_disk_budget_bytes(10_000 * GIB) == 32 * GIB    # a huge one: bounded
+    assert EngineSettings().prefix_cache_disk_bytes == sized_for_this_disk()
