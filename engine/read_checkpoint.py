@@ -14,7 +14,8 @@ digests of the archive written so far (`ArchiveWriter.digests`). The archive its
 place, as that entry's archive, from the read's first chunk (`PrefixStore.begin_checkpoint`): a
 checkpoint copies nothing, it flushes the file and stores the cache (a few MB to tens of MB).
 
-Saved: every `CHECKPOINT_EVERY_S` of reading, when the read pauses, and when it is cancelled or
+Saved: after `FIRST_CHECKPOINT_S` of reading, then at doubling intervals up to every
+`CHECKPOINT_EVERY_S`, when the read pauses, and when it is cancelled or
 fails inside a chunk (from a copy of the cache taken at the chunk's start: the stopped chunk left
 the cache half-updated). Deleted once the whole read is saved (its archive becomes the document's)
 and, like every entry, when the cache is cleared. One that cannot be used (damaged, made with other
@@ -47,6 +48,10 @@ CHECKPOINT_EVERY_S = 60.0
 """Seconds of reading between two checkpoints: what a crash can cost at most (plus the chunk under
 way). A checkpoint stores the partial cache (tens of MB at the default budget) and flushes the
 archive: well under a second, so this interval costs the read about 1 %."""
+FIRST_CHECKPOINT_S = 5.0
+"""The first checkpoint comes after this much reading and the interval doubles up to
+`CHECKPOINT_EVERY_S` (5, 10, 20, 40, 60 s …): a read killed in its first minute kept nothing, while
+a small cache costs little to store early on."""
 
 _ARCHIVE_PREFIX = "archive."  # names of the archive's digests among a checkpoint's tensors
 
@@ -68,6 +73,7 @@ class ReadCheckpoints:
         self._archive: Path | None = None   # the checkpoint's archive file, which the read writes
         self._running = False               # this read keeps checkpoints (it began or loaded one)
         self._saved_at = time.monotonic()
+        self._interval_s = FIRST_CHECKPOINT_S  # reading before the next checkpoint, doubling
         self._boundary: tuple[CompressedCache, dict | None] | None = None  # the last chunk's end, not saved yet
 
     def load(self, decoder: CompressedDecoder, policy: CachePolicy,
@@ -122,17 +128,18 @@ class ReadCheckpoints:
 
     def _start(self, archive: Path | None) -> None:
         self._archive, self._running, self._boundary = archive, True, None
-        self._saved_at = time.monotonic()
+        self._saved_at, self._interval_s = time.monotonic(), FIRST_CHECKPOINT_S
 
     def after_chunk(self, cache: CompressedCache, writer: ArchiveWriter | None) -> None:
         """Between two chunks (the cache consistent, the archive written up to it): save a
-        checkpoint if `CHECKPOINT_EVERY_S` passed since the last one; else remember this point (a
+        checkpoint if the interval passed since the last one (`FIRST_CHECKPOINT_S`, doubling up to
+        `CHECKPOINT_EVERY_S`); else remember this point (a
         fork of the cache, sharing its tensors until either changes them) in case the next chunk
         is cancelled. Nothing after the last chunk: the whole read is saved next."""
         if not self._running or cache.seen_tokens >= self.n_tokens:
             return
         digests = writer.digests() if writer is not None else None
-        if time.monotonic() - self._saved_at >= CHECKPOINT_EVERY_S:
+        if time.monotonic() - self._saved_at >= min(self._interval_s, CHECKPOINT_EVERY_S):
             self._save(cache, digests, writer)
         else:
             self._boundary = (cache.fork(), digests)
@@ -156,6 +163,7 @@ class ReadCheckpoints:
             log.info("read checkpoint not saved: %s", error)
             return
         self.saved_tokens, self._saved_at, self._boundary = cache.seen_tokens, time.monotonic(), None
+        self._interval_s = min(2 * self._interval_s, CHECKPOINT_EVERY_S)
 
     def stopped(self, writer: ArchiveWriter | None) -> None:
         """The read was cancelled or failed inside a chunk: save the cache of that chunk's start,

@@ -140,6 +140,49 @@ def test_a_read_killed_inside_a_chunk_goes_on_from_its_last_periodic_checkpoint(
     assert_saves_what_a_straight_read_saves(store, key, reference)
 
 
+class ReadingClock:
+    """`time.monotonic` for engine.read_checkpoint: `seconds_per_layer` pass with each layer the
+    archive is written (a chunk of the default model: 30 layers), so a test reads for minutes."""
+
+    def __init__(self, seconds_per_layer: float) -> None:
+        self.now, self.step = 1000.0, seconds_per_layer
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_read_killed_in_its_first_minute_goes_on_from_an_early_checkpoint(smol, reference, tmp_path, monkeypatch):
+    """Issue 45: a read killed in its first 60 s kept nothing (the first checkpoint came after 60 s
+    of reading). With chunks of 6 s, killed inside the fourth (21 s in): the checkpoints after 6 s
+    and 18 s of reading were saved, and the next read goes on from the third chunk's end."""
+    layers = smol.decoder.shape.num_layers
+    clock = ReadingClock(6.0 / layers)
+    monkeypatch.setattr(read_checkpoint, "time", clock)
+    monkeypatch.setattr(read_checkpoint.ReadCheckpoints, "stopped", lambda self, writer: None)  # killed: nothing runs
+    appends = []
+    append = ArchiveWriter.append
+
+    def dying(self, *args):
+        appends.append(1)
+        clock.now += clock.step
+        if len(appends) == STOP_AFTER * layers + layers // 2:
+            raise SystemExit("killed")
+        return append(self, *args)
+
+    monkeypatch.setattr(ArchiveWriter, "append", dying)
+    store = PrefixStore(tmp_path / "prefix", disk_budget_bytes=BUDGET)
+    session = DocumentSession(smol, SETTINGS, store)
+    session.open(book(), read_now=False)
+    with pytest.raises(SystemExit):
+        session.read()
+    assert clock.now - 1000.0 < read_checkpoint.CHECKPOINT_EVERY_S, "killed within the first minute"
+    key = session.prefix_key
+    monkeypatch.setattr(ArchiveWriter, "append", append)
+    store, report, done = read_after_restart(smol, tmp_path / "prefix")
+    assert report.read_from == STOP_AFTER * CHUNK and done[0] == (STOP_AFTER + 1) * CHUNK
+    assert_saves_what_a_straight_read_saves(store, key, reference)
+
+
 @pytest.mark.parametrize("part", ["snapshot", "archive"])
 def test_a_damaged_checkpoint_is_dropped_and_the_read_starts_at_token_0(smol, reference, tmp_path, part):
     key = paused_and_closed(smol, tmp_path / "prefix")
