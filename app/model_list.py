@@ -22,11 +22,15 @@ from app.untrusted import plain_label
 from engine.errors import Cancelled, HalamanError
 from engine.models.catalog import CatalogModel, DeviceMemory, Fit, detect_memory, fit, load_catalog
 from engine.models.download import DownloadProgress, downloaded_folder, partial_bytes, pull
+from engine.models.expected_speed import ExpectedSpeed, expected_speed, machine_factor, recommended
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
-COLUMNS = ("Model", "Parameters", "Download", "Weights", "KV / token", "Fits", "On disk")
+COLUMNS = ("Model", "Parameters", "Download", "Weights", "KV / token", "Fits", "On disk", "Here")
 WEIGHTS_COLUMN = COLUMNS.index("Weights")
+FITS_COLUMN = COLUMNS.index("Fits")
+HERE_COLUMN = COLUMNS.index("Here")
+RECOMMENDED = "★ recommended here"
 WEIGHTS_HEADER_TIP = ("The memory the weights take once loaded on this machine, not the download: on a CPU, int4 "
                       "keeps the embeddings in float32 and, where the CPU has AVX-512 BF16, a bfloat16 copy of the "
                       "layers that reading a document uses, so a small model can take more than it downloads.")
@@ -39,6 +43,25 @@ def weights_tip(verdict: Fit) -> str:
     parts = "\n".join(f"  {format_bytes(size)}: {what}" for what, size in verdict.weights_parts)
     note = f"\n{verdict.weights_note[0].upper()}{verdict.weights_note[1:]}." if verdict.weights_note else ""
     return f"{format_bytes(verdict.weights_bytes)} once loaded ({verdict.weights_label}):\n{parts}{note}"
+
+
+def here_text(speed: ExpectedSpeed | None, is_recommended: bool) -> str:
+    """The Here cell: how fast answers come on this machine ("~6 tokens/s answering"; "may be slow
+    here" below `RECOMMENDED_ANSWER_TOKENS_PER_S`), and the recommended mark."""
+    mark = f"{RECOMMENDED} · " if is_recommended else ""
+    if speed is None:
+        return f"{mark}not estimated on a GPU"
+    slow = " (may be slow here)" if speed.answer_tokens_per_s < 3.0 else ""
+    return f"{mark}~{speed.answer_tokens_per_s:,.0f} tokens/s answering{slow}"
+
+
+def here_tip(speed: ExpectedSpeed | None, is_recommended: bool) -> str:
+    """The Here cell's tooltip: both rates, where they come from, and why the mark."""
+    why = ("\nRecommended: the largest model that fits this machine and still answers at a few words a second."
+           if is_recommended else "")
+    if speed is None:
+        return "Speeds are estimated for the CPU only: nothing was measured on a GPU yet." + why
+    return f"Estimated on this computer: {speed.describe()}." + why
 
 
 class _Relay(QObject):
@@ -114,18 +137,23 @@ class ModelList(QWidget):
         if self.memory is None or settings.device != self.settings.device:
             self.memory = detect_memory(settings.device)
         self.settings = settings
-        for row, model in enumerate(self.models):
-            verdict = fit(model, settings, self.memory)
+        verdicts = [fit(model, settings, self.memory) for model in self.models]
+        factor = machine_factor(self.models, self.memory.device)
+        self.speeds = [expected_speed(model, self.memory.device, factor) for model in self.models]
+        self.recommended = recommended(self.models, self.speeds, [verdict.fits for verdict in verdicts])
+        for row, (model, verdict, speed) in enumerate(zip(self.models, verdicts, self.speeds)):
             cells = (model.name, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
                      f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}", f"{model.kv_bytes_per_token / 1024:,.0f} KiB",
-                     "yes" if verdict.fits else "no", self._state(model))
+                     "yes" if verdict.fits else "no", self._state(model), here_text(speed, row == self.recommended))
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(f"{model.repo}: {verdict.reason}" + (" (gated: accept its licence on the hub and "
                                                                      "log in with `hf auth login`)" if model.gated else ""))
                 if column == WEIGHTS_COLUMN:
                     item.setToolTip(weights_tip(verdict))
-                if column == 5 and not verdict.fits:
+                if column == HERE_COLUMN:
+                    item.setToolTip(here_tip(speed, row == self.recommended))
+                if column == FITS_COLUMN and not verdict.fits:
                     item.setForeground(Qt.GlobalColor.darkRed)
                 self.table.setItem(row, column, item)
         self._update_buttons()
@@ -160,7 +188,9 @@ class ModelList(QWidget):
         self._update_buttons()
         model = self.selected()
         if model is not None and self.downloading is None:  # a running download keeps its progress line
-            self.status.setText(f"{model.repo}: {fit(model, self.settings, self.memory).reason}.")
+            speed = self.speeds[self.models.index(model)]
+            here = f"; {speed.describe()}" if speed is not None else ""
+            self.status.setText(f"{model.repo}: {fit(model, self.settings, self.memory).reason}{here}.")
 
     # --------------------------------------------------------- download
     def _download_or_use(self) -> None:

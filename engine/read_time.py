@@ -112,6 +112,16 @@ def measured_rate(key: RateKey, path: Path | None = None) -> float | None:
     return statistics.median(rates) if rates else None
 
 
+def measured_rates(path: Path | None = None) -> dict[RateKey, float]:
+    """Every key with a rate recorded here and its median (tokens/s); {} when none is (or the
+    file is missing or damaged). path: default `rates_path()`."""
+    try:
+        rates = _load(path or rates_path())
+    except OSError:  # the cache dir cannot be created
+        return {}
+    return {key: statistics.median(values) for key, values in rates.items()}
+
+
 def plan_read(tokens: int, key: RateKey, parameters: int, path: Path | None = None) -> ReadPlan:
     """The plan for prefilling `tokens` tokens: at the rate measured for `key`, else at
     `guessed_rate(key.device, parameters)`."""

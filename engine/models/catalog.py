@@ -106,9 +106,14 @@ class CatalogModel:
         return embeddings + per_layer * self.num_hidden_layers + h  # + final norm
 
     @property
+    def linear_parameters(self) -> int:
+        """Weights of the decoder layers' linear layers: what a token's compute passes through."""
+        return sum(i * o for i, o in self._linear_shapes())
+
+    @property
     def parameters(self) -> int:
         """Total parameters, a tied embedding counted once."""
-        return sum(i * o for i, o in self._linear_shapes()) + self._other_parameters()
+        return self.linear_parameters + self._other_parameters()
 
     @property
     def download_bytes(self) -> int:
