@@ -27,7 +27,7 @@ from docx.opc.package import OpcPackage
 
 from engine.documents import Document, ProgressCallback
 from engine.documents.containers import DamagedDocumentError, open_archive, parse_xml, read_member
-from engine.documents.parts import Part, build_document, check_cancel, short_title
+from engine.documents.parts import Part, build_document, check_cancel, section_parts
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
@@ -96,19 +96,9 @@ class _Reader:
         self.numbers = _Numbering(numbering)
 
     def body_parts(self) -> list[Part]:
-        """The body as units, one per heading (the text before the first one: "start")."""
+        """The body as units, one per heading (`parts.section_parts`)."""
         body = self.root.find(_W + "body")
-        parts = [Part("start", "")]
-        chunks: list[str] = []
-        for kind, text, level in self._blocks(body if body is not None else self.root):
-            if kind == "heading":
-                parts[-1].text = "\n\n".join(chunks)
-                chunks = [text]
-                parts.append(Part(f"section {short_title(text)}", "", [(text, level)]))
-            elif text.strip():
-                chunks.append(text)
-        parts[-1].text = "\n\n".join(chunks)
-        return parts
+        return section_parts(self._blocks(body if body is not None else self.root))
 
     def blocks_text(self, root) -> str:
         """All blocks under `root` (a header, a note, a table cell) as text, paragraphs on their own lines."""

@@ -76,6 +76,23 @@ def build_document(path: Path, name: str, kind: str, parts: list[Part], *, warni
                     outline=outline)
 
 
+def section_parts(blocks) -> list[Part]:
+    """Units of a text document from its blocks in order, (kind, text, level): a "heading" (level 0
+    = top) starts a unit labelled "section <heading>" with an outline entry; other blocks join the
+    current unit. The text before the first heading is the unit "start"."""
+    parts = [Part("start", "")]
+    chunks: list[str] = []
+    for kind, text, level in blocks:
+        if kind == "heading":
+            parts[-1].text = "\n\n".join(chunks)
+            chunks = [text]
+            parts.append(Part(f"section {short_title(text)}", "", [(text, level)]))
+        elif text.strip():
+            chunks.append(text)
+    parts[-1].text = "\n\n".join(chunks)
+    return parts
+
+
 def split_text(text: str, limit: int) -> list[str]:
     """`text` cut into pieces of at most about `limit` characters at paragraph breaks (blank
     lines), else at line breaks, else hard; each piece stripped and non-empty."""
