@@ -160,7 +160,8 @@ def load_delimited(path: Path, name: str, *, progress: ProgressCallback | None =
         raise NotTextError(f"{name} cannot be read as a table ({result.skipped}): save it as UTF-8 text and open it again")
     delimiter = "\t" if path.suffix.lower() == ".tsv" else _sniff(result.text[:8192])
     reader = csv.reader(io.StringIO(result.text), delimiter=delimiter)
-    rows = ((reader.line_num, [" ".join(c.split()) for c in values]) for values in reader)
+    # Numbered by record, as a spreadsheet program shows the rows (a quoted cell may span lines).
+    rows = ((n, [" ".join(c.split()) for c in values]) for n, values in enumerate(reader, start=1))
     cells = _Cells()
     try:
         parts = sheet_parts("", rows, cells, cancel)

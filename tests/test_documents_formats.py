@@ -1,0 +1,229 @@
+"""Office documents, e-books, OpenDocument, RTF and tables read as their units (issue 41; issue 45
+item 6). Each file is made by the format's own library or written by its specification
+(tests/format_files.py); before these readers every one of them was refused as binary."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+
+import pytest
+
+from engine.documents import load_document
+from tests.format_files import make_docx, make_epub, make_odp, make_ods, make_odt, make_pptx, make_xlsx
+
+W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+
+
+def _labels(document):
+    return [s.label for s in document.segments]
+
+
+def test_docx_sections_follow_headings_with_tables_lists_and_header_once(tmp_path):
+    document = load_document(make_docx(tmp_path / "report.docx"))
+    assert document.kind == "docx"
+    assert _labels(document) == ["start", "section Introduction", "section Results", "headers and footers"]
+    assert [(e.title, e.level, e.page) for e in document.outline] == [("Introduction", 0, 2), ("Results", 1, 3)]
+    intro = document.segments[1].text
+    # body order: the table's rows stand between the paragraphs around it; lists as Word numbers them
+    assert re.search(r"meadow\.\n\n• first bullet\n\n1\. first step\n\n2\. second step\n\n"
+                     r"Region \| Revenue\nNorth \| 1200\n\nAfter the table", intro), intro
+    assert document.render().count("Kestrel confidential") == 1  # a header on every page, read once
+    assert "Second page text." in document.segments[2].text
+
+
+def _rewrite(path, member, change):
+    """Rewrite `member` of the zip at `path` with change(text) -> text."""
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename: archive.read(info.filename) for info in archive.infolist()}
+    members[member] = change(members[member].decode("utf-8")).encode("utf-8")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def _add_footnotes(path):
+    """Add a footnotes part (as Word writes one) and a reference to footnote 1 after "meadow"."""
+    footnotes = (f'<?xml version="1.0" encoding="UTF-8"?><w:footnotes xmlns:w="{W}">'
+                 '<w:footnote w:type="separator" w:id="-1"><w:p><w:r><w:separator/></w:r></w:p></w:footnote>'
+                 '<w:footnote w:id="1"><w:p><w:r><w:t>Kestrels are small falcons.</w:t></w:r></w:p></w:footnote>'
+                 "</w:footnotes>")
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("word/footnotes.xml", footnotes)
+    _rewrite(path, "[Content_Types].xml", lambda t: t.replace("</Types>", (
+        '<Override PartName="/word/footnotes.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+        'wordprocessingml.footnotes+xml"/></Types>')))
+    _rewrite(path, "word/_rels/document.xml.rels", lambda t: t.replace("</Relationships>", (
+        '<Relationship Id="rIdFn" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/footnotes" '
+        'Target="footnotes.xml"/></Relationships>')))
+
+
+def test_docx_footnotes_comments_and_tracked_changes_as_a_reader_sees_them(tmp_path):
+    import docx
+
+    path = tmp_path / "changes.docx"
+    document = docx.Document()
+    paragraph = document.add_paragraph("The kestrel hovers over the meadow")
+    document.add_comment(paragraph.runs, text="Check the species", author="Ana")
+    document.save(path)
+    _add_footnotes(path)
+    _rewrite(path, "word/document.xml", lambda t: t.replace("over the meadow</w:t></w:r>", (
+        'over the meadow</w:t></w:r><w:r><w:footnoteReference w:id="1"/></w:r>'
+        '<w:ins w:id="7" w:author="Ana"><w:r><w:t xml:space="preserve"> at dawn</w:t></w:r></w:ins>'
+        '<w:del w:id="8" w:author="Ana"><w:r><w:delText> at dusk</w:delText></w:r></w:del>'), 1))
+    read = load_document(path)
+    text = read.render()
+    assert "The kestrel hovers over the meadow[footnote 1] at dawn[comment 0]" in text, text
+    assert "at dusk" not in text  # a tracked deletion is not what the document says
+    assert "[footnote 1] Kestrels are small falcons." in read.segments[_labels(read).index("footnotes")].text
+    assert "[comment 0] Ana: Check the species" in read.segments[_labels(read).index("comments")].text
+
+
+def test_docm_is_read_as_text_and_its_macros_are_not(tmp_path):
+    path = make_docx(tmp_path / "macro.docm")
+    _rewrite(path, "[Content_Types].xml", lambda t: t.replace(
+        "wordprocessingml.document.main+xml", "ms-word.document.macroEnabled.main+xml"))
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("word/vbaProject.bin", b"\xd0\xcf\x11\xe0 Sub AutoOpen() Shell \"calc\" End Sub")
+    document = load_document(path)
+    assert "The kestrel hovers over the meadow." in document.render()
+    assert "AutoOpen" not in document.render()
+
+
+def test_pptx_each_slide_a_unit_with_notes_tables_and_groups(tmp_path):
+    document = load_document(make_pptx(tmp_path / "deck.pptx", slides=3))
+    assert document.kind == "pptx"
+    assert _labels(document) == ["slide 1", "slide 2", "slide 3"]
+    assert document.segments[0].text == "Quarterly results\nRevenue grew 12%\n  Costs fell\nNotes: Mention the kestrel deal"
+    assert document.segments[1].text == "Sales by region\nRegion | Sales\nNorth | 99\ngrouped words"
+    assert [(e.title, e.page) for e in document.outline] == [
+        ("Quarterly results", 1), ("Sales by region", 2), ("Topic number 3", 3)]
+
+
+def test_xlsx_sheets_in_row_ranges_under_their_header(tmp_path):
+    document = load_document(make_xlsx(tmp_path / "book.xlsx", rows=400))
+    assert document.kind == "xlsx"
+    labels = _labels(document)
+    assert labels[0].startswith("sheet Revenue, rows 2–") and labels[-1] == "sheet Notes", labels
+    ranges = [tuple(map(int, re.search(r"rows (\d+)–(\d+)", label).groups())) for label in labels[:-1]]
+    assert ranges[0][0] == 2 and ranges[-1][1] == 401
+    assert all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:]))  # contiguous, nothing lost
+    for segment in document.segments[:-1]:
+        assert segment.text.startswith("columns: Region | Revenue | Date\n")
+    assert "row 2: Region0 | 1000 | 2024-01-01" in document.segments[0].text
+    assert "row 3: Region1 | 1010.5 | 2024-01-02" in document.segments[0].text
+    assert document.segments[-1].text == "columns: Remark\nrow 5: The kestrel account is fine"
+
+
+def test_xlsx_formulas_give_their_cached_values(tmp_path):
+    import xlsxwriter  # writes a formula with the value a spreadsheet program would have cached
+
+    path = tmp_path / "formulas.xlsx"
+    workbook = xlsxwriter.Workbook(str(path))
+    sheet = workbook.add_worksheet("Totals")
+    sheet.write_row(0, 0, ["Item", "Cost"])
+    sheet.write_row(1, 0, ["Bolts", 40])
+    sheet.write_row(2, 0, ["Nuts", 2])
+    sheet.write(3, 0, "Total")
+    sheet.write_formula(3, 1, "=SUM(B2:B3)", None, 42)
+    workbook.close()
+    document = load_document(path)
+    assert document.segments[0].text.splitlines()[-1] == "row 4: Total | 42"
+    assert "SUM" not in document.render()
+
+
+def test_xlsx_stops_at_the_cell_cap_with_a_warning(tmp_path, monkeypatch):
+    from engine.documents import sheets
+
+    monkeypatch.setattr(sheets, "MAX_SHEET_CELLS", 90)
+    document = load_document(make_xlsx(tmp_path / "big.xlsx", rows=100))
+    assert "row 31:" not in document.render() and "row 30:" in document.render()
+    assert any("read the first 90 cells" in w and "sheet Revenue, row 31" in w for w in document.warnings), document.warnings
+
+
+def test_csv_and_tsv_are_tables(tmp_path):
+    csv_path = tmp_path / "parts.csv"
+    csv_path.write_text('name;qty;note\nbolt;12;"steel;\nzinc"\nnut;7;\n', encoding="utf-8")
+    document = load_document(csv_path)
+    assert document.kind == "csv" and _labels(document) == ["rows 2–3"]
+    assert document.segments[0].text == "columns: name | qty | note\nrow 2: bolt | 12 | steel; zinc\nrow 3: nut | 7"
+    tsv_path = tmp_path / "parts.tsv"
+    tsv_path.write_text("name\tqty\nwasher, flat\t3\n", encoding="utf-8")
+    assert load_document(tsv_path).segments[0].text == "columns: name | qty\nrow 2: washer, flat | 3"
+
+
+def test_ods_sheets_with_repeated_rows_and_cells(tmp_path):
+    row = '<table:table-row>{}</table:table-row>'
+    cell = '<table:table-cell{}><text:p>{}</text:p></table:table-cell>'
+    tables = ('<table:table table:name="Stock">'
+              + row.format(cell.format("", "Item") + cell.format("", "Count"))
+              + row.format(cell.format("", "Bolt") + cell.format(' office:value-type="float" office:value="12"', "12"))
+              + '<table:table-row table:number-rows-repeated="1048570"><table:table-cell table:number-columns-repeated="1024"/></table:table-row>'
+              + row.format(cell.format(' table:number-columns-repeated="2"', "same"))
+              + "</table:table>")
+    document = load_document(make_ods(tmp_path / "stock.ods", tables))
+    assert document.kind == "ods" and _labels(document) == ["sheet Stock"]
+    assert document.segments[0].text == "columns: Item | Count\nrow 2: Bolt | 12\nrow 1048573: same | same"
+
+
+def test_odt_headings_lists_tables_notes_comments_and_changes(tmp_path):
+    body = ('<text:tracked-changes><text:changed-region text:id="c1"><text:deletion>'
+            "<text:p>deleted words</text:p></text:deletion></text:changed-region></text:tracked-changes>"
+            "<text:p>Field notes</text:p>"
+            '<text:h text:outline-level="1">1 Birds</text:h>'
+            '<text:p>The kestrel<text:note text:note-class="footnote"><text:note-citation>1</text:note-citation>'
+            "<text:note-body><text:p>A small falcon.</text:p></text:note-body></text:note> hovers."
+            "<office:annotation><dc:creator>Ana</dc:creator><text:p>Check this</text:p></office:annotation></text:p>"
+            "<text:list><text:list-item><text:p>wings</text:p></text:list-item></text:list>"
+            '<table:table><table:table-row><table:table-cell><text:p>Bird</text:p></table:table-cell>'
+            "<table:table-cell><text:p>Weight</text:p></table:table-cell></table:table-row></table:table>"
+            '<text:h text:outline-level="2">1.1 Diet</text:h><text:p>Voles<text:s text:c="2"/>mostly.</text:p>')
+    document = load_document(make_odt(tmp_path / "notes.odt", body))
+    assert document.kind == "odt"
+    assert _labels(document) == ["start", "section 1 Birds", "section 1.1 Diet", "notes", "comments"]
+    assert document.segments[1].text == "1 Birds\n\nThe kestrel[footnote 1] hovers.[comment 1]\n\n• wings\n\nBird | Weight"
+    assert document.segments[2].text == "1.1 Diet\n\nVoles  mostly."
+    assert document.segments[3].text == "[footnote 1] A small falcon."
+    assert document.segments[4].text == "[comment 1] Ana: Check this"
+    assert "deleted words" not in document.render()
+    assert [(e.title, e.level, e.page) for e in document.outline] == [("1 Birds", 0, 2), ("1.1 Diet", 1, 3)]
+
+
+def test_odp_pages_are_slides_with_notes(tmp_path):
+    frame = '<draw:frame{}><draw:text-box><text:p>{}</text:p></draw:text-box></draw:frame>'
+    pages = ('<draw:page draw:name="p1">' + frame.format(' presentation:class="title"', "Migration")
+             + frame.format("", "Kestrels winter in Africa")
+             + "<presentation:notes><draw:frame><draw:text-box><text:p>Say the dates</text:p></draw:text-box>"
+             "</draw:frame></presentation:notes></draw:page>"
+             '<draw:page draw:name="p2">' + frame.format(' presentation:class="title"', "Questions") + "</draw:page>")
+    document = load_document(make_odp(tmp_path / "talk.odp", pages))
+    assert document.kind == "odp" and _labels(document) == ["slide 1", "slide 2"]
+    assert document.segments[0].text == "Migration\nKestrels winter in Africa\nNotes: Say the dates"
+    assert [e.title for e in document.outline] == ["Migration", "Questions"]
+
+
+@pytest.mark.parametrize("nav", [True, False], ids=["epub3-nav", "epub2-ncx"])
+def test_epub_spine_order_with_chapters_from_the_navigation(tmp_path, nav):
+    chapters = [("Chapter 1. The Egg", "<p>It hatched in May.</p><script>alert('x')</script>"),
+                ("Chapter 2. The Flight", "<p>The kestrel flew south.</p>")]
+    document = load_document(make_epub(tmp_path / "book.epub", chapters, nav=nav))
+    assert document.kind == "epub"
+    assert _labels(document) == ["Chapter 1. The Egg", "Chapter 2. The Flight"]
+    assert "It hatched in May." in document.segments[0].text and "alert" not in document.render()
+    assert [(e.title, e.page) for e in document.outline] == [("Chapter 1. The Egg", 1), ("Chapter 2. The Flight", 2)]
+
+
+def test_rtf_memo_with_a_pasted_logo_is_its_two_lines(tmp_path):
+    """Issue 45 item 6: Word pastes a logo as \\pict hex (and a metafile copy); 326,532 tokens before."""
+    logo = "\n".join(["89504e470d0a1a0a0000000d49484452" * 8] * 4000)  # ~1 MB of hex, as Word writes it
+    rtf = ("{\\rtf1\\ansi\\ansicpg1252\\deff0{\\fonttbl{\\f0\\froman Times New Roman;}}{\\colortbl;\\red0\\green0\\blue0;}"
+           "{\\*\\generator Riched20}{\\info{\\author Ana}}\\pard\\f0 Memo: the caf\\'e9 opens at \\u8364?9 a cup.\\par "
+           "{\\*\\shppict{\\pict{\\*\\picprop}\\pngblip\\picw100\\pich100 " + logo + "}}"
+           "{\\nonshppict{\\pict\\wmetafile8 0100090000}}{\\object\\objemb{\\*\\objdata 01050000}}"
+           "{\\pict\\pngblip\\bin8 \x00\x01}\\}{\\x\x00\x01\x02}Lunch is at noon.\\par}")
+    path = tmp_path / "memo.rtf"
+    path.write_bytes(rtf.encode("latin-1"))
+    document = load_document(path)
+    assert document.kind == "rtf"
+    assert document.segments[0].text == "Memo: the café opens at €9 a cup.\nLunch is at noon."
+    assert len(document.render()) < 100
