@@ -161,8 +161,8 @@ class _Reader:
             tag = child.tag
             if not isinstance(tag, str) or tag in _SKIPPED:
                 continue  # an unresolved entity, a comment; deleted text, field codes, properties
-            if tag == _W + "t":
-                yield child.text or ""
+            if tag == _W + "t":  # its text, and the text after an unresolved entity (kept out)
+                yield (child.text or "") + "".join(node.tail or "" for node in child if not isinstance(node.tag, str))
             elif tag in (_W + "tab", _W + "ptab"):
                 yield "\t"
             elif tag in (_W + "br", _W + "cr"):
