@@ -31,7 +31,7 @@ def test_a_dropped_deck_opens_and_a_slide_citation_shows_the_slide(make_window, 
     assert drop(window, deck).isAccepted()
     wait_open(qtbot, window)
     record = window.library.find(str(deck.resolve()))
-    assert record is not None and record.kind == "pptx"
+    assert record is not None and record.kind == "pptx" and record.size_text == "PPTX file"
     assert {"slide 1", "slide 2", "slide 3"} <= set(window.state.segments)
     window.show_citation("slide 2")
     pane = window.source_pane
