@@ -213,3 +213,24 @@ def test_a_zip_without_the_parts_of_its_format_is_damaged(tmp_path):
     with pytest.raises(DocumentError) as error:
         load_document(path)
     assert isinstance(error.value, DamagedDocumentError) and str(error.value).startswith("hollow.docx is damaged (")
+
+
+@pytest.mark.parametrize(("name", "make"), [
+    ("fuzz.docx", make_docx), ("fuzz.pptx", make_pptx), ("fuzz.xlsx", lambda p: make_xlsx(p, rows=20)),
+    ("fuzz.epub", lambda p: make_epub(p, [("One", "<p>x</p>")])),
+    ("fuzz.odt", lambda p: make_odt(p, "<text:h>Title</text:h><text:p>hello</text:p>")),
+])
+def test_damaged_xml_inside_a_valid_zip_is_one_line_never_a_traceback(tmp_path, name, make):
+    """Each XML part cut short or given a foreign root in turn: the file reads, or fails with a
+    DocumentError naming it."""
+    path = make(tmp_path / name)
+    with zipfile.ZipFile(path) as archive:
+        original = {info.filename: archive.read(info.filename) for info in archive.infolist()}
+    xml_parts = [m for m in original if m.endswith((".xml", ".rels", ".xhtml", ".opf", ".ncx"))]
+    for member in xml_parts:
+        for damage in (original[member][: len(original[member]) // 2], b'<?xml version="1.0"?><x:junk xmlns:x="urn:x"/>'):
+            write_zip(path, None, {**original, member: damage})
+            try:
+                load_document(path)
+            except DocumentError as error:
+                assert str(error).startswith(name) and "\n" not in str(error), (member, str(error))

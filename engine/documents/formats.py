@@ -8,6 +8,7 @@ through `containers.open_archive`'s checks first.
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 from typing import Callable
@@ -33,7 +34,29 @@ def format_loader(path: Path) -> Loader | None:
     """The reader for the file at `path`, called as `loader(path, name, progress=, cancel=)`, or
     None when it is none of these formats. A binary Office 97-2003 name (.doc, .xls, .ppt) gets a
     reader that says to save the file as .docx, .xlsx or .pptx (or reads it, when it is RTF or
-    OOXML under the old name)."""
+    OOXML under the old name). Errors: the loaders' `DocumentError`s, and DamagedDocumentError for
+    anything else a malformed file makes a library raise."""
+    loader = _loader(path)
+    return None if loader is None else functools.partial(_guarded, loader)
+
+
+def _guarded(loader: Loader, path: Path, name: str, **kwargs) -> Document:
+    """`loader(path, name, **kwargs)`, with any error that is not Halaman's (a library meeting a
+    malformed part: AttributeError, IndexError, RecursionError …) turned into one line naming the
+    file: a document is untrusted input, and a damaged one must not end in a traceback."""
+    from engine.documents.containers import DamagedDocumentError
+    from engine.errors import HalamanError
+
+    try:
+        return loader(path, name, **kwargs)
+    except (HalamanError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 (see the docstring)
+        raise DamagedDocumentError(f"{name} is damaged or malformed ({type(exc).__name__}: {str(exc)[:120]}): "
+                                   "open it in its program and save it again") from exc
+
+
+def _loader(path: Path) -> Loader | None:
     from engine.documents.containers import LEGACY_OFFICE_SUFFIXES
 
     suffix = path.suffix.lower()
@@ -74,7 +97,7 @@ def _legacy_loader(path: Path, suffix: str) -> Loader | None:
         return load_rtf
     if head.startswith(b"PK"):
         modern = {".doc": ".docx", ".dot": ".docx", ".xls": ".xlsx", ".xlt": ".xlsx"}.get(suffix, ".pptx")
-        return format_loader(path.with_suffix(modern))
+        return _loader(path.with_suffix(modern))
     if head.startswith(b"\xd0\xcf\x11\xe0"):
         return _refuse_legacy
     return None  # HTML or text saved under an old name: the text reader opens it

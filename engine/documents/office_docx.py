@@ -127,7 +127,9 @@ class _Reader:
             elif tag == _W + "tbl":
                 yield "table", self._table(child), -1
             elif isinstance(tag, str) and tag not in _SKIPPED and tag not in (_W + "sectPr",):
-                yield from self._blocks(child.find(_W + "sdtContent") if tag == _W + "sdt" else child)
+                inner = child.find(_W + "sdtContent") if tag == _W + "sdt" else child
+                if inner is not None:
+                    yield from self._blocks(inner)
 
     def _paragraph(self, p) -> tuple[str, str, int]:
         text = "".join(self._inline(p)).strip()
