@@ -227,3 +227,41 @@ def test_rtf_memo_with_a_pasted_logo_is_its_two_lines(tmp_path):
     assert document.kind == "rtf"
     assert document.segments[0].text == "Memo: the café opens at €9 a cup.\nLunch is at noon."
     assert len(document.render()) < 100
+
+
+def test_docx_numbered_headings_are_labelled_with_the_number_word_shows(tmp_path):
+    """Headings numbered by a multilevel list (numbering.xml: "%1", "%1.%2"), as Word's "1 Heading"
+    list style does: the number is not in the text, Word draws it; the labels carry it."""
+    import docx
+    from docx.oxml import parse_xml
+
+    document = docx.Document()
+    numbering = document.part.numbering_part.element
+    numbering.insert(0, parse_xml(
+        f'<w:abstractNum xmlns:w="{W}" w:abstractNumId="90">'
+        '<w:lvl w:ilvl="0"><w:start w:val="1"/><w:numFmt w:val="decimal"/><w:lvlText w:val="%1"/></w:lvl>'
+        '<w:lvl w:ilvl="1"><w:start w:val="1"/><w:numFmt w:val="decimal"/><w:lvlText w:val="%1.%2"/></w:lvl>'
+        "</w:abstractNum>"))
+    numbering.append(parse_xml(f'<w:num xmlns:w="{W}" w:numId="90"><w:abstractNumId w:val="90"/></w:num>'))
+    for title, level in [("Introduction", 1), ("Background", 2), ("Results", 1), ("Tables", 2), ("Figures", 2)]:
+        heading = document.add_heading(title, level)
+        heading._p.get_or_add_pPr().append(parse_xml(
+            f'<w:numPr xmlns:w="{W}"><w:ilvl w:val="{level - 1}"/><w:numId w:val="90"/></w:numPr>'))
+        document.add_paragraph(f"Text of {title.lower()}.")
+    path = tmp_path / "numbered.docx"
+    document.save(path)
+    read = load_document(path)
+    assert _labels(read) == ["section 1 Introduction", "section 1.1 Background", "section 2 Results",
+                             "section 2.1 Tables", "section 2.2 Figures"]
+    assert [(e.title, e.level) for e in read.outline][3:] == [("2.1 Tables", 1), ("2.2 Figures", 1)]
+
+
+def test_citations_of_units_are_recognised_and_expanded():
+    from engine.citations import cited_labels, citations, normalise_label
+
+    answer = ("Revenue grew [slide 7], north most [sheet Revenue, rows 2–40]; see [section 3.2 Results] "
+              "and [slides 3-4], [footnotes]. Not [1] or [x].")
+    assert citations(answer) == ["slide 7", "sheet Revenue, rows 2–40", "section 3.2 Results", "slides 3-4", "footnotes"]
+    assert cited_labels("slides 3-4") == ["slide 3", "slide 4"]
+    assert cited_labels("sheet Revenue, rows 2–40") == ["sheet Revenue, rows 2–40"]
+    assert normalise_label("Slide 7") == "slide 7" and cited_labels("pages 3-4") == ["page 3", "page 4"]
