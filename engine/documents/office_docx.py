@@ -6,7 +6,8 @@ files too, whose macros are a part that is never read, let alone run), after the
 in body order (ECMA-376 Part 1, 17.3): paragraphs, tables as rows ("cell | cell"), content
 controls, text boxes; list items and numbered headings with the number Word shows (computed from
 numbering.xml, 17.9); tracked insertions as text, tracked deletions and moved-from text left out,
-as Word shows a document with changes accepted; field codes left out, their results kept.
+as Word shows a document with changes accepted; field codes left out, their results kept; runs in Word's hidden font (w:vanish, which Word
+neither shows nor prints by default: a place to plant text for a model) left out with a warning.
 
 A heading (outline level from the paragraph, its style chain, or a "Heading N" style name) starts
 a unit labelled "section 3.2 Results" and an outline entry. Footnotes, endnotes and comments are
@@ -67,7 +68,9 @@ def load_docx(path: Path, name: str, *, progress: ProgressCallback | None = None
                 running.append(text)
     parts.append(Part("headers and footers", "\n\n".join(running)))
     check_cancel(cancel)
-    return build_document(path, name, "docx", parts, progress=progress)
+    warnings = [f"{name}: {reader.hidden_runs} run{'s' if reader.hidden_runs > 1 else ''} of hidden text "
+                "(Word's hidden font: not shown) left out"] if reader.hidden_runs else []
+    return build_document(path, name, "docx", parts, warnings=warnings, progress=progress)
 
 
 def _related_parts(main, archive, name: str) -> dict[str, list[bytes]]:
@@ -93,6 +96,7 @@ class _Reader:
         numbering = (parse_xml(related[RT.NUMBERING][0], "word/numbering.xml", name)
                      if RT.NUMBERING in related else None)
         self.styles = _Styles(styles)
+        self.hidden_runs = 0
         self.numbers = _Numbering(numbering)
 
     def body_parts(self) -> list[Part]:
@@ -163,6 +167,9 @@ class _Reader:
             tag = child.tag
             if not isinstance(tag, str) or tag in _SKIPPED:
                 continue  # an unresolved entity, a comment; deleted text, field codes, properties
+            if tag == _W + "r" and _hidden_run(child):
+                self.hidden_runs += 1  # Word's hidden font (w:vanish): not shown, not printed
+                continue
             if tag == _W + "t":  # its text, and the text after an unresolved entity (kept out)
                 yield (child.text or "") + "".join(node.tail or "" for node in child if not isinstance(node.tag, str))
             elif tag in (_W + "tab", _W + "ptab"):
@@ -271,6 +278,18 @@ def _roman(n: int) -> str:
         while n >= value:
             out, n = out + numeral, n - value
     return out
+
+
+def _hidden_run(run) -> bool:
+    """Whether a w:r carries Word's hidden font (w:vanish or w:specVanish, not switched off by val 0/false)."""
+    properties = run.find(_W + "rPr")
+    if properties is None:
+        return False
+    for tag in ("vanish", "specVanish"):
+        flag = properties.find(_W + tag)
+        if flag is not None and flag.get(_W + "val") not in ("0", "false", "off"):
+            return True
+    return False
 
 
 def _attr(element, path: str) -> str | None:
