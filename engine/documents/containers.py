@@ -29,6 +29,11 @@ MAX_UNCOMPRESSED_BYTES = 1 << 30
 """Declared uncompressed bytes of all entries together (1 GiB): a 50 MB spreadsheet inflates to
 ~500 MB of XML; 42.zip declares 4.5 PB."""
 
+MAX_PART_BYTES = 256 * 1024 * 1024
+"""Declared uncompressed bytes of one entry of a format whose parts are parsed whole (Word,
+PowerPoint, OpenDocument text, EPUB): lxml needs several times a part's size in memory.
+Spreadsheets stream their sheets and are not held to it."""
+
 MAX_DOCUMENT_FILE_BYTES = 200 * 1024 * 1024
 """Office, EPUB and OpenDocument files larger than this on disk are not opened (checked first)."""
 
@@ -72,8 +77,9 @@ def legacy_error(name: str, suffix: str) -> LegacyFormatError:
                              f"save it as {modern} (File › Save As) and open that")
 
 
-def open_archive(path: Path, name: str) -> zipfile.ZipFile:
-    """The zip at `path` after its central directory passed the bomb checks; `name` is what errors call it.
+def open_archive(path: Path, name: str, *, streamed: bool = False) -> zipfile.ZipFile:
+    """The zip at `path` after its central directory passed the bomb checks; `name` is what errors
+    call it; `streamed`: its reader streams its large parts (no MAX_PART_BYTES check).
 
     Raises ProtectedDocumentError (an encrypted Office file), LegacyFormatError (a CFB file that is
     not encrypted: a binary Office file renamed), DamagedDocumentError (not a zip, truncated, too
@@ -98,20 +104,26 @@ def open_archive(path: Path, name: str) -> zipfile.ZipFile:
         raise DamagedDocumentError(f"{name} is damaged ({_zip_problem(head, exc)}): "
                                    "open it in its program and save it again") from None
     try:
-        check_archive(archive, name)
+        check_archive(archive, name, None if streamed else MAX_PART_BYTES)
     except SuspiciousArchiveError:
         archive.close()
         raise
     return archive
 
 
-def check_archive(archive: zipfile.ZipFile, name: str) -> None:
+def check_archive(archive: zipfile.ZipFile, name: str, max_part_bytes: int | None = None) -> None:
     """Raise SuspiciousArchiveError when `archive`'s central directory declares more than
-    MAX_ZIP_ENTRIES entries or MAX_UNCOMPRESSED_BYTES uncompressed bytes in all."""
+    MAX_ZIP_ENTRIES entries, MAX_UNCOMPRESSED_BYTES uncompressed bytes in all, or (given
+    `max_part_bytes`) one entry larger than that."""
     entries = archive.infolist()
     if len(entries) > MAX_ZIP_ENTRIES:
         raise SuspiciousArchiveError(f"{name} was not opened: its zip holds {len(entries):,} entries "
                                      f"(more than {MAX_ZIP_ENTRIES:,}; a zip bomb?)")
+    largest = max(entries, key=lambda entry: entry.file_size, default=None)
+    if max_part_bytes is not None and largest is not None and largest.file_size > max_part_bytes:
+        raise SuspiciousArchiveError(f"{name} was not opened: its part {largest.filename} unpacks to "
+                                     f"{largest.file_size / (1 << 20):,.0f} MiB (more than {max_part_bytes >> 20} MiB; "
+                                     "a zip bomb?)")
     total = sum(entry.file_size for entry in entries)
     if total > MAX_UNCOMPRESSED_BYTES:
         raise SuspiciousArchiveError(f"{name} was not opened: its zip unpacks to {total / (1 << 30):,.1f} GiB "

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from engine.documents import Document, ProgressCallback
-from engine.documents.containers import open_archive, parse_xml, read_member
+from engine.documents.containers import MAX_PART_BYTES, check_archive, open_archive, parse_xml, read_member
 from engine.documents.parts import Part, build_document, check_cancel, section_parts
 
 _TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
@@ -38,12 +38,15 @@ def load_odf(path: Path, name: str, *, progress: ProgressCallback | None = None,
     """The OpenDocument file at `path` (shown as `name`), by its mimetype member (else its suffix):
     sections of a text, slides of a presentation, sheets of a spreadsheet. Raises the `containers`
     errors, EmptyFileError (no text), Cancelled."""
-    with open_archive(path, name) as archive:
+    streamed = path.suffix.lower() == ".ods"  # a spreadsheet's content.xml is streamed (`sheets.ods_parts`)
+    with open_archive(path, name, streamed=streamed) as archive:
         try:
             mimetype = archive.read("mimetype").decode("ascii", "replace").strip()
         except (KeyError, OSError, ValueError):
             mimetype = ""
         kind = _KINDS.get(mimetype) or path.suffix.lower().lstrip(".")
+        if streamed and kind != "ods":  # named .ods, but its content.xml is parsed whole
+            check_archive(archive, name, MAX_PART_BYTES)
         check_cancel(cancel)
         if kind == "ods":
             from engine.documents.sheets import ods_parts

@@ -19,6 +19,7 @@ import csv
 import datetime as dt
 import io
 import threading
+import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -120,9 +121,11 @@ def load_xlsx(path: Path, name: str, *, progress: ProgressCallback | None = None
     Raises the `containers` errors, EmptyFileError (no cell has a value), Cancelled."""
     import openpyxl
 
-    open_archive(path, name).close()
+    open_archive(path, name, streamed=True).close()
     try:
-        workbook = openpyxl.load_workbook(path, read_only=True, data_only=True, keep_links=False)
+        with warnings.catch_warnings():  # "no stylesheet", "extension not supported": about styles, not text
+            warnings.simplefilter("ignore", UserWarning)
+            workbook = openpyxl.load_workbook(path, read_only=True, data_only=True, keep_links=False)
     except Exception as exc:  # openpyxl raises KeyError, ValueError, zip and XML errors for broken files
         raise DamagedDocumentError(f"{name} is damaged ({type(exc).__name__}: {str(exc)[:120]}): "
                                    "open it in Excel and save it again") from None
