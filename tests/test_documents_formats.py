@@ -282,3 +282,17 @@ def test_docx_hidden_text_is_left_out_with_a_warning(tmp_path):
     read = load_document(tmp_path / "contract.docx")
     assert read.segments[0].text == "The contract runs until 2027. Signed by both parties."
     assert read.warnings == ["contract.docx: 1 run of hidden text (Word's hidden font: not shown) left out"]
+
+
+def test_a_hidden_sheet_is_read_and_says_so(tmp_path):
+    import openpyxl
+
+    workbook = openpyxl.Workbook()
+    workbook.active.append(["Item", "Price"])
+    workbook.active.append(["Tea", 3])
+    rates = workbook.create_sheet("Rates")
+    rates.append(["Currency", "Rate"])
+    rates.append(["EUR", 1.1])
+    rates.sheet_state = "hidden"
+    workbook.save(tmp_path / "prices.xlsx")
+    assert _labels(load_document(tmp_path / "prices.xlsx")) == ["sheet Sheet", "sheet Rates (hidden)"]

@@ -9,7 +9,7 @@ Formulas give their cached values (what Excel last showed: openpyxl's data_only;
 recalculated by a spreadsheet program has none, and those cells read empty). A workbook is read
 streaming (openpyxl's read_only mode parses a sheet's XML as it goes), so a 50 MB sheet does not
 load whole, and at most `MAX_SHEET_CELLS` cells are read, with a warning naming where it stopped.
-Left out: charts, pictures, comments, hidden sheets' names are read like others, number formats
+A hidden sheet is read, labelled "sheet Rates (hidden)". Left out: charts, pictures, comments, number formats
 (values are shown plainly: 0.125, not 12.5 %), external links (never fetched, never refreshed).
 """
 
@@ -139,7 +139,9 @@ def load_xlsx(path: Path, name: str, *, progress: ProgressCallback | None = None
             sheet.reset_dimensions()  # some writers declare A1:A1: read every row and column there is
             rows = ((n, [cell_text(v) for v in values])
                     for n, values in enumerate(sheet.iter_rows(values_only=True), start=1))
-            parts += sheet_parts(f"sheet {sheet.title}", rows, cells, cancel)
+            # A hidden sheet is read (a workbook's lookup tables often are) and says so in its label.
+            hidden = " (hidden)" if getattr(sheet, "sheet_state", "visible") != "visible" else ""
+            parts += sheet_parts(f"sheet {sheet.title}{hidden}", rows, cells, cancel)
     except (KeyError, ValueError, TypeError, etree.LxmlError, OSError, EOFError) as exc:
         raise DamagedDocumentError(f"{name} is damaged ({type(exc).__name__}: {str(exc)[:120]}): "
                                    "open it in Excel and save it again") from None
