@@ -243,3 +243,18 @@ def test_damaged_xml_inside_a_valid_zip_is_one_line_never_a_traceback(tmp_path, 
                 load_document(path)
             except DocumentError as error:
                 assert str(error).startswith(name) and "\n" not in str(error), (member, str(error))
+
+
+@pytest.mark.parametrize(("uri", "protected"), [("OEBPS/text/ch1.xhtml", True), ("OEBPS/fonts/serif.otf", False)])
+def test_a_drm_book_is_refused_and_an_obfuscated_font_is_not_drm(tmp_path, uri, protected):
+    path = make_epub(tmp_path / "book.epub", [("One", "<p>The kestrel flew.</p>")])
+    encryption = ('<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+                  'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>'
+                  f'<enc:CipherData><enc:CipherReference URI="{uri}"/></enc:CipherData></enc:EncryptedData></encryption>')
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("META-INF/encryption.xml", encryption)
+    if protected:
+        with pytest.raises(ProtectedDocumentError, match=r"^book\.epub is protected by DRM"):
+            load_document(path)
+    else:
+        assert "The kestrel flew." in load_document(path).render()
