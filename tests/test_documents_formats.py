@@ -296,3 +296,26 @@ def test_a_hidden_sheet_is_read_and_says_so(tmp_path):
     rates.sheet_state = "hidden"
     workbook.save(tmp_path / "prices.xlsx")
     assert _labels(load_document(tmp_path / "prices.xlsx")) == ["sheet Sheet", "sheet Rates (hidden)"]
+
+
+def test_docx_rows_and_cells_in_content_controls_and_nested_tables_are_read_once(tmp_path):
+    import docx
+
+    document = docx.Document()
+    outer = document.add_table(rows=2, cols=2)
+    outer.cell(0, 0).text, outer.cell(0, 1).text = "Region", "Detail"
+    outer.cell(1, 0).text = "North"
+    inner = outer.cell(1, 1).add_table(rows=1, cols=2)
+    inner.cell(0, 0).text, inner.cell(0, 1).text = "kestrels", "41"
+    document.save(tmp_path / "tables.docx")
+    # Wrap the outer table's second row in a content control, as a form template does.
+    _rewrite(tmp_path / "tables.docx", "word/document.xml", lambda t: _wrap_second_row(t))
+    text = load_document(tmp_path / "tables.docx").segments[0].text
+    assert text == "Region | Detail\nNorth | kestrels | 41", text
+
+
+def _wrap_second_row(xml: str) -> str:
+    first = xml.index("<w:tr")
+    second = xml.index("<w:tr", first + 1)
+    end = xml.rindex("</w:tr>") + len("</w:tr>")
+    return xml[:second] + "<w:sdt><w:sdtContent>" + xml[second:end] + "</w:sdtContent></w:sdt>" + xml[end:]

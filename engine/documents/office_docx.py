@@ -154,10 +154,12 @@ class _Reader:
 
     def _table(self, tbl) -> str:
         rows = []
+        # Rows and cells may sit inside content controls (w:sdt); a nested table's rows are read in their cell.
         for tr in tbl.iter(_W + "tr"):
-            if tr.getparent() is not tbl and tr.getparent().getparent() is not tbl:  # nested tables: in their cell
+            if next(tr.iterancestors(_W + "tbl")) is not tbl:
                 continue
-            cells = [" ".join(self.blocks_text(tc).split("\n")) for tc in tr.findall(_W + "tc")]
+            cells = [" ".join(self.blocks_text(tc).split("\n")) for tc in tr.iter(_W + "tc")
+                     if next(tc.iterancestors(_W + "tr")) is tr]
             if any(c.strip() for c in cells):
                 rows.append(" | ".join(cells))
         return "\n".join(rows)
