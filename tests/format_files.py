@@ -97,11 +97,17 @@ _ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
            'xmlns:dc="http://purl.org/dc/elements/1.1/" office:version="1.3"')
 
 
-def make_odt(path: Path, body: str) -> Path:
-    """An OpenDocument text whose office:text holds `body` (ODF XML, prefixes text:, table:, office:)."""
+def make_odt(path: Path, body: str, master_pages: str = "") -> Path:
+    """An OpenDocument text whose office:text holds `body` (ODF XML, prefixes text:, table:, office:)
+    and whose styles.xml holds `master_pages` (style:master-page elements) when given."""
     content = (f'<?xml version="1.0" encoding="UTF-8"?><office:document-content {_ODF_NS}>'
                f"<office:body><office:text>{body}</office:text></office:body></office:document-content>")
-    return write_zip(path, "application/vnd.oasis.opendocument.text", {"content.xml": content})
+    members = {"content.xml": content}
+    if master_pages:
+        members["styles.xml"] = (f'<?xml version="1.0" encoding="UTF-8"?><office:document-styles {_ODF_NS} '
+                                 'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0">'
+                                 f"<office:master-styles>{master_pages}</office:master-styles></office:document-styles>")
+    return write_zip(path, "application/vnd.oasis.opendocument.text", members)
 
 
 def make_odp(path: Path, pages: str) -> Path:

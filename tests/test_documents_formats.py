@@ -178,9 +178,13 @@ def test_odt_headings_lists_tables_notes_comments_and_changes(tmp_path):
             '<table:table><table:table-row><table:table-cell><text:p>Bird</text:p></table:table-cell>'
             "<table:table-cell><text:p>Weight</text:p></table:table-cell></table:table-row></table:table>"
             '<text:h text:outline-level="2">1.1 Diet</text:h><text:p>Voles<text:s text:c="2"/>mostly.</text:p>')
-    document = load_document(make_odt(tmp_path / "notes.odt", body))
+    masters = ('<style:master-page style:name="Standard"><style:header><text:p>Field log</text:p></style:header>'
+               '<style:footer><text:p>Page</text:p></style:footer></style:master-page>'
+               '<style:master-page style:name="Left"><style:header><text:p>Field log</text:p></style:header></style:master-page>')
+    document = load_document(make_odt(tmp_path / "notes.odt", body, masters))
     assert document.kind == "odt"
-    assert _labels(document) == ["start", "section 1 Birds", "section 1.1 Diet", "notes", "comments"]
+    assert _labels(document) == ["start", "section 1 Birds", "section 1.1 Diet", "notes", "comments", "headers and footers"]
+    assert document.segments[-1].text == "Field log\n\nPage"
     assert document.segments[1].text == "1 Birds\n\nThe kestrel[footnote 1] hovers.[comment 1]\n\n• wings\n\nBird | Weight"
     assert document.segments[2].text == "1.1 Diet\n\nVoles  mostly."
     assert document.segments[3].text == "[footnote 1] A small falcon."

@@ -5,10 +5,11 @@ Read from the zip (after `containers.open_archive`'s checks) with `containers.SA
 headings (text:h with its outline level) start units "section …" and outline entries;
 paragraphs, lists ("• item"), tables as rows ("cell | cell"), sections and frames in order;
 footnotes and endnotes marked where they stand ("[footnote 1]") and read in a unit "notes";
-comments (office:annotation) likewise in "comments"; tracked changes as shown with changes
+comments (office:annotation) likewise in "comments"; the distinct headers and footers of the
+master pages (styles.xml) once, in "headers and footers"; tracked changes as shown with changes
 accepted (the deleted text kept in text:tracked-changes is left out). A presentation's pages
 are units "slide N" with their speaker notes; a spreadsheet's sheets go through `sheets`.
-Left out: headers and footers (they live in styles.xml's master pages), pictures, charts,
+Left out: pictures, charts,
 embedded objects, macros (never run), and every target outside the file (never fetched).
 """
 
@@ -27,6 +28,7 @@ _OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
 _DRAW = "{urn:oasis:names:tc:opendocument:xmlns:drawing:1.0}"
 _PRESENTATION = "{urn:oasis:names:tc:opendocument:xmlns:presentation:1.0}"
 _DC = "{http://purl.org/dc/elements/1.1/}"
+_STYLE = "{urn:oasis:names:tc:opendocument:xmlns:style:1.0}"
 _SKIPPED = {_TEXT + "tracked-changes", _TEXT + "note-citation", _OFFICE + "annotation-end",
             _TEXT + "sequence-decls", _TEXT + "variable-decls", _TEXT + "user-field-decls", _OFFICE + "forms"}
 _KINDS = {"application/vnd.oasis.opendocument.text": "odt", "application/vnd.oasis.opendocument.presentation": "odp",
@@ -54,6 +56,8 @@ def load_odf(path: Path, name: str, *, progress: ProgressCallback | None = None,
             parts, warnings = ods_parts(archive, name, cancel)
             return build_document(path, name, "ods", parts, warnings=warnings, progress=progress)
         root = parse_xml(read_member(archive, "content.xml", name), "content.xml", name)
+        styles = (parse_xml(read_member(archive, "styles.xml", name), "styles.xml", name)
+                  if "styles.xml" in archive.namelist() else None)
     reader = _Reader()
     if kind == "odp":
         parts = [reader.slide(page, number) for number, page in enumerate(root.iter(_DRAW + "page"), start=1)]
@@ -62,7 +66,21 @@ def load_odf(path: Path, name: str, *, progress: ProgressCallback | None = None,
         parts = section_parts(reader.blocks(body if body is not None else root))
     for label, lines in (("notes", reader.notes), ("comments", reader.comments)):
         parts.append(Part(label, "\n".join(lines)))
+    if kind != "odp" and styles is not None:
+        parts.append(Part("headers and footers", _running_text(reader, styles)))
     return build_document(path, name, "odp" if kind == "odp" else "odt", parts, progress=progress)
+
+
+def _running_text(reader: "_Reader", styles) -> str:
+    """The distinct texts of the master pages' headers and footers (styles.xml), each once."""
+    found: list[str] = []
+    for master in styles.iter(_STYLE + "master-page"):
+        for child in master:
+            if isinstance(child.tag, str) and child.tag.startswith(_STYLE) and ("header" in child.tag or "footer" in child.tag):
+                text = reader.text_of(child)
+                if text.strip() and text not in found:
+                    found.append(text)
+    return "\n\n".join(found)
 
 
 class _Reader:
