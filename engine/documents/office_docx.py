@@ -97,6 +97,7 @@ class _Reader:
                      if RT.NUMBERING in related else None)
         self.styles = _Styles(styles)
         self.hidden_runs = 0
+        self._paragraph_hidden = False  # the paragraph's style sets the hidden font
         self.numbers = _Numbering(numbering)
 
     def body_parts(self) -> list[Part]:
@@ -136,8 +137,10 @@ class _Reader:
                     yield from self._blocks(inner)
 
     def _paragraph(self, p) -> tuple[str, str, int]:
-        text = "".join(self._inline(p)).strip()
         style = _attr(p, "pPr/w:pStyle")
+        self._paragraph_hidden = self.styles.hidden(style)
+        text = "".join(self._inline(p)).strip()
+        self._paragraph_hidden = False
         level = _int(_attr(p, "pPr/w:outlineLvl"))
         if level is None:
             level = self.styles.outline_level(style)
@@ -151,6 +154,15 @@ class _Reader:
         if label:
             text = "  " * (ilvl or 0) + f"{label} {text}"
         return "paragraph", text, -1
+
+    def _hidden(self, run) -> bool:
+        """Whether a w:r is in Word's hidden font: by its own properties, else its character style,
+        else its paragraph's style (ECMA-376 17.7.2: direct formatting over styles)."""
+        own = _vanish(run.find(_W + "rPr"))
+        if own is not None:
+            return own
+        style = self.styles.hidden(_attr(run, "rPr/w:rStyle"))
+        return style if style else self._paragraph_hidden
 
     def _table(self, tbl) -> str:
         rows = []
@@ -169,7 +181,7 @@ class _Reader:
             tag = child.tag
             if not isinstance(tag, str) or tag in _SKIPPED:
                 continue  # an unresolved entity, a comment; deleted text, field codes, properties
-            if tag == _W + "r" and _hidden_run(child):
+            if tag == _W + "r" and self._hidden(child):
                 self.hidden_runs += 1  # Word's hidden font (w:vanish): not shown, not printed
                 continue
             if tag == _W + "t":  # its text, and the text after an unresolved entity (kept out)
@@ -214,6 +226,14 @@ class _Styles:
             if match:
                 return int(match.group(1)) - 1
         return None
+
+    def hidden(self, style_id: str | None) -> bool:
+        """Whether the style (or one it is based on) sets the hidden font in its run properties."""
+        for style in self._chain(style_id):
+            flag = _vanish(style.find(_W + "rPr"))
+            if flag is not None:
+                return flag
+        return False
 
     def numbering(self, style_id: str | None) -> tuple[str | None, int | None]:
         for style in self._chain(style_id):
@@ -282,16 +302,16 @@ def _roman(n: int) -> str:
     return out
 
 
-def _hidden_run(run) -> bool:
-    """Whether a w:r carries Word's hidden font (w:vanish or w:specVanish, not switched off by val 0/false)."""
-    properties = run.find(_W + "rPr")
+def _vanish(properties) -> bool | None:
+    """True or False when run properties (w:rPr) set Word's hidden font (w:vanish, w:specVanish;
+    val 0/false/off switches it off), None when they do not say."""
     if properties is None:
-        return False
+        return None
     for tag in ("vanish", "specVanish"):
         flag = properties.find(_W + tag)
-        if flag is not None and flag.get(_W + "val") not in ("0", "false", "off"):
-            return True
-    return False
+        if flag is not None:
+            return flag.get(_W + "val") not in ("0", "false", "off")
+    return None
 
 
 def _attr(element, path: str) -> str | None:
