@@ -7,7 +7,8 @@ destination groups a reader never sees — pictures (\\pict, \\shppict, \\nonshp
 objects (\\object, \\objdata), the font, colour and style tables, document properties (\\info),
 field instructions (\\fldinst, keeping the field's shown result) — and decodes \\'hh escapes in
 the document's code page (\\ansicpg) and \\uN characters. Raw binary picture data (\\binN, N bytes
-that are not hex) is cut out first, as striprtf only removes it from \\pict groups.
+that are not hex) is cut out first, as striprtf only removes it from \\pict groups, and so is
+text in the hidden font (\\v), which Word does not show (striprtf keeps it).
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ def load_rtf(path: Path, name: str, *, progress: ProgressCallback | None = None,
     if not data.lstrip().startswith(b"{\\rtf"):
         raise NotTextError(f"{name} is not an RTF file (it does not start with {{\\rtf): "
                            "open it in its program and save it again")
-    text = rtf_text(data)
+    text, hidden = rtf_text(data)
     check_cancel(cancel)
-    return build_document(path, name, "rtf", [Part(name, text)], progress=progress)
+    warnings = [f"{name}: {hidden:,} characters of hidden text (\\v: not shown) left out"] if hidden else []
+    return build_document(path, name, "rtf", [Part(name, text)], warnings=warnings, progress=progress)
 
 
-def rtf_text(data: bytes) -> str:
+def rtf_text(data: bytes) -> tuple[str, int]:
     """The text of the RTF document `data`: destinations (pictures, objects, tables of fonts,
-    colours and styles, properties) left out, escapes decoded. Never raises for malformed RTF."""
+    colours and styles, properties) left out, hidden text (`\\v`) left out, escapes decoded; and
+    the number of hidden characters left out. Never raises for malformed RTF."""
     data = _without_binary(data)
     match = _CODE_PAGE.search(data[:4096])
     encoding = f"cp{match.group(1).decode()}" if match else "cp1252"
@@ -61,7 +64,40 @@ def rtf_text(data: bytes) -> str:
     except LookupError:
         encoding = "cp1252"
     # RTF is 7-bit: Latin-1 maps each byte to one character; \'hh escapes are decoded by striprtf.
-    return rtf_to_text(data.decode("latin-1"), encoding=encoding, errors="replace")
+    source, hidden = _without_hidden(data.decode("latin-1"))
+    return rtf_to_text(source, encoding=encoding, errors="replace"), hidden
+
+
+# A hex escape, a control word with its parameter (and the space that ends it), a control symbol,
+# a brace, or a run of text.
+_TOKEN = re.compile(r"\\'[0-9a-fA-F]{2}|\\([a-zA-Z]{1,32})(-?\d{1,10})? ?|\\.|[{}]|[^\\{}]+", re.S)
+
+
+def _without_hidden(source: str) -> tuple[str, int]:
+    """`source` without the text in Word's hidden font (`\\v` … `\\v0`, to the end of its group or
+    a `\\plain`), which a reader does not see (striprtf keeps it); and how many characters went."""
+    if "\\v" not in source:
+        return source, 0
+    out: list[str] = []
+    stack: list[bool] = []
+    hidden, dropped = False, 0
+    for match in _TOKEN.finditer(source):
+        token, word = match.group(), match.group(1)
+        if token == "{":
+            stack.append(hidden)
+        elif token == "}":
+            hidden = stack.pop() if stack else False
+        elif word == "v":
+            hidden = match.group(2) != "0"
+            continue
+        elif word == "plain":
+            hidden = False
+        elif hidden and (word is None or word == "u"):  # text, a hex escape, a Unicode character
+            if not token.startswith("\\") or token.startswith(("\\'", "\\u")):
+                dropped += len(token.strip()) if not token.startswith("\\") else 1
+                continue
+        out.append(token)
+    return "".join(out), dropped
 
 
 def _without_binary(data: bytes) -> bytes:
