@@ -349,3 +349,25 @@ def test_rtf_hidden_text_is_left_out_with_a_warning(tmp_path):
     read = load_document(path)
     assert read.segments[0].text == "The fee is 40 euros. Pay at the desk."
     assert len(read.warnings) == 1 and "hidden text" in read.warnings[0] and read.warnings[0].startswith("note.rtf: ")
+
+
+def test_pptx_sections_are_the_outline_above_slide_titles(tmp_path):
+    from lxml import etree
+    from pptx import Presentation
+
+    path = make_pptx(tmp_path / "sections.pptx", slides=4)
+    deck = Presentation(str(path))
+    ids = [s.get("id") for s in deck.part._element.iter("{http://schemas.openxmlformats.org/presentationml/2006/main}sldId")]
+    p14 = "http://schemas.microsoft.com/office/powerpoint/2010/main"
+    section = '<p14:section xmlns:p14="{}" name="{}" id="{{0000000{}-0000-0000-0000-000000000000}}"><p14:sldIdLst>{}</p14:sldIdLst></p14:section>'
+    sections = "".join(section.format(p14, name, n, "".join(f'<p14:sldId id="{i}"/>' for i in members))
+                       for n, (name, members) in enumerate([("Results", ids[:2]), ("Outlook", ids[2:])]))
+    ext = etree.fromstring(f'<p:extLst xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main">'
+                           f'<p:ext uri="{{521415D9-36F7-43E2-AB2F-B90AF26B5E84}}"><p14:sectionLst xmlns:p14="{p14}">'
+                           f"{sections}</p14:sectionLst></p:ext></p:extLst>")
+    deck.part._element.append(ext)
+    deck.save(str(path))
+    read = load_document(path)
+    assert [(e.title, e.level, e.page) for e in read.outline] == [
+        ("Results", 0, 1), ("Quarterly results", 1, 1), ("Sales by region", 1, 2),
+        ("Outlook", 0, 3), ("Topic number 3", 1, 3), ("Topic number 4", 1, 4)]

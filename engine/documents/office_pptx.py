@@ -3,11 +3,12 @@
 Read with python-pptx after the zip checks of `containers.open_archive` (its XML parser resolves
 no entities). Each slide's unit holds, in order: its title, the text of its other shapes in the
 order they are stacked (text frames, placeholders, tables as rows "cell | cell", the shapes of a
-group, as the selection pane lists them), then its speaker notes after "Notes:". A slide title is
-an outline entry. A hidden slide is read and labelled "slide 7 (hidden)". Left out: pictures,
-charts, SmartArt's drawing, media, macros (never run), the text of layouts and masters (footers,
-placeholders' prompts), and every target outside the file (linked pictures, hyperlinks: never
-fetched).
+group, as the selection pane lists them), then its speaker notes after "Notes:". The deck's
+sections (PowerPoint 2010 and later) are the outline's top level with the slide titles below
+them; without sections the titles are the top level. A hidden slide is read and labelled
+"slide 7 (hidden)". Left out: pictures, charts, SmartArt's drawing, media, macros (never run),
+the text of layouts and masters (footers, placeholders' prompts), and every target outside the
+file (linked pictures, hyperlinks: never fetched).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from engine.documents.containers import DamagedDocumentError, open_archive
 from engine.documents.parts import Part, build_document, check_cancel
 
 _MAX_GROUP_DEPTH = 16
+_P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
+_P14 = "{http://schemas.microsoft.com/office/powerpoint/2010/main}"
 
 
 def load_pptx(path: Path, name: str, *, progress: ProgressCallback | None = None,
@@ -36,6 +39,7 @@ def load_pptx(path: Path, name: str, *, progress: ProgressCallback | None = None
     except Exception as exc:  # python-pptx raises KeyError, ValueError, lxml errors … for broken packages
         raise DamagedDocumentError(f"{name} is damaged ({type(exc).__name__}: {str(exc)[:120]}): "
                                    "open it in PowerPoint and save it again") from None
+    sections = section_starts(presentation._element)
     parts = []
     for number, slide in enumerate(slides, start=1):
         check_cancel(cancel)
@@ -44,8 +48,23 @@ def load_pptx(path: Path, name: str, *, progress: ProgressCallback | None = None
         title, text = slide_text(slide)
         hidden = slide._element.get("show") in ("0", "false")
         label = f"slide {number}" + (" (hidden)" if hidden else "")
-        parts.append(Part(label, text, [(title, 0)] if title else []))
+        headings = [(sections[number - 1], 0)] if number - 1 in sections else []
+        if title:
+            headings.append((title, 1 if sections else 0))
+        parts.append(Part(label, text, headings))
     return build_document(path, name, "pptx", parts, progress=progress)
+
+
+def section_starts(presentation) -> dict[int, str]:
+    """The deck's sections (PowerPoint 2010's p14:sectionLst in presentation.xml): the 0-based
+    index of each section's first slide -> the section's name. {} for a deck without sections."""
+    order = {slide_id.get("id"): k for k, slide_id in enumerate(presentation.iter(_P + "sldId"))}
+    starts: dict[int, str] = {}
+    for section in presentation.iter(_P14 + "section"):
+        first = min((order[s.get("id")] for s in section.iter(_P14 + "sldId") if s.get("id") in order), default=None)
+        if first is not None and (section.get("name") or "").strip():
+            starts.setdefault(first, section.get("name").strip())
+    return starts
 
 
 def slide_text(slide) -> tuple[str, str]:
