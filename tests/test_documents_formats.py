@@ -371,3 +371,10 @@ def test_pptx_sections_are_the_outline_above_slide_titles(tmp_path):
     assert [(e.title, e.level, e.page) for e in read.outline] == [
         ("Results", 0, 1), ("Quarterly results", 1, 1), ("Sales by region", 1, 2),
         ("Outlook", 0, 3), ("Topic number 3", 1, 3), ("Topic number 4", 1, 4)]
+
+
+def test_the_open_dialog_offers_every_format_a_reader_opens():
+    from engine.documents import OPEN_DIALOG_SUFFIXES
+    from engine.documents.formats import FORMAT_SUFFIXES
+
+    assert set(FORMAT_SUFFIXES) <= set(OPEN_DIALOG_SUFFIXES), set(FORMAT_SUFFIXES) - set(OPEN_DIALOG_SUFFIXES)
