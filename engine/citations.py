@@ -18,6 +18,7 @@ _SLIDES = re.compile(r"slides?\s*\d+([\s,–-]+\d+)*", re.I)
 # an e-book's part, a table's rows, and the units a Word or OpenDocument file ends with.
 _UNIT = re.compile(r"(sheet|section|chapter|part|rows)\s[^\[\]\n]{1,150}|footnotes|endnotes|comments|notes"
                    r"|headers and footers|start", re.I)
+_PART = re.compile(r",\s*part \d+$", re.I)
 MOST_PAGES = 20
 """A cited page range names at most this many pages ('pages 3-900' is a slip, not 898 sources)."""
 
@@ -25,7 +26,7 @@ MOST_PAGES = 20
 def looks_like_citation(label: str) -> bool:
     """"page 12", "pages 3-4", "p. 7", "src/app.py", "README.md", "slide 7", "sheet Revenue, rows
     2–40", "section 3.2 Results" — not "[x]" or "[1]"."""
-    label = label.strip()
+    label = _PART.sub("", label.strip())  # a long unit cut in parts: "memo.docx, part 2"
     return bool(_PAGES.fullmatch(label) or _SLIDES.fullmatch(label) or _UNIT.fullmatch(label)) or bool(
         re.fullmatch(r"[\w.\-/ ]*[\w\-]\.[A-Za-z0-9]{1,10}|[\w.\-]+(/[\w.\-]+)+", label)
     )

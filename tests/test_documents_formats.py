@@ -378,3 +378,19 @@ def test_the_open_dialog_offers_every_format_a_reader_opens():
     from engine.documents.formats import FORMAT_SUFFIXES
 
     assert set(FORMAT_SUFFIXES) <= set(OPEN_DIALOG_SUFFIXES), set(FORMAT_SUFFIXES) - set(OPEN_DIALOG_SUFFIXES)
+
+
+def test_a_long_docx_without_headings_is_cut_into_parts_named_by_the_file(tmp_path):
+    import docx
+
+    from engine.citations import citations
+
+    document = docx.Document()
+    for n in range(120):
+        document.add_paragraph(f"Paragraph {n}: the kestrel hovers over the meadow while voles hide below.")
+    document.save(tmp_path / "memo.docx")
+    read = load_document(tmp_path / "memo.docx")
+    labels = _labels(read)
+    assert labels[0] == "memo.docx, part 1" and labels[1] == "memo.docx, part 2" and len(labels) == 2
+    assert read.segments[1].text.startswith("Paragraph ") and "Paragraph 119:" in read.segments[1].text
+    assert citations("As [memo.docx, part 2] says.") == ["memo.docx, part 2"]

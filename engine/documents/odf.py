@@ -63,7 +63,7 @@ def load_odf(path: Path, name: str, *, progress: ProgressCallback | None = None,
         parts = [reader.slide(page, number) for number, page in enumerate(root.iter(_DRAW + "page"), start=1)]
     else:
         body = root.find(f"{_OFFICE}body/{_OFFICE}text")
-        parts = section_parts(reader.blocks(body if body is not None else root))
+        parts = section_parts(reader.blocks(body if body is not None else root), name)
     for label, lines in (("notes", reader.notes), ("comments", reader.comments)):
         parts.append(Part(label, "\n".join(lines)))
     if kind != "odp" and styles is not None:

@@ -103,7 +103,7 @@ class _Reader:
     def body_parts(self) -> list[Part]:
         """The body as units, one per heading (`parts.section_parts`)."""
         body = self.root.find(_W + "body")
-        return section_parts(self._blocks(body if body is not None else self.root))
+        return section_parts(self._blocks(body if body is not None else self.root), self.name)
 
     def blocks_text(self, root) -> str:
         """All blocks under `root` (a header, a note, a table cell) as text, paragraphs on their own lines."""

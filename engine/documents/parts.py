@@ -76,10 +76,11 @@ def build_document(path: Path, name: str, kind: str, parts: list[Part], *, warni
                     outline=outline)
 
 
-def section_parts(blocks) -> list[Part]:
+def section_parts(blocks, name: str) -> list[Part]:
     """Units of a text document from its blocks in order, (kind, text, level): a "heading" (level 0
     = top) starts a unit labelled "section <heading>" with an outline entry; other blocks join the
-    current unit. The text before the first heading is the unit "start"."""
+    current unit. The text before the first heading is the unit "start"; a document without
+    headings is one unit labelled with its file's `name` (cut into "name, part 2" … when long)."""
     parts = [Part("start", "")]
     chunks: list[str] = []
     for kind, text, level in blocks:
@@ -90,6 +91,8 @@ def section_parts(blocks) -> list[Part]:
         elif text.strip():
             chunks.append(text)
     parts[-1].text = "\n\n".join(chunks)
+    if len(parts) == 1:
+        parts[0].label = name
     return parts
 
 
