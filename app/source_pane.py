@@ -206,7 +206,12 @@ class SourcePane(QWidget):
                 self.title.setText(f"<b>{escape(segment.label)}</b> — the PDF could not be rendered ({escape(str(error))}); its text:")
         else:
             path = Path(document.source) / segment.path if segment.path else Path(document.source)
-            self.show_text_file(path, segment.text, own)
+            # A unit of an office document, e-book or table ("slide 7", "sheet Revenue, rows 2–40"):
+            # its text is made from the file's XML, so it has no file lines; the title names the unit.
+            unit = document.kind not in ("repo", "text")
+            self.show_text_file(path, segment.text, own, numbered=not unit)
+            if unit:
+                self.title.setText(f"<b>{escape(path.name)}</b> — {escape(segment.label)}")
         self.document, self.segment_index, self.answer_passages = document, index, answer
         if focus in own:
             self.current = own.index(focus)

@@ -1,5 +1,7 @@
 """Citations in an answer's text, as the model is told to write them: "[page 12]", "[pages 3-4]",
-"[p. 7]", "[src/app.py]"; never inside code. The window links them (`app.chat`), the history export
+"[p. 7]", "[src/app.py]", and the units of office documents, e-books and tables as their markers
+name them ("[slide 7]", "[slides 3-4]", "[sheet Revenue, rows 2–40]", "[section 3.2 Results]",
+"[chapter 3 …]", "[rows 2–40]", "[footnotes]": `engine.documents.formats`); never inside code. The window links them (`app.chat`), the history export
 writes them with their document's name (`engine.history`), both by these rules.
 """
 
@@ -11,14 +13,21 @@ CITATION = re.compile(r"\[([^\[\]\n]{1,160})\](?!\()")
 CODE = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]*`)", re.S)
 """Code blocks and spans: `CODE.split(text)` gives them at odd indices (each starts with a backtick)."""
 _PAGES = re.compile(r"(pages?|p\.)\s*\d+([\s,–-]+\d+)*", re.I)
+_SLIDES = re.compile(r"slides?\s*\d+([\s,–-]+\d+)*", re.I)
+# The labels of `engine.documents.parts` units: a sheet's rows, a heading's section, a chapter,
+# an e-book's part, a table's rows, and the units a Word or OpenDocument file ends with.
+_UNIT = re.compile(r"(sheet|section|chapter|part|rows)\s[^\[\]\n]{1,150}|footnotes|endnotes|comments|notes"
+                   r"|headers and footers|start", re.I)
+_PART = re.compile(r",\s*part \d+$", re.I)
 MOST_PAGES = 20
 """A cited page range names at most this many pages ('pages 3-900' is a slip, not 898 sources)."""
 
 
 def looks_like_citation(label: str) -> bool:
-    """"page 12", "pages 3-4", "p. 7", "src/app.py", "README.md" — not "[x]" or "[1]"."""
-    label = label.strip()
-    return bool(_PAGES.fullmatch(label)) or bool(
+    """"page 12", "pages 3-4", "p. 7", "src/app.py", "README.md", "slide 7", "sheet Revenue, rows
+    2–40", "section 3.2 Results" — not "[x]" or "[1]"."""
+    label = _PART.sub("", label.strip())  # a long unit cut in parts: "memo.docx, part 2"
+    return bool(_PAGES.fullmatch(label) or _SLIDES.fullmatch(label) or _UNIT.fullmatch(label)) or bool(
         re.fullmatch(r"[\w.\-/ ]*[\w\-]\.[A-Za-z0-9]{1,10}|[\w.\-]+(/[\w.\-]+)+", label)
     )
 
@@ -37,19 +46,24 @@ def citations(text: str) -> list[str]:
 
 
 def normalise_label(label: str) -> str:
-    """'p. 7' / 'pages 7' -> 'page 7'; other labels stripped."""
+    """'p. 7' / 'pages 7' -> 'page 7', 'Slide 7' -> 'slide 7'; other labels stripped."""
     m = re.fullmatch(r"(?:pages?|p\.)\s*(\d+)", label.strip(), re.I)
-    return f"page {m.group(1)}" if m else label.strip()
+    if m:
+        return f"page {m.group(1)}"
+    m = re.fullmatch(r"slides?\s*(\d+)", label.strip(), re.I)
+    return f"slide {m.group(1)}" if m else label.strip()
 
 
 def cited_labels(label: str) -> list[str]:
     """The segment labels a citation names: 'pages 3-4, 7' -> ['page 3', 'page 4', 'page 7'] (a
-    range of more than MOST_PAGES pages gives its ends only); 'p. 7' -> ['page 7']; a file -> itself."""
+    range of more than MOST_PAGES pages gives its ends only); 'p. 7' -> ['page 7']; 'slides 3-4' ->
+    ['slide 3', 'slide 4']; a file or another unit -> itself."""
     label = label.strip()
-    if not _PAGES.fullmatch(label):
+    unit = "slide" if _SLIDES.fullmatch(label) else "page" if _PAGES.fullmatch(label) else None
+    if unit is None:
         return [label]
     pages: list[int] = []
     for start, end in re.findall(r"(\d+)(?:\s*[–-]\s*(\d+))?", label):
         first, last = int(start), int(end or start)
         pages += range(first, last + 1) if 0 <= last - first < MOST_PAGES else [first, last]
-    return [f"page {page}" for page in dict.fromkeys(pages)]
+    return [f"{unit} {page}" for page in dict.fromkeys(pages)]

@@ -75,13 +75,15 @@ class DocumentRecord:
 
     @property
     def size_text(self) -> str:
-        """'18 pages', '42 files' or '1 file'."""
+        """'18 pages', '42 files', '1 file', 'text file' or the format of an office document ('PPTX file')."""
         if self.kind == "text":
             return "text file"
         if self.kind == "pdf" and self.pages is not None:
             return f"{self.pages} page{'s' if self.pages != 1 else ''}"
         if self.files is not None:
             return f"{self.files} file{'s' if self.files != 1 else ''}"
+        if self.kind != "repo":  # an office document, e-book or table (engine.documents.formats)
+            return f"{self.kind.upper()} file"
         return ""
 
 

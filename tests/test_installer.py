@@ -171,7 +171,12 @@ def test_desktop_entry_offers_open_with_for_the_documents_halaman_reads():
     assert types[-1] == ""  # the spec's list ends with a semicolon
     for wanted in ("application/pdf", "text/plain", "text/markdown", "text/x-python", "text/x-csrc",
                    "text/x-c++src", "text/x-java", "application/javascript", "text/x-go", "text/rust",
-                   "application/x-ipynb+json", "inode/directory"):
+                   "application/x-ipynb+json", "inode/directory",
+                   # office documents, e-books and tables (engine/documents/formats.py)
+                   "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                   "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+                   "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                   "application/vnd.oasis.opendocument.text", "application/epub+zip", "application/rtf"):
         assert wanted in types, wanted
 
 

@@ -88,7 +88,8 @@ class Segment:
 
     text: normalised text (see `normalize_text`), never empty.
     label: what a citation shows, "page 12" or "src/app.py".
-    page: 1-based physical page number for PDFs (not the printed page label), else None.
+    page: 1-based physical page number for PDFs (not the printed page label), the unit's 1-based
+    number for the formats of `engine.documents.formats` (slide 7 is 7), else None.
     path: repository-relative POSIX path for repository files, else None.
     """
 
@@ -100,7 +101,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class OutlineEntry:
-    """One entry of a PDF's outline (its bookmarks, as a viewer's sidebar shows them).
+    """One entry of a PDF's outline (its bookmarks, as a viewer's sidebar shows them), or of a
+    format's headings (`page` is then the unit's number: `Segment.page`).
 
     title: the entry's text (normalised, one line; document text, so untrusted: shown as plain
     text only). level: 0 for top-level entries. page: the 1-based physical page it points to.
@@ -115,11 +117,13 @@ class OutlineEntry:
 class Document:
     """A loaded document: its segments in reading order plus what the user should know.
 
-    kind: "pdf" | "repo" | "text". source: absolute path of the file or folder.
+    kind: "pdf" | "repo" | "text", or the format of an office document, e-book or table whose
+    units are labelled ("docx", "pptx", "xlsx", "ods", "csv", "epub", "odt", "odp", "rtf":
+    `engine.documents.formats`). source: absolute path of the file or folder.
     warnings: user-facing lines, e.g. "page 7: no text layer (scanned?)" or
     "skipped (minified): static/vendor.min.js". pages: PDFs only, total page count including
-    blank pages and pages that were left out. outline: a PDF's bookmarks in document order
-    (empty when it has none, and for other kinds); not part of `render()`, so of no prefix key.
+    blank pages and pages that were left out. outline: a PDF's bookmarks, or the headings,
+    chapters or slide titles of the formats' units, in document order (empty when it has none); not part of `render()`, so of no prefix key.
     """
 
     title: str
@@ -157,9 +161,12 @@ OPEN_DIALOG_SUFFIXES = (
     ".toml", ".yaml", ".yml", ".ini", ".cfg", ".xml", ".sql", ".sh",
     ".py", ".js", ".jsx", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".java", ".kt",
     ".scala", ".swift", ".rb", ".php", ".lua", ".r", ".jl", ".dart", ".m", ".pl", ".hs", ".ex", ".erl", ".zig",
+    # engine.documents.formats.FORMAT_SUFFIXES (not imported here: that module imports this one)
+    ".docx", ".docm", ".dotx", ".dotm", ".pptx", ".pptm", ".ppsx", ".potx", ".xlsx", ".xlsm", ".xltx", ".tsv",
+    ".odt", ".ods", ".odp", ".epub", ".rtf",
 )
-"""What a file dialog offers under "Documents": PDFs, notebooks, prose and the source files a folder
-is read for. `load_document` opens any other text file too (the dialog's "All files")."""
+"""What a file dialog offers under "Documents": PDFs, office documents, e-books, tables, notebooks,
+prose and the source files a folder is read for. `load_document` opens any other text file too (the dialog's "All files")."""
 
 
 def load_document(path: str | os.PathLike[str], *, password: str | None = None,
@@ -198,6 +205,13 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
     pointer = _pointer_kind(source)
     if pointer is not None:  # before the suffix decides: `report.pdf` may be one
         raise pointer_file_error(source, pointer.tool, pointer.fetch)
+    # Office documents, e-books, OpenDocument, RTF and tables, by suffix (engine.documents.formats).
+    from engine.documents.formats import format_loader
+
+    loader = format_loader(source)
+    if loader is not None:
+        return loader(source, display_name(source.name), progress=progress, cancel=cancel)
+    # (end of the formats branch)
     if source.suffix.lower() == ".pdf" or _has_pdf_header(source):
         from engine.documents.pdf import load_pdf
 
