@@ -36,6 +36,7 @@ from PySide6.QtWidgets import QTextBrowser, QToolTip
 from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
+from engine.evidence_quotes import number_caution, quoted_passages
 from engine.grounding import unsupported_note
 from engine.history import UNREAD_CITATION
 from engine.library import MessageRecord
@@ -144,7 +145,21 @@ def read_spans(spans, reasons) -> str:
     return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in groups)
 
 
+CAUTION_COLOR = "#B03030"
 LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them against the page"
+
+
+def evidence_lines(message: MessageRecord, question: str = "") -> list[str]:
+    """Rich-text lines quoting what `message` (an answer) attended to most, each with its page or
+    file as a citation link (`engine.evidence_quotes`), then the caution when the answer's number
+    is not in them. [] for an answer without stored passages (cloud, or from before they were kept)."""
+    quoted = quoted_passages(message.passages)
+    lines = [f"<span style='color:#444'>“{escape(p.text)}” — <a href='{cite_href(p.label, message.id)}'>"
+             f"{escape(p.label)}</a> ({p.share:.0%})</span>" for p in quoted]
+    caution = number_caution(message.text, question, quoted)
+    if caution:
+        lines.append(f"<span style='color:{CAUTION_COLOR}'>⚠ {escape(caution)}</span>")
+    return lines
 
 
 def footer_text(message: MessageRecord) -> str:
@@ -205,6 +220,7 @@ class ChatView(QTextBrowser):
         self._render_timer.setInterval(RENDER_EVERY_MS)
         self._render_timer.timeout.connect(self._render_live)
         self.renders = 0
+        self._last_question = ""  # the question the next answer's evidence caution compares with
 
     # -------------------------------------------------------------- history
     def show_messages(self, messages: list[MessageRecord]) -> None:
@@ -221,6 +237,7 @@ class ChatView(QTextBrowser):
         self._scroll_to_end()
 
     def add_question(self, text: str, *, scroll: bool = True) -> None:
+        self._last_question = text
         self._header("You", "#2F5D8A")
         cursor = self._end_cursor()
         fmt = QTextCharFormat()
@@ -341,6 +358,10 @@ class ChatView(QTextBrowser):
         block = QTextBlockFormat()
         block.setTopMargin(4)
         cursor.setBlockFormat(block)
+        evidence = evidence_lines(message, self._last_question)
+        if evidence:
+            cursor.insertHtml("<br>".join(evidence))
+            cursor.insertBlock()
         lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels),
                                    attended_line(message.sources, message.id)) if line]
         lines.append(escape(footer_text(message)))
@@ -402,4 +423,4 @@ def _code_block_format() -> QTextBlockFormat:
 
 
 __all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
-           "read_spans", "footer_text", "LOW_CONFIDENCE"]
+           "read_spans", "footer_text", "evidence_lines", "LOW_CONFIDENCE"]

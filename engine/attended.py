@@ -15,9 +15,10 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.documents import Document
+from engine.evidence_quotes import quote_text
 
 PASSAGES_MAX = 5
 """At most this many passages per answer above the floors (`attended_spans`' `cover` may add a few)."""
@@ -45,7 +46,9 @@ class AttendedSpan:
     `Document.segments[segment_index].text`, whose tokens received `share` (0..1) of all the
     attention the recalled document tokens received. label / page / path as in `Segment`.
     document_source: the file or folder (`Document.source`) of the document it is in, for an answer
-    over several (`engine.workspace.Workspace.library_outcome`); None for one document's answer."""
+    over several (`engine.workspace.Workspace.library_outcome`); None for one document's answer.
+    quote: the passage's text, cut (`engine.evidence_quotes.quote_text`), so a stored answer shows
+    its evidence without the document ("" in records from before it was kept)."""
 
     segment_index: int
     label: str
@@ -55,6 +58,7 @@ class AttendedSpan:
     char_end: int
     share: float
     document_source: str | None = None
+    quote: str = field(default="", compare=False)
 
     def text(self, document: Document) -> str:
         """The passage's characters in `document` (the one it was measured on)."""
@@ -158,7 +162,8 @@ def _span(document: Document, seg: int, bounds: list[int], first: int, last: int
     end = bounds[last + 1] if last + 1 < len(bounds) else len(segment.text)
     while end > start and segment.text[end - 1].isspace():
         end -= 1
-    return AttendedSpan(seg, segment.label, segment.page, segment.path, start, end, share)
+    return AttendedSpan(seg, segment.label, segment.page, segment.path, start, end, share,
+                        quote=quote_text(segment.text[start:end]))
 
 def describe(span: AttendedSpan, document: Document, width: int = 120, file_lines: list[int] | None = None) -> str:
     """One line for a person: 'page 12, characters 340–520 (41 %): "…text…"' (the text's white

@@ -1,0 +1,82 @@
+"""The evidence shown under an answer, so a reader checks it without clicking: the one or two
+passages (sentences, or table rows: a PDF table's row is one line) it attended to most, quoted with
+their page, and a caution when the answer's number is not in them.
+
+Measured in the window trial that opened issue 44: "What were Netflix's total revenues in 2017?"
+was answered "$3,285,755" (the fourth quarter's figure) while the row it attended most reads
+"Revenues $ 11,692,713 …"; Foot Locker's "96,076,265 shares" while the highlighted sentence holds
+96,089,997. The grounding check (`engine.grounding`) passed both: the numbers are in the document.
+`number_caution` compares the answer's numbers with the passages it attended most instead.
+
+Torch-free: passages in (`engine.attended.AttendedSpan` with their `quote`), plain text out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+QUOTED_PASSAGES = 2
+"""Passages quoted under an answer: the strongest, and a second one."""
+QUOTE_CHARACTERS = 240
+"""A quoted passage is cut at this many characters (white space collapsed)."""
+
+# A number a reader would check: at least 4 digits, with thousands separators or a decimal part
+# allowed ("11,692,713", "96,089,997", "3.14159", "12500"); not a bare year (1900-2099).
+_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:[,\u202f\u00a0 ]\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.,])\d{4,}(?:\.\d+)?(?![\w])"
+                     r"|(?<![\w.,])\d+\.\d{2,}(?![\w])")
+_YEAR = re.compile(r"(?:19|20)\d\d")
+
+
+@dataclass(frozen=True)
+class QuotedPassage:
+    """A passage quoted under an answer: its page or file `label`, its `text` (cut), its `share` of
+    the attention (0..1)."""
+
+    label: str
+    text: str
+    share: float
+
+
+def quote_text(text: str, limit: int = QUOTE_CHARACTERS) -> str:
+    """`text` as one quoted line: white space collapsed, cut at `limit` characters with '…'."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def quoted_passages(passages: Sequence, count: int = QUOTED_PASSAGES) -> list[QuotedPassage]:
+    """The `count` strongest of `passages` (`AttendedSpan`s, which carry their `quote`) that have
+    text, strongest first."""
+    ranked = sorted((p for p in passages if getattr(p, "quote", "")), key=lambda p: -p.share)
+    return [QuotedPassage(p.label, p.quote, p.share) for p in ranked[:count]]
+
+
+def numbers_in(text: str) -> list[str]:
+    """The numbers of `text` a reader would check (`_NUMBER`), as written, years left out."""
+    return [m.group() for m in _NUMBER.finditer(text) if not _YEAR.fullmatch(m.group())]
+
+
+def _digits(number: str) -> str:
+    return re.sub(r"[^\d.]", "", number).rstrip(".")
+
+
+def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) -> str | None:
+    """A caution when the answer states a number that none of the `quoted` passages holds while
+    they hold numbers (a table row, a figure's sentence): the answer may have taken another cell or
+    made it up. None when the answer states no number (the question's own numbers left out), when
+    it is among them, or when the quoted passages hold no number (prose: nothing to compare)."""
+    asked = {_digits(n) for n in numbers_in(question)}
+    stated = [n for n in numbers_in(answer) if _digits(n) not in asked]
+    held = {_digits(n) for passage in quoted for n in numbers_in(passage.text)}
+    if not stated or not held:
+        return None
+    missing = [n for n in stated if _digits(n) not in held]
+    if len(missing) < len(stated):
+        return None
+    where = quoted[0].label
+    return (f"check the number: {missing[0]} is not in what the answer read most ({where}: "
+            f"“{quote_text(quoted[0].text, 80)}”)")
+
+
+__all__ = ["QUOTED_PASSAGES", "QuotedPassage", "number_caution", "numbers_in", "quote_text", "quoted_passages"]
