@@ -57,3 +57,44 @@ def test_a_rotated_table_with_split_cells_keeps_each_row_together(tmp_path):
     text = document.segments[0].text
     positions = [text.find(word) for row in rows for word in row]
     assert -1 not in positions and positions == sorted(positions), text
+
+
+# --- embedded files ----------------------------------------------------------------------------
+
+def _with_attachments(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    import pypdf
+
+    page = helvetica_pdf(tmp_path / "page.pdf", b"BT /F1 12 Tf 72 720 Td (Quarterly report, see the attached data) Tj ET")
+    writer = pypdf.PdfWriter(clone_from=str(page))
+    for name, data in files.items():
+        writer.add_attachment(name, data)
+    target = tmp_path / "report.pdf"
+    writer.write(str(target))
+    return target
+
+
+def test_embedded_files_are_read_when_text_and_named_when_not(tmp_path):
+    """Before: the document was its page only, and nothing said that files were embedded."""
+    nested = helvetica_pdf(tmp_path / "inner.pdf", b"BT /F1 12 Tf 72 720 Td (Inner secret page) Tj ET").read_bytes()
+    document = load_document(_with_attachments(tmp_path, {
+        "figures.csv": b"region,revenue\nNorth,4.2 million\nSouth,3.1 million\n",
+        "budget.xlsx": b"PK\x03\x04" + bytes(200),
+        "annex.pdf": nested,
+    }))
+    assert document.segments[0].label == "page 1"
+    csv = [segment for segment in document.segments if segment.label == "attachment figures.csv"]
+    assert csv and "North,4.2 million" in csv[0].text
+    # A PDF inside the PDF is named, never parsed: its text is nowhere.
+    assert not any("Inner secret page" in segment.text for segment in document.segments)
+    unread = [warning for warning in document.warnings if "not read" in warning]
+    assert len(unread) == 1 and "budget.xlsx" in unread[0] and "annex.pdf" in unread[0]
+    assert "report.pdf" in unread[0] and "save it from a PDF viewer" in unread[0]
+    assert any("figures.csv" in warning and "read as extra parts" in warning for warning in document.warnings)
+
+
+def test_a_large_text_attachment_is_named_not_read(tmp_path):
+    from engine.documents.pdf_attachments import MAX_ATTACHMENT_BYTES
+
+    document = load_document(_with_attachments(tmp_path, {"log.txt": b"line\n" * (MAX_ATTACHMENT_BYTES // 5 + 1)}))
+    assert [segment.label for segment in document.segments] == ["page 1"]
+    assert any("log.txt" in warning and "over 1 MiB" in warning for warning in document.warnings)

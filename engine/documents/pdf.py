@@ -32,6 +32,7 @@ from engine.documents import (
 )
 from engine.documents.hyphenation import join_hyphenated_lines
 from engine.documents.names import display_name, shown_title
+from engine.documents.pdf_attachments import attachment_parts
 from engine.documents.text import is_unreliable, measure, normalize_and_count, normalize_text
 from engine.errors import Cancelled
 
@@ -62,7 +63,8 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
     the default view switches off: B24) is never page text; "pages 1-3: text no viewer shows
     (outside the page) left out" says where. Form values and annotations a viewer draws are page
     text, also without an appearance stream (B03, B27). Words hyphenated at line ends are joined
-    (`engine.documents.hyphenation`, B28).
+    (`engine.documents.hyphenation`, B28). Embedded text files are extra segments labelled
+    "attachment NAME", every other embedded file is named in a warning (`pdf_attachments`).
     Raises EmptyFileError, NotPdfError, PasswordRequiredError, WrongPasswordError,
     UnsupportedEncryptionError, DamagedPdfError, SuspiciousPdfError, NoTextLayerError,
     UnreadableTextError, FileNotReadableError, or Cancelled.
@@ -106,6 +108,7 @@ class _Collected:
         self.notes: list[str] = []
         self.hidden: dict[str, list[int]] = {}
         self.outline: list[OutlineEntry] = []  # reason -> pages where text no viewer shows was left out
+        self.attachments: list[dict[str, Any]] = []  # embedded files (pdf_attachments)
 
     def apply(self, event: dict[str, Any], progress: ProgressCallback | None) -> None:
         kind = event.get("event")
@@ -113,6 +116,7 @@ class _Collected:
             if self.total is None:
                 self.total, self.title = int(event["pages"]), normalize_text(event["title"] or "")
                 self.outline = _outline_entries(event.get("outline") or [])
+                self.attachments = list(event.get("attachments") or [])
                 if event.get("repaired"):
                     self.notes.append("the file is damaged (broken cross-reference table) and was "
                                       "repaired while reading: text may be missing")
@@ -175,6 +179,9 @@ class _Collected:
         # whole document (B28).
         texts = join_hyphenated_lines([segment.text for segment in self.segments])
         segments = [replace(segment, text=text) for segment, text in zip(self.segments, texts)]
+        embedded, notes = attachment_parts(self.attachments, display_name(self.path.name))
+        segments += embedded
+        warnings += notes
         return Document(title=shown_title(self.title, self.path),
                         source=str(self.path), kind="pdf", segments=segments,
                         warnings=warnings, pages=self.total, outline=self.outline)

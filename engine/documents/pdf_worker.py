@@ -8,7 +8,9 @@ cap set below PDFium aborts within 2 s instead, and the parent reports the page 
 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
 Events:   {"event": "open", "pages": int, "title": str, "repaired": bool,
-           "layers_unchecked": why the layers could not be checked (str) | null}
+           "layers_unchecked": why the layers could not be checked (str) | null,
+           "outline": [[level, title, 0-based page]],
+           "attachments": embedded files (`engine.documents.pdf_attachments.attachments`)}
           {"event": "page", "page": int (1-based), "text": str,
            "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int,
            "hidden": {reason: characters left out because no viewer shows them}}
@@ -44,6 +46,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
+from engine.documents.pdf_attachments import attachments
 from engine.documents.pdf_layers import HIDDEN_REASON, LayersUnchecked, MarkedLayers, mark_hidden_layers
 from engine.documents.pdf_visible import visible_text
 from engine.documents.text import TextQuality, is_unreliable, measure, same_content
@@ -321,7 +324,8 @@ def extract(path: str, password: str | None, start_page: int,
     document.init_forms()
     emit({"event": "open", "pages": total, "title": _title(opened),
           "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(opened.raw),
-          "layers_unchecked": unchecked, "outline": _outline(opened)})
+          "layers_unchecked": unchecked, "outline": _outline(opened),
+          "attachments": attachments(opened, pdfium)})
     second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
     for index in range(start_page, total):
         try:
