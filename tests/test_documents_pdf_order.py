@@ -98,3 +98,35 @@ def test_a_large_text_attachment_is_named_not_read(tmp_path):
     document = load_document(_with_attachments(tmp_path, {"log.txt": b"line\n" * (MAX_ATTACHMENT_BYTES // 5 + 1)}))
     assert [segment.label for segment in document.segments] == ["page 1"]
     assert any("log.txt" in warning and "over 1 MiB" in warning for warning in document.warnings)
+
+
+# --- right-to-left text stored in visual order -------------------------------------------------
+
+# (logical order, as stored: the glyphs left to right as a viewer shows them)
+RTL_LINES = [
+    ("הגיבוי של השרת נכשל אתמול בלילה", "הלילב לומתא לשכנ תרשה לש יוביגה"),
+    ("צריך לבדוק את הדיסק מחר בבוקר", "רקובב רחמ קסידה תא קודבל ךירצ"),
+    ("הגיבוי נכשל ב-3 במרץ 2024 בשעה 14:30", "14:30 העשב 2024 ץרמב 3-ב לשכנ יוביגה"),
+    ("فشل النسخ الاحتياطي في 2024 للخادم DB-01", "DB-01 مداخلل 2024 يف يطايتحالا خسنلا لشف"),
+]
+
+
+def test_right_to_left_lines_stored_in_visual_order_come_out_in_logical_order(tmp_path):
+    """Hebrew and Arabic drawn as displayed, in a font without a Unicode map (so the third
+    opinion, pdfminer.six, reads the font's own cmap). Before: every word came out backwards,
+    "ךירצ" for "צריך" (a final kaf starting a word)."""
+    from pdf_fixtures import strip_to_unicode, truetype_pdf
+
+    source = truetype_pdf(tmp_path / "source.pdf", [visual for _, visual in RTL_LINES])
+    document = load_document(strip_to_unicode(source, tmp_path / "visual.pdf"))
+    text = document.segments[0].text
+    for logical, _ in RTL_LINES:
+        assert logical in text, (logical, text)
+
+
+def test_right_to_left_text_in_logical_order_is_left_as_it_is():
+    from engine.documents.visual_order import logical_order
+
+    page = "\n".join(logical for logical, _ in RTL_LINES) + "\nمثلا هذه المدينة جميلة جدا"
+    assert logical_order(page) == page
+    assert logical_order("\n".join(visual for _, visual in RTL_LINES)) == "\n".join(logical for logical, _ in RTL_LINES)

@@ -50,6 +50,7 @@ from engine.documents.pdf_attachments import attachments
 from engine.documents.pdf_layers import HIDDEN_REASON, LayersUnchecked, MarkedLayers, mark_hidden_layers
 from engine.documents.pdf_visible import visible_text
 from engine.documents.text import TextQuality, is_unreliable, measure, same_content
+from engine.documents.visual_order import logical_order
 
 MAX_PAGE_CHARS = 2_000_000
 """A page with more text than this is treated as hostile (P16's densest page has ~3,000)."""
@@ -357,6 +358,8 @@ def extract(path: str, password: str | None, start_page: int,
                 if (alternative and len(alternative) <= MAX_PAGE_CHARS
                         and measure(alternative).score > measure(text).score + SECOND_OPINION_MARGIN):
                     text, extractor = alternative, "pdfminer"
+        # pdfminer gives right-to-left words in the order they are drawn, backwards (visual_order).
+        text = logical_order(text)
         images = 0 if text.strip() else _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_IMAGE)
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,
