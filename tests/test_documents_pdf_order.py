@@ -130,3 +130,62 @@ def test_right_to_left_text_in_logical_order_is_left_as_it_is():
     page = "\n".join(logical for logical, _ in RTL_LINES) + "\nمثلا هذه المدينة جميلة جدا"
     assert logical_order(page) == page
     assert logical_order("\n".join(visual for _, visual in RTL_LINES)) == "\n".join(logical for logical, _ in RTL_LINES)
+
+
+# --- vertical Japanese ---------------------------------------------------------------------------
+
+COLUMNS = ["吾輩は猫である。", "名前はまだ無い。", "どこで生れたか", "とんと見当がつかぬ。"]
+
+
+def _vertical_cjk_pdf(path: Path, columns: list[str], one_glyph_each: bool = False) -> Path:
+    """A page of vertical Japanese: columns read top to bottom, the first column rightmost.
+    Set with an Identity-V font (glyphs follow each other downwards; box glyphs made by
+    fontTools, so no CJK font need be installed), or, as some producers do, one glyph per text
+    object with an Identity-H font."""
+    from pdf_fixtures import _font, _stream, write_pdf
+
+    font, gids = _font("".join(columns))
+
+    def glyphs(text: str) -> bytes:
+        return b"<" + "".join(f"{gids[ch]:04X}" for ch in text).encode() + b">"
+
+    content = b""
+    for number, column in enumerate(columns):
+        x = 500 - 30 * number
+        if one_glyph_each:
+            content += b"".join(b"BT /F1 20 Tf 1 0 0 1 %d %d Tm %s Tj ET\n" % (x, 740 - 22 * i, glyphs(ch))
+                                for i, ch in enumerate(column))
+        else:
+            content += b"BT /F1 20 Tf 1 0 0 1 %d 740 Tm %s Tj ET\n" % (x, glyphs(column))
+    encoding = b"/Identity-H" if one_glyph_each else b"/Identity-V"
+    bfchars = "\n".join(f"<{gid:04X}> <{ch.encode('utf-16-be').hex().upper()}>"
+                        for ch, gid in sorted(gids.items(), key=lambda item: item[1]))
+    cmap = (f"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Box def /CMapType 2 def\n"
+            f"1 begincodespacerange <0000> <FFFF> endcodespacerange\n{len(gids)} beginbfchar\n{bfchars}\n"
+            "endbfchar endcmap CMapName currentdict /CMap defineresource pop end end").encode()
+    return write_pdf(path, [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        _stream(content),
+        b"<< /Type /Font /Subtype /Type0 /BaseFont /HalamanBox /Encoding " + encoding
+        + b" /DescendantFonts [6 0 R] /ToUnicode 9 0 R >>",
+        b"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /HalamanBox /CIDToGIDMap /Identity "
+        b"/CIDSystemInfo << /Registry (Adobe) /Ordering (Identity) /Supplement 0 >> /DW 1000 /DW2 [880 -1000] "
+        b"/FontDescriptor 7 0 R >>",
+        b"<< /Type /FontDescriptor /FontName /HalamanBox /Flags 4 /FontBBox [0 -200 1000 800] /ItalicAngle 0 "
+        b"/Ascent 800 /Descent -200 /CapHeight 700 /StemV 80 /FontFile2 8 0 R >>",
+        _stream(font),
+        _stream(cmap),
+    ])
+
+
+@pytest.mark.parametrize("one_glyph_each", [False, True], ids=["identity-v", "glyph-by-glyph"])
+def test_vertical_japanese_is_read_column_by_column_from_the_right(tmp_path, one_glyph_each):
+    """Before: the Identity-V page came out last column first ("とんと見当がつかぬ。" before
+    "吾輩は猫である。"); the glyph-by-glyph page is a control PDFium already read right."""
+    document = load_document(_vertical_cjk_pdf(tmp_path / "vertical.pdf", COLUMNS, one_glyph_each))
+    text = document.segments[0].text.replace("\n", "")
+    positions = [text.find(column) for column in COLUMNS]
+    assert -1 not in positions and positions == sorted(positions), text

@@ -8,9 +8,13 @@ line is to the left of the one before (a portrait page with /Rotate 90, a table 
 matrix of 0 -1 1 0). Measured with pypdfium2 5.15: three lines came out last first in both cases,
 first first for upward, upside-down and normal text.
 
-The fix looks at the lines themselves, not at PDFium's reason: every line's baseline direction
-(the character matrix's first column, in the page's own space) gives the direction in which the
-next line follows, and a block of consecutive lines that all run down the screen and that PDFium
+Vertical Japanese and Chinese (Identity-V fonts: upright glyphs in columns read top to bottom,
+columns from right to left) are lines that run down the screen too, and PDFium gave the columns
+from the left, last column first.
+
+The fix looks at the lines themselves, not at PDFium's reason: every line's direction (from its
+first to its last character, in the page's own space) gives the direction in which the next line
+follows, and a block of consecutive lines that all run down the screen and that PDFium
 gives in exactly the opposite of that order is put the other way round. Nothing else is moved:
 ordinary pages, columns and tables keep PDFium's order.
 """
@@ -30,7 +34,7 @@ _SAME_DIRECTION = 0.98  # cosine of ~11°: lines of one rotated block share a di
 
 @dataclass(frozen=True)
 class _Line:
-    direction: tuple[float, float]  # unit baseline direction in page space; (0, 0) when unknown
+    direction: tuple[float, float]  # unit direction of the line in page space; (0, 0) when unknown
     advance: float                  # position along the direction in which the next line follows
     height: float                   # font size in points, for "same line" tolerance
 
@@ -72,40 +76,59 @@ def in_order(text: str, order: list[int] | None) -> str:
 
 
 def _lines(textpage: Any, raw: Any) -> list[_Line]:
-    """One entry per PDFium line: the direction and position of its first drawn character."""
+    """One entry per PDFium line: its direction and the position of its first drawn character."""
     handle = textpage.raw
     count = textpage.count_chars()
-    matrix = raw.FS_MATRIX()
-    x, y = ctypes.c_double(), ctypes.c_double()
     lines: list[_Line] = []
-    first: int | None = None
+    first = last = None
     index = 0
     while index <= count:
         code = raw.FPDFText_GetUnicode(handle, index) if index < count else 0
         at_break = index == count or (code == 13 and index + 1 < count
                                       and raw.FPDFText_GetUnicode(handle, index + 1) == 10)
         if at_break:
-            lines.append(_line(raw, handle, first, matrix, x, y))
-            first = None
+            lines.append(_line(raw, handle, first, last))
+            first = last = None
             index += 2
             continue
-        if first is None and raw.FPDFText_IsGenerated(handle, index) != 1 and not chr(code).isspace():
-            first = index
+        if raw.FPDFText_IsGenerated(handle, index) != 1 and not chr(code).isspace():
+            first = index if first is None else first
+            last = index
         index += 1
     return lines
 
 
-def _line(raw: Any, handle: Any, index: int | None, matrix: Any, x: Any, y: Any) -> _Line:
-    if index is None or not raw.FPDFText_GetMatrix(handle, index, matrix) \
-            or not raw.FPDFText_GetCharOrigin(handle, index, x, y):
-        return _Line((0.0, 0.0), 0.0, 0.0)
-    length = math.hypot(matrix.a, matrix.b)
+def _line(raw: Any, handle: Any, first: int | None, last: int | None) -> _Line:
+    """The line from its first to its last drawn character: the direction in which its
+    characters follow each other (vertical CJK, Identity-V, has upright glyphs in a column), else,
+    for a single character, its baseline (the character matrix's first column)."""
+    unknown = _Line((0.0, 0.0), 0.0, 0.0)
+    if first is None or last is None:
+        return unknown
+    start, end = _origin(raw, handle, first), _origin(raw, handle, last)
+    size = max(raw.FPDFText_GetFontSize(handle, first), 1.0)
+    if start is None or end is None:
+        return unknown
+    dx, dy = end[0] - start[0], end[1] - start[1]
+    if math.hypot(dx, dy) < size / 2:
+        matrix = raw.FS_MATRIX()
+        if not raw.FPDFText_GetMatrix(handle, first, matrix):
+            return unknown
+        dx, dy = matrix.a, matrix.b
+    length = math.hypot(dx, dy)
     if length == 0:
-        return _Line((0.0, 0.0), 0.0, 0.0)
-    dx, dy = matrix.a / length, matrix.b / length
-    # The next line follows a quarter turn clockwise from the baseline: below, for normal text.
-    advance = x.value * dy - y.value * dx
-    return _Line((dx, dy), advance, max(raw.FPDFText_GetFontSize(handle, index), 1.0))
+        return unknown
+    dx, dy = dx / length, dy / length
+    # The next line follows a quarter turn clockwise from the line's direction: below, for
+    # normal text; to the left, for text and CJK columns that run downwards.
+    return _Line((dx, dy), start[0] * dy - start[1] * dx, size)
+
+
+def _origin(raw: Any, handle: Any, index: int) -> tuple[float, float] | None:
+    x, y = ctypes.c_double(), ctypes.c_double()
+    if not raw.FPDFText_GetCharOrigin(handle, index, x, y):
+        return None
+    return x.value, y.value
 
 
 def _runs_down_screen(direction: tuple[float, float], rotation: int) -> bool:
