@@ -35,7 +35,7 @@ than forwards ones."""
 _HEBREW_FINAL = frozenset("ךםןףץ")
 _HEBREW_ORDINARY = frozenset("כמנפצ")
 _ARABIC_WORD_END = frozenset("ةى")
-_RTL_SCRIPT = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]")  # Hebrew, Arabic, Syriac, Thaana, NKo…
+_RTL_SCRIPT = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")  # Hebrew, Arabic, Syriac, Thaana, NKo…
 
 
 def logical_order(text: str) -> str:
