@@ -189,3 +189,37 @@ def test_vertical_japanese_is_read_column_by_column_from_the_right(tmp_path, one
     text = document.segments[0].text.replace("\n", "")
     positions = [text.find(column) for column in COLUMNS]
     assert -1 not in positions and positions == sorted(positions), text
+
+
+def test_a_flate_bomb_among_the_attachments_costs_no_page(tmp_path):
+    """A text attachment that inflates past the worker's memory cap (1.5 GB of zeros in 1.5 MB;
+    before this change there was no listing, so this is the guard on the listing, not the kind):
+    the worker is listing attachments only after the last page, so the pages stay and a warning
+    says the embedded files could not be listed."""
+    import zlib
+
+    from pdf_fixtures import write_pdf
+
+    # One 16 MiB block of zeros deflated after a full flush needs no history, so it can repeat:
+    # 90 of them are 1.5 GB of zeros (the zlib trailer's Adler-32 of n zeros is n mod 65521, 1).
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = packer.compress(bytes(1 << 24)) + packer.flush(zlib.Z_FULL_FLUSH)
+    blocks = 90
+    adler = (((blocks << 24) % 65521) << 16) | 1
+    bomb = b"\x78\xda" + block * blocks + packer.flush() + adler.to_bytes(4, "big")
+    content = b"BT /F1 12 Tf 72 720 Td (The page survives) Tj ET"
+    path = write_pdf(tmp_path / "bomb.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R /Names << /EmbeddedFiles << /Names [(notes.txt) 6 0 R] >> >> >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+        b"<< /Type /Filespec /F (notes.txt) /UF (notes.txt) /EF << /F 7 0 R >> >>",
+        b"<< /Type /EmbeddedFile /Filter /FlateDecode /Length %d >>\nstream\n" % len(bomb) + bomb + b"\nendstream",
+    ])
+    document = load_document(path)
+    assert [segment.label for segment in document.segments] == ["page 1"]
+    assert "The page survives" in document.segments[0].text
+    assert any("embedded files could not be listed safely" in warning for warning in document.warnings), \
+        document.warnings

@@ -85,6 +85,7 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
                     f"{display_name(path.name)} could not be opened safely ({lost.reason}): it may be hostile "
                     "or broken; check where the file came from") from None
             if state.next_page > state.total:
+                state.lost_after_pages(lost.reason)
                 break  # every page arrived; it failed on the way out
             state.fail_page(lost.reason, progress)
             if state.next_page > state.total:
@@ -109,6 +110,7 @@ class _Collected:
         self.hidden: dict[str, list[int]] = {}
         self.outline: list[OutlineEntry] = []  # reason -> pages where text no viewer shows was left out
         self.attachments: list[dict[str, Any]] = []  # embedded files (pdf_attachments)
+        self.attachments_listed = False
 
     def apply(self, event: dict[str, Any], progress: ProgressCallback | None) -> None:
         kind = event.get("event")
@@ -116,7 +118,6 @@ class _Collected:
             if self.total is None:
                 self.total, self.title = int(event["pages"]), normalize_text(event["title"] or "")
                 self.outline = _outline_entries(event.get("outline") or [])
-                self.attachments = list(event.get("attachments") or [])
                 if event.get("repaired"):
                     self.notes.append("the file is damaged (broken cross-reference table) and was "
                                       "repaired while reading: text may be missing")
@@ -132,6 +133,8 @@ class _Collected:
             self.next_page = int(event["page"]) + 1
             if progress and self.total:
                 progress(self.next_page - 1, self.total)
+        elif kind == "attachments":
+            self.attachments, self.attachments_listed = list(event.get("files") or []), True
         elif kind == "error":
             if event["code"] == "page_too_large":
                 raise _WorkerLost("too much text")
@@ -151,6 +154,12 @@ class _Collected:
             self.unreadable.append(number)
             return
         self.segments.append(Segment(text=text, label=f"page {number}", page=number, path=None))
+
+    def lost_after_pages(self, reason: str) -> None:
+        """The worker was lost after the last page: while listing the embedded files."""
+        if not self.attachments_listed:
+            self.notes.append(f"its embedded files could not be listed safely ({reason}): open the "
+                              "attachments panel of a PDF viewer to see them")
 
     def fail_page(self, reason: str, progress: ProgressCallback | None) -> None:
         self.failed.append((self.next_page, reason))

@@ -5,8 +5,11 @@ contract's annexes (ISO 32000-1 7.11.4, the EmbeddedFiles name tree; PDF/A-3 inv
 XML this way). No page shows them, so until now they were neither read nor mentioned and a
 question about them was answered from the pages alone (issue 45).
 
-In the PDF worker, `attachments` lists them with PDFium and decodes the small text ones (by name:
-TEXT_SUFFIXES; at most MAX_ATTACHMENT_BYTES each, MAX_READ in all). Nothing else is opened: a PDF
+In the PDF worker, after the last page, `attachments` lists them with PDFium and decodes the
+text ones (by name: TEXT_SUFFIXES; read when at most MAX_ATTACHMENT_BYTES, MAX_READ in all;
+PDFium decodes a stream to tell its size, so a flate bomb among them ends the worker under its
+memory cap after every page has arrived, and the document says its embedded files could not be
+listed). Nothing else is opened: a PDF
 inside a PDF is not parsed (no recursion at all), an archive is not unpacked, nothing is run.
 In the app, `attachment_parts` turns the worker's list into segments labelled "attachment NAME"
 and one warning naming every attachment that was not read, with the reason and what to do.
@@ -53,8 +56,12 @@ def attachments(document: Any, pdfium: Any) -> list[dict[str, Any]]:
             found.append({"name": f"attachment {index + 1}", "size": None, "text": None,
                           "why": "PDFium cannot read it"})
             continue
+        if not name.lower().endswith(TEXT_SUFFIXES):
+            # Not decoded at all, not even for its size: only text ones are worth the memory.
+            found.append({"name": name, "size": None, "text": None, "why": "not a text file"})
+            continue
         size = _size(attachment, pdfium)
-        text, why = None, _why_not_read(name, size, sum(1 for item in found if item["text"] is not None))
+        text, why = None, _why_not_read(size, sum(1 for item in found if item["text"] is not None))
         if why is None:
             text, why = _text(attachment)
         found.append({"name": name, "size": size, "text": text, "why": why})
@@ -71,9 +78,7 @@ def _size(attachment: Any, pdfium: Any) -> int | None:
         return None
 
 
-def _why_not_read(name: str, size: int | None, already_read: int) -> str | None:
-    if not name.lower().endswith(TEXT_SUFFIXES):
-        return "not a text file"
+def _why_not_read(size: int | None, already_read: int) -> str | None:
     if size is None:
         return "PDFium cannot read it"
     if size > MAX_ATTACHMENT_BYTES:

@@ -9,11 +9,12 @@ cap set below PDFium aborts within 2 s instead, and the parent reports the page 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
 Events:   {"event": "open", "pages": int, "title": str, "repaired": bool,
            "layers_unchecked": why the layers could not be checked (str) | null,
-           "outline": [[level, title, 0-based page]],
-           "attachments": embedded files (`engine.documents.pdf_attachments.attachments`)}
+           "outline": [[level, title, 0-based page]]}
           {"event": "page", "page": int (1-based), "text": str,
            "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int,
            "hidden": {reason: characters left out because no viewer shows them}}
+          {"event": "attachments", "files": embedded files (`pdf_attachments.attachments`)},
+           after the last page: decoding one can exhaust the memory cap, which then costs no page
           {"event": "error", "code": str, "page": int | null, "detail": str}
           {"event": "done"}
 Error codes: "password_required", "wrong_password", "unsupported_security", "unreadable" (PDFium
@@ -325,8 +326,7 @@ def extract(path: str, password: str | None, start_page: int,
     document.init_forms()
     emit({"event": "open", "pages": total, "title": _title(opened),
           "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(opened.raw),
-          "layers_unchecked": unchecked, "outline": _outline(opened),
-          "attachments": attachments(opened, pdfium)})
+          "layers_unchecked": unchecked, "outline": _outline(opened)})
     second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
     for index in range(start_page, total):
         try:
@@ -364,6 +364,7 @@ def extract(path: str, password: str | None, start_page: int,
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,
               "images": images, "hidden": hidden})
+    emit({"event": "attachments", "files": attachments(opened, pdfium)})
     emit({"event": "done"})
 
 
