@@ -25,8 +25,12 @@ tests/test_repo_safety.py plants every kind and checks that none runs and the li
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+
+from engine.documents.names import display_name
 
 GIT_TIMEOUT_S = 60.0
 
@@ -97,13 +101,58 @@ def git_environment() -> dict[str, str]:
 def run_git(root: Path, *args: str, input: bytes | None = None) -> bytes | None:  # noqa: A002 - subprocess's name
     """stdout of `git args` run in the folder `root`, or None when git is missing, fails, exits
     non-zero or takes longer than GIT_TIMEOUT_S. Never raises for git's sake."""
+    return git_run(root, *args, input=input).stdout
+
+
+@dataclass(frozen=True)
+class GitRun:
+    """What one git command gave: stdout (None when git is missing, failed, exited non-zero or
+    timed out) and its stderr as text (warnings such as an unreadable folder; "" when none)."""
+
+    stdout: bytes | None
+    stderr: str = ""
+
+
+def git_run(root: Path, *args: str, input: bytes | None = None) -> GitRun:  # noqa: A002 - subprocess's name
+    """`run_git` with git's stderr kept: git exits 0 after leaving out a folder it cannot open,
+    and says so only there. Never raises for git's sake."""
     command = git_command(root, *args)
     if command is None:
-        return None
+        return GitRun(None)
     try:
         done = subprocess.run(command, input=input, capture_output=True, env=git_environment(),
                               stdin=None if input is not None else subprocess.DEVNULL,
                               timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+        return GitRun(None)
+    stderr = done.stderr.decode("utf-8", "replace")
+    return GitRun(done.stdout if done.returncode == 0 else None, stderr)
+
+
+_UNREADABLE = re.compile(r"^warning: could not open directory '(.+)': (.+)$", re.MULTILINE)
+
+
+def unreadable_folders(stderr: str) -> list[tuple[str, str]]:
+    """(folder relative to where git ran, ending in "/"; the system's reason) for each folder
+    that `git ls-files --others` could not open (git 2.x: "warning: could not open directory
+    'secret/': Permission denied"; the folder's files are then missing from its answer)."""
+    return [(folder if folder.endswith("/") else folder + "/", reason.strip())
+            for folder, reason in _UNREADABLE.findall(stderr)]
+
+
+def refusal(stderr: str) -> str | None:
+    """Why git refused a folder that is (in) a repository, in a user's words, or None when it
+    did not (no repository there is not a refusal). git >= 2.35.2 refuses a repository owned by
+    another user ("detected dubious ownership", CVE-2022-24765); a damaged .git (a .git file
+    pointing at a folder that is gone, a moved worktree) gives another "fatal:" line, passed on."""
+    if "dubious ownership" in stderr:
+        return ("git refuses this folder: its repository belongs to another user (\"dubious ownership\"; "
+                "git's safe.directory setting allows it)")
+    for line in stderr.splitlines():
+        # "not a git repository (or any of the parent directories)" is no repository at all;
+        # "not a git repository: /old/path" is a .git file pointing at a folder that is gone.
+        if line.startswith("fatal:") and "or any of the parent directories" not in line:
+            # The line quotes the folder's own .git file: control characters written as escapes.
+            said = display_name(line.removeprefix("fatal:").strip()[:200])
+            return f"git cannot read this folder's repository ({said})"
+    return None

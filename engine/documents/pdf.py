@@ -32,6 +32,7 @@ from engine.documents import (
 )
 from engine.documents.hyphenation import join_hyphenated_lines
 from engine.documents.names import display_name, shown_title
+from engine.documents.pdf_attachments import attachment_parts
 from engine.documents.text import is_unreliable, measure, normalize_and_count, normalize_text
 from engine.errors import Cancelled
 
@@ -62,7 +63,8 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
     the default view switches off: B24) is never page text; "pages 1-3: text no viewer shows
     (outside the page) left out" says where. Form values and annotations a viewer draws are page
     text, also without an appearance stream (B03, B27). Words hyphenated at line ends are joined
-    (`engine.documents.hyphenation`, B28).
+    (`engine.documents.hyphenation`, B28). Embedded text files are extra segments labelled
+    "attachment NAME", every other embedded file is named in a warning (`pdf_attachments`).
     Raises EmptyFileError, NotPdfError, PasswordRequiredError, WrongPasswordError,
     UnsupportedEncryptionError, DamagedPdfError, SuspiciousPdfError, NoTextLayerError,
     UnreadableTextError, FileNotReadableError, or Cancelled.
@@ -83,6 +85,7 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
                     f"{display_name(path.name)} could not be opened safely ({lost.reason}): it may be hostile "
                     "or broken; check where the file came from") from None
             if state.next_page > state.total:
+                state.lost_after_pages(lost.reason)
                 break  # every page arrived; it failed on the way out
             state.fail_page(lost.reason, progress)
             if state.next_page > state.total:
@@ -106,6 +109,8 @@ class _Collected:
         self.notes: list[str] = []
         self.hidden: dict[str, list[int]] = {}
         self.outline: list[OutlineEntry] = []  # reason -> pages where text no viewer shows was left out
+        self.attachments: list[dict[str, Any]] = []  # embedded files (pdf_attachments)
+        self.attachments_listed = False
 
     def apply(self, event: dict[str, Any], progress: ProgressCallback | None) -> None:
         kind = event.get("event")
@@ -128,6 +133,8 @@ class _Collected:
             self.next_page = int(event["page"]) + 1
             if progress and self.total:
                 progress(self.next_page - 1, self.total)
+        elif kind == "attachments":
+            self.attachments, self.attachments_listed = list(event.get("files") or []), True
         elif kind == "error":
             if event["code"] == "page_too_large":
                 raise _WorkerLost("too much text")
@@ -147,6 +154,12 @@ class _Collected:
             self.unreadable.append(number)
             return
         self.segments.append(Segment(text=text, label=f"page {number}", page=number, path=None))
+
+    def lost_after_pages(self, reason: str) -> None:
+        """The worker was lost after the last page: while listing the embedded files."""
+        if not self.attachments_listed:
+            self.notes.append(f"its embedded files could not be listed safely ({reason}): open the "
+                              "attachments panel of a PDF viewer to see them")
 
     def fail_page(self, reason: str, progress: ProgressCallback | None) -> None:
         self.failed.append((self.next_page, reason))
@@ -175,6 +188,9 @@ class _Collected:
         # whole document (B28).
         texts = join_hyphenated_lines([segment.text for segment in self.segments])
         segments = [replace(segment, text=text) for segment, text in zip(self.segments, texts)]
+        embedded, notes = attachment_parts(self.attachments, display_name(self.path.name))
+        segments += embedded
+        warnings += notes
         return Document(title=shown_title(self.title, self.path),
                         source=str(self.path), kind="pdf", segments=segments,
                         warnings=warnings, pages=self.total, outline=self.outline)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.documents.pdf_layers import HIDDEN_REASON, UNCHECKED_REASON, hidden_text_objects
+from engine.documents.pdf_order import in_order, line_order
 
 MIN_EM_PT = 1.0
 """A character whose em box (PDFium's loose box: the font's ascent to descent at its drawn size)
@@ -86,10 +87,12 @@ def visible_text(page: Any, textpage: Any, pdfium: Any, layers: str | None = Non
     the cut held one), so words are neither glued nor split. A page is looked at character by
     character (9 µs each on P15 and P16) only when a cheap screen of its text rectangles and text
     objects finds something that could be hidden (26 of P16's 288 pages, 90 of P15's 117: short
-    rectangles around punctuation), or when it has right-to-left letters.
+    rectangles around punctuation), or when it has right-to-left letters. Lines of text that
+    runs down the screen come in reading order (`engine.documents.pdf_order`).
     """
     raw = pdfium.raw
-    text = _pdfium_text(textpage, 0, textpage.count_chars())
+    order = line_order(page, textpage, raw)  # lines of text that runs down the screen (pdf_order)
+    text = in_order(_pdfium_text(textpage, 0, textpage.count_chars()), order)
     layer_hidden = hidden_text_objects(page, raw, every_layer=layers == "unchecked") if layers else set()
     if not (layer_hidden or _may_hide(page, textpage, raw) or any(_is_rtl(ch) for ch in text)):
         return PageText(text, {})
@@ -101,8 +104,8 @@ def visible_text(page: Any, textpage: Any, pdfium: Any, layers: str | None = Non
             counts[reason] = counts.get(reason, 0) + 1
     if not counts and not clusters:
         return PageText(text, {})
-    return PageText(_assemble(textpage, reasons, {}), counts,
-                    _assemble(textpage, reasons, clusters) if clusters else None)
+    return PageText(in_order(_assemble(textpage, reasons, {}), order), counts,
+                    in_order(_assemble(textpage, reasons, clusters), order) if clusters else None)
 
 
 def _assemble(textpage: Any, reasons: list[str], reversed_glyphs: dict[int, int]) -> str:

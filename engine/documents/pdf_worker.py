@@ -8,10 +8,13 @@ cap set below PDFium aborts within 2 s instead, and the parent reports the page 
 
 Request:  {"path": str, "password": str | null, "start_page": int (0-based), "memory_bytes": int}
 Events:   {"event": "open", "pages": int, "title": str, "repaired": bool,
-           "layers_unchecked": why the layers could not be checked (str) | null}
+           "layers_unchecked": why the layers could not be checked (str) | null,
+           "outline": [[level, title, 0-based page]]}
           {"event": "page", "page": int (1-based), "text": str,
            "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int,
            "hidden": {reason: characters left out because no viewer shows them}}
+          {"event": "attachments", "files": embedded files (`pdf_attachments.attachments`)},
+           after the last page: decoding one can exhaust the memory cap, which then costs no page
           {"event": "error", "code": str, "page": int | null, "detail": str}
           {"event": "done"}
 Error codes: "password_required", "wrong_password", "unsupported_security", "unreadable" (PDFium
@@ -44,9 +47,11 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
+from engine.documents.pdf_attachments import attachments
 from engine.documents.pdf_layers import HIDDEN_REASON, LayersUnchecked, MarkedLayers, mark_hidden_layers
 from engine.documents.pdf_visible import visible_text
 from engine.documents.text import TextQuality, is_unreliable, measure, same_content
+from engine.documents.visual_order import logical_order
 
 MAX_PAGE_CHARS = 2_000_000
 """A page with more text than this is treated as hostile (P16's densest page has ~3,000)."""
@@ -353,10 +358,13 @@ def extract(path: str, password: str | None, start_page: int,
                 if (alternative and len(alternative) <= MAX_PAGE_CHARS
                         and measure(alternative).score > measure(text).score + SECOND_OPINION_MARGIN):
                     text, extractor = alternative, "pdfminer"
+        # pdfminer gives right-to-left words in the order they are drawn, backwards (visual_order).
+        text = logical_order(text)
         images = 0 if text.strip() else _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_IMAGE)
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,
               "images": images, "hidden": hidden})
+    emit({"event": "attachments", "files": attachments(opened, pdfium)})
     emit({"event": "done"})
 
 

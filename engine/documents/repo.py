@@ -27,7 +27,7 @@ import pathspec
 
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
 from engine.documents.generated import generated_files
-from engine.documents.git import run_git
+from engine.documents.git import git_run, refusal, run_git, unreadable_folders
 from engine.documents.names import display_name
 from engine.documents.plain import CONVERTED_SUFFIXES, read_file
 from engine.documents.pointers import KINDS as POINTER_KINDS
@@ -159,7 +159,12 @@ class Listing:
 def list_files(root: Path, *, use_git: bool = True) -> Listing:
     """Which paths under `root` an ingest considers: git's answer, else the pathspec fallback;
     files under more than MAX_FOLDER_DEPTH folders left out either way."""
-    listing = (_git_listing(root) if use_git else None) or _walk_listing(root)
+    listing = _git_listing(root) if use_git else None
+    if listing is None:
+        listing = _walk_listing(root)
+        refused = refusal(git_run(root, "rev-parse", "--is-inside-work-tree").stderr) if use_git else None
+        if refused is not None:
+            listing.notes.append(f"{refused}: read with its .gitignore files instead of git")
     deep = {"/".join(rel.split("/", MAX_FOLDER_DEPTH + 1)[:MAX_FOLDER_DEPTH + 1]) + "/"
             for rel in listing.files if rel.count("/") > MAX_FOLDER_DEPTH}
     if deep:
@@ -189,15 +194,31 @@ def _git_listing(root: Path) -> Listing | None:
     # Exit 0: ignored. --no-index: by the rules alone, also when some files in it were added with -f.
     if below_top and run_git(root, "check-ignore", "-q", "--no-index", "--", ".") is not None:
         return _outer_ignored(root)
-    files = run("ls-files", "--cached", "--others", "--exclude-standard", "-z")
-    if files is None:
+    listed = git_run(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    if listed.stdout is None:
         return None
+    files = [os.fsdecode(p) for p in listed.stdout.split(b"\0") if p]
     if below_top and not files:
         return _outer_ignored(root)
     ignored = run("ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z")
     # --cached lists a conflicted path once per stage; a nested repository shows as "dir/".
     return Listing(files=sorted({p.rstrip("/") for p in files}),
-                   ignored=_outermost(ignored or []), source="git")
+                   ignored=_outermost(ignored or []), source="git", notes=_unreadable_notes(listed.stderr))
+
+
+def _unreadable_notes(stderr: str) -> list[str]:
+    """The warning for folders git could not open (their files are not in its answer), grouped
+    by reason: "folder git cannot read left out (Permission denied): secret/; check its
+    permissions"."""
+    by_reason: dict[str, list[str]] = {}
+    for folder, reason in unreadable_folders(stderr):
+        by_reason.setdefault(reason, []).append(folder)
+    notes = []
+    for reason, folders in by_reason.items():
+        one = len(folders) == 1
+        notes.append(f"folder{'' if one else 's'} git cannot read left out ({reason}): {_some(folders)}; "
+                     f"check {'its' if one else 'their'} permissions")
+    return notes
 
 
 def _outer_ignored(root: Path) -> Listing:
