@@ -132,6 +132,8 @@ class Answer:
     (`<think>` blocks, a cloud endpoint's reasoning fields), kept out of `text`; "" when none
     (the GUI shows it folded). unsupported: names in `text` found nowhere in the document or the
     question (`engine.grounding`), set by `engine.workspace.Workspace.ask`; [] when every name is found.
+    instructions: phrases of the document written as instructions to the model ("ignore all previous
+    instructions": `engine.grounding.instruction_like`), set there too; [] when there are none.
 
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
@@ -156,6 +158,7 @@ class Answer:
     cloud: CloudReply | None = None                       # set when the answer came from the cloud
     reasoning: str = ""                                   # the model's monologue, apart from `text`
     unsupported: list[str] = field(default_factory=list)  # names the document does not contain (engine.grounding)
+    instructions: list[str] = field(default_factory=list)  # document text addressed to the model (engine.grounding)
 
     @property
     def incomplete(self) -> bool:

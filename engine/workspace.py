@@ -412,7 +412,8 @@ class Workspace:
         self.ensure_model()
         answer = self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
         if answer.stop_reason != StopReason.CANCELLED and self.session.document is not None:
-            answer.unsupported = self._document_words(self.session.document).unsupported(answer.text, question)
+            words = self._document_words(self.session.document)
+            answer.unsupported, answer.instructions = words.unsupported(answer.text, question), words.instructions
         return answer
 
     def _document_words(self, document: Document) -> DocumentWords:
