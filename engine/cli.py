@@ -313,13 +313,15 @@ def answer_cautions(answer, settings: EngineSettings) -> list[str]:
     was unsure of its words (`engine.cloud.policy.low_confidence`), it named things the document
     does not contain (`engine.grounding.unsupported_note`). [] for a sound answer."""
     from engine.cloud.policy import low_confidence
-    from engine.grounding import unsupported_note
+    from engine.grounding import instructions_note, unsupported_note
 
     cautions = []
     if low_confidence(answer, settings):
         cautions.append(f"low confidence: the model was unsure of its words ({answer.mean_logprob:.2f} per token)")
     if answer.unsupported:
         cautions.append(unsupported_note(answer.unsupported))
+    if answer.instructions:
+        cautions.append(instructions_note(answer.instructions))
     return cautions
 
 
