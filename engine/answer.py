@@ -61,9 +61,12 @@ class Source:
     def cited_name(self) -> str:
         """How a citation names it: its label ("page 3"), or for a library answer's source its
         document's title with it ("Think Python, page 3"), once for a single file whose one
-        segment is named as the document is ("notes.md")."""
+        segment is named as the document is ("notes.md", or "a/minutes.txt" when the library
+        tells two minutes.txt apart: `engine.citations.distinct_titles`)."""
         if not self.document or self.label == self.document:
             return self.label
+        if self.document.endswith("/" + self.label):
+            return self.document
         return f"{self.document}, {self.label}"
 
 
