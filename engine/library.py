@@ -293,11 +293,11 @@ class Library:
             self.db.execute("DELETE FROM messages WHERE document_id = ?", [document_id])
             self.db.execute("DELETE FROM documents WHERE id = ?", [document_id])
 
-    def remove(self, path_or_title: str) -> list[DocumentRecord]:
+    def remove(self, path_or_title: str | None = None) -> list[DocumentRecord]:
         """Forget the documents whose path (as given, or made absolute) or title is `path_or_title`,
-        with their chat history, or with "--missing" every document whose file is gone
-        (`MISSING`); the files are not touched. Returns what was removed ([] when nothing matched)."""
-        if path_or_title == "--missing":
+        with their chat history, or with None every document whose file is gone (`MISSING`); the
+        files are not touched. Returns what was removed, newest first ([] when nothing matched)."""
+        if path_or_title is None:
             found = [r for r in self.documents() if file_signature(r.path) is None]
         else:
             absolute = os.path.abspath(os.path.expanduser(path_or_title))

@@ -63,9 +63,27 @@ def test_a_deleted_or_renamed_file_is_missing_and_can_be_removed(tmp_path):
         docs["b.txt"].rename(tmp_path / "b-renamed.txt")
         status = {name: library.status(library.document(i), None, EngineSettings()) for name, i in ids.items()}
         assert status == {"a.txt": MISSING, "b.txt": MISSING, "c.txt": CACHED, "d.txt": CACHED}
-        assert [r.title for r in library.remove("--missing")] == ["b.txt", "a.txt"]  # newest first
+        assert [r.title for r in library.remove()] == ["b.txt", "a.txt"]  # newest first
         assert [r.title for r in library.remove(str(docs["c.txt"]))] == ["c.txt"]  # by path
         assert [r.title for r in library.remove("d.txt")] == ["d.txt"]              # by title
         assert library.remove("nothing.txt") == [] and library.documents() == []
     finally:
         library.close()
+
+
+def test_halaman_library_remove(tmp_path, monkeypatch, capsys):
+    from engine.cli import main
+    from engine.library import library_path
+
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))
+    doc = tmp_path / "gone.txt"
+    doc.write_text("soon gone\n")
+    library = Library(library_path())
+    recorded(library, doc)
+    library.close()
+    doc.unlink()
+    assert main(["library", "list"]) == 0 and capsys.readouterr().out.startswith("missing ")
+    assert main(["library", "remove", "--missing"]) == 0
+    assert "removed gone.txt" in capsys.readouterr().out
+    assert main(["library", "remove", "gone.txt"]) == 1
+    assert "no document in the library has this path or title" in capsys.readouterr().err
