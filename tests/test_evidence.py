@@ -178,3 +178,24 @@ def test_chapters_nested_under_parts_resolve_to_their_own_pages(smol, tmp_path, 
             assert document.segments[first.segment].page == starts[chapter], (question, selection.ranked[:3])
     finally:
         spans.close()
+
+
+def test_a_binders_duplicate_pages_are_read_once(smol, tmp_path):
+    """Issue 45 minor: a binder holds the same exhibit three times (faxed, scanned, attached); its
+    copies took every word-matched slot, so the page with the other half of the answer was not read."""
+    from pdf_fixtures import helvetica_book
+
+    filler = [[f"Schedule {k}: parking spaces, keys and the cleaning rota for the second floor."] for k in range(6)]
+    exhibit = ["Exhibit A: the lease term of the harbour office is five years from 1 June."]
+    renewal = ["Renewal: the lease term of the harbour office may be extended by three years."]
+    pages = [*filler[:2], exhibit, exhibit, exhibit, *filler[2:4], renewal, *filler[4:]]
+    helvetica_book(tmp_path / "binder.pdf", pages)
+    document = load_document(tmp_path / "binder.pdf")
+    session = DocumentSession(smol, EngineSettings(), None)
+    spans = session.spans_of(document)
+    try:
+        pages_read, _ = chosen_pages(session, spans, document, "What is the lease term of the harbour office?")
+    finally:
+        spans.close()
+    assert len({3, 4, 5} & set(pages_read)) == 1, pages_read  # one copy of the exhibit
+    assert 8 in pages_read, pages_read                         # and the renewal clause
