@@ -332,7 +332,8 @@ class LibraryAsk:
             reasoning=split.reasoning,
         )
         if stop is not StopReason.CANCELLED:
-            answer.unsupported = self._unsupported(picks, answer.text, question)
+            answer.unsupported = self._unsupported(picks, answer.text, question)  # folds each picked document once
+            answer.instructions = list(dict.fromkeys(p for pick in picks for p in self._words[pick.document].instructions))
             self._conversation, self._turn = cache, LibraryTurn(question, picks)
         return LibraryAnswer(answer, picks, passages)
 
