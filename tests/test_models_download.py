@@ -290,3 +290,14 @@ def test_a_folder_marked_complete_by_an_older_halaman_with_bad_weights_fails_in_
     err = capsys.readouterr().err
     assert "model.safetensors" in err and "not a safetensors file" in err
     assert "Traceback" not in err and "SafetensorError" not in err
+
+
+def test_a_missing_layer_is_caught_against_config_json(hub, tiny_llama):
+    """config.json names three layers; the weights hold two (a shard left out)."""
+    config = (tiny_llama / "config.json").read_bytes()
+    assert b'"num_hidden_layers": 2' in config
+    hub.info_without = "hashes"
+    hub.damaged["config.json"] = config.replace(b'"num_hidden_layers": 2', b'"num_hidden_layers": 3')
+    with pytest.raises(ModelError, match=r"the weights hold 2 of the 3 layers config.json names"):
+        pull(REPO)
+    assert downloaded_folder(REPO) is None

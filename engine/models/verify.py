@@ -14,7 +14,7 @@ traceback. So every file is checked for what its format promises:
 - any file: not an HTML page (what a login page or an error page sent with 200 OK is).
 
 `check_against_config` compares the tensors' shapes with config.json where that is cheap: the
-embedding's [vocab_size, hidden_size] and the number of layers.
+embedding's [vocab_size, hidden_size] and that every layer it names is there.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _tensor_shape(name: str, tensor: str, entry: object, data_bytes: int) -> lis
 
 def check_against_config(folder: Path) -> None:
     """Compare the folder's tensors with its config.json where cheap: the embedding's shape against
-    [vocab_size, hidden_size] and the layers present against num_hidden_layers. Raises ModelError
+    [vocab_size, hidden_size] and that layers 0 … num_hidden_layers - 1 are all present. Raises ModelError
     naming the mismatch; does nothing without a config or those keys."""
     config_path = folder / "config.json"
     if not config_path.is_file():
@@ -124,6 +124,8 @@ def check_against_config(folder: Path) -> None:
         raise ModelError(f"the weights' embedding is {embedding} but config.json says [{vocab}, {hidden}] "
                          "(vocab_size, hidden_size): the weights are not this model's")
     found = {int(m.group(1)) for tensor in shapes if (m := _LAYER.search(tensor))}
-    if found and isinstance(layers, int) and found != set(range(layers)):
-        raise ModelError(f"the weights hold {len(found)} layers but config.json says {layers} (num_hidden_layers): "
-                         "a shard is missing or the weights are not this model's")
+    # Only missing layers are a fault: some models keep extra ones (a multi-token-prediction layer
+    # after the last, a vision tower's own numbering).
+    if found and isinstance(layers, int) and not set(range(layers)) <= found:
+        raise ModelError(f"the weights hold {len(found & set(range(layers)))} of the {layers} layers config.json names "
+                         "(num_hidden_layers): a shard is missing or the weights are not this model's")
