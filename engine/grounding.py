@@ -60,6 +60,10 @@ INSTRUCTION_LIKE = re.compile(
     r"|\bdo\s+not\s+(?:tell|inform|reveal\s+(?:this\s+)?to)\s+the\s+user\b"
     r"|<\|im_start\|>|<\|im_end\|>|<\|start_header_id\|>|\[/?INST\]|<start_of_turn>", re.I)
 MAX_INSTRUCTIONS_LISTED = 3
+# Words every INSTRUCTION_LIKE phrase holds, found with str.find on the lower-cased text first: the
+# alternation run over a whole book costs 0.23 s for 450 kB; only the places near these are searched.
+_INSTRUCTION_HINTS = ("ignore", "disregard", "forget", "override", "now", "instructions", "prompt", "user",
+                      "<|", "inst]", "<start_of_turn>")
 
 
 def _fold(text: str) -> str:
@@ -131,8 +135,19 @@ def instruction_like(text: str) -> list[str]:
     previous instructions", "you are now a", "system prompt", a chat template's turn marker), each
     once (case folded), at most MAX_INSTRUCTIONS_LISTED, in order of appearance. Pure; one regular
     expression pass over `text`."""
+    lowered, places = text.lower(), set()
+    for hint in _INSTRUCTION_HINTS:  # where the phrases can be: the full pattern is searched only there
+        at = lowered.find(hint)
+        while at >= 0:
+            places.add(at)
+            at = lowered.find(hint, at + 1)
     found: dict[str, str] = {}
-    for match in INSTRUCTION_LIKE.finditer(text):
+    after = 0
+    for at in sorted(places):
+        match = INSTRUCTION_LIKE.search(text, max(after, at - 40), at + 160)
+        if match is None:
+            continue
+        after = match.end()
         phrase = " ".join(match.group(0).split())[:60]
         found.setdefault(phrase.lower(), phrase)
         if len(found) >= MAX_INSTRUCTIONS_LISTED:
