@@ -176,4 +176,4 @@ class Answer:
         return cls(question=question, text=text, token_ids=[], prompt_tokens=prompt_tokens,
                    time_to_first_token_s=time_to_first_token_s, decode_tokens_per_s=decode_tokens_per_s,
                    prefix_hit=False, stop_reason=stop_reason, mean_logprob=math.nan, cloud=reply,
-                   reasoning=reasoning)
+                   reasoning=reasoning, instructions=list(reply.plan.instructions) if reply.plan else [])

@@ -62,7 +62,7 @@ from engine.settings import EngineSettings
 if TYPE_CHECKING:  # the library is read before the engine (and torch) is loaded
     from engine.workspace import CacheStatus
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 CACHED, STALE, NOT_CACHED, MISSING = "cached", "stale", "not cached", "missing"
 HASHED_FILE_BYTES = 256 << 20  # larger files are told by size and time only
 _hashes: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> content hash, this process
@@ -129,6 +129,7 @@ class MessageRecord:
     mean_logprob: float | None = None    # `Answer.mean_logprob`; None for cloud answers and rows from before schema 4
     low_confidence: int | None = None    # 1: below the escalation threshold (`engine.cloud.policy.low_confidence`)
     unsupported_json: str | None = None  # `Answer.unsupported` as JSON; None when empty, for cloud answers and older rows
+    instructions_json: str | None = None  # `Answer.instructions` as JSON; None when empty and for rows before schema 6
 
     @property
     def sources(self) -> list[Source]:
@@ -139,6 +140,16 @@ class MessageRecord:
     def passages(self) -> list[AttendedSpan]:
         """The passages the answer attended to (`engine.attended.AttendedSpan`), [] when none were stored."""
         return _rows(self.passages_json, AttendedSpan)
+
+    @property
+    def instructions(self) -> list[str]:
+        """Phrases of the document written as instructions to the model (`engine.grounding`), []
+        when none were stored or the column holds something else than a list of strings."""
+        try:
+            value = json.loads(self.instructions_json) if self.instructions_json else []
+        except ValueError:
+            return []
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
     @property
     def unsupported(self) -> list[str]:
@@ -176,7 +187,7 @@ class MessageRecord:
 
 # Columns added after schema 1 (name -> type), added in place to an older file's messages table.
 MESSAGE_COLUMNS_ADDED = {"sources_json": str, "recall_json": str, "passages_json": str, "mean_logprob": float,
-                         "low_confidence": int, "unsupported_json": str}
+                         "low_confidence": int, "unsupported_json": str, "instructions_json": str}
 
 
 _BYTES_PREFIX = "fsbytes:"

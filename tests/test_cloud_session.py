@@ -310,6 +310,7 @@ def test_document_text_is_quoted_data_in_the_user_turn_and_an_injection_is_flagg
     [plan] = plans
     assert any(caution in w and "Ignore all previous instructions" in w for w in plan.warnings)  # shown before sending
     assert any(caution in notice for notice in answer.cloud.notices)  # and in the answer's report
+    assert "Ignore all previous instructions" in answer.instructions  # and under it in the window
 
 
 def test_a_local_answer_to_an_injected_document_carries_the_caution(tmp_path, capsys):
