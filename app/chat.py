@@ -37,7 +37,7 @@ from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.evidence_quotes import number_caution, quoted_passages
-from engine.grounding import unsupported_note
+from engine.grounding import instructions_note, unsupported_note
 from engine.history import UNREAD_CITATION
 from engine.library import MessageRecord
 from engine.workspace import RecallOff
@@ -188,6 +188,8 @@ def footer_text(message: MessageRecord) -> str:
         parts.append(LOW_CONFIDENCE)
     if message.source != "cloud" and message.unsupported:
         parts.append("check this answer: " + unsupported_note(message.unsupported))
+    if message.instructions:  # local or cloud: the document spoke to the model
+        parts.append("check this answer: " + instructions_note(message.instructions))
     if message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
         parts.append("cancelled")
     elif message.state == "interrupted":

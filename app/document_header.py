@@ -12,13 +12,14 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from app.units import fmt_duration
 from app.untrusted import plain_label
-from engine.library import CACHED, NOT_CACHED, STALE, DocumentRecord
+from engine.library import CACHED, MISSING, NOT_CACHED, STALE, DocumentRecord
 from engine.session import OpenReport
 from engine.units import format_bytes, size_ratio
 
 
 STATUS_WORDS = {CACHED: "its saved reading is ready", STALE: "its saved reading is out of date: it will be read again",
-                NOT_CACHED: "it will be read when opened"}
+                NOT_CACHED: "it will be read when opened",
+                MISSING: "its file is no longer where it was (moved, renamed or deleted): remove it or open it from its new place"}
 
 
 def document_info(record: DocumentRecord, report: OpenReport | None, *, estimate: str, not_open_status: str | None,

@@ -15,13 +15,13 @@ from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from app.untrusted import literal_rich_text, plain_label
-from engine.library import CACHED, STALE, Library
+from engine.library import CACHED, MISSING, STALE, Library
 from engine.settings import EngineSettings
 
 if TYPE_CHECKING:
     from engine.workspace import CacheStatus
 
-STATUS_TEXT = {CACHED: "cached", STALE: "stale", "not cached": "not cached"}
+STATUS_TEXT = {CACHED: "cached", STALE: "stale", "not cached": "not cached", MISSING: "missing: moved or deleted"}
 ID_ROLE = Qt.ItemDataRole.UserRole
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
 TEXT_ROLE = Qt.ItemDataRole.UserRole + 2      # the row's own two lines, put back when its read ends
@@ -29,7 +29,7 @@ TEXT_ROLE = Qt.ItemDataRole.UserRole + 2      # the row's own two lines, put bac
 
 @dataclass(frozen=True)
 class LibraryRow:
-    """One document as the sidebar shows it. status: CACHED, STALE or "not cached"."""
+    """One document as the sidebar shows it. status: CACHED, STALE, "not cached" or MISSING."""
 
     id: int
     path: str

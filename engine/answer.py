@@ -61,9 +61,12 @@ class Source:
     def cited_name(self) -> str:
         """How a citation names it: its label ("page 3"), or for a library answer's source its
         document's title with it ("Think Python, page 3"), once for a single file whose one
-        segment is named as the document is ("notes.md")."""
+        segment is named as the document is ("notes.md", or "a/minutes.txt" when the library
+        tells two minutes.txt apart: `engine.citations.distinct_titles`)."""
         if not self.document or self.label == self.document:
             return self.label
+        if self.document.endswith("/" + self.label):
+            return self.document
         return f"{self.document}, {self.label}"
 
 
@@ -132,6 +135,8 @@ class Answer:
     (`<think>` blocks, a cloud endpoint's reasoning fields), kept out of `text`; "" when none
     (the GUI shows it folded). unsupported: names in `text` found nowhere in the document or the
     question (`engine.grounding`), set by `engine.workspace.Workspace.ask`; [] when every name is found.
+    instructions: phrases of the document written as instructions to the model ("ignore all previous
+    instructions": `engine.grounding.instruction_like`), set there too; [] when there are none.
 
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
@@ -156,6 +161,7 @@ class Answer:
     cloud: CloudReply | None = None                       # set when the answer came from the cloud
     reasoning: str = ""                                   # the model's monologue, apart from `text`
     unsupported: list[str] = field(default_factory=list)  # names the document does not contain (engine.grounding)
+    instructions: list[str] = field(default_factory=list)  # document text addressed to the model (engine.grounding)
 
     @property
     def incomplete(self) -> bool:
@@ -170,4 +176,4 @@ class Answer:
         return cls(question=question, text=text, token_ids=[], prompt_tokens=prompt_tokens,
                    time_to_first_token_s=time_to_first_token_s, decode_tokens_per_s=decode_tokens_per_s,
                    prefix_hit=False, stop_reason=stop_reason, mean_logprob=math.nan, cloud=reply,
-                   reasoning=reasoning)
+                   reasoning=reasoning, instructions=list(reply.plan.instructions) if reply.plan else [])

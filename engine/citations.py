@@ -67,3 +67,27 @@ def cited_labels(label: str) -> list[str]:
         first, last = int(start), int(end or start)
         pages += range(first, last + 1) if 0 <= last - first < MOST_PAGES else [first, last]
     return [f"{unit} {page}" for page in dict.fromkeys(pages)]
+
+
+def distinct_titles(titles: list[str], sources: list[str]) -> list[str]:
+    """Each document's name for citations, told apart when several share one: two files called
+    "minutes.txt" in folders a/ and b/ become "a/minutes.txt" and "b/minutes.txt" (the shortest
+    trailing part of their paths that differs), a shared title that is not the file name gets that
+    path after it ("Minutes (a/minutes.pdf)"). `titles[i]` and `sources[i]` (its file or folder
+    path, "" when it has none) describe document i; the result is parallel to them. Pure."""
+    names = list(titles)
+    groups: dict[str, list[int]] = {}
+    for i, title in enumerate(titles):
+        groups.setdefault(title, []).append(i)
+    for title, members in groups.items():
+        parts = {i: tuple(p for p in sources[i].replace("\\", "/").split("/") if p) for i in members}
+        if len(members) < 2 or len(set(parts.values())) < len(members):
+            continue  # one document, or the same file twice: nothing to tell apart
+        for i in members:
+            mine = parts[i]
+            for k in range(2, len(mine) + 1):
+                if sum(1 for other in parts.values() if other[-k:] == mine[-k:]) == 1:
+                    path = "/".join(mine[-k:])
+                    names[i] = path if mine and title == mine[-1] else f"{title} ({path})"
+                    break
+    return names

@@ -43,9 +43,24 @@ def main(argv: list[str] | None = None) -> int:
     except HalamanError as exc:
         print(f"halaman: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except OSError as exc:  # a path the system refuses before any loader sees it (a name over 255 bytes)
+        print(f"halaman: {os_error_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("halaman: cancelled", file=sys.stderr)
         return EXIT_CANCELLED
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an OSError about a path: the name (cut in the middle when long) and what the
+    system said, with what to do for a name too long (ENAMETOOLONG: over 255 bytes a component)."""
+    import errno
+
+    name = str(exc.filename or "")
+    short = name if len(name) <= 90 else f"{name[:50]}…{name[-30:]}"
+    if exc.errno == errno.ENAMETOOLONG:
+        return f"{short}: the file name is too long for this system (over 255 bytes in one name): rename it shorter"
+    return f"{short}: {exc.strerror or exc}" if short else str(exc.strerror or exc)
 
 
 def parser_argv(argv: list[str]) -> list[str]:
@@ -313,13 +328,15 @@ def answer_cautions(answer, settings: EngineSettings) -> list[str]:
     was unsure of its words (`engine.cloud.policy.low_confidence`), it named things the document
     does not contain (`engine.grounding.unsupported_note`). [] for a sound answer."""
     from engine.cloud.policy import low_confidence
-    from engine.grounding import unsupported_note
+    from engine.grounding import instructions_note, unsupported_note
 
     cautions = []
     if low_confidence(answer, settings):
         cautions.append(f"low confidence: the model was unsure of its words ({answer.mean_logprob:.2f} per token)")
     if answer.unsupported:
         cautions.append(unsupported_note(answer.unsupported))
+    if answer.instructions:
+        cautions.append(instructions_note(answer.instructions))
     return cautions
 
 

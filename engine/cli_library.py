@@ -5,7 +5,8 @@ goes to the prefix cache, as the window's read does) and lists it in the library
 so later questions about it, in the window or with `halaman ask`, start from that reading. A
 document read before and unchanged is a prefix-cache hit: adding it again costs seconds. Ctrl-C
 stops the read under way; the documents added before it stay. `list` shows the library with each
-document's saved-reading status (cached / stale / not cached, `engine.library`).
+document's saved-reading status (cached / stale / not cached / missing, `engine.library`);
+`remove` forgets documents by path or title, or every missing one (`--missing`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def add_library_command(sub) -> None:
     listing = actions.add_parser("list", help="the library's documents and whether their reading is saved")
     listing.add_argument("--json", action="store_true", help="one JSON object per document, for scripts")
     listing.set_defaults(handler=_cmd_list)
+    remove = actions.add_parser("remove", help="forget documents (their chat history too; the files are not touched)")
+    remove.add_argument("names", nargs="*", metavar="PATH_OR_TITLE", help="a document's path or title")
+    remove.add_argument("--missing", action="store_true", help="every document whose file is gone (moved or deleted)")
+    remove.set_defaults(handler=_cmd_remove)
 
 
 def remember_document(library: Library, opened: OpenResult) -> int:
@@ -107,6 +112,26 @@ def _cmd_add(args: argparse.Namespace) -> int:
     finally:
         workspace.shutdown()
     return 1 if failed else 0
+
+
+def _cmd_remove(args: argparse.Namespace) -> int:
+    """Forget each named document (`Library.remove`); exit status 1 when a name matched nothing."""
+    if not args.names and not args.missing:
+        raise HalamanError("name the documents to remove (a path or a title), or pass --missing")
+    library = Library(interrupt_streaming=False)
+    unknown = 0
+    try:
+        for name in [*args.names, *([None] if args.missing else [])]:
+            removed = library.remove(name)
+            for record in removed:
+                print(f"removed {record.title}  {record.path}")
+            if not removed and name is not None:
+                unknown += 1
+                print(f"halaman: {name}: no document in the library has this path or title "
+                      "(`halaman library list` shows them)", file=sys.stderr)
+    finally:
+        library.close()
+    return 1 if unknown else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

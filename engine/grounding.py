@@ -1,4 +1,5 @@
-"""Names in an answer that its document does not contain: `DocumentWords.unsupported`.
+"""Names in an answer that its document does not contain (`DocumentWords.unsupported`), and text in
+a document written as instructions to the model (`instruction_like`).
 
 Why: a small model states invented names, numbers and quotations as calmly as real ones (the
 embedded 135M model quoted an "All rights reserved" notice for a book under a Creative Commons
@@ -44,6 +45,26 @@ but its into about over under than then there here which who whom what when wher
 can could would should will may might must does did also such only other some any each all both one""".split())
 MAX_LISTED = 8
 
+# Text a document addresses to the model that reads it (a prompt injection): the phrasings of the
+# OWASP LLM01 examples and of Greshake et al., "Not what you've signed up for" (AISec 2023), and the
+# chat templates' own turn markers. A document *about* prompt injection matches too: the note says
+# what was found and leaves the judgement to the reader.
+INSTRUCTION_LIKE = re.compile(
+    r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+|my\s+)?"
+    r"(?:(?:previous|prior|earlier|preceding|original|system)\s+(?:instructions?|prompts?|rules|messages?|directions|context)"
+    r"|(?:above|foregoing)\b(?:\s+(?:instructions?|prompts?|rules|messages?|directions))?)"
+    r"|\bdisregard\s+(?:the\s+|all\s+)?(?:above|instructions)"
+    r"|\byou\s+are\s+now\s+(?:a|an|in|the|no\s+longer|DAN)\b"
+    r"|\b(?:new|updated|real)\s+(?:system\s+)?instructions\s*:"
+    r"|\bsystem\s+prompt\b"
+    r"|\bdo\s+not\s+(?:tell|inform|reveal\s+(?:this\s+)?to)\s+the\s+user\b"
+    r"|<\|im_start\|>|<\|im_end\|>|<\|start_header_id\|>|\[/?INST\]|<start_of_turn>", re.I)
+MAX_INSTRUCTIONS_LISTED = 3
+# Words every INSTRUCTION_LIKE phrase holds, found with str.find on the lower-cased text first: the
+# alternation run over a whole book costs 0.23 s for 450 kB; only the places near these are searched.
+_INSTRUCTION_HINTS = ("ignore", "disregard", "forget", "override", "now", "instructions", "prompt", "user",
+                      "<|", "inst]", "<start_of_turn>")
+
 
 def _fold(text: str) -> str:
     """Lower case with every run of white space one space, so line breaks and case never hide a match."""
@@ -74,6 +95,7 @@ class DocumentWords:
     def __init__(self, text: str) -> None:
         self._text = _fold(text)
         self._words = frozenset(WORD.findall(self._text))
+        self.instructions = instruction_like(text)  # text addressed to the model (`instruction_like`)
 
     def contains(self, name: str, also: str = "") -> bool:
         """`name` occurs in the document or in `also` (the question): as a whole, case and white
@@ -106,3 +128,40 @@ def unsupported_note(names: list[str]) -> str:
         return ""
     quoted = ", ".join(f"\u201c{name}\u201d" for name in names)
     return f"the document nowhere says {quoted} (the model may have made them up)"
+
+
+def instruction_like(text: str) -> list[str]:
+    """The phrases of `text` written as instructions to the model that reads it ("ignore all
+    previous instructions", "you are now a", "system prompt", a chat template's turn marker), each
+    once (case folded), at most MAX_INSTRUCTIONS_LISTED, in order of appearance. Pure; one regular
+    expression pass over `text`."""
+    lowered, places = text.lower(), set()
+    for hint in _INSTRUCTION_HINTS:  # where the phrases can be: the full pattern is searched only there
+        at = lowered.find(hint)
+        while at >= 0:
+            places.add(at)
+            at = lowered.find(hint, at + 1)
+    found: dict[str, str] = {}
+    after = 0
+    for at in sorted(places):
+        match = INSTRUCTION_LIKE.search(text, max(after, at - 40), at + 160)
+        if match is None:
+            continue
+        after = match.end()
+        phrase = " ".join(match.group(0).split())[:60]
+        found.setdefault(phrase.lower(), phrase)
+        if len(found) >= MAX_INSTRUCTIONS_LISTED:
+            break
+    return list(found.values())
+
+
+def instructions_note(phrases: list[str]) -> str:
+    """One plain line for a reader when the document holds text addressed to the model: 'the
+    document contains text written as instructions to the model ("ignore all previous
+    instructions"): the answer may follow it instead of the document; check it against the
+    page'; "" when `phrases` is empty. The phrases are the document's: whoever shows it escapes it."""
+    if not phrases:
+        return ""
+    quoted = ", ".join(f"\u201c{phrase}\u201d" for phrase in phrases)
+    return (f"the document contains text written as instructions to the model ({quoted}): the answer may follow "
+            "it instead of the document; check it against the page")

@@ -13,7 +13,7 @@ import time
 
 from engine.citations import CITATION, CODE, cited_labels, looks_like_citation
 from engine.documents import Document
-from engine.grounding import unsupported_note
+from engine.grounding import instructions_note, unsupported_note
 from engine.library import DocumentRecord, MessageRecord
 
 QUOTE_CHARACTERS = 300
@@ -76,6 +76,8 @@ def answered_by(message: MessageRecord) -> str:
         who += "; low confidence: the model was unsure of its words"
     if message.source != "cloud" and message.unsupported:
         who += "; check this answer: " + unsupported_note(message.unsupported)
+    if message.instructions:
+        who += "; check this answer: " + instructions_note(message.instructions)
     return who
 
 

@@ -27,6 +27,13 @@ Prefix-cache status of a document, as the sidebar shows it:
                  key would be made of other fields now (another model or weights, cache policy,
                  dtype, transformers version, device type; opening it will prefill again)
     not cached   no saved cache (never opened, evicted, cleared, or prefix caching is off)
+    missing      the file or folder is no longer at its path (deleted, renamed, moved, or its
+                 drive is not connected): `Library.remove` forgets it
+
+Whether a file changed is told by its size, modification time and, for files up to
+HASHED_FILE_BYTES, a hash of its content: `cp -p` and backup restores keep size and time while
+the content differs. The hash is computed again only when the file's inode or change time
+(ctime, which no copy can set) moves, so a sidebar refresh does not read every file.
 
 The key's fields but the token ids are `engine.prefix_store.PrefixConfig`; `config_sig` keeps their
 signature from when the document was opened, and `engine.workspace.CacheStatus` gives the signature
@@ -36,6 +43,7 @@ each document length would get now, so "stale" follows the prefix cache's own ru
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import sqlite3
@@ -54,8 +62,10 @@ from engine.settings import EngineSettings
 if TYPE_CHECKING:  # the library is read before the engine (and torch) is loaded
     from engine.workspace import CacheStatus
 
-SCHEMA_VERSION = 5
-CACHED, STALE, NOT_CACHED = "cached", "stale", "not cached"
+SCHEMA_VERSION = 6
+CACHED, STALE, NOT_CACHED, MISSING = "cached", "stale", "not cached", "missing"
+HASHED_FILE_BYTES = 256 << 20  # larger files are told by size and time only
+_hashes: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> content hash, this process
 
 
 @dataclass
@@ -121,6 +131,7 @@ class MessageRecord:
     mean_logprob: float | None = None    # `Answer.mean_logprob`; None for cloud answers and rows from before schema 4
     low_confidence: int | None = None    # 1: below the escalation threshold (`engine.cloud.policy.low_confidence`)
     unsupported_json: str | None = None  # `Answer.unsupported` as JSON; None when empty, for cloud answers and older rows
+    instructions_json: str | None = None  # `Answer.instructions` as JSON; None when empty and for rows before schema 6
 
     @property
     def sources(self) -> list[Source]:
@@ -131,6 +142,16 @@ class MessageRecord:
     def passages(self) -> list[AttendedSpan]:
         """The passages the answer attended to (`engine.attended.AttendedSpan`), [] when none were stored."""
         return _rows(self.passages_json, AttendedSpan)
+
+    @property
+    def instructions(self) -> list[str]:
+        """Phrases of the document written as instructions to the model (`engine.grounding`), []
+        when none were stored or the column holds something else than a list of strings."""
+        try:
+            value = json.loads(self.instructions_json) if self.instructions_json else []
+        except ValueError:
+            return []
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
     @property
     def unsupported(self) -> list[str]:
@@ -168,7 +189,7 @@ class MessageRecord:
 
 # Columns added after schema 1 (name -> type), added in place to an older file's messages table.
 MESSAGE_COLUMNS_ADDED = {"sources_json": str, "recall_json": str, "passages_json": str, "mean_logprob": float,
-                         "low_confidence": int, "unsupported_json": str}
+                         "low_confidence": int, "unsupported_json": str, "instructions_json": str}
 
 
 _BYTES_PREFIX = "fsbytes:"
@@ -197,16 +218,38 @@ def library_path() -> Path:
 
 
 def file_signature(path: str | Path) -> str | None:
-    """Size and modification time of a file (a folder: of its top level). None if it is gone."""
+    """Size, modification time and content hash of a file ("file:SIZE:MTIME_NS:SHA256-16", no hash
+    over HASHED_FILE_BYTES), or the newest modification time of a folder's top level ("dir:NS").
+    None if it is gone or cannot be read."""
     p = Path(path)
     try:
         st = p.stat()
         if p.is_dir():
             newest = max((c.stat().st_mtime_ns for c in p.iterdir()), default=st.st_mtime_ns)
             return f"dir:{max(newest, st.st_mtime_ns)}"
-        return f"file:{st.st_size}:{st.st_mtime_ns}"
+        signature = f"file:{st.st_size}:{st.st_mtime_ns}"
+        if st.st_size > HASHED_FILE_BYTES:
+            return signature
+        key = (str(p), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        if key not in _hashes:
+            digest = hashlib.sha256()
+            with p.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            _hashes[key] = digest.hexdigest()[:16]
+        return f"{signature}:{_hashes[key]}"
     except OSError:
         return None
+
+
+def same_file(stored: str | None, now: str | None) -> bool:
+    """Whether a stored `file_signature` and today's name the same content; a signature stored
+    before hashes were kept ("file:SIZE:MTIME") is compared by size and time."""
+    if stored is None or now is None:
+        return stored == now
+    if stored.startswith("file:") and stored.count(":") == 2:
+        return now.rsplit(":", 1)[0] == stored if now.count(":") == 3 else now == stored
+    return stored == now
 
 
 class Library:
@@ -263,15 +306,32 @@ class Library:
             self.db.execute("DELETE FROM messages WHERE document_id = ?", [document_id])
             self.db.execute("DELETE FROM documents WHERE id = ?", [document_id])
 
+    def remove(self, path_or_title: str | None = None) -> list[DocumentRecord]:
+        """Forget the documents whose path (as given, or made absolute) or title is `path_or_title`,
+        with their chat history, or with None every document whose file is gone (`MISSING`); the
+        files are not touched. Returns what was removed, newest first ([] when nothing matched)."""
+        if path_or_title is None:
+            found = [r for r in self.documents() if file_signature(r.path) is None]
+        else:
+            absolute = os.path.abspath(os.path.expanduser(path_or_title))
+            found = [r for r in self.documents() if r.path in (path_or_title, absolute)]
+            found = found or [r for r in self.documents() if r.title == path_or_title]
+        for record in found:
+            self.remove_document(record.id)
+        return found
+
     def status(self, record: DocumentRecord, cache: CacheStatus | None, settings: EngineSettings) -> str:
-        """cached / stale / not cached (see the module docstring). `cache`: the store's keys and the
-        signatures keys would have now, None when unknown yet (then only what the library itself
-        knows is used; without signatures, only the file is compared)."""
+        """missing / cached / stale / not cached (see the module docstring). `cache`: the store's
+        keys and the signatures keys would have now, None when unknown yet (then only what the
+        library itself knows is used; without signatures, only the file is compared)."""
+        now = file_signature(record.path)
+        if now is None:
+            return MISSING
         if not record.prefix_key or not settings.prefix_cache:
             return NOT_CACHED
         if cache is not None and record.prefix_key not in cache.keys:
             return NOT_CACHED
-        if record.file_sig != file_signature(record.path):
+        if not same_file(record.file_sig, now):
             return STALE
         if cache is not None and cache.signatures is not None and record.config_sig != cache.signatures.get(record.tokens):
             return STALE

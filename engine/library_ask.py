@@ -49,6 +49,7 @@ from engine.errors import Cancelled, HalamanError
 from engine.estimate import QUESTION_RESERVE_TOKENS
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import AnswerBuilder, answer_question
+from engine.citations import distinct_titles
 from engine.grounding import DocumentWords
 from engine.kvcache.archive import ArchiveError
 from engine.kvcache.cache import CompressedCache
@@ -167,6 +168,11 @@ class LibraryAsk:
         self._drop_index()
         return report
 
+    def titles(self) -> list[str]:
+        """Each document's name in picks and citations, same-named files told apart by their paths
+        ("a/minutes.txt", "b/minutes.txt": `engine.citations.distinct_titles`)."""
+        return distinct_titles([s.document.title for s in self.sessions], [s.document.source for s in self.sessions])
+
     def close(self) -> None:
         """Close every document (idempotent)."""
         self._drop_index()
@@ -217,7 +223,7 @@ class LibraryAsk:
             selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans,
                                history=history.get(d, ()))
             if selection.chosen:
-                picks.append(LibraryPick(d, session.document.title, score, selection, matched or d in history))
+                picks.append(LibraryPick(d, self.titles()[d], score, selection, matched or d in history))
         return picks
 
     def named(self, question: str) -> set[int]:
@@ -326,7 +332,8 @@ class LibraryAsk:
             reasoning=split.reasoning,
         )
         if stop is not StopReason.CANCELLED:
-            answer.unsupported = self._unsupported(picks, answer.text, question)
+            answer.unsupported = self._unsupported(picks, answer.text, question)  # folds each picked document once
+            answer.instructions = list(dict.fromkeys(p for pick in picks for p in self._words[pick.document].instructions))
             self._conversation, self._turn = cache, LibraryTurn(question, picks)
         return LibraryAnswer(answer, picks, passages)
 
@@ -439,7 +446,7 @@ class LibraryAsk:
             opened = self.sessions[d].opened
             found, passages[d] = opened.sources(doc_mass.clone())
             weight = totals[d] / grand
-            sources += [replace(s, share=s.share * weight, document=opened.document.title,
+            sources += [replace(s, share=s.share * weight, document=self.titles()[d],
                                  document_source=opened.document.source) for s in found]
         sources.sort(key=lambda s: -s.share)
         return [s for s in sources if s.share >= SOURCE_MIN_SHARE][:SOURCES_MAX], passages

@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import difflib
+import math
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -386,6 +387,8 @@ def _typed(cls: type, data: dict[str, Any], prefix: str, unknown: list[str]) -> 
                 else isinstance(value, kind) and (kind is bool or not isinstance(value, bool)))
         if not fits:
             raise SettingsError(f"{prefix}{key} must be {_KINDS[kind]}, got {value!r}")
+        if kind is float and not math.isfinite(value):  # TOML reads nan and inf as floats
+            raise SettingsError(f"{prefix}{key} must be a finite number, got {value!r}")
         values[key] = float(value) if kind is float else value
     return values
 

@@ -76,6 +76,7 @@ class DocumentSpans:
     token_chars: Sequence[int] = ()   # render() offset of each document-text token
     bodies: Sequence[int] = ()        # render() offset of each segment's text
     by_segment: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # segment -> its span indices
+    fingerprints: Sequence[int] = ()  # each span's text, white space folded, hashed: equal text, equal print
 
     @classmethod
     def build(cls, document: Document, token_chars: Sequence[int], head_tokens: int, text_tokens: int,
@@ -87,6 +88,7 @@ class DocumentSpans:
         spans: list[Span] = []
         texts: list[str] = []
         defs: list[tuple[str, ...]] = []
+        prints: list[int] = []
 
         def token_at(offset: int) -> int:
             return head_tokens + bisect.bisect_left(token_chars, offset)
@@ -99,6 +101,7 @@ class DocumentSpans:
                 first = marker if start == 0 else body + start
                 spans.append(Span(i, token_at(first), token_at(body + end), start, end, *marker_tokens))
                 texts.append(f"{segment.label}\n{segment.text[start:end]}")
+                prints.append(hash(" ".join(segment.text[start:end].split())))  # a binder's copies of one page
                 defs.append(indexed_names(piece))
         index, rebuilt = load_or_build(texts, index_path, defs)
         structure = DocumentStructure.of(document)
@@ -107,7 +110,7 @@ class DocumentSpans:
         for k, span in enumerate(spans):
             by_segment.setdefault(span.segment, []).append(k)
         return cls(spans, index, head_tokens, head_tokens + text_tokens, n_tokens, rebuilt, structure, named,
-                   token_chars, [body for _, body in document.offsets()], by_segment)
+                   token_chars, [body for _, body in document.offsets()], by_segment, prints)
 
     def of_segment(self, segment: int) -> list[int]:
         """Indices of the spans of `segment`, in order."""

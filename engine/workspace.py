@@ -193,6 +193,7 @@ class AnswerRecord:
     mean_logprob: float | None = None
     low_confidence: int | None = None
     unsupported_json: str | None = None
+    instructions_json: str | None = None  # `Answer.instructions` as JSON, None when empty
 
     def fields(self) -> dict:
         """Column name -> value, for `Library.update_message(message_id, **record.fields())`."""
@@ -267,7 +268,8 @@ def answer_record(answer: Answer, *, model: ModelInfo | None, recall: RecallPlan
     low_confidence: the model was unsure of its words (`engine.cloud.policy.low_confidence`)."""
     state = "cancelled" if answer.stop_reason == StopReason.CANCELLED else "done"
     common = dict(text=answer.text, state=state, ttft_s=answer.time_to_first_token_s,
-                  tokens_per_s=answer.decode_tokens_per_s or None, stop_reason=answer.stop_reason)
+                  tokens_per_s=answer.decode_tokens_per_s or None, stop_reason=answer.stop_reason,
+                  instructions_json=json.dumps(answer.instructions) if answer.instructions else None)
     reply = answer.cloud
     if reply is not None:
         return AnswerRecord(**common, source="cloud", endpoint=reply.endpoint, model=reply.model, reason=reply.reason,
@@ -412,7 +414,8 @@ class Workspace:
         self.ensure_model()
         answer = self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
         if answer.stop_reason != StopReason.CANCELLED and self.session.document is not None:
-            answer.unsupported = self._document_words(self.session.document).unsupported(answer.text, question)
+            words = self._document_words(self.session.document)
+            answer.unsupported, answer.instructions = words.unsupported(answer.text, question), words.instructions
         return answer
 
     def _document_words(self, document: Document) -> DocumentWords:

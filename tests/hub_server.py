@@ -14,7 +14,10 @@ Unknown repositories get 404 with `X-Error-Code: RepoNotFound`, gated ones 403 `
 hf_raise_for_status expects. Knobs for failures: `damaged` (file -> bytes served instead of the
 real content, same length), `cut_after` (file -> bytes sent before the connection is closed while
 Content-Length promises the whole file), `chunk_delay_s` (pause between 64 KiB chunks, so a test
-can cancel mid-file). `log` records (method, path, Range header) of every request.
+can cancel mid-file), `info_without` ("hashes": the model info gives sizes but no blob ids or LFS
+hashes; "sizes": neither, as some mirrors answer), `web_page` (file -> an HTML page served with
+200 OK and text/html in its place, as a captive portal does; `web_page_type` overrides the type).
+`log` records (method, path, Range header) of every request.
 
 Files are read from disk as they are sent (their hashes once, when the hub starts), so real
 weights can be served. Run as a program, it is a demo hub for trying Settings › Model without the
@@ -75,6 +78,9 @@ class FakeHub:
         self.damaged: dict[str, bytes] = {}
         self.cut_after: dict[str, int] = {}
         self.chunk_delay_s = 0.0
+        self.info_without: str | None = None
+        self.web_page: dict[str, bytes] = {}
+        self.web_page_type = "text/html; charset=utf-8"
         self.log: list[tuple[str, str, str | None]] = []
         hub = self
 
@@ -128,8 +134,10 @@ class FakeHub:
         siblings = []
         for name, file in files.items():
             sibling = {"rfilename": name}
-            if blobs:
-                sibling.update(size=file.size, blobId=file.blob_id)
+            if blobs and self.info_without != "sizes":
+                sibling.update(size=file.size)
+            if blobs and self.info_without is None:
+                sibling.update(blobId=file.blob_id)
                 if name.endswith(".safetensors"):
                     sibling["lfs"] = {"sha256": file.sha256, "size": file.size, "pointerSize": 134}
             siblings.append(sibling)
@@ -147,6 +155,8 @@ class FakeHub:
             return
         if name not in files:
             return self._error(request, 404, "EntryNotFound")
+        if name in self.web_page:
+            return self._page(request, self.web_page[name], body)
         file = files[name]
         size = file.size
         lfs = name.endswith(".safetensors")
@@ -187,6 +197,14 @@ class FakeHub:
                     threading.Event().wait(self.chunk_delay_s)
         if end < size:
             request.close_connection = True  # Content-Length promised more: the client sees a short body
+
+    def _page(self, request: BaseHTTPRequestHandler, page: bytes, body: bool) -> None:
+        request.send_response(200)
+        request.send_header("Content-Type", self.web_page_type)
+        request.send_header("Content-Length", str(len(page)))
+        request.end_headers()
+        if body:
+            request.wfile.write(page)
 
     @staticmethod
     def _error(request: BaseHTTPRequestHandler, status: int, code: str) -> None:

@@ -174,7 +174,7 @@ def test_a_library_from_before_recall_opens_and_gains_the_recall_columns(tmp_pat
     library.close()
 
     again = Library(path)  # opening a migrated file again changes nothing
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert {"sources_json", "recall_json", "passages_json", "mean_logprob", "low_confidence", "unsupported_json"} <= set(again.db["messages"].columns_dict)
     stored = again.message(new_id)
     assert stored.sources == sources  # engine Sources, shares and pages intact

@@ -287,3 +287,15 @@ def test_a_read_asked_for_says_its_tokens_and_time_before_it_starts(tmp_path, wh
         assert out.stderr.index(line) < out.stderr.index("read            ")
     else:
         assert "prefix cache    miss (prefill" in out.stdout
+
+
+def test_a_file_name_over_255_bytes_is_one_line_not_a_traceback(tmp_path, capsys):
+    """Issue 45 minor: `find` and `ask` on such a name ended in an OSError traceback (Path.exists)."""
+    from engine.cli import main
+
+    name = str(tmp_path / ("minutes-" * 40 + ".txt"))
+    for argv in (["find", name, "What?"], ["ask", name, "What?"]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "file name is too long" in err and "rename it shorter" in err and "…" in err

@@ -46,7 +46,7 @@ def test_ask_cloud_streams_an_escalated_answer_with_provenance(tmp_path):
     assert "stop: end" in report and "INCOMPLETE" not in report
     assert "--- cloud request ---" in out.stderr and "notes.md" in out.stderr  # the plan, shown before sending
     [request] = requests
-    assert "PELICAN" in request["body"]["messages"][0]["content"]
+    assert "PELICAN" in request["body"]["messages"][1]["content"]  # the document is quoted in the user turn
     assert request["body"]["max_tokens"] == 8  # --max-new-tokens reaches the cloud request too
     assert KEY not in out.stdout + out.stderr  # the key went to the server only
 

@@ -105,3 +105,19 @@ def test_invisible_format_characters_are_normalised_alike_in_text_files_and_pdfs
     text_file.write_text(line, encoding="utf-8")
     pdf = truetype_pdf(tmp_path / "line.pdf", [line])
     assert text_of(text_file) == text_of(pdf) == "Die Geschwindigkeit, der Vertrag."
+
+
+def test_a_log_padded_with_nul_bytes_after_a_crash_is_read_as_text(tmp_path):
+    """Issue 45 minor: a log a crash left with 64 KiB of NUL bytes at its end was refused as binary."""
+    lines = b"".join(b"2024-05-03 02:%02d:00 INFO backup step %d done\n" % (k, k) for k in range(40))
+    log = tmp_path / "service.log"
+    log.write_bytes(lines + b"2024-05-03 02:41:00 ERROR disk full\n" + b"\x00" * 65536)
+    document = load_document(log)
+    assert document.segments[0].text.endswith("ERROR disk full") and "\x00" not in document.render()
+    assert document.warnings == ["65,536 NUL bytes at the end left out (padding a crash or a preallocating writer left): service.log"]
+    # a NUL before the padding still means binary, and a file of NULs is not text
+    (tmp_path / "mixed.log").write_bytes(b"text\x00more text\n" + b"\x00" * 100)
+    (tmp_path / "zeros.bin").write_bytes(b"\x00" * 4096)
+    for name in ("mixed.log", "zeros.bin"):
+        with pytest.raises(NotTextError):
+            load_document(tmp_path / name)

@@ -412,3 +412,57 @@ def test_cancel_stops_the_worker(corpus):
     with pytest.raises(Cancelled):
         load_document(corpus_pdf(corpus, "P16_thinkpython2.pdf"), progress=progress, cancel=cancel)
     assert time.monotonic() - start < 10
+
+
+# --- XFA forms (issue 45.7) ----------------------------------------------------------------------
+
+XFA_PLACEHOLDER = [b"Please wait...",
+                   b"If this message is not eventually replaced by the proper contents of the document, your PDF",
+                   b"viewer may not be able to display this type of document."]
+XFA_DATASETS = b"""<xfa:datasets xmlns:xfa="http://www.xfa.org/schema/xfa-data/1.0/"><xfa:data><form1>
+<Applicant><Name>Ada Lovelace</Name><Phone>020 7946 0018</Phone></Applicant>
+<Claim><Amount>1250.00</Amount><Reason>Water damage to the harbour office roof</Reason></Claim>
+</form1></xfa:data></xfa:datasets>"""
+
+
+def xfa_pdf(path: Path, datasets: bytes = XFA_DATASETS) -> Path:
+    """A dynamic XFA form as LiveCycle writes one: its page shows only the placeholder a viewer
+    without XFA prints, and the filled-in values are in the /AcroForm /XFA packets (pypdf)."""
+    from pypdf import PdfWriter
+    from pypdf.generic import ArrayObject, DecodedStreamObject, DictionaryObject, NameObject, TextStringObject
+
+    from pdf_fixtures import helvetica_pdf
+
+    helvetica_pdf(path, b"BT /F1 12 Tf 72 740 Td 16 TL " + b"".join(b"(" + line + b") Tj T* " for line in XFA_PLACEHOLDER) + b"ET")
+    writer = PdfWriter(clone_from=str(path))
+    packets = ArrayObject()
+    for name, data in (("preamble", b'<xdp:xdp xmlns:xdp="http://ns.adobe.com/xdp/">'), ("datasets", datasets),
+                       ("postamble", b"</xdp:xdp>")):
+        stream = DecodedStreamObject()
+        stream.set_data(data)
+        packets += [TextStringObject(name), writer._add_object(stream)]
+    form = DictionaryObject({NameObject("/Fields"): ArrayObject(), NameObject("/XFA"): packets})
+    writer.root_object[NameObject("/AcroForm")] = writer._add_object(form)
+    writer.write(str(path))
+    return path
+
+
+def test_an_xfa_forms_filled_in_values_are_read_not_only_its_placeholder(tmp_path):
+    """Before: the document was its "Please wait..." placeholder, with no warning."""
+    document = load_document(xfa_pdf(tmp_path / "claim.pdf"))
+    text = document.render()
+    for line in ("Applicant.Name: Ada Lovelace", "Applicant.Phone: 020 7946 0018", "Claim.Amount: 1250.00",
+                 "Claim.Reason: Water damage to the harbour office roof"):
+        assert line in text
+    assert any(w.startswith("an XFA form (LiveCycle): its filled-in values were read") for w in document.warnings)
+
+
+def test_an_xfa_form_whose_data_declares_entities_is_not_expanded_and_says_so(tmp_path):
+    laughs = (b'<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "hahahahahahahahahaha">'
+              b'<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;"><!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]>'
+              b'<xfa:datasets xmlns:xfa="http://www.xfa.org/schema/xfa-data/1.0/"><xfa:data><f><Name>&c;</Name></f>'
+              b"</xfa:data></xfa:datasets>")
+    document = load_document(xfa_pdf(tmp_path / "laughs.pdf", laughs))
+    assert "haha" not in document.render() and "Please wait" in document.render()
+    [note] = [w for w in document.warnings if "XFA" in w]
+    assert "values could not be read: its data declares entities" in note and "print it to a PDF" in note

@@ -126,3 +126,76 @@ def test_found_rows_give_the_lines_of_the_file_that_defines_the_class(smol, corp
     shown = "\n".join(lines[top.line_start - 1 : top.line_end])
     assert "class HTTPDigestAuth" in shown
     assert shown.strip() == segment.text[top.char_start : top.char_end].strip()
+
+
+TOPICS = ["Variables", "Functions", "Loops", "Strings", "Lists", "Dictionaries", "Files", "Classes"]
+
+
+def parted_book(path, numbered_titles: bool) -> dict[int, int]:
+    """A book whose outline nests its chapters under two Parts (LaTeX `\\part`): Part I > chapters
+    1-4, Part II > chapters 5-8, two pages a chapter. With `numbered_titles` the bookmarks read
+    "8 Classes" (hyperref's style); without, just "Classes" and the page opens "Chapter 8".
+    Returns chapter -> its 1-based first page."""
+    from pdf_fixtures import helvetica_book
+    from pypdf import PdfWriter
+
+    pages, starts, parts = [["A Book of Parts"], ["Preface", "Why this book was written."]], {}, {}
+    for chapter, topic in enumerate(TOPICS, 1):
+        if chapter in (1, 5):
+            pages.append([f"Part {'I' if chapter == 1 else 'II'}", "Basics" if chapter == 1 else "Data"])
+            parts[chapter] = len(pages)
+        pages.append([*([] if numbered_titles else [f"Chapter {chapter}"]), topic,
+                      f"This chapter explains {topic.lower()} with examples."])
+        starts[chapter] = len(pages)
+        pages.append([f"More about {topic.lower()}: notes and exercises."])
+    helvetica_book(path, pages)
+    writer = PdfWriter(clone_from=str(path))
+    for name, first in (("Part I Basics", 1), ("Part II Data", 5)):
+        parent = writer.add_outline_item(title=name, page_number=parts[first] - 1)
+        for chapter in range(first, first + 4):
+            title = f"{chapter} {TOPICS[chapter - 1]}" if numbered_titles else TOPICS[chapter - 1]
+            writer.add_outline_item(title=title, page_number=starts[chapter] - 1, parent=parent)
+    writer.write(str(path))
+    return starts
+
+
+@pytest.mark.parametrize("numbered_titles", [False, True])
+def test_chapters_nested_under_parts_resolve_to_their_own_pages(smol, tmp_path, numbered_titles):
+    """Issue 42.3/45.3: only the outline's top level (the Parts) was searched for chapters, so
+    "What is chapter 8 about?" read no chapter at all (the words "chapter" and "about" are on every
+    chapter's page). Chapter 8 starts on page 20 of 21."""
+    starts = parted_book(tmp_path / "parts.pdf", numbered_titles)
+    document = load_document(tmp_path / "parts.pdf")
+    assert [e.level for e in document.outline] == [0, 1, 1, 1, 1, 0, 1, 1, 1, 1]
+    session = DocumentSession(smol, EngineSettings(), None)
+    spans = session.spans_of(document)
+    try:
+        for question, chapter in (("What is chapter 8 about?", 8), ("Summarize chapter 5.", 5),
+                                  ("What does the chapter on dictionaries cover?", 6)):
+            selection = session.select(question, spans=spans)
+            first = spans.spans[selection.ranked[0].span]
+            assert selection.ranked[0].signal == "structure", (question, selection.ranked[:3])
+            assert document.segments[first.segment].page == starts[chapter], (question, selection.ranked[:3])
+    finally:
+        spans.close()
+
+
+def test_a_binders_duplicate_pages_are_read_once(smol, tmp_path):
+    """Issue 45 minor: a binder holds the same exhibit three times (faxed, scanned, attached); its
+    copies took every word-matched slot, so the page with the other half of the answer was not read."""
+    from pdf_fixtures import helvetica_book
+
+    filler = [[f"Schedule {k}: parking spaces, keys and the cleaning rota for the second floor."] for k in range(6)]
+    exhibit = ["Exhibit A: the lease term of the harbour office is five years from 1 June."]
+    renewal = ["Renewal: the lease term of the harbour office may be extended by three years."]
+    pages = [*filler[:2], exhibit, exhibit, exhibit, *filler[2:4], renewal, *filler[4:]]
+    helvetica_book(tmp_path / "binder.pdf", pages)
+    document = load_document(tmp_path / "binder.pdf")
+    session = DocumentSession(smol, EngineSettings(), None)
+    spans = session.spans_of(document)
+    try:
+        pages_read, _ = chosen_pages(session, spans, document, "What is the lease term of the harbour office?")
+    finally:
+        spans.close()
+    assert len({3, 4, 5} & set(pages_read)) == 1, pages_read  # one copy of the exhibit
+    assert 8 in pages_read, pages_read                         # and the renewal clause

@@ -153,3 +153,29 @@ def test_a_citation_of_a_page_the_answer_did_not_read_says_so_in_the_window_and_
     library.add_message(document_id, "assistant", cut, source="local", stop_reason="max_tokens")
     markdown = conversation_markdown(library.document(document_id), library.messages(document_id), load_document(doc))
     assert sum(line.startswith("```") for line in markdown.splitlines()) % 2 == 0, markdown
+
+
+def test_the_window_footer_and_the_export_carry_the_instruction_caution(tmp_path):
+    """Issue 45.5 in the window: a stored answer to a document that addresses the model says so
+    under the answer, local or cloud (schema 6 keeps the phrases)."""
+    from app.chat import footer_text
+    from engine.answer import Answer, StopReason
+    from engine.grounding import instructions_note
+    from engine.library import Library
+    from engine.workspace import answer_record
+
+    phrases = ["Ignore all previous instructions"]
+    answer = Answer("Is it cancelled?", "Yes, the contract is cancelled.", [1, 2], 10, 0.1, 5.0, False,
+                    StopReason.END, -0.4, instructions=phrases)
+    library = Library(tmp_path / "library.sqlite")
+    document_id = library.upsert_document(path=str(tmp_path / "lease.txt"), title="lease.txt", kind="text")
+    message_id = library.add_message(document_id, "assistant", answer.text,
+                                     **{k: v for k, v in answer_record(answer, model=None, recall=None).fields().items()
+                                        if k not in ("text", "state")})
+    library.close()
+    stored = Library(tmp_path / "library.sqlite").message(message_id)
+    assert stored.instructions == phrases
+    assert "check this answer: " + instructions_note(phrases) in footer_text(stored)
+    from engine.history import answered_by
+
+    assert "check this answer: " + instructions_note(phrases) in answered_by(stored)  # the exported history too

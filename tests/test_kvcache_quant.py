@@ -53,3 +53,37 @@ def test_invalid_formats_are_rejected():
         KVFormat(bits=3).validate(64)
     with pytest.raises(ValueError):
         KVFormat(bits=4, group_size=48).validate(64)
+
+
+def test_a_model_whose_head_size_32_does_not_divide_says_why_and_what_to_set(tmp_path, monkeypatch, capsys):
+    """open_llama_3b has 100-channel heads: it failed with "internal error (ValueError: group size 32
+    must divide the head dim 100)". A tiny random Llama with 100-channel heads, asked from the CLI."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from engine.cli import main
+    from engine.models.gguf_convert import converted_folder
+    from engine.models.source import default_gguf_path
+
+    folder, tokenizer = tmp_path / "llama-hd100", converted_folder(default_gguf_path())
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=200, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tokenizer / name).exists():
+            shutil.copy(tokenizer / name, folder / name)
+    document = tmp_path / "note.txt"
+    document.write_text("The meeting is on Tuesday.\n")
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))
+    argv = ["ask", str(document), "When?", "--model", str(folder), "--device", "cpu", "--max-new-tokens", "2",
+            "--no-prefix-cache"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == ("halaman: this model's attention heads have 100 channels, and the KV cache quantizes them in groups "
+                   "of 32, which does not divide 100: set group_size = 20 under [cache] in settings.toml "
+                   "(a divisor of the head size), or kv_bits = 16")
+    (tmp_path / "home" / "config").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "home" / "config" / "settings.toml").write_text("[cache]\ngroup_size = 20\n")
+    assert main(argv) == 0  # what the message says to set works

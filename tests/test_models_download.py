@@ -49,9 +49,13 @@ def test_cancel_keeps_the_partial_and_the_next_pull_asks_only_for_the_rest(hub, 
     cancel = threading.Event()
     seen = []
 
+    # 2 MB into the weights (done_bytes counts every file: the smaller ones come first, and a report
+    # as the weights begin already holds them)
+    before_weights = sum(p.stat().st_size for p in tiny_llama.iterdir() if p.name != WEIGHTS)
+
     def progress(event):
         seen.append(event)
-        if event.file == WEIGHTS and event.done_bytes > 2_000_000:
+        if event.file == WEIGHTS and event.done_bytes > before_weights + 2_000_000:
             cancel.set()
 
     with pytest.raises(Cancelled):
@@ -186,3 +190,114 @@ def test_the_demo_hubs_smollm2_downloads_loads_and_answers_as_the_embedded_model
         session.open(str(document))
         answers.append(session.ask("Where is the meeting?").token_ids)
     assert len(answers[0]) >= 4 and answers[0] == answers[1]
+
+
+# ------------------------------------------------------------ issue 45.2: what a hub cannot vouch for
+def test_a_zero_filled_weights_file_without_hashes_is_refused_not_marked_complete(hub, tiny_llama, capsys):
+    """The hub gives sizes but no hashes: a zero-filled model.safetensors of the right size was
+    marked complete, and every `ask --model` then ended in a SafetensorError traceback."""
+    hub.info_without = "hashes"
+    hub.damaged[WEIGHTS] = bytes((tiny_llama / WEIGHTS).stat().st_size)
+    with pytest.raises(ModelError, match=r"model\.safetensors is not a safetensors file.*zero-filled.*deleted"):
+        pull(REPO)
+    folder = model_folder(REPO)
+    assert downloaded_folder(REPO) is None and not (folder / WEIGHTS).exists()
+    assert not (folder / (WEIGHTS + PART_SUFFIX)).exists()  # deleted: the next pull starts afresh
+    assert main(["models", "pull", REPO]) == 1
+    err = capsys.readouterr().err
+    assert "not a safetensors file" in err and "Traceback" not in err and "SafetensorError" not in err
+    hub.damaged.clear()
+    assert (pull(REPO) / WEIGHTS).read_bytes() == (tiny_llama / WEIGHTS).read_bytes()
+
+
+def test_a_truncated_tensor_section_is_refused_even_when_its_size_is_the_hubs(hub, tiny_llama):
+    """Right size, valid header, but the header promises more tensor bytes than the file has."""
+    import json
+    import struct
+
+    good = (tiny_llama / WEIGHTS).read_bytes()
+    n = struct.unpack("<Q", good[:8])[0]
+    header = json.loads(good[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["shape"] = [d * 2 for d in header[name]["shape"]]  # twice the elements, same offsets
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    assert len(raw) <= n  # fits the header's room (padding with spaces, as the spec allows)
+    bad = good[:8] + raw.ljust(n) + good[8 + n:]
+    hub.info_without = "hashes"
+    hub.damaged[WEIGHTS] = bad
+    with pytest.raises(ModelError, match="does not match its bytes"):
+        pull(REPO)
+    assert downloaded_folder(REPO) is None
+
+
+def test_a_mirror_without_sizes_downloads_and_verifies(hub, tiny_llama, capsys):
+    """The model info has no sizes (some mirrors): every pull ended in a FileNotFoundError
+    traceback (`_verify` of a part never fetched)."""
+    hub.info_without = "sizes"
+    folder = pull(REPO)
+    assert folder == downloaded_folder(REPO)
+    for source in tiny_llama.iterdir():
+        assert (folder / source.name).read_bytes() == source.read_bytes()
+    # and a cut connection is still caught with the size the server announced
+    hub2_weights = folder / WEIGHTS
+    hub2_weights.unlink()
+    (folder / COMPLETE_MARKER).unlink()
+    hub.cut_after[WEIGHTS] = 1_000_000
+    assert main(["models", "pull", REPO]) == 1
+    err = capsys.readouterr().err
+    assert "pull again to resume" in err and "Traceback" not in err
+    hub.cut_after.clear()
+    assert (pull(REPO) / WEIGHTS).read_bytes() == (tiny_llama / WEIGHTS).read_bytes()
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "application/octet-stream"])
+def test_a_login_page_in_place_of_the_weights_is_called_a_web_page(hub, tiny_llama, capsys, content_type):
+    """A captive portal answers 200 OK with its login page: it was taken for a dropped connection
+    ("pull again to resume", forever). Whether or not it says text/html, nothing of it is kept."""
+    hub.web_page[WEIGHTS] = b"<!DOCTYPE html><html><head><title>Sign in to Hotel Wi-Fi</title></head><body>...</body></html>"
+    hub.web_page_type = content_type
+    assert main(["models", "pull", REPO]) == 1
+    err = capsys.readouterr().err
+    assert "the server sent a web page instead of the model file model.safetensors: are you behind a login page" in err
+    assert "resume" not in err and "Traceback" not in err
+    folder = model_folder(REPO)
+    assert not (folder / WEIGHTS).exists() and not (folder / (WEIGHTS + PART_SUFFIX)).exists()
+    hub.web_page.clear()
+    assert (pull(REPO) / WEIGHTS).read_bytes() == (tiny_llama / WEIGHTS).read_bytes()
+
+
+def test_weights_that_disagree_with_config_json_are_not_marked_complete(hub, tiny_llama):
+    """Checked against config.json where cheap: the embedding's [vocab_size, hidden_size]."""
+    config = (tiny_llama / "config.json").read_bytes()
+    vocab = re.search(rb'"vocab_size": (\d+)', config).group(1)
+    other = str(int(vocab) + 1).encode()
+    assert len(other) == len(vocab)
+    hub.info_without = "hashes"
+    hub.damaged["config.json"] = config.replace(b'"vocab_size": ' + vocab, b'"vocab_size": ' + other)
+    with pytest.raises(ModelError, match=r"embedding is \[\d+, 64\] but config.json says"):
+        pull(REPO)
+    assert downloaded_folder(REPO) is None
+
+
+def test_a_folder_marked_complete_by_an_older_halaman_with_bad_weights_fails_in_one_line(hub, tiny_llama, tmp_path, capsys):
+    folder = pull(REPO)
+    size = (folder / WEIGHTS).stat().st_size
+    (folder / WEIGHTS).write_bytes(bytes(size))
+    document = tmp_path / "note.txt"
+    document.write_text("The meeting is on Tuesday.\n")
+    hub.close()
+    assert main(["ask", str(document), "When?", "--model", REPO, "--device", "cpu", "--max-new-tokens", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "model.safetensors" in err and "not a safetensors file" in err
+    assert "Traceback" not in err and "SafetensorError" not in err
+
+
+def test_a_missing_layer_is_caught_against_config_json(hub, tiny_llama):
+    """config.json names three layers; the weights hold two (a shard left out)."""
+    config = (tiny_llama / "config.json").read_bytes()
+    assert b'"num_hidden_layers": 2' in config
+    hub.info_without = "hashes"
+    hub.damaged["config.json"] = config.replace(b'"num_hidden_layers": 2', b'"num_hidden_layers": 3')
+    with pytest.raises(ModelError, match=r"the weights hold 2 of the 3 layers config.json names"):
+        pull(REPO)
+    assert downloaded_folder(REPO) is None

@@ -100,6 +100,10 @@ def test_b29_unknown_key_is_a_warning_that_names_the_file_and_the_key(corpus, tm
     ("[cache]\nkv_bits = 3\n", "kv_bits must be 4, 8 or 16, got 3"),
     ("threads = -1\n", "threads must be 0"),
     ("this is = = not toml\n", "not valid TOML"),
+    # issue 45: TOML reads nan and inf as floats; they were accepted (a NaN threshold never escalates)
+    ("[cloud]\nescalation_threshold = nan\n", "cloud.escalation_threshold must be a finite number, got nan"),
+    ("[cloud]\nread_timeout_s = inf\n", "cloud.read_timeout_s must be a finite number, got inf"),
+    ("[cloud]\nconnect_timeout_s = -inf\n", "cloud.connect_timeout_s must be a finite number, got -inf"),
 ])
 def test_every_settings_mistake_names_the_file(tmp_path, text, message):
     path = tmp_path / "settings.toml"

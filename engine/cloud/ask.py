@@ -13,6 +13,7 @@ from engine.cloud.client import stream_chat_completion
 from engine.cloud.errors import CloudError
 from engine.cloud.finish import Finish
 from engine.cloud.plan import CloudPlan, plan_request
+from engine.grounding import instructions_note
 from engine.secrets import load_api_key
 from engine.settings import EngineSettings
 
@@ -88,6 +89,8 @@ def ask_cloud(
     if result.cut_reason and not result.text:
         raise CloudError(f"{result.cut_reason} and no text had arrived: try again", kind="cut")
     stop, cut_reason, notices = outcome(result, plan.prompt_tokens_estimate, cloud.max_tokens)
+    if plan.instructions:  # the answer's check line: the document spoke to the model
+        notices.append(instructions_note(list(plan.instructions)))
     if cut_reason:
         log.warning("cloud answer incomplete after %d characters: %s", len(result.text), cut_reason)
     for notice in notices:

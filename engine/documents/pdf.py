@@ -33,6 +33,7 @@ from engine.documents import (
 from engine.documents.hyphenation import join_hyphenated_lines
 from engine.documents.names import display_name, shown_title
 from engine.documents.pdf_attachments import attachment_parts
+from engine.documents.pdf_xfa import form_text
 from engine.documents.text import is_unreliable, measure, normalize_and_count, normalize_text
 from engine.errors import Cancelled
 
@@ -111,6 +112,7 @@ class _Collected:
         self.outline: list[OutlineEntry] = []  # reason -> pages where text no viewer shows was left out
         self.attachments: list[dict[str, Any]] = []  # embedded files (pdf_attachments)
         self.attachments_listed = False
+        self.xfa: dict | None = None  # an XFA form's values or why not (`pdf_xfa.xfa_values`)
 
     def apply(self, event: dict[str, Any], progress: ProgressCallback | None) -> None:
         kind = event.get("event")
@@ -118,6 +120,7 @@ class _Collected:
             if self.total is None:
                 self.total, self.title = int(event["pages"]), normalize_text(event["title"] or "")
                 self.outline = _outline_entries(event.get("outline") or [])
+                self.xfa = event.get("xfa")
                 if event.get("repaired"):
                     self.notes.append("the file is damaged (broken cross-reference table) and was "
                                       "repaired while reading: text may be missing")
@@ -188,6 +191,11 @@ class _Collected:
         # whole document (B28).
         texts = join_hyphenated_lines([segment.text for segment in self.segments])
         segments = [replace(segment, text=text) for segment, text in zip(self.segments, texts)]
+        form, note = form_text(self.xfa)  # a dynamic form's values are in its XML, not on its pages
+        if form:
+            segments[0] = replace(segments[0], text=f"{segments[0].text}\n\n{form}")
+        if note:
+            warnings.append(note.format(page=segments[0].page))
         embedded, notes = attachment_parts(self.attachments, display_name(self.path.name))
         segments += embedded
         warnings += notes

@@ -49,6 +49,7 @@ from typing import Any, Callable
 
 from engine.documents.pdf_attachments import attachments
 from engine.documents.pdf_layers import HIDDEN_REASON, LayersUnchecked, MarkedLayers, mark_hidden_layers
+from engine.documents.pdf_xfa import xfa_values
 from engine.documents.pdf_visible import visible_text
 from engine.documents.text import TextQuality, is_unreliable, measure, same_content
 from engine.documents.visual_order import logical_order
@@ -298,6 +299,17 @@ def _outline(document: Any) -> list[list]:
     return entries
 
 
+XFA_FORM_TYPES = (2, 3)  # FORMTYPE_XFA_FULL, FORMTYPE_XFA_FOREGROUND (fpdf_formfill.h)
+
+
+def _is_xfa(pdfium: Any, document: Any) -> bool:
+    """Whether PDFium calls the document an XFA form (it tells without an XFA-enabled build)."""
+    try:
+        return pdfium.raw.FPDF_GetFormType(document.raw) in XFA_FORM_TYPES
+    except Exception:  # noqa: BLE001 - an older PDFium without the call: no form is read
+        return False
+
+
 def _title(document: Any) -> str:
     try:
         return str(document.get_metadata_value("Title") or "")
@@ -326,7 +338,8 @@ def extract(path: str, password: str | None, start_page: int,
     document.init_forms()
     emit({"event": "open", "pages": total, "title": _title(opened),
           "repaired": not pdfium.raw.FPDF_DocumentHasValidCrossReferenceTable(opened.raw),
-          "layers_unchecked": unchecked, "outline": _outline(opened)})
+          "layers_unchecked": unchecked, "outline": _outline(opened),
+          "xfa": xfa_values(path, password) if start_page == 0 and _is_xfa(pdfium, opened) else None})
     second, third = _PypdfPages(path, password), _PdfminerPages(path, password)
     for index in range(start_page, total):
         try:

@@ -91,6 +91,7 @@ class TextFile:
     a UTF-8 file that were not UTF-8 (`encoding.decode_bytes`). hidden: characters removed that
     can hide text from a reader (`text.normalize_and_count`). dropped: embedded data left out
     (`payloads.drop_payloads`). pointer: the tool whose pointer file this is (code "pointer").
+    nul_padding: NUL bytes cut from the end of a text file (a log a crash left padded).
     """
 
     text: str
@@ -101,6 +102,7 @@ class TextFile:
     hidden: int = 0
     dropped: Dropped = Dropped()
     pointer: PointerKind | None = None
+    nul_padding: int = 0  # NUL bytes cut from the end (`_without_nul_padding`)
 
     @property
     def notes(self) -> list[str]:
@@ -117,6 +119,9 @@ class TextFile:
         if self.hidden:
             notes.append(f"{self.hidden} invisible character{'s' if self.hidden > 1 else ''} removed "
                          "(they can hide text from a reader)")
+        if self.nul_padding:
+            notes.append(f"{self.nul_padding:,} NUL bytes at the end left out (padding a crash or a "
+                         "preallocating writer left)")
         return notes
 
 
@@ -162,6 +167,7 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
     pointer = pointer_kind(data)
     if pointer is not None:
         return TextFile("", skipped=f"{pointer.tool} pointer", code="pointer", pointer=pointer)
+    data, nul_padding = _without_nul_padding(data)
     if not utf16_without_bom(data) and looks_binary(data[:SNIFF_BYTES]):
         return _skip("binary", "binary")
     try:
@@ -176,7 +182,21 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
             return too_large
     if not text:
         return _skip("empty", "empty")
-    return TextFile(text, fallback=decoded.fallback, replaced=decoded.replaced, hidden=hidden, dropped=dropped)
+    return TextFile(text, fallback=decoded.fallback, replaced=decoded.replaced, hidden=hidden, dropped=dropped,
+                    nul_padding=nul_padding)
+
+
+def _without_nul_padding(data: bytes) -> tuple[bytes, int]:
+    """(`data` without the run of NUL bytes at its end, how many) when NUL appears nowhere else: a
+    log whose writer crashed after the file was extended (ext4 and NTFS zero-fill the unwritten
+    blocks; journald, syslog and Java loggers preallocate). A NUL before the run, or UTF-16/32 text
+    (where NULs are half its bytes), leaves `data` as it is: binary sniffing decides."""
+    if not data.endswith(b"\x00") or utf16_without_bom(data) or bom_encoding(data) in ("utf-16", "utf-32"):
+        return data, 0
+    text = data.rstrip(b"\x00")
+    if not text.strip() or b"\x00" in text:
+        return data, 0
+    return text, len(data) - len(text)
 
 
 def read_notebook(path: Path) -> TextFile:

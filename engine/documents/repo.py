@@ -26,7 +26,7 @@ from pathlib import Path
 import pathspec
 
 from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
-from engine.documents.generated import generated_files
+from engine.documents.generated import generated_files, marked_generated
 from engine.documents.git import git_run, refusal, run_git, unreadable_folders
 from engine.documents.names import display_name
 from engine.documents.plain import CONVERTED_SUFFIXES, read_file
@@ -47,8 +47,22 @@ MINIFIED_AVG_LINE_CHARS = 200
 """Average line length above which a file is minified (github/codeql PR #20940)."""
 
 MINIFIED_MAX_LINE_CHARS = 5000
-"""A single line longer than this also means minified or generated (Deslop #539: one 113,564
-character line took most of a scan's memory)."""
+"""A line longer than this is cut to this length (Deslop #539: one 113,564 character line took
+most of a scan's memory); a file of mostly such lines is minified (MINIFIED_AVG_LINE_CHARS)."""
+
+HAND_WRITTEN_LINES = 20
+"""A file with long lines on average but at least this many lines of ordinary length is code
+written by hand with something pasted into it, not a minified bundle (issue 45: a module with one
+5,600-character line was dropped whole)."""
+
+GROUP_AFTER = 5
+"""More skipped files than this of one kind are one warning line with their count and the first
+IGNORED_LISTED names, so a folder of 600 build copies does not bury the one warning that matters."""
+
+LINGUIST_KINDS = ("lock file", "linguist-generated", "linguist-vendored")
+"""What `generated_files` reports that the one .gitattributes/lock-file warning line names."""
+
+MARKED = "generated: marked in its first lines"
 
 PROSE_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".adoc", ".tex", ".org"})
 """Not checked for minification: unwrapped paragraphs make long lines normal in prose."""
@@ -83,12 +97,17 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
                         + _some([_shortened(folder) for folder in listing.too_deep]))
     if listing.ignored:
         warnings.append("ignored by .gitignore: " + _some(listing.ignored))
+    skips = _Skips()
     if not include_generated:
         generated = generated_files(root, listing.files, use_git=listing.source == "git")
-        if generated:
-            listing.files = [rel for rel in listing.files if rel not in generated]
+        listing.files = [rel for rel in listing.files if rel not in generated]
+        marked = sorted(rel for rel, why in generated.items() if why in LINGUIST_KINDS)
+        if marked:
             warnings.append("skipped (generated or vendored; the setting include_generated_files reads them): "
-                            + _some(sorted(generated)))
+                            + _some(marked))
+        for rel, why in sorted(generated.items()):
+            if why not in LINGUIST_KINDS:
+                skips.add(why, display_name(rel))
     segments: list[Segment] = []
     pointers: dict[str, list[str]] = {}  # "Git LFS pointer" -> paths
     vendored_seen: set[str] = set()
@@ -102,18 +121,21 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
         if vendored is not None:
             if vendored not in vendored_seen:
                 vendored_seen.add(vendored)
-                warnings.append(f"skipped (vendored): {display_name(vendored)}/")
+                skips.add("vendored", display_name(vendored) + "/")
             continue
         text, skipped, notes = _read_file(root, rel)
         name = display_name(rel)  # `rel` opens the file; `name` is what people and the model see
         if skipped in POINTER_PHRASES:
             pointers.setdefault(skipped, []).append(rel)
             continue
+        if skipped is None and not include_generated and marked_generated(text):
+            skipped = MARKED
         if skipped is not None:
-            warnings.append(f"skipped ({skipped}): {name}")
+            skips.add(skipped, name)
             continue
         warnings += [f"{note}: {name}" for note in notes]
         segments.append(Segment(text=text, label=name, page=None, path=name))
+    warnings += skips.lines()
     if progress:
         progress(total, total)
     for phrase, rels in pointers.items():
@@ -130,6 +152,28 @@ def load_repository(root: Path, *, progress: ProgressCallback | None = None,
 
 POINTER_PHRASES = {f"{kind.tool} pointer": kind for kind in POINTER_KINDS}
 """`plain.read_text`'s skip phrase for each kind of pointer file (B30)."""
+
+
+class _Skips:
+    """Skipped files by kind, in the order first seen: one warning line per file, or one line per
+    kind with its count when more than GROUP_AFTER ("skipped (build output, 412 files; …): …")."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[str, list[str]] = {}
+
+    def add(self, kind: str, name: str) -> None:
+        self.by_kind.setdefault(kind, []).append(name)
+
+    def lines(self) -> list[str]:
+        lines = []
+        for kind, names in self.by_kind.items():
+            if len(names) <= GROUP_AFTER:
+                lines += [f"skipped ({kind}): {name}" for name in names]
+            else:
+                more = len(names) - IGNORED_LISTED
+                lines.append(f"skipped ({kind}, {len(names):,} files): " + ", ".join(names[:IGNORED_LISTED])
+                             + (f" and {more:,} more" if more > 0 else ""))
+        return lines
 
 
 def _some(paths: list[str]) -> str:
@@ -382,15 +426,37 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, list[str]]:
         return "", result.skipped, []
     # A notebook's JSON or a page's HTML is not its text: never "minified" (B07, B17).
     suffix = path.suffix.lower()
-    if suffix not in CONVERTED_SUFFIXES and suffix not in PROSE_SUFFIXES and _minified(result.text):
+    if suffix in CONVERTED_SUFFIXES or suffix in PROSE_SUFFIXES:
+        return result.text, None, result.notes
+    if _minified(result.text):
         return "", "minified", []
-    return result.text, None, result.notes
+    text, cut = _long_lines_cut(result.text)
+    return text, None, [*result.notes, *cut]
 
 
 def _minified(text: str) -> bool:
+    """Long lines on average and few lines of ordinary length: a bundle (a licence comment and one
+    line of code) or a data blob. A hand-written module with one pasted blob has dozens of ordinary
+    lines: it is kept and the blob cut (`_long_lines_cut`)."""
     lines = text.split("\n")
-    return (len(text) / len(lines) > MINIFIED_AVG_LINE_CHARS
-            or max(map(len, lines)) > MINIFIED_MAX_LINE_CHARS)
+    if len(text) / len(lines) <= MINIFIED_AVG_LINE_CHARS:
+        return False
+    ordinary = sum(1 for line in lines if 0 < len(line.strip()) <= MINIFIED_AVG_LINE_CHARS)
+    return ordinary < HAND_WRITTEN_LINES
+
+
+def _long_lines_cut(text: str) -> tuple[str, list[str]]:
+    """`text` with each line over MINIFIED_MAX_LINE_CHARS cut to that length and marked, and a note
+    naming them ("long line cut to 5,000 characters: line 12 (5,600)"): a hand-written file with
+    one pasted blob keeps its code."""
+    lines = text.split("\n")
+    long = [k for k, line in enumerate(lines) if len(line) > MINIFIED_MAX_LINE_CHARS]
+    if not long:
+        return text, []
+    shown = ", ".join(f"line {k + 1} ({len(lines[k]):,})" for k in long[:3]) + (f" and {len(long) - 3} more" if len(long) > 3 else "")
+    for k in long:
+        lines[k] = lines[k][:MINIFIED_MAX_LINE_CHARS] + f" … [cut: {len(lines[k]) - MINIFIED_MAX_LINE_CHARS:,} more characters]"
+    return "\n".join(lines), [f"long line{'s' if len(long) > 1 else ''} cut to {MINIFIED_MAX_LINE_CHARS:,} characters: {shown}"]
 
 
 def _inside(real: str, root: Path) -> bool:

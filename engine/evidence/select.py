@@ -165,9 +165,12 @@ def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, m
     room = budget_tokens - spans.head_tokens - (spans.n_tokens - spans.text_end)
     chosen: list[tuple[int, Span]] = []
     words_taken, best_words, others, referenced = 0, None, False, False
+    prints = spans.fingerprints
     for candidate in ranked:
         if len(chosen) >= max_spans or room <= 0:
             break
+        if prints and any(prints[candidate.span] == prints[i] for i, _ in chosen):
+            continue  # the same text again (a binder's duplicate page, a copied file): read once
         if candidate.signal == "words":
             best_words = candidate.score if best_words is None else best_words
             if words_taken and candidate.score < RELATIVE_SCORE * best_words:

@@ -100,6 +100,7 @@ class DocumentStructure:
     opening: list[int]
     listed: dict[int, set[str]]  # contents page -> the numbers of the entries it lists ("7" for "7. Iteration 75")
     words: dict[int, set[str]]   # contents page -> its content words
+    chapter_level: int = 0       # the outline level of the chapters (`_chapter_level`)
 
     @classmethod
     def of(cls, document: Document) -> DocumentStructure:
@@ -110,7 +111,7 @@ class DocumentStructure:
         opening = _opening(document, contents)
         listed = {i: _listed_numbers(document.segments[i].text) for i in contents}
         words = {i: _title_words(document.segments[i].text) for i in contents}
-        return cls(sections, contents, opening, listed, words)
+        return cls(sections, contents, opening, listed, words, _chapter_level(sections))
 
     def references(self, question: str) -> list[StructureHit]:
         """Segments the question names through the structure, best first: a numbered section's
@@ -120,7 +121,7 @@ class DocumentStructure:
         hits: list[StructureHit] = []
         asks_contents = bool(self.contents and _ASKS_CONTENTS.search(question))
         pages = 1 if asks_contents else 2  # "the title of chapter 7" is on its first page and in the contents
-        for kind, number in _question_numbers(question, self.sections):
+        for kind, number in _question_numbers(question, self.sections, self.chapter_level):
             for section in self._numbered(kind, number):
                 why = f"{kind} {number}"
                 hits += [StructureHit(section.first + k, why, k) for k in range(min(pages, section.last - section.first + 1))]
@@ -147,7 +148,7 @@ class DocumentStructure:
         wanted = _title_words(subject)
         best, best_score = None, 0.0
         for section in self.sections:
-            if kind == "chapter" and section.level != 0 or kind != "chapter" and section.kind not in (kind, "heading"):
+            if kind == "chapter" and section.level != self.chapter_level or kind != "chapter" and section.kind not in (kind, "heading"):
                 continue
             words = _title_words(section.title)
             shared = len(wanted & words)
@@ -158,14 +159,14 @@ class DocumentStructure:
 
     def _numbered(self, kind: str, number: str) -> list[Section]:
         found = [s for s in self.sections if s.number is not None and s.number.lower() == number.lower()
-                 and (s.kind == kind or (kind == "chapter" and s.kind == "heading" and s.level == 0)
+                 and (s.kind == kind or (kind == "chapter" and s.kind == "heading" and s.level == self.chapter_level)
                       or (kind == "section" and s.kind in ("heading", "section")))]
         return found[:1]
 
     def _contents_for(self, question: str) -> list[StructureHit]:
         """The contents pages: rank 0 for those that list a numbered reference of the question
         ("chapter 7" → the page listing "7. Iteration"), 1 for the others."""
-        numbers = [n for _, n in _question_numbers(question, self.sections)]
+        numbers = [n for _, n in _question_numbers(question, self.sections, self.chapter_level)]
         return [StructureHit(i, "contents", 0 if any(self._lists(i, n) for n in numbers) else 1) for i in self.contents]
 
     def shared_words(self, segment: int, question: str) -> int:
@@ -276,14 +277,25 @@ def _outline_sections(document: Document) -> list[Section]:
         following = [start for other, start in starts[k + 1:] if other.level <= entry.level]
         last = max(first, (following[0] - 1) if following else len(document.segments) - 1)
         kind, number, title = _kind_and_number(entry.title)
-        if number is None and entry.level == 0:
-            kind_from_page, number_from_page, _ = _page_heading(document.segments[first].text)
-            if number_from_page is not None:
-                kind, number = kind_from_page, number_from_page
         if number is None and entry.level > 0:
             number = _implicit_number(sections, entry.level)
+        # A top entry, or a deeper one with no number from its parent (a chapter under "Part II"),
+        # that opens its page takes the page's heading ("Chapter 8 / Classes"); a later entry on
+        # the same page, or a heading an earlier entry already took (a running head), does not.
+        if number is None and (entry.level == 0 or all(start != first for _, start in starts[:k])):
+            kind_from_page, number_from_page, _ = _page_heading(document.segments[first].text)
+            taken = any(s.kind == kind_from_page and s.number == number_from_page for s in sections)
+            if number_from_page is not None and not (entry.level > 0 and taken):
+                kind, number = kind_from_page, number_from_page
         sections.append(Section(kind, number, title, entry.level, first, last))
     return sections
+
+
+def _chapter_level(sections: list[Section]) -> int:
+    """The outline level that holds the chapters: the shallowest one with an entry numbered by a
+    whole number ("8 Classes", "Chapter 8"); 0 without one. A LaTeX book with `\\part`s, or a
+    binder with one bookmark per volume, has its chapters at level 1 under the parts."""
+    return min((s.level for s in sections if s.kind in ("chapter", "heading") and s.number and s.number.isdigit()), default=0)
 
 
 def _implicit_number(before: list[Section], level: int) -> str | None:
@@ -337,7 +349,7 @@ def _page_heading(text: str) -> tuple[str, str | None, str]:
     return "heading", None, ""
 
 
-def _question_numbers(question: str, sections: list[Section]) -> list[tuple[str, str]]:
+def _question_numbers(question: str, sections: list[Section], chapter_level: int = 0) -> list[tuple[str, str]]:
     """(kind, number) pairs a question names: "chapter 8" → ("chapter", "8"), "part two" →
     ("part", "2"), "the third chapter" → ("chapter", "3"), "the last chapter" → the last one's."""
     found = []
@@ -355,7 +367,7 @@ def _question_numbers(question: str, sections: list[Section]) -> list[tuple[str,
         kind = match.group(2).lower()
         if match.group(1).lower() == "last":
             numbered = [s.number for s in sections if s.number and s.number.isdigit()
-                        and (s.kind == kind or (kind == "chapter" and s.level == 0))]
+                        and (s.kind == kind or (kind == "chapter" and s.level == chapter_level))]
             if numbered:
                 found.append((kind, max(numbered, key=int)))
         else:

@@ -25,10 +25,24 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.errors import ModelError
+
 SUPPORTED_BITS = (2, 4, 8, 16)
 _META_DTYPE = torch.float16
 # Smallest scale we store: float16 can hold it and it keeps constant groups from dividing by zero.
 _MIN_SCALE = 1e-6
+
+
+class GroupSizeError(ModelError, ValueError):
+    """A model whose attention heads have a number of channels the KV group size does not divide
+    (open_llama_3b: 100 channels, groups of 32), with the group size that would fit."""
+
+    def __init__(self, head_dim: int, group_size: int) -> None:
+        fits = max((g for g in range(1, min(group_size, head_dim) + 1) if head_dim % g == 0 and g % 2 == 0), default=head_dim)
+        super().__init__(
+            f"this model's attention heads have {head_dim} channels, and the KV cache quantizes them in groups "
+            f"of {group_size}, which does not divide {head_dim}: set group_size = {fits} under [cache] in "
+            "settings.toml (a divisor of the head size), or kv_bits = 16")
 
 
 @dataclass(frozen=True)
@@ -43,11 +57,12 @@ class KVFormat:
     group_size: int = 32
 
     def validate(self, head_dim: int) -> None:
-        """Raise ValueError if this format cannot store vectors of `head_dim` channels."""
+        """Raise ValueError if this format cannot store vectors of `head_dim` channels: a
+        GroupSizeError (also a ModelError, shown as it is) when the group size does not divide it."""
         if self.bits not in SUPPORTED_BITS:
             raise ValueError(f"KV bits must be one of {SUPPORTED_BITS}, got {self.bits}")
         if self.bits < 16 and (self.group_size <= 0 or head_dim % self.group_size):
-            raise ValueError(f"group size {self.group_size} must divide the head dim {head_dim}")
+            raise GroupSizeError(head_dim, self.group_size)
 
     def field_specs(self, head_dim: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Per-token tensors of one head: name -> (trailing shape, dtype)."""

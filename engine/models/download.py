@@ -14,9 +14,12 @@ transfer stops (`file_download._download_to_tmp_and_move`). Here a file grows in
 beside its final name and a new attempt asks for the rest with an HTTP Range request, so Ctrl-C or
 Cancel leaves a partial that the next pull continues.
 
-A file is verified before it takes its final name: its size against the hub's, and its SHA-256
+A file is verified before it takes its final name: its size against the hub's, its SHA-256
 against the hub's LFS hash (weights) or its git blob id (small files: SHA-1 of "blob <size>\\0" +
-content). A folder is complete when `COMPLETE_MARKER` is written after the last file.
+content), and its content against its format (`engine.models.verify`: a safetensors header whose
+tensors fill the file, JSON that parses, never a web page). A mirror that gives no sizes or hashes
+still gets the content check, with the size the server announces. A folder is complete when
+`COMPLETE_MARKER` is written after the last file and the weights' shapes agree with config.json.
 
 One pull of a model runs at a time across processes (a file lock beside its folder): a second
 `halaman` pulling the same model waits, then finds every file in place.
@@ -40,6 +43,7 @@ import filelock
 
 from engine import paths
 from engine.errors import Cancelled, ModelError
+from engine.models.verify import WEB_PAGE, check_against_config, check_file, looks_like_web_page
 from engine.units import format_bytes, format_duration
 
 # The files a model needs (transformers 5 keeps the chat template in chat_template.jinja); top
@@ -82,10 +86,11 @@ class DownloadProgress:
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """A file of a hub repository: its size in bytes and what to verify it with."""
+    """A file of a hub repository: its size in bytes (None when the hub's model info gives none, as
+    some mirrors do) and what to verify it with."""
 
     name: str
-    size: int
+    size: int | None
     sha256: str | None     # LFS files (weights)
     blob_id: str | None    # git blob SHA-1 (every file)
 
@@ -136,18 +141,19 @@ def pull(repo: str, *, revision: str = "main", progress: Callable[[DownloadProgr
     folder.mkdir(parents=True, exist_ok=True)
     with _download_lock(folder, cancel):
         _forget_other_commit(folder, commit)
-        meter = _Meter(repo, sum(f.size for f in files), progress)
+        meter = _Meter(repo, sum(f.size or 0 for f in files), progress)
         for remote in files:
             target = folder / remote.name
-            if target.is_file() and target.stat().st_size == remote.size:
-                meter.found(remote.name, remote.size)  # verified when it was renamed into place
+            if target.is_file() and remote.size in (None, target.stat().st_size):
+                meter.found(remote.name, target.stat().st_size)  # verified when it was renamed into place
                 continue
             _fetch(f"{endpoint}/{repo}/resolve/{commit}/{remote.name}", folder / (remote.name + PART_SUFFIX), remote,
                    meter, cancel)
             (folder / (remote.name + PART_SUFFIX)).replace(target)
         meter.finish()
+        check_against_config(folder)
         paths.write_text_atomic(folder / COMPLETE_MARKER, json.dumps(
-            {"repo": repo, "commit": commit, "files": {f.name: f.size for f in files}}, indent=1))
+            {"repo": repo, "commit": commit, "files": {f.name: (folder / f.name).stat().st_size for f in files}}, indent=1))
     return folder
 
 
@@ -180,71 +186,111 @@ def remote_files(repo: str, revision: str, endpoint: str) -> tuple[str, list[Rem
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line the user can act on
         raise _hub_error(repo, exc, endpoint) from None
     files = [
-        RemoteFile(s.rfilename, int(s.size or 0), s.lfs.sha256 if s.lfs else None, s.blob_id)
+        RemoteFile(s.rfilename, int(s.size) if s.size is not None else None, s.lfs.sha256 if s.lfs else None, s.blob_id)
         for s in info.siblings or []
         if "/" not in s.rfilename and any(fnmatch.fnmatch(s.rfilename, p) for p in ALLOW_PATTERNS)
     ]
     if not any(f.name.endswith(".safetensors") for f in files):
         raise ModelError(f"{repo} has no .safetensors weights; Halaman loads safetensors models (or a .gguf file)")
-    return info.sha or revision, sorted(files, key=lambda f: f.size)  # small files first: a bad id fails fast
+    return info.sha or revision, sorted(files, key=lambda f: f.size or 0)  # small files first: a bad id fails fast
 
 
 def _fetch(url: str, part: Path, remote: RemoteFile, meter: _Meter, cancel: threading.Event) -> None:
-    """Append the rest of `remote` to `part` (Range from its current size), then verify it."""
+    """Append the rest of `remote` to `part` (Range from its current size), then verify it. Without a
+    size from the hub, the size the server announces (Content-Length, Content-Range) is checked."""
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     have = part.stat().st_size if part.is_file() else 0
-    if have > remote.size:  # not a prefix of this file: start again
+    if remote.size is not None and have > remote.size:  # not a prefix of this file: start again
         part.unlink()
         have = 0
     meter.found(remote.name, have)
-    if have < remote.size:
+    expected = remote.size
+    if remote.size is None or have < remote.size:
         headers = build_hf_headers()
         if have:
             headers["Range"] = f"bytes={have}-"
         try:
             with get_session().stream("GET", url, headers=headers, timeout=TIMEOUT_S) as response:
-                hf_raise_for_status(response)
-                mode = "ab"
-                if have and response.status_code != 206:  # the server ignored the Range: it sends the whole file
-                    meter.found(remote.name, -have)
-                    mode = "wb"
-                with part.open(mode) as handle:
-                    for chunk in response.iter_bytes():  # as it arrives: a buffer would be lost on a drop
-                        if cancel.is_set():
-                            raise Cancelled(f"download of {remote.name} cancelled; pull again to resume")
-                        handle.write(chunk)
-                        meter.got(remote.name, len(chunk))
+                if response.status_code == 416 and have:  # nothing after `have`: the part is whole
+                    expected = expected if expected is not None else have
+                else:
+                    hf_raise_for_status(response)
+                    expected = _receive(response, part, have, remote, meter, cancel)
         except (Cancelled, ModelError):
             raise
         except Exception as exc:  # noqa: BLE001 - the partial stays; the next pull resumes it
             raise ModelError(f"the download of {remote.name} stopped ({type(exc).__name__}); "
                              "check your connection and pull again to resume") from None
     meter.verifying(remote.name)
-    _verify(part, remote)
+    _verify(part, remote, expected)
 
 
-def _verify(part: Path, remote: RemoteFile) -> None:
-    """Check size and hash of a finished `part`; delete it and raise ModelError if they differ."""
+def _receive(response, part: Path, have: int, remote: RemoteFile, meter: _Meter, cancel: threading.Event) -> int | None:
+    """Write `response`'s body to `part` (appended to its `have` bytes when the server honoured the
+    Range, from the start when it did not) and return the file's whole size as the server
+    announced it (None when it did not). A web page (text/html, or a body that starts as HTML: a
+    captive portal's login page sent with 200 OK) is refused before a byte of it is kept."""
+    announced = response.headers.get("Content-Length")
+    resumed = bool(have) and response.status_code == 206
+    if "text/html" in response.headers.get("Content-Type", "").lower():
+        raise ModelError(WEB_PAGE.format(name=remote.name))
+    if have and not resumed:  # the server ignored the Range: it sends the whole file
+        meter.found(remote.name, -have)
+    chunks, head = response.iter_bytes(), b""
+    for chunk in chunks:  # the first bytes, enough to tell a web page from the file
+        head += chunk
+        if len(head) >= 512:
+            break
+    if looks_like_web_page(head):
+        raise ModelError(WEB_PAGE.format(name=remote.name))
+    with part.open("ab" if resumed else "wb") as handle:
+        for chunk in _chained(head, chunks):  # as it arrives: a buffer would be lost on a drop
+            if cancel.is_set():
+                raise Cancelled(f"download of {remote.name} cancelled; pull again to resume")
+            handle.write(chunk)
+            meter.got(remote.name, len(chunk))
+    if announced is None or not announced.isdigit():
+        return remote.size
+    return int(announced) + (have if resumed else 0)
+
+
+def _chained(head: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if head:
+        yield head
+    yield from rest
+
+
+def _verify(part: Path, remote: RemoteFile, expected: int | None) -> None:
+    """Check a finished `part`: its size against `expected` (the hub's, else the server's; None:
+    unknown), its hash when the hub gave one, and its content (`engine.models.verify.check_file`).
+    A part that is short is kept for a resume; one that is wrong is deleted. Raises ModelError."""
+    if not part.is_file():
+        raise ModelError(f"the server sent nothing for {remote.name}; pull again, or try another mirror (HF_ENDPOINT)")
     size = part.stat().st_size
-    if size < remote.size:
-        raise ModelError(f"the connection ended {remote.size - size:,} bytes before the end of {remote.name}; "
+    if expected is not None and size < expected:
+        raise ModelError(f"the connection ended {expected - size:,} bytes before the end of {remote.name}; "
                          "pull again to resume")
     if remote.sha256:
-        expected, digest = remote.sha256, hashlib.sha256()
+        hash_expected, digest = remote.sha256, hashlib.sha256()
     elif remote.blob_id:
-        expected, digest = remote.blob_id, hashlib.sha1(usedforsecurity=False)
+        hash_expected, digest = remote.blob_id, hashlib.sha1(usedforsecurity=False)
         digest.update(f"blob {size}\0".encode())  # a git blob id hashes this header, then the content
     else:
-        expected, digest = None, None
+        hash_expected, digest = None, None
     if digest is not None:
         with part.open("rb") as handle:
             for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
                 digest.update(block)
-    if size != remote.size or (digest is not None and digest.hexdigest() != expected):
+    if (expected is not None and size != expected) or (digest is not None and digest.hexdigest() != hash_expected):
         part.unlink()
         raise ModelError(f"{remote.name} arrived damaged (its size or checksum differs from the hub's); "
                          "it was deleted: pull again to download it afresh")
+    try:
+        check_file(part, remote.name)
+    except ModelError as exc:
+        part.unlink()
+        raise ModelError(f"{exc}; it was deleted" if "web page" not in str(exc) else str(exc)) from None
 
 
 def _forget_other_commit(folder: Path, commit: str) -> None:

@@ -76,17 +76,22 @@ def compute_dtype_for(device: torch.device) -> torch.dtype:
 
 
 def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
-    """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers)."""
-    from safetensors import safe_open
+    """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers).
+    Raises ModelError naming the file when one is not a whole safetensors file (a folder an older
+    Halaman marked complete without checking its content)."""
+    from engine.models.verify import safetensors_shapes
 
     elements = 0
     for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                count = 1
-                for size in f.get_slice(name).get_shape():
-                    count *= size
-                elements += count
+        try:
+            shapes = safetensors_shapes(path, path.name)
+        except ModelError as exc:
+            raise ModelError(f"{exc} (in {folder}): delete that folder and pull the model again") from None
+        for shape in shapes.values():
+            count = 1
+            for size in shape:
+                count *= size
+            elements += count
     return elements * torch.empty((), dtype=dtype).element_size()
 
 
