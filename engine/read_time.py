@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import paths
+from engine.threads import others_busy_cores, usable_cores
 from engine.units import format_duration
 
 # A read planned to take at least this long (seconds) is a long read: the caller is asked first.
@@ -73,6 +74,7 @@ class ReadPlan:
     seconds: float
     measured: bool
     threads: int = 0   # CPU threads the rate is for (0: a GPU); rates are kept per thread count
+    busy_share: float = 1.0  # a guess's share of the idle rate left by other programs now (`cpu_share`)
 
     @property
     def is_long(self) -> bool:
@@ -84,7 +86,9 @@ class ReadPlan:
         rate = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s >= 10 else f"{self.tokens_per_s:.1f}"  # never "0"
         source = (f"{rate} tokens/s measured here" if self.measured
                   else "a guess: no read of this model measured yet on this computer"
-                  + (f" with {self.threads} thread{'s' if self.threads != 1 else ''}" if self.threads else ""))
+                  + (f" with {self.threads} thread{'s' if self.threads != 1 else ''}" if self.threads else "")
+                  + (f"; other programs are using the processor now: about {1 / self.busy_share:.1f}× longer"
+                     if self.busy_share < 1 else ""))
         return f"{self.tokens:,} tokens: about {format_duration(self.seconds)} on this computer ({source})"
 
 
@@ -122,14 +126,33 @@ def measured_rates(path: Path | None = None) -> dict[RateKey, float]:
     return {key: statistics.median(values) for key, values in rates.items()}
 
 
-def plan_read(tokens: int, key: RateKey, parameters: int, path: Path | None = None) -> ReadPlan:
+def cpu_share(threads: int, others_cores: float, cores: int) -> float:
+    """The share of an idle machine's rate that `threads` CPU threads get while other programs keep
+    `others_cores` cores busy on a machine of `cores`: 1 while they all fit, else
+    cores / (others_cores + threads), the scheduler's fair share. A GPU read (threads 0): 1. Pure."""
+    if threads <= 0:
+        return 1.0
+    wanted = max(0.0, others_cores) + threads
+    return 1.0 if wanted <= cores else cores / wanted
+
+
+def plan_read(tokens: int, key: RateKey, parameters: int, path: Path | None = None, *,
+              others_cores: float | None = None) -> ReadPlan:
     """The plan for prefilling `tokens` tokens: at the rate measured for `key`, else at
-    `guessed_rate(key.device, parameters)`."""
+    `guessed_rate(key.device, parameters)` times the share of the processor other programs leave
+    now (`cpu_share` with `others_cores`, the cores they keep busy; None: measured now, a quarter
+    of a second, `engine.threads.others_busy_cores`). A measured rate was measured under this
+    machine's usual load already; the guess is an idle machine's, and on a busy one the first plan
+    said "about 1 h" for a read of 7 h 38 min."""
     rate = measured_rate(key, path)
-    measured = rate is not None
+    measured, share = rate is not None, 1.0
     if rate is None:
-        rate = guessed_rate(key.device, parameters)
-    return ReadPlan(tokens=tokens, tokens_per_s=rate, seconds=tokens / rate, measured=measured, threads=key.threads)
+        if key.device == "cpu":
+            busy = others_busy_cores() if others_cores is None else others_cores
+            share = cpu_share(key.threads, busy, usable_cores())
+        rate = guessed_rate(key.device, parameters) * share
+    return ReadPlan(tokens=tokens, tokens_per_s=rate, seconds=tokens / rate, measured=measured, threads=key.threads,
+                    busy_share=share)
 
 
 def record_rate(key: RateKey, tokens: int, seconds: float, path: Path | None = None) -> bool:

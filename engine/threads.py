@@ -39,6 +39,30 @@ def idle_cores(sample_seconds: float = SAMPLE_SECONDS) -> int:
     return max(1, min(usable_cores(), idle))
 
 
+def cpu_sample() -> tuple[float, float, float]:
+    """(now, the system's busy CPU seconds, this process's CPU seconds): two of them apart tell the
+    cores other processes kept busy in between."""
+    system = psutil.cpu_times()
+    busy = system.user + system.nice + system.system + getattr(system, "irq", 0.0) + getattr(system, "softirq", 0.0)
+    own = psutil.Process().cpu_times()
+    return time.monotonic(), busy, own.user + own.system
+
+
+def others_between(first: tuple[float, float, float], second: tuple[float, float, float]) -> float:
+    """Cores other processes kept busy between two `cpu_sample`s: the system's busy CPU time less
+    this process's own, per second (this process's work is not "other", however busy)."""
+    then, busy_then, own_then = first
+    now, busy, own = second
+    return max(0.0, (busy - busy_then) - (own - own_then)) / max(now - then, 1e-3)
+
+
+def others_busy_cores(sample_seconds: float = SAMPLE_SECONDS) -> float:
+    """Cores other processes keep busy, measured over `sample_seconds` (`others_between`)."""
+    first = cpu_sample()
+    time.sleep(sample_seconds)
+    return others_between(first, cpu_sample())
+
+
 def choose_threads(requested: int = 0) -> int:
     """Threads for torch on the CPU: `requested` if > 0 (capped at `usable_cores`), else `idle_cores()`."""
     if requested > 0:
@@ -84,24 +108,17 @@ class ThreadGovernor:
         self.requested = requested
         self.threads = torch.get_num_threads()
         self.changes = 0  # how many times the count changed (reports and tests)
-        self._mark = self._sample()
-
-    def _sample(self) -> tuple[float, float, float]:
-        """(now, system busy CPU seconds, this process's CPU seconds)."""
-        system = psutil.cpu_times()
-        busy = system.user + system.nice + system.system + getattr(system, "irq", 0.0) + getattr(system, "softirq", 0.0)
-        own = psutil.Process().cpu_times()
-        return time.monotonic(), busy, own.user + own.system
+        self._mark = cpu_sample()
 
     def others_cores(self) -> float | None:
         """Cores other processes kept busy since the last decision, or None when too little time has
         passed to tell (the mark is kept, so the next call measures a longer span)."""
-        now, busy, own = self._sample()
-        then, busy_then, own_then = self._mark
-        if now - then < MIN_SAMPLE_S:
+        sample = cpu_sample()
+        if sample[0] - self._mark[0] < MIN_SAMPLE_S:
             return None
-        self._mark = (now, busy, own)
-        return max(0.0, (busy - busy_then) - (own - own_then)) / (now - then)
+        others = others_between(self._mark, sample)
+        self._mark = sample
+        return others
 
     def step(self) -> int:
         """Measure, set torch's thread count if the cores free for it changed, return the count."""

@@ -108,7 +108,7 @@ def test_the_guess_scales_with_the_model_size():
 def test_a_plan_says_how_long_and_where_its_rate_comes_from(tmp_path):
     flask = ReadPlan(tokens=520_143, tokens_per_s=144.0, seconds=520_143 / 144.0, measured=True)
     assert flask.describe() == "520,143 tokens: about 1 h 00 min on this computer (144 tokens/s measured here)"
-    guess = plan_read(520_143, KEY, 10 * REFERENCE_PARAMETERS, tmp_path / "none.json")
+    guess = plan_read(520_143, KEY, 10 * REFERENCE_PARAMETERS, tmp_path / "none.json", others_cores=0.0)
     assert guess.seconds == pytest.approx(520_143 / 14.4)
     assert guess.describe() == ("520,143 tokens: about 10 h 02 min on this computer "
                                 "(a guess: no read of this model measured yet on this computer with 2 threads)")
@@ -148,7 +148,7 @@ def test_a_long_read_is_asked_about_first_and_its_rate_is_kept(smol, home, tmp_p
     with pytest.raises(Cancelled, match=r"^Reading notes\.md was not started: \d+ tokens: about"):
         workspace.open(str(doc), before_prefill=ask)
     assert len(plans) == 1 and not plans[0].measured
-    assert plans[0].tokens_per_s == pytest.approx(guessed_rate("cpu", smol.parameters))
+    assert plans[0].tokens_per_s == pytest.approx(guessed_rate("cpu", smol.parameters) * plans[0].busy_share)
     assert workspace.session.document is None and workspace.cached_keys() == set()
     with pytest.raises(HalamanError, match="no document is open"):
         workspace.ask("What is the code word?")
@@ -177,3 +177,37 @@ def test_a_long_read_is_asked_about_first_and_its_rate_is_kept(smol, home, tmp_p
     monkeypatch.setattr(read_time, "LONG_READ_S", 600.0)
     assert not workspace.open(str(other), before_prefill=ask).report.prefix_hit
     assert len(plans) == 3
+
+
+def test_a_guess_on_a_busy_machine_counts_the_processor_other_programs_take(tmp_path):
+    """Issue 45: on a busy machine the first plan said "about 1 h 00 min" for a read that then
+    showed "7 h 38 min left": the guess is an idle machine's. Other programs keeping both cores
+    busy leave 2 threads 2 / (2 + 2) of the processor: twice as long, and the plan says why."""
+    from engine.read_time import cpu_share
+
+    assert cpu_share(2, 0.0, 2) == 1.0 and cpu_share(2, 2.0, 2) == 0.5 and cpu_share(1, 7.5, 2) == pytest.approx(2 / 8.5)
+    assert cpu_share(0, 7.5, 2) == 1.0  # a GPU read
+    idle = plan_read(520_143, KEY, 10 * REFERENCE_PARAMETERS, tmp_path / "none.json", others_cores=0.0)
+    busy = plan_read(520_143, KEY, 10 * REFERENCE_PARAMETERS, tmp_path / "none.json", others_cores=2.0)
+    assert busy.seconds == pytest.approx(2 * idle.seconds) and busy.busy_share == 0.5
+    assert busy.describe().endswith("other programs are using the processor now: about 2.0× longer)")
+    assert record_rate(KEY, 4096, 20.0, tmp_path / "rates.json")  # a measured rate was measured under load already
+    measured = plan_read(102_400, KEY, REFERENCE_PARAMETERS, tmp_path / "rates.json", others_cores=2.0)
+    assert measured.seconds == pytest.approx(500.0) and measured.busy_share == 1.0
+
+
+def test_other_programs_cores_are_measured_without_this_process(tmp_path):
+    """`others_busy_cores` counts what other processes keep busy (a child process spinning)."""
+    import subprocess
+    import sys
+    import time
+
+    from engine.threads import others_busy_cores
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.monotonic()\nwhile time.monotonic()-t<3: pass"])
+    try:
+        time.sleep(0.3)
+        assert others_busy_cores(0.5) >= 0.7, "a process spinning one core is other work"
+    finally:
+        child.kill()
+        child.wait()
