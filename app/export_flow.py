@@ -10,7 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog
 
-from engine.documents import Document, load_document
+from engine.documents import Document
+from engine.documents.parsed_cache import load_reusing
 from engine.errors import HalamanError
 from engine.history import conversation_markdown
 
@@ -56,7 +57,7 @@ def _read(path: str, settings) -> Document | None:
     """The document at `path` as Halaman reads it, None when it cannot be read now."""
     QGuiApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
     try:
-        return load_document(path, include_generated=settings.include_generated_files)
+        return load_reusing(path, include_generated=settings.include_generated_files)
     except HalamanError:
         return None
     finally:

@@ -10,7 +10,8 @@ sources name their document's file (`Source.document_source`), and its links nam
 ("title, page 3", `Source.cited_name`); such a click resolves in the library document of that file,
 with the passages measured on it.
 
-Reading a document's text needs no model: `engine.documents.load_document`, as the engine's open
+Reading a document's text needs no model: `engine.documents.load_document` (through its parsed copy,
+`engine.documents.parsed_cache`, when it was read before), as the engine's open
 does, so the pane's page numbers and passages' character offsets are those the answer was given.
 """
 
@@ -23,7 +24,8 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.answer import Source
 from engine.citations import normalise_label
-from engine.documents import Document, load_document
+from engine.documents import Document
+from engine.documents.parsed_cache import load_reusing
 from engine.errors import HalamanError
 from engine.library import DocumentRecord, file_signature
 
@@ -112,7 +114,7 @@ class SourceFlow(QObject):
 
         def read() -> None:
             try:
-                result: object = load_document(record.path, include_generated=include_generated)
+                result: object = load_reusing(record.path, include_generated=include_generated)
             except Exception as exc:  # noqa: BLE001 - handed to the GUI thread, which says it in one line
                 result = exc
             try:
