@@ -36,12 +36,14 @@ def load_int4(folder: Path, config, *, dense: bool, step_copy: bool) -> tuple[to
     head as `quantize_for_cpu(model, dense=dense, step_copy=step_copy)` makes them, in eval mode,
     and its parameter count outside the embeddings (`num_parameters(exclude_embeddings=True)`, the
     4-bit ones unpacked). None when the folder's safetensors do not name every parameter of the
-    model as the model does (no safetensors, or names transformers would rename while loading):
-    the caller then loads it the ordinary way. Raises ModelError when a tensor's shape differs
+    model as the model does (no safetensors, or names transformers would rename while loading), or
+    when its config names a quantization: the caller then loads it the ordinary way. Raises ModelError when a tensor's shape differs
     from the model's."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
+    if getattr(config, "quantization_config", None) is not None:
+        return None  # weights stored already quantized: transformers' own quantizer reads them
     files = _tensor_files(folder)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
