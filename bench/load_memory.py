@@ -101,6 +101,8 @@ def main() -> None:
                        **measure(checkout, spec, load == "shape-lean", Path(home), args.threads)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+        if checkout != common.REPO:  # a checkout inside this one would be scanned by tests/test_docs.py
+            subprocess.run(["git", "-C", str(common.REPO), "worktree", "remove", "--force", str(checkout)], check=True)
     for row in rows:
         for key in ("base_rss_bytes", "peak_rss_bytes", "end_rss_bytes", "weight_bytes", "peak_over_base_bytes"):
             row[key.replace("_bytes", "_gib")] = row[key] / GIB

@@ -5,7 +5,7 @@ where RAM allows (`engine.models.weight_format.choose_weights`).
 Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub id is downloaded
 once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`
 or without quantization. "int4" streams the folder's safetensors tensor by tensor into int4 layers
-(`engine.models.stream_load`: the float32 model is never held; the 1.5B shape peaked at 1.7 GiB of
+(`engine.models.stream_load`: the float32 model is never held; the 1.5B shape peaked at 1.8 GiB of
 RSS instead of 8.1, docs/BENCHMARKS.md §5i); a folder it cannot stream is loaded in float32 and every
 linear layer replaced in place (`engine.models.int4_cpu.quantize_for_cpu`). bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA
 but dequantizes every matrix on every call on a CPU. Tried and left: torchao 0.18's `quantize_`
