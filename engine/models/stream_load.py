@@ -2,8 +2,8 @@
 a time, never holding the float32 model.
 
 `from_pretrained` materializes every weight at the compute dtype before `quantize_for_cpu` replaces
-the linear layers: a 1.5B model peaked at 9.0 GiB of RSS for 1.1 GiB of int4 weights
-(docs/BENCHMARKS.md §5i). Here the model is built without weights (accelerate's
+the linear layers: the 1.5B shape peaked at 8.1 GiB of RSS for 1.2 GiB of int4 weights (1.8 GiB
+now; docs/BENCHMARKS.md §5i). Here the model is built without weights (accelerate's
 `init_empty_weights`: parameters on the meta device, buffers such as the rotary frequencies real),
 and each parameter is read from the safetensors file on its own (`safe_open`, which maps the file
 and copies nothing until a tensor is touched), cast to float32 exactly as `from_pretrained` casts
@@ -11,10 +11,10 @@ it, and either kept (embeddings, norms, biases) or quantized at once into an `In
 `Int8Linear` whose float32 copy is then dropped. The model is the one `from_pretrained` +
 `quantize_for_cpu` give, bit for bit (tests/test_stream_load.py).
 
-Each tensor is read through its own short-lived `safe_open`, and kept ones are copied out of the
-mapping: the file's pages leave the process with the tensor (a mapping held open counts every page
-read so far in the RSS), and no loaded tensor pins the cached file (Windows refuses to delete a
-mapped file).
+`safe_open` hands out views of its mapping of the file, whose pages count in the RSS while a view
+lives: each tensor is read through its own short-lived `safe_open` and copied out (also a float32
+one), so a quantized layer's pages leave with its float32 weight, and no kept tensor pins the
+cached file (Windows refuses to delete a mapped file).
 """
 
 from __future__ import annotations
