@@ -34,6 +34,8 @@ with the int4 weights, so they keep the kernel (docs/BENCHMARKS.md §5f).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from engine.models.weight_format import keeps_reading_copy, keeps_step_copy
@@ -49,6 +51,11 @@ PACK_BLOCK_OUT = 64
 """The packed layout interleaves output features in blocks of this many: packed layers concatenate
 along the output features only where every one but the last fills whole blocks (measured: a
 96-feature part fused with others gave wrong outputs)."""
+ROWS_PER_PASS = 16 * PACK_BLOCK_OUT
+"""Output features quantized at a time: whole packing blocks, so the blocks' codes concatenate
+exactly. Quantizing holds a few float32 temporaries the size of what it quantizes in one pass: a
+block keeps them to a few times 37 MB (1,024 × 8,960), where a 49,152 × 1,536 LM head in one pass
+held about 2 GB of them."""
 
 
 def dense_chunks() -> bool:
@@ -63,34 +70,34 @@ class Int4Linear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear, *, dense: bool = False) -> None:
         super().__init__()
-        weight = _groups(linear)
+        self._hold(linear, [self._quantize(rows, dense) for rows in _row_blocks(linear)])
+
+    @staticmethod
+    def _quantize(weight: torch.Tensor, dense: bool) -> tuple:
+        """One block of output features, float32 `[rows, groups, GROUP_SIZE]`: its packed codes,
+        scales and zeros, dense copy (or None) and no step copy (`_hold`'s parts)."""
         low, high = weight.amin(-1), weight.amax(-1)
         scale = ((high - low) / 15).clamp(min=torch.finfo(torch.bfloat16).tiny)
         codes = torch.round((weight - low[..., None]) / scale[..., None]).clamp(0, 15)
         zero = low + 8 * scale
-        self._pack(linear, codes.flatten(1), scale, zero)
         # dense: the same weights dequantized, for chunks (module docstring)
-        applied = (codes - 8) * _as_kernel_holds(scale) + _as_kernel_holds(zero)
-        self.register_buffer("dense", applied.flatten(1).to(torch.bfloat16) if dense else None)
-        self._keep_step_copy(None)
+        applied = ((codes - 8) * _as_kernel_holds(scale) + _as_kernel_holds(zero)).flatten(1).to(torch.bfloat16) if dense else None
+        return (*_packed(codes.flatten(1), scale, zero), applied, None, None)
 
-    def _keep_step_copy(self, applied: torch.Tensor | None) -> None:
-        """Hold `applied` [out, in] float32 as int8 codes with a bfloat16 scale per output feature
-        (module docstring), or no step copy for None."""
-        if applied is None:
-            self.register_buffer("step_codes", None)
-            self.register_buffer("step_scales", None)
-            return
-        scales = (applied.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
-        self.register_buffer("step_codes", torch.round(applied / scales.float()[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("step_scales", scales)
-
-    def _pack(self, linear: torch.nn.Linear, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> None:
-        """Hold `codes` [out, in'] (0..15) with `scale` and `zero` [out, in' / GROUP_SIZE] in the kernel's layout."""
+    def _hold(self, linear: torch.nn.Linear, blocks: list[tuple]) -> None:
+        """Hold the blocks of `_quantize` (packed codes, scales and zeros, dense copy, step codes,
+        step scales, in the order of the output features) as one layer: the kernel packs output
+        features in blocks of `PACK_BLOCK_OUT` on their own, so they concatenate exactly (`fuse`)."""
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1))
-        self.register_buffer("scales_and_zeros", torch.stack([scale.T, zero.T], -1).to(torch.bfloat16).contiguous())
+        self.register_buffer("packed", torch.cat([b[0] for b in blocks]))
+        self.register_buffer("scales_and_zeros", torch.cat([b[1] for b in blocks], 1).contiguous())
+        for index, name in ((2, "dense"), (3, "step_codes"), (4, "step_scales")):
+            self.register_buffer(name, None if blocks[0][index] is None else torch.cat([b[index] for b in blocks]))
         self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+
+    def _no_step_copy(self) -> None:
+        self.register_buffer("step_codes", None)
+        self.register_buffer("step_scales", None)
 
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
         return (x if x.dim() == 2 else x.reshape(-1, self.in_features)).to(torch.bfloat16)
@@ -119,16 +126,20 @@ class Int8Linear(Int4Linear):
 
     def __init__(self, linear: torch.nn.Linear, *, step_copy: bool = False) -> None:  # noqa: D107 - the class says it
         torch.nn.Module.__init__(self)
-        self.register_buffer("dense", None)  # the LM head runs on one row in a prefill
-        weight = _groups(linear)
+        self._hold(linear, [self._quantize(rows, step_copy) for rows in _row_blocks(linear)])
+
+    @staticmethod
+    def _quantize(weight: torch.Tensor, step_copy: bool) -> tuple:
+        """`Int4Linear._quantize` for 8-bit codes as two 4-bit planes, with the step copy if asked."""
         d = (weight.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny)
         q = torch.round(weight / d[..., None]).clamp(-127, 127)
         high = torch.floor(q / 16)
         low = q - 16 * high
         codes = torch.cat([(high + 8).flatten(1), low.flatten(1)], 1)
-        self._pack(linear, codes, torch.cat([16 * d, d], 1), torch.cat([torch.zeros_like(d), 8 * d], 1))
+        packed = _packed(codes, torch.cat([16 * d, d], 1), torch.cat([torch.zeros_like(d), 8 * d], 1))
         # the weights the two planes apply, with 16d and d as the kernel holds them
-        self._keep_step_copy((high * _as_kernel_holds(16 * d) + low * _as_kernel_holds(d)).flatten(1) if step_copy else None)
+        step = _step_copy((high * _as_kernel_holds(16 * d) + low * _as_kernel_holds(d)).flatten(1)) if step_copy else (None, None)
+        return (*packed, None, *step)  # no dense copy: the LM head runs on one row in a prefill
 
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
@@ -161,7 +172,7 @@ def fuse(parts: list[Int4Linear]) -> Int4Linear:
     fused.register_buffer("scales_and_zeros", torch.cat([p.scales_and_zeros for p in parts], 1))
     dense = None if any(p.dense is None for p in parts) else torch.cat([p.dense for p in parts])
     fused.register_buffer("dense", dense)
-    fused._keep_step_copy(None)
+    fused._no_step_copy()
     fused.bias = None
     if any(p.bias is not None for p in parts):
         biases = [p.bias if p.bias is not None else torch.zeros(p.out_features, device=p.packed.device) for p in parts]
@@ -176,6 +187,20 @@ def fuse(parts: list[Int4Linear]) -> Int4Linear:
     return fused
 
 
+def _packed(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`codes` [out, in'] (0..15) with `scale` and `zero` [out, in' / GROUP_SIZE] in the kernel's
+    layout: packed codes [out, in' / 2] uint8 and scales and zeros [in' / GROUP_SIZE, out, 2] bfloat16."""
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+    return packed, torch.stack([scale.T, zero.T], -1).to(torch.bfloat16)
+
+
+def _step_copy(applied: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`applied` [out, in] float32 as int8 codes [out, in] with a bfloat16 scale per output feature
+    (module docstring)."""
+    scales = (applied.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
+    return torch.round(applied / scales.float()[:, None]).clamp(-127, 127).to(torch.int8), scales
+
+
 def _as_kernel_holds(groups: torch.Tensor) -> torch.Tensor:
     """Per-group scales or zeros `[out, groups]` rounded to bfloat16 as the kernel holds them, as
     float32 `[out, groups, 1]` to broadcast over each group's weights."""
@@ -188,13 +213,17 @@ def fits(linear: torch.nn.Linear) -> bool:
     return linear.in_features % GROUP_SIZE == 0 and linear.out_features % OUT_MULTIPLE == 0
 
 
-def _groups(linear: torch.nn.Linear) -> torch.Tensor:
-    """The weight as float32 [out, in / GROUP_SIZE, GROUP_SIZE]; ValueError unless `fits(linear)`."""
+def _row_blocks(linear: torch.nn.Linear) -> Iterator[torch.Tensor]:
+    """The weight as float32 [rows, in / GROUP_SIZE, GROUP_SIZE], `ROWS_PER_PASS` output features
+    at a time (a block's float32 temporaries, not the whole matrix's, are what quantizing costs);
+    ValueError unless `fits(linear)`."""
     out_features, in_features = linear.weight.shape
     if not fits(linear):
         raise ValueError(f"low-bit CPU weights need input features in multiples of {GROUP_SIZE} and output features "
                          f"in multiples of {OUT_MULTIPLE}, got {in_features} -> {out_features}")
-    return linear.weight.detach().float().view(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
+    for first in range(0, out_features, ROWS_PER_PASS):
+        rows = linear.weight.detach()[first : first + ROWS_PER_PASS]
+        yield rows.float().view(rows.shape[0], in_features // GROUP_SIZE, GROUP_SIZE)
 
 
 def quantize_for_cpu(model: torch.nn.Module, *, dense: bool | None = None, step_copy: bool | None = None) -> None:

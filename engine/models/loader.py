@@ -4,8 +4,10 @@ where RAM allows (`engine.models.weight_format.choose_weights`).
 
 Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub id is downloaded
 once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`
-or without quantization; "int4" then replaces every linear layer in place
-(`engine.models.int4_cpu.quantize_for_cpu`). bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA
+or without quantization. "int4" streams the folder's safetensors tensor by tensor into int4 layers
+(`engine.models.stream_load`: the float32 model is never held; the 1.5B shape peaked at 1.8 GiB of
+RSS instead of 8.1, docs/BENCHMARKS.md §5i); a folder it cannot stream is loaded in float32 and every
+linear layer replaced in place (`engine.models.int4_cpu.quantize_for_cpu`). bitsandbytes' NF4 `Linear4bit` runs on CPU and CUDA
 but dequantizes every matrix on every call on a CPU. Tried and left: torchao 0.18's `quantize_`
 with `Int8WeightOnlyConfig` / `Int8DynamicActivationInt8WeightConfig` ran the LM head slower than
 float32 in eager mode and no faster compiled; torch's x86 dynamic int8 linear
@@ -30,6 +32,7 @@ from engine.models.gguf_convert import converted_folder, is_converted, no_transf
 from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
+from engine.models.stream_load import load_int4
 from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy, keeps_step_copy
 
 
@@ -125,18 +128,14 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
         held = choose_weights(weights, dev.type, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
     except ValueError as exc:
         raise ModelError(str(exc)) from None
-    model, tokenizer = _load_folder(folder, dev, dtype, held == "nf4")
+    bf16_matmuls = held == "int4" and dense_chunks()
+    copy, int8_steps = keeps_reading_copy(held, bf16_matmuls), keeps_step_copy(held, bf16_matmuls)
+    model, tokenizer, parameters = _load_folder(folder, dev, dtype, held, (copy, int8_steps))
     tokenizer_fp = hashlib.sha256(
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
-    parameters = model.num_parameters(exclude_embeddings=True)  # before int4 packs them into buffers
-    attention_dtype, int8_steps = None, False
-    if held == "int4":
-        bf16_matmuls = dense_chunks()
-        copy, int8_steps = keeps_reading_copy(held, bf16_matmuls), keeps_step_copy(held, bf16_matmuls)
-        quantize_for_cpu(model, dense=copy, step_copy=int8_steps)
-        if copy:  # its chunks already run in bfloat16: so does their attention (fused, AVX-512 BF16)
-            attention_dtype = torch.bfloat16
+    # int4 chunks with a bfloat16 copy already run in bfloat16: so does their attention (fused, AVX-512 BF16)
+    attention_dtype = torch.bfloat16 if copy else None
     weights_mode = str(dtype) if held == "full" else f"{held}-{dtype}"
     if held == "full":
         held = str(dtype).removeprefix("torch.")
@@ -221,7 +220,11 @@ def _download(repo_id: str) -> tuple[Path, str]:
     return folder, folder_fingerprint(folder)
 
 
-def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, quantize_4bit: bool):
+def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, held: str, copies: tuple[bool, bool]):
+    """The model held as `held` ("nf4", "int4" or "full"), its tokenizer, and its parameter count
+    outside the embeddings (4-bit ones unpacked). int4 streams the safetensors into int4 layers
+    (`engine.models.stream_load`; `copies`: the reading copy and the LM head's step copy), or, for a
+    folder it cannot stream, loads the float32 model and quantizes it in place."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
     try:
@@ -231,7 +234,7 @@ def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, quantiz
     if config.model_type not in SUPPORTED_MODEL_TYPES:
         raise ModelError(f"{folder.name} is a {config.model_type!r} model; Halaman runs {', '.join(SUPPORTED_MODEL_TYPES)} models")
     quant = None
-    if quantize_4bit:
+    if held == "nf4":
         # bitsandbytes tries to fetch an optional CPU kernel from the Hugging Face hub and logs a
         # warning when it cannot; its built-in kernel is used instead, so the warning is noise.
         logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
@@ -239,17 +242,26 @@ def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, quantiz
     try:
         with no_transformers_bars():
             tokenizer = AutoTokenizer.from_pretrained(folder)
+            streamed = load_int4(folder, config, dense=copies[0], step_copy=copies[1]) if held == "int4" else None
+            if streamed is not None:
+                model, parameters = streamed
+                return model, tokenizer, parameters
             model = AutoModelForCausalLM.from_pretrained(
                 folder, dtype=dtype, quantization_config=quant, device_map={"": str(device)}
             )
     except torch.cuda.OutOfMemoryError:
         raise ModelError(f"not enough GPU memory to load {folder.name}; choose a smaller model or the CPU") from None
+    except ModelError:
+        raise
     except Exception as exc:  # noqa: BLE001
         raise ModelError(f"could not load the model in {folder.name}: {type(exc).__name__}: {exc}") from None
     model.eval()
-    if quantize_4bit and device.type == "cpu":
+    parameters = model.num_parameters(exclude_embeddings=True)  # before int4 packs them into buffers
+    if held == "int4":
+        quantize_for_cpu(model, dense=copies[0], step_copy=copies[1])
+    if held == "nf4" and device.type == "cpu":
         _use_portable_cpu_4bit_kernel(model)
-    return model, tokenizer
+    return model, tokenizer, parameters
 
 
 def _use_portable_cpu_4bit_kernel(model: torch.nn.Module) -> None:

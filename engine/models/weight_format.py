@@ -5,8 +5,10 @@ Settings › Model say what the loader will really do."""
 from __future__ import annotations
 
 FULL_WEIGHTS_RAM_SHARE = 0.25
-"""On a CPU, "auto" converts to int4 when the full weights, which the loader holds while it converts
-them, take at most this share of RAM; above it bitsandbytes loads NF4 without holding them."""
+"""On a CPU, "auto" converts to int4 when the full weights take at most this share of RAM; above it
+bitsandbytes loads NF4. The rule dates from when the loader held the float32 weights while it
+converted them; it now streams a safetensors folder into int4 (`engine.models.stream_load`, peak
+about the int4 weights + 0.6-0.75 GiB), so int4's own size could decide instead (not changed yet)."""
 
 LABELS = {"nf4": "4-bit NF4", "int4": "4-bit int4"}
 """How each format is named for people; "full" is named by its dtype ("float32", "bfloat16")."""

@@ -1,0 +1,158 @@
+"""int4 weights streamed from the safetensors (engine.models.stream_load): the same model as
+from_pretrained + quantize_for_cpu, bit for bit, in a fraction of the memory."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_models import CONFIGS, tiny_model_folder
+from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+
+import engine.models.int4_cpu as int4_cpu
+from engine.models.gguf_convert import converted_folder
+from engine.models.int4_cpu import Int4Linear, Int8Linear, quantize_for_cpu
+from engine.models.loader import load_model
+from engine.models.source import default_gguf_path
+from engine.models.stream_load import load_int4
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folder():
+    return converted_folder(default_gguf_path())
+
+
+def tensors(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
+    """Every parameter and buffer by name, tied ones under each of their names."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    named.update(model.named_buffers(remove_duplicate=False))
+    return named
+
+
+def assert_same_model(streamed: torch.nn.Module, reference: torch.nn.Module) -> None:
+    ours, theirs = tensors(streamed), tensors(reference)
+    assert ours.keys() == theirs.keys()
+    for name, tensor in theirs.items():
+        other = ours[name]
+        assert (tensor is None) == (other is None), name
+        if tensor is not None:
+            assert other.dtype == tensor.dtype and torch.equal(other, tensor), name
+            assert other.device.type == "cpu" and not other.is_meta, name
+    assert streamed.generation_config.to_dict() == reference.generation_config.to_dict()
+    assert streamed.config._attn_implementation == reference.config._attn_implementation
+    ids = torch.arange(1000, 1090)[None]
+    with torch.no_grad():
+        assert torch.equal(streamed(ids).logits, reference(ids).logits)
+
+
+def reference_int4(folder, dense: bool, step_copy: bool) -> tuple[torch.nn.Module, int]:
+    """The model as the loader built it before streaming (float32 from_pretrained, then quantized in
+    place) and its parameters outside the embeddings, counted before quantizing."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    parameters = model.num_parameters(exclude_embeddings=True)
+    quantize_for_cpu(model, dense=dense, step_copy=step_copy)
+    return model, parameters
+
+
+@pytest.mark.parametrize("dense, step_copy", [(False, True), (True, False)])
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_streamed_int4_is_the_quantized_float_model_bit_for_bit(tmp_path, tokenizer_folder, family, dense, step_copy):
+    folder = tiny_model_folder(tmp_path, family, tokenizer_folder)
+    streamed = load_int4(folder, AutoConfig.from_pretrained(folder), dense=dense, step_copy=step_copy)
+    assert streamed is not None, "fell back to loading the whole model"
+    model, parameters = streamed
+    reference, reference_parameters = reference_int4(folder, dense, step_copy)
+    assert parameters == reference_parameters
+    assert_same_model(model, reference)
+
+
+def test_the_embedded_model_loads_as_int4_without_from_pretrained(tokenizer_folder, monkeypatch):
+    """The app's default: a tied LM head (its own 8-bit copy of the float32 embedding), streamed
+    through load_model, never through from_pretrained, and the model it always was."""
+    reference, parameters = reference_int4(tokenizer_folder, dense=False, step_copy=True)
+    import engine.models.loader as loader
+
+    monkeypatch.setattr(loader, "dense_chunks", lambda: False)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("from_pretrained holds the float32 model")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse)
+    loaded = load_model("default", device="cpu", weights="int4")
+    assert isinstance(loaded.decoder.lm_head, Int8Linear) and loaded.decoder.lm_head.step_codes is not None
+    assert loaded.parameters == parameters > 0
+    assert_same_model(loaded.decoder.model, reference)
+
+
+def test_a_folder_without_safetensors_falls_back_to_the_whole_load(tmp_path, tokenizer_folder):
+    folder = tiny_model_folder(tmp_path, "llama", tokenizer_folder)
+    (folder / "model.safetensors").unlink()  # as a folder holding only another format
+    assert load_int4(folder, AutoConfig.from_pretrained(folder), dense=False, step_copy=False) is None
+
+
+@pytest.mark.parametrize("layer, option", [(Int4Linear, "dense"), (Int8Linear, "step_copy")])
+def test_quantizing_in_row_blocks_is_the_one_pass_result(monkeypatch, layer, option):
+    """A layer quantized 64 output features at a time holds what one pass over the whole matrix holds."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 400)
+    whole = layer(linear, **{option: True})
+    monkeypatch.setattr(int4_cpu, "ROWS_PER_PASS", 64)
+    blocks = layer(linear, **{option: True})
+    for name, tensor in whole.named_buffers():
+        assert torch.equal(dict(blocks.named_buffers())[name], tensor), name
+    x = torch.randn(3, 96)
+    assert torch.equal(blocks(x), whole(x))
+
+
+# A model whose float32 decoder weights (24 layers, 290 MB) dwarf one layer's (12 MB) and the int4
+# result (~50 MB): streaming rose the peak RSS by ~70 MB, from_pretrained + quantize_for_cpu by ~420 MB.
+MEMORY_CONFIG = dict(vocab_size=2048, hidden_size=512, intermediate_size=1536, num_hidden_layers=24,
+                     num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
+
+PEAK_CHILD = """
+import json, sys
+from pathlib import Path
+import accelerate, safetensors, torch  # noqa: F401 - imported before the peak is reset, as the load's own imports
+from transformers import AutoConfig, AutoModelForCausalLM
+from engine.models.int4_cpu import quantize_for_cpu
+from engine.models.stream_load import load_int4
+
+def status(field):  # kB in /proc/self/status
+    line = next(line for line in open("/proc/self/status") if line.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+folder = Path(sys.argv[1])
+config = AutoConfig.from_pretrained(folder)
+with torch.device("meta"):  # the model's code imported and run once: its cost is not the load's
+    AutoModelForCausalLM.from_config(config)
+with open("/proc/self/clear_refs", "w") as handle:
+    handle.write("5")  # the peak (VmHWM) starts again from the RSS now (Linux 4.0+)
+base = status("VmRSS")
+if sys.argv[2] == "stream":
+    model, _ = load_int4(folder, config, dense=False, step_copy=True)
+else:
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    quantize_for_cpu(model, dense=False, step_copy=True)
+print(json.dumps({"rise": status("VmHWM") - base}))
+"""
+
+
+def peak_rise(folder, how: str) -> int:
+    """Bytes the process's peak RSS rose by while loading `folder` as int4 `how` ("stream" or
+    "whole"), in a fresh process whose imports are done before the peak is reset."""
+    done = subprocess.run([sys.executable, "-c", PEAK_CHILD, str(folder), how], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])["rise"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resets the peak RSS through /proc (Linux)")
+def test_loading_holds_one_layer_of_float32_weights_not_the_model(tmp_path):
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(Qwen2Config(**MEMORY_CONFIG), dtype=torch.bfloat16).save_pretrained(tmp_path)
+    with torch.device("meta"):
+        layers = AutoModelForCausalLM.from_config(Qwen2Config(**MEMORY_CONFIG)).model.layers
+    model_float32 = 4 * sum(m.weight.numel() for m in layers.modules() if isinstance(m, torch.nn.Linear))
+    streamed = peak_rise(tmp_path, "stream")
+    whole = peak_rise(tmp_path, "whole")
+    assert whole > model_float32  # the measurement sees a load that holds the float32 model
+    assert streamed < model_float32 / 2, f"streaming rose the peak RSS by {streamed / 2**20:.0f} MiB"
