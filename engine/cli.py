@@ -22,6 +22,7 @@ from engine.cli_history import add_history_command, record_answer
 from engine.cli_library import add_library_command
 from engine.cli_models import add_models_command, print_warning
 from engine.errors import HalamanError
+from engine.prompt import check_question
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
 from engine.units import format_bytes, format_duration, size_ratio
@@ -227,8 +228,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
-    if not args.question.strip():  # before the model loads, not after
-        raise HalamanError("the question is empty: type a question about the document")
+    check_question(args.question)  # before the model loads, not after
     settings = _cloud_settings(args, settings)
     err = sys.stderr
     # Read the document before loading the model: a bad file is reported in a second, not after
@@ -354,8 +354,7 @@ def _cmd_find(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
-    if not args.question.strip():
-        raise HalamanError("the question is empty: type a question about the document")
+    check_question(args.question)
     bar = _ProgressBar()
     try:
         document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),

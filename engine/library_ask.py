@@ -42,14 +42,13 @@ from pathlib import Path
 
 import torch
 
-from engine.answer import Answer, DraftStats, Source, StopReason
+from engine.answer import Answer, Source, StopReason
 from engine.attended import AttendedSpan
 from engine.documents import Document
-from engine.errors import Cancelled, HalamanError
-from engine.estimate import QUESTION_RESERVE_TOKENS
+from engine.errors import HalamanError
 from engine.evidence.select import Selection, Turn, select
-from engine.generate import AnswerBuilder, answer_question
-from engine.grounding import DocumentWords
+from engine.generate import Asked, answer_frame, recall_budget
+from engine.prompt import check_question
 from engine.kvcache.archive import ArchiveError
 from engine.kvcache.cache import CompressedCache
 from engine.kvcache.span_recall import SpanRecaller
@@ -57,7 +56,8 @@ from engine.models.loader import LoadedModel
 from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
 from engine.prefix_store import PrefixStore
 from engine.recall_plan import RecallSource
-from engine.session import REREAD_RECALL_TOKENS, DocumentSession, OpenReport, Progress, reread_keys_values
+from engine.recall_source import reread_keys_values
+from engine.session import DocumentSession, OpenReport, Progress
 from engine.settings import EngineSettings
 from engine.text_index import QUESTION_WORDS, TextIndex, terms
 from engine.threads import ThreadGovernor
@@ -148,7 +148,6 @@ class LibraryAsk:
         self._index: TextIndex | None = None
         self._owners: list[tuple[int, int]] = []  # library index row -> (document, span)
         self._names: list[set[str]] = []          # each document's name terms (title and file name)
-        self._words: dict[int, DocumentWords] = {}  # each document's folded text, for `_unsupported`
         # The conversation: the cache the last answer left (a follow-up goes on from it) and its turn.
         self._conversation: CompressedCache | None = None
         self._turn: LibraryTurn | None = None
@@ -239,11 +238,9 @@ class LibraryAsk:
         return {d for d, n in votes.items() if n == most}
 
     def _budget(self, archived: bool) -> int:
-        """Recalled tokens a library question may read (as for one document: `DocumentSession._select`)."""
-        room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
-        if not archived:  # re-read before the first token
-            room = min(room, REREAD_RECALL_TOKENS)
-        return max(0, min(self.settings.recall.recall_tokens, room))
+        """Recalled tokens a library question may read (`engine.generate.recall_budget`, as for one
+        document; re-read before the first token unless every document is `archived`)."""
+        return recall_budget(self.settings, self.model.profile.max_positions, reread=not archived)
 
     def _library_index(self) -> TextIndex:
         if self._index is None:
@@ -266,18 +263,17 @@ class LibraryAsk:
             self._index.close()
         self._index, self._owners, self._names = None, [], []
         self._conversation, self._turn = None, None
-        self._words = {}
 
     # ---------------------------------------------------------------- ask
     def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None, max_new_tokens: int | None = None) -> LibraryAnswer:
         """Answer `question` from the spans `choose` picks in the library's documents, streaming
-        text pieces to `on_text`; `follow_up` goes on from the previous answer (a first question
-        when there is none, or it was cancelled). Cancelling keeps what was generated (stop_reason "cancelled").
+        text pieces to `on_text` (`engine.generate.answer_frame`, recalling by `LibraryStream`);
+        `follow_up` goes on from the previous answer (a first question when there is none, or it
+        was cancelled). Cancelling keeps what was generated (stop_reason "cancelled").
         Raises HalamanError when the library is empty, the question is empty, recall is off, or
         an archive block is damaged (that document's archive is dropped: ask again to re-read)."""
-        if not question.strip():
-            raise HalamanError("the question is empty: type a question about the documents")
+        check_question(question, "the documents")
         if self.settings.recall.recall_tokens < 1:
             raise HalamanError("recall is off (Settings › Advanced › Recall): a library question reads chosen pages "
                                "of each document, so it needs recall on")
@@ -287,46 +283,20 @@ class LibraryAsk:
         picks = self.choose(question, previous)
         if not picks:
             raise HalamanError("no page of the library fits the recall budget: raise it in Settings › Advanced › Recall")
-        chose_s = time.perf_counter() - began
-        parts, positions = self._stream(picks)
-        n_stream = parts[-1].offset + parts[-1].length
+        stream = LibraryStream(self, picks, time.perf_counter() - began)
         first = self.sessions[picks[0].document]
-        decoder = self.model.decoder
-        governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
-        policy = first.opened.snapshot.policy.replace(position_mode="compact")
         if previous is not None:
             cache, question_ids = conversation, first.question_ids(question, follow_up=True)
         else:  # empty, its stream past the library's: focus hides it and renumbers the recalled tokens
-            cache, question_ids = decoder.new_cache(policy, "compact"), first.question_ids(question)
-            cache.seen_tokens = n_stream
-        decoding = first.decoding(max_new_tokens)
-        built = AnswerBuilder(self.model.tokenizer, began, on_text, None)
-        drafts, stop, hook = DraftStats(), StopReason.CANCELLED, None
-        try:
-            hook = self._recaller(parts, positions, n_stream, policy, governor, cancel)
-            hook.stats.score_s = chose_s
-            hook.stats.spans = tuple(f"{pick.title}: {self.sessions[pick.document].opened.span_label(span)}"
-                                     for pick in picks for span in pick.selection.chosen)
-            hook.stats.signals = tuple(c.signal for pick in picks for c in pick.selection.reasons())
-            hook.stats.reasons = tuple(c.reason for pick in picks for c in pick.selection.reasons())
-            stop = answer_question(decoder, cache, question_ids, built, drafts, decoding, recaller=hook,
-                                   cancel=cancel, governor=governor)
-        except Cancelled:
-            stop = StopReason.CANCELLED
-        finally:
-            cache.release_workspace()
-        split = built.finish()
-        sources, passages = ([], {}) if hook is None else self._sources(
-            parts, {pick.document for pick in picks}, hook.token_attention([layer.recalled for layer in cache.layers]).double())
-        answer = Answer(
-            question=question, text=split.answer, token_ids=built.generated, prompt_tokens=n_stream + len(question_ids),
-            time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
-            prefix_hit=hook is not None and not hook.stats.reread, stop_reason=stop, mean_logprob=built.mean_logprob(),
-            kv=cache.memory(), recall=hook.stats if hook else None, sources=sources, drafts=drafts,
-            reasoning=split.reasoning,
-        )
-        if stop is not StopReason.CANCELLED:
-            answer.unsupported = self._unsupported(picks, answer.text, question)
+            cache, question_ids = self.model.decoder.new_cache(stream.policy, "compact"), first.question_ids(question)
+            cache.seen_tokens = stream.n_stream
+        # Every picked document is consulted (a list, not `all`'s shortcut): each says once that it was just read.
+        hit = all([self.sessions[pick.document].opened.take_prefix_hit() for pick in picks])
+        asked = Asked(question, question_ids, cache, stream.n_stream + len(question_ids), hit, began)
+        threads = self.settings.threads if self.model.device.type == "cpu" else None
+        answer, passages = answer_frame(self.model.decoder, self.model.tokenizer, asked, stream,
+                                        first.decoding(max_new_tokens), threads=threads, on_text=on_text, cancel=cancel)
+        if answer.stop_reason is not StopReason.CANCELLED:
             self._conversation, self._turn = cache, LibraryTurn(question, picks)
         return LibraryAnswer(answer, picks, passages)
 
@@ -448,8 +418,38 @@ class LibraryAsk:
         """Names in the answer that none of the documents it read contains (`engine.grounding`)."""
         missing: list[str] | None = None
         for pick in picks:
-            if pick.document not in self._words:  # folding a book's text takes 0.06 s: once per document
-                self._words[pick.document] = DocumentWords(self.sessions[pick.document].document.render())
-            found = self._words[pick.document].unsupported(text, question)
+            found = self.sessions[pick.document].opened.words().unsupported(text, question)
             missing = found if missing is None else [name for name in missing if name in found]
         return missing or []
+
+
+class LibraryStream:
+    """How a library question recalls (an `engine.generate.QuestionRecall`): the picked spans of
+    every document laid side by side in one stream (`LibraryAsk._stream`), read where each document
+    keeps them (`LibraryAsk._recaller`), and the attention they received mapped back to each
+    document's pages (`LibraryAsk._sources`)."""
+
+    def __init__(self, library: LibraryAsk, picks: list[LibraryPick], chose_s: float) -> None:
+        self.library, self.picks, self.chose_s = library, picks, chose_s
+        self.parts, self.positions = library._stream(picks)
+        self.n_stream = self.parts[-1].offset + self.parts[-1].length
+        self.policy = library.sessions[picks[0].document].opened.snapshot.policy.replace(position_mode="compact")
+
+    def hook(self, cache: CompressedCache, governor: ThreadGovernor | None, cancel: threading.Event | None) -> SpanRecaller:
+        library, picks = self.library, self.picks
+        hook = library._recaller(self.parts, self.positions, self.n_stream, self.policy, governor, cancel)
+        hook.stats.score_s = self.chose_s
+        hook.stats.spans = tuple(f"{pick.title}: {library.sessions[pick.document].opened.span_label(span)}"
+                                 for pick in picks for span in pick.selection.chosen)
+        hook.stats.signals = tuple(c.signal for pick in picks for c in pick.selection.reasons())
+        hook.stats.reasons = tuple(c.reason for pick in picks for c in pick.selection.reasons())
+        return hook
+
+    def sources(self, cache: CompressedCache, hook: SpanRecaller | None) -> tuple[list[Source], dict[int, list[AttendedSpan]]]:
+        if hook is None:
+            return [], {}
+        mass = hook.token_attention([layer.recalled for layer in cache.layers]).double()
+        return self.library._sources(self.parts, {pick.document for pick in self.picks}, mass)
+
+    def unsupported(self, text: str, question: str) -> list[str]:
+        return self.library._unsupported(self.picks, text, question)

@@ -38,26 +38,24 @@ import torch
 import transformers
 
 from engine import paths, read_time
-from engine.answer import Answer, DraftStats, StopReason
+from engine.answer import Answer, StopReason
 from engine.documents import Document, load_document
 from engine.documents.names import check_unicode
 from engine.errors import CacheStoreError, Cancelled, HalamanError, SettingsError, halaman_errors_only
 from engine.estimate import QUESTION_RESERVE_TOKENS, full_cache_bytes, kv_peak_bytes
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
-from engine.kvcache.recall import RecallHook, Recaller
-from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.memory import MemoryReport, measure
-from engine.models.decoder import CompressedDecoder
 from engine.models.loader import LoadedModel
 from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
-from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
+from engine.prompt import PrefixEncoding, chat_layout, check_question, encode_document, follow_up_suffix, question_suffix
 from engine.read_time import RateKey, ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import CachePolicy, EngineSettings
 from engine.evidence.select import Selection, Turn, select
-from engine.generate import AnswerBuilder, Decoding, answer_question, stop_token_ids
+from engine.generate import Asked, Decoding, answer_frame, recall_budget, stop_token_ids
 from engine.open_document import OpenDocument, PendingRead
+from engine.recall_source import question_recall
 from engine.read_checkpoint import ReadCheckpoints
 from engine.spans import DocumentSpans
 from engine.text_index import IndexDamaged
@@ -65,11 +63,6 @@ from engine.threads import ThreadGovernor, apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.
 SNAPSHOT_FORMAT = "halaman-kv-1"
-# Spans re-read from their token ids (no archive: the document is not read yet, or its archive does
-# not fit the disk) are prefilled before the first answer token, so they are held to fewer tokens
-# than an archive recall reads: the selection puts the best spans first, and a page with
-# distractors around it is answered worse than the page alone (engine.kvcache.span_recall).
-REREAD_RECALL_TOKENS = 2048
 UNREAD_REASON = ("the document is not read whole yet: each question re-reads the parts it chooses from their "
                  "token ids")
 """The recall plan's reason while a document opened index first is not read (`DocumentSession.read`)."""
@@ -170,7 +163,6 @@ class DocumentSession:
         # questions and the spans they read, and the question being answered.
         self._conversation: CompressedCache | None = None
         self._turns: list[Turn] = []
-        self._turn = Turn("", ())
         self._filling: CompressedCache | None = None  # the cache a running prefill is filling
         self._stop_ids = stop_token_ids(model.tokenizer, getattr(model.decoder.model, "generation_config", None))
         # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
@@ -468,67 +460,44 @@ class DocumentSession:
         cancel: threading.Event | None = None,
         max_new_tokens: int | None = None,
     ) -> Answer:
-        """Answer `question` about the open document, streaming text pieces to `on_text`.
+        """Answer `question` about the open document, streaming text pieces to `on_text`
+        (`engine.generate.answer_frame`, recalling by `engine.recall_source.question_recall`).
 
         Starts from a fork of the document snapshot (`CompressedCache.fork`: it stays as it is)
         unless `follow_up` continues the previous answer. Cancelling keeps what was generated
-        (stop_reason "cancelled"). Raises HalamanError when no document is open or the question is
-        empty.
+        (stop_reason "cancelled"). Raises HalamanError when no document is open, the question is
+        empty, or a block of its archive is damaged (the archive is dropped: ask again).
         """
         opened = self._open
         if opened is None:
             raise HalamanError("no document is open: open a document first (it may have failed to load)")
-        if not question.strip():
-            raise HalamanError("the question is empty: type a question about the document")
+        check_question(question)
         began = time.perf_counter()
         if follow_up and self._conversation is not None:
             cache, suffix = self._conversation, follow_up_suffix(self.layout, question)
         else:
             cache, suffix = opened.snapshot.fork(), question_suffix(self.layout, question)
         self._conversation = None
-        prefilled_for_this, opened.prefilled = opened.prefilled, False
         suffix_ids = self._encode(suffix)
-        decoder = self.model.decoder
         history = self._turns if follow_up else []
-        # The cores free now, re-decided while the spans are re-read and the answer decodes.
-        governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
         decoding = self.decoding(max_new_tokens)
-        lookup = opened.prompt_lookup(suffix_ids) if decoding.drafts else None
-        built = AnswerBuilder(self.model.tokenizer, began, on_text, lookup)
-        drafts = DraftStats()
-        stop, recaller, scores_before = StopReason.MAX_TOKENS, None, None
+        asked = Asked(question, suffix_ids, cache, opened.report.document_tokens + len(suffix_ids),
+                      opened.take_prefix_hit(), began, opened.prompt_lookup(suffix_ids) if decoding.drafts else None)
+        recall, turn = question_recall(opened, self.model, self.settings, question, history)
         try:
-            # Inside the try: re-reading the chosen spans (tens of seconds on a slow CPU) stops on cancel.
-            recaller = self._recaller(question, history, governor, cancel)
-            # A document the cache keeps whole is never recalled: its attention is the scores' growth.
-            if recaller is None and self.recall_plan.source is RecallSource.WHOLE:
-                scores_before = cache.score_snapshot()
-            stop = answer_question(decoder, cache, suffix_ids, built, drafts, decoding, lookup=lookup,
-                                   recaller=recaller, cancel=cancel, governor=governor)
-        except Cancelled:
-            stop = StopReason.CANCELLED
+            answer, passages = answer_frame(self.model.decoder, self.model.tokenizer, asked, recall, decoding,
+                                            threads=self._threads(), on_text=on_text, cancel=cancel)
         except ArchiveError as error:  # a block read for this question differs from its digest
             raise self._archive_damaged(error) from None
-        finally:
-            cache.release_workspace()
-        split = built.finish()
-        if stop is not StopReason.CANCELLED:
+        answer.passages = passages
+        if answer.stop_reason is not StopReason.CANCELLED:
             self._conversation = cache  # a follow-up continues from here
-            self._turns = [*history, self._turn]
-        if recaller is not None:
-            sources, passages = opened.sources(recaller.token_attention([layer.recalled for layer in cache.layers]).double())
-        elif scores_before is not None:
-            sources, passages = opened.sources(cache.attention_since(scores_before, opened.report.document_tokens))
-        else:
-            sources, passages = [], []
-        return Answer(
-            question=question, text=split.answer, token_ids=built.generated,
-            prompt_tokens=opened.report.document_tokens + len(suffix_ids),
-            time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
-            prefix_hit=not prefilled_for_this and opened.pending_read is None, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
-            recall=recaller.stats if recaller else None, sources=sources, passages=passages,
-            drafts=drafts, reasoning=split.reasoning,
-        )
+            self._turns = [*history, turn]
+        return answer
+
+    def _threads(self) -> int | None:
+        """The settings' CPU threads for a `ThreadGovernor`; None on a GPU (no governor)."""
+        return self.settings.threads if self.model.device.type == "cpu" else None
 
     def memory(self) -> MemoryReport:
         """Weights / KV / workspace / free now, on the model's device. During `open`, call it only
@@ -707,54 +676,9 @@ class DocumentSession:
             history.append(Turn(earlier, chosen.chosen_index))
         return self._select(question, history, spans)
 
-    def _select(self, question: str, history: Sequence[Turn], spans: DocumentSpans | None = None, *,
-                reread: bool = False) -> Selection:
-        recall = self.settings.recall
-        room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
-        if reread:
-            room = min(room, REREAD_RECALL_TOKENS)
-        return select(spans if spans is not None else self.spans, question,
-                      budget_tokens=max(0, min(recall.recall_tokens, room)), max_spans=recall.max_spans, history=history)
-
-    def _recaller(self, question: str, history: Sequence[Turn], governor: ThreadGovernor | None = None,
-                  cancel: threading.Event | None = None) -> RecallHook | None:
-        """How this question recalls, by the open document's `recall_plan`: the spans
-        `engine.evidence.select` chooses (`SpanRecaller`, from the archive or re-read), or archive
-        blocks chosen layer by layer by the question's attention (`Recaller`; also when no span is
-        chosen and there is an archive). None: the plan does not recall, the recall budget is 0
-        now, or no span was chosen and there is no archive. Remembers the spans read as the
-        conversation's last turn."""
-        recall, opened = self.settings.recall, self._open
-        self._turn = Turn(question, ())
-        if recall.recall_tokens < 1 or not self.recall_plan.recalls:
-            return None
-        if self.recall_plan.by_spans:
-            began = time.perf_counter()
-            selection = self._select(question, history, reread=opened.archive is None)
-            if selection.chosen:
-                self._turn = Turn(question, selection.chosen_index)
-                positions = torch.tensor(opened.spans.recall_positions(selection.chosen))
-                if opened.archive is not None:
-                    hook = SpanRecaller(opened.archive, positions, focus=recall.focus)
-                else:
-                    hook = SpanRecaller.reread(self._reread(positions, governor, cancel), positions, opened.spans.n_tokens)
-                    hook.stats.reread = True
-                hook.stats.spans = tuple(opened.span_label(span) for span in selection.chosen)
-                hook.stats.signals = tuple(c.signal for c in selection.reasons())
-                hook.stats.reasons = tuple(c.reason for c in selection.reasons())
-                hook.stats.score_s = time.perf_counter() - began
-                return hook
-        if opened.archive is None:
-            return None
-        decoder = self.model.decoder
-        return Recaller(opened.archive, recall.recall_tokens, decoder.rope, decoder.scaling)
-
-    def _reread(self, positions: torch.Tensor, governor: ThreadGovernor | None = None,
-                cancel: threading.Event | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        """Every layer's keys and values of the open document's prefix tokens at `positions`
-        (`reread_keys_values`). Raises Cancelled when `cancel` is set (checked between chunks)."""
-        return reread_keys_values(self.model.decoder, torch.tensor(self._open.ids)[positions], self._open.snapshot.policy,
-                                  governor=governor, cancel=cancel)
+    def _select(self, question: str, history: Sequence[Turn], spans: DocumentSpans) -> Selection:
+        return select(spans, question, budget_tokens=recall_budget(self.settings, self.model.profile.max_positions, reread=False),
+                      max_spans=self.settings.recall.max_spans, history=history)
 
     def _resolve_policy(self, n_tokens: int) -> CachePolicy:
         policy = self.settings.cache
@@ -834,20 +758,6 @@ class DocumentSession:
         self.store = None
         self.notices.append(f"the prefix cache stopped working and is off for this session: {error}")
         return False
-
-
-def reread_keys_values(decoder: CompressedDecoder, ids: torch.Tensor, policy: CachePolicy, *,
-                       governor: ThreadGovernor | None = None, cancel: threading.Event | None = None
-                       ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """Every layer's keys (before RoPE) and values of the token ids `ids` `[R]`, prefilled on
-    their own at positions 0..R-1 in a cache of `policy` widened to hold them all (span recall
-    without an archive: `SpanRecaller.reread`). `governor` re-decides the CPU threads between
-    chunks. Returns layer -> (keys, values) `[kv_heads, R, head_dim]`. Raises Cancelled when
-    `cancel` is set (checked between chunks)."""
-    policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens), position_mode="original")
-    capture = SpanCapture()
-    decoder.prefill(ids, decoder.new_cache(policy, "original"), archive=capture, governor=governor, cancel=cancel)
-    return capture.keys_values()
 
 
 def evicted_notice(label: str) -> str:

@@ -44,12 +44,12 @@ from engine.documents import Document, PasswordRequiredError, WrongPasswordError
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
 from engine.evidence.select import FoundSpan, found_spans
-from engine.grounding import DocumentWords
 from engine.kvcache.recall import RecallStats
 from engine.library_ask import LibraryAnswer, LibraryAsk, unmatched_note
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
+from engine.prompt import check_question
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
 from engine.read_time import ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource
@@ -332,7 +332,6 @@ class Workspace:
         self._store: PrefixStore | None = None
         self._store_tried = False            # opened once (a store that cannot be used is not retried)
         self.notices: list[str] = []         # for the next open's warnings, once
-        self._words: tuple[Document, DocumentWords] | None = None  # the open document's, folded once
         self._library: LibraryAsk | None = None   # the documents of the last library question, open index first
         self._library_paths: tuple[str, ...] = ()  # the paths it was built from (some may have failed to open)
         self._library_skipped: list[str] = []      # "title or path: why" for each of them that could not be opened
@@ -410,15 +409,7 @@ class Workspace:
         states that the document does not contain in `Answer.unsupported` (`engine.grounding`).
         Raises HalamanError when no document is open or the question is empty."""
         self.ensure_model()
-        answer = self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
-        if answer.stop_reason != StopReason.CANCELLED and self.session.document is not None:
-            answer.unsupported = self._document_words(self.session.document).unsupported(answer.text, question)
-        return answer
-
-    def _document_words(self, document: Document) -> DocumentWords:
-        if self._words is None or self._words[0] is not document:
-            self._words = (document, DocumentWords(document.render()))
-        return self._words[1]
+        return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
 
     def find(self, question: str, *, document: Document | None = None, after: Sequence[str] = (),
              limit: int = 10) -> list[FoundSpan]:
@@ -472,8 +463,7 @@ class Workspace:
         """Answer `question` from the documents of `paths` the question picks (`engine.library_ask`;
         `answer.unsupported` is set there), opened by `open_library`. Raises HalamanError when the
         question is empty or no document could be opened, Cancelled, and what `LibraryAsk.ask` raises."""
-        if not question.strip():
-            raise HalamanError("the question is empty: type a question about the documents")
+        check_question(question, "the documents")  # before any document is opened
         return self.open_library(paths, cancel=cancel).ask(question, on_text=on_text, cancel=cancel)
 
     def open_library(self, paths: Sequence[str], *, cancel: threading.Event | None = None,

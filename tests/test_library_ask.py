@@ -195,6 +195,41 @@ def test_a_follow_up_keeps_the_documents_read_and_goes_on_as_alone(smol, store):
     assert f"book: page {NEEDLE_PAGE}" in follow.answer.recall.spans
 
 
+def same_sources(library_sources, sources) -> list[tuple]:
+    """A library answer's sources, less the document they name, against one document's: the same
+    pages in the same order, their shares equal up to float32 rounding (the library's cache holds
+    only the stream, the document's its whole snapshot, hidden in focus)."""
+    assert all(source.document == "book" for source in library_sources)
+    return [(s.label, s.page, s.path, pytest.approx(s.share, abs=1e-5)) for s in library_sources] == [
+        (s.label, s.page, s.path, s.share) for s in sources]
+
+
+def test_one_answer_frame_gives_a_library_of_one_document_the_documents_own_answer(smol, store):
+    """The answer frame exists once: a library of one document and that document asked alone give,
+    token for token, the same answer with the same `Answer` fields, first question and follow-up.
+    The document was read whole before without an archive, so both re-read its spans from a saved
+    reading: no prefill before either answer (`prefix_hit`), whoever asks."""
+    no_archive = settings().replace(recall=settings().recall.replace(archive=False))
+    DocumentSession(smol, no_archive, store).open(book())  # the saved reading, without an archive
+    alone = DocumentSession(smol, settings(), store)
+    assert alone.open(book()).prefix_hit and alone.opened.archive is None
+    library = library_of(smol, store, [book()])
+    try:
+        answers = [library.ask(QUESTION).answer, library.ask("Say the number again.", follow_up=True).answer]
+        references = [alone.ask(QUESTION), alone.ask("Say the number again.", follow_up=True)]
+    finally:
+        library.close()
+        alone.close()
+    for answer, reference in zip(answers, references, strict=True):
+        assert answer.recall.reread and reference.recall.reread
+        assert answer.token_ids == reference.token_ids and answer.text == reference.text
+        assert (answer.prefix_hit, answer.unsupported, answer.stop_reason, answer.prompt_tokens) == (
+            reference.prefix_hit, reference.unsupported, reference.stop_reason, reference.prompt_tokens)
+        assert reference.prefix_hit, "read whole before, nothing prefilled for this answer"
+        assert answer.sources and same_sources(answer.sources, reference.sources)
+    assert COMBINATION in answers[0].text
+
+
 def test_a_document_kept_whole_is_answered_from_its_snapshot_without_re_reading(smol, store):
     whole = settings().replace(cache=settings().cache.replace(budget_tokens=4096, window_tokens=512, residual_tokens=64))
     session = DocumentSession(smol, whole, None)
