@@ -114,7 +114,7 @@ def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> lis
         path = f"{spec['document_folder']}/{question['doc']}.pdf" if "doc" in question else spec["document"]
         by_document.setdefault(path, []).append(question)
     recall = settings.recall
-    room = 8192 - 512 - settings.max_new_tokens  # SmolLM2's positions, as DocumentSession._select
+    room = 8192 - 512 - settings.max_new_tokens  # SmolLM2's positions, as engine.generate.recall_budget
     budget = min(recall.recall_tokens, room)
     rows = []
     for path, questions in by_document.items():

@@ -217,7 +217,7 @@ def recall_line(stats, plan: RecallPlan | None, pairs: int = 0) -> str:
 
 def _cmd_ask(args: argparse.Namespace) -> int:
     from engine.documents import load_document
-    from engine.session import reading_progress
+    from engine.progress import reading_progress
     from engine.workspace import Workspace
 
     if args.library:
@@ -348,7 +348,7 @@ def _cmd_find(args: argparse.Namespace) -> int:
     import json
 
     from engine.documents import load_document
-    from engine.session import reading_progress
+    from engine.progress import reading_progress
     from engine.workspace import Workspace
 
     settings = _settings_from(args)
@@ -540,7 +540,7 @@ class _ProgressBar:
     def update(self, progress) -> None:
         from tqdm import tqdm
 
-        from engine.session import Phase
+        from engine.progress import Phase
 
         if progress.phase is not self._phase:
             self.close()

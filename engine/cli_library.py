@@ -56,7 +56,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
     stderr; the rest are added), 130 when Ctrl-C stopped it."""
     from engine.cli import _ProgressBar as ProgressBar
     from engine.documents import load_document
-    from engine.session import reading_progress
+    from engine.progress import reading_progress
     from engine.settings import load_settings
     from engine.workspace import Workspace
 

@@ -57,7 +57,9 @@ from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
 from engine.prefix_store import PrefixStore
 from engine.recall_plan import RecallSource
 from engine.recall_source import reread_keys_values
-from engine.session import DocumentSession, OpenReport, Progress
+from engine.open_document import OpenReport
+from engine.progress import Progress
+from engine.session import DocumentSession
 from engine.settings import EngineSettings
 from engine.text_index import QUESTION_WORDS, TextIndex, terms
 from engine.threads import ThreadGovernor

@@ -10,9 +10,9 @@ could share one model.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,20 +21,69 @@ from engine.attended import AttendedSpan, attended_spans
 from engine.documents import Document
 from engine.grounding import DocumentWords
 from engine.kvcache.archive import Archive, ArchiveLayout, ArchiveWriter
-from engine.kvcache.cache import CompressedCache
+from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.prompt import PrefixEncoding
 from engine.prompt_lookup import PromptLookup
 from engine.read_checkpoint import ReadCheckpoints
-from engine.recall_plan import RecallPlan
+from engine.read_time import ReadPlan
+from engine.recall_plan import RecallPlan, RecallSource
 from engine.settings import CachePolicy
 from engine.spans import DocumentSpans
-
-if TYPE_CHECKING:  # types only: the session defines the report, and imports this module
-    from engine.session import OpenReport
 
 # Sources below this share of the recalled attention are not listed.
 SOURCE_MIN_SHARE = 0.05
 SOURCES_MAX = 5
+
+
+class RecallGap(enum.Enum):
+    """What a document that needed an archive (one the cache does not keep whole) does without one,
+    as the first words of its warning: its recall plan (`engine.recall_plan`) is OFF, or it REREADs
+    the spans it chooses from their token ids for each question (slower answers)."""
+
+    OFF = "recall is off for this document"
+    REREAD = "recall re-reads the parts it chooses for each question (slower answers)"
+
+
+@dataclass(frozen=True)
+class RecallNotice:
+    """A `RecallGap` and what caused it; `str()` is the warning's line."""
+
+    gap: RecallGap
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.gap.value}: {self.why}"
+
+    @classmethod
+    def of(cls, plan: RecallPlan) -> RecallNotice | None:
+        """The warning of a plan whose document has no archive although it needs one, else None."""
+        if plan.archive_missing is None:
+            return None
+        return cls(RecallGap.REREAD if plan.source is RecallSource.REREAD else RecallGap.OFF, plan.archive_missing)
+
+
+@dataclass
+class OpenReport:
+    """What opening a document did and cost."""
+
+    title: str
+    kind: str
+    document_tokens: int
+    prefix_hit: bool
+    position_mode: str
+    seconds: float              # whole open, reading included
+    prefill_seconds: float      # 0 on a prefix-cache hit
+    prefill_tokens_per_s: float
+    kv: MemoryBreakdown
+    full_fp16_bytes: int        # what a full 16-bit cache of the document would take
+    warnings: list[str] = field(default_factory=list)
+    pages: int | None = None
+    threads: int = 0            # CPU threads the prefill ran with (0: no prefill, or on a GPU)
+    recall_notice: RecallNotice | None = None  # the document needed an archive and has none (also in `warnings`)
+    recall_plan: RecallPlan | None = None      # where its questions' recalled tokens come from
+    unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
+    read_plan: ReadPlan | None = None  # when unread: how long its whole read will take on this machine
+    read_from: int = 0          # when unread: tokens an earlier read kept (`engine.read_checkpoint`), where its read goes on
 
 
 @dataclass

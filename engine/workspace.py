@@ -53,7 +53,9 @@ from engine.prompt import check_question
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
 from engine.read_time import ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource
-from engine.session import CONVERTING_MODEL_UNIT, DocumentSession, OpenReport, Phase, Progress
+from engine.open_document import OpenReport
+from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress
+from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).

@@ -171,7 +171,7 @@ def test_the_prefill_bar_shows_the_sessions_rate_and_time_left_not_tqdms(capsys)
     import re
 
     from engine.cli import _ProgressBar
-    from engine.session import Phase, Progress
+    from engine.progress import Phase, Progress
 
     bar = _ProgressBar()
     bar.update(Progress(Phase.PREFILL, 512, 2048, "tokens", tokens_per_s=364.0, eta_s=4.2))
