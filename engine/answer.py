@@ -47,7 +47,7 @@ class Source:
     layers, heads, the question and the answer's tokens. From the model's attention, not from text
     matching. page / path as in `engine.documents.Segment`. document / document_source: the title
     and the file or folder (`Document.source`) of the document it is in, for an answer over several
-    (`engine.library_ask`); None for one document's answer.
+    (`engine.open_library`); None for one document's answer.
     """
 
     label: str

@@ -147,12 +147,12 @@ def source_text(source) -> str:
 def ask_library(question: str, args: argparse.Namespace, settings) -> int:
     """`halaman ask --library QUESTION`: open every document of the library index first (a saved
     reading is reused, others are answered from their index), answer from the ones the question
-    picks (`engine.library_ask`), print the answer and a report (or, with `--json`, one JSON
+    picks (`engine.open_library`), print the answer and a report (or, with `--json`, one JSON
     object). Exit status 0; 130 when Ctrl-C stopped it. Raises HalamanError for an empty library
     or question."""
     from engine.cli import _ProgressBar as ProgressBar
     from engine.cli import answer_cautions
-    from engine.library_ask import unmatched_note
+    from engine.open_library import unmatched_note
     from engine.units import format_bytes
     from engine.workspace import Workspace
 
@@ -201,9 +201,9 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
         answered = asking.ask(question, cancel=cancel,
                               on_text=None if args.json else (lambda piece: print(piece, end="", flush=True)))
         answer = answered.answer
-        saved = sum(not session.unread for session in asking.sessions)
+        saved = sum(not opened.unread for opened in asking.documents)
         read = [{"title": pick.title, "score": round(pick.score, 2),
-                 "spans": [asking.sessions[pick.document].opened.span_label(span) for span in pick.selection.chosen]}
+                 "spans": [asking.documents[pick.document].span_label(span) for span in pick.selection.chosen]}
                 for pick in answered.picks]
         recall = answer.recall
         how = (f"re-read {recall.tokens_recalled // max(1, workspace.model.profile.num_layers * workspace.model.profile.kv_heads):,}"
@@ -216,7 +216,7 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
                 "sources": [{"document": s.document, "file": s.document_source, "label": s.label, "page": s.page, "path": s.path,
                              "share": round(s.share, 4)} for s in answer.sources],
                 "documents_read": read,
-                "library": {"documents": len(asking.sessions), "saved_readings": saved, "skipped": skipped},
+                "library": {"documents": len(asking.documents), "saved_readings": saved, "skipped": skipped},
                 "timings": {"open_s": round(open_s, 3), "ttft_s": round(answer.time_to_first_token_s, 3),
                             "decode_tokens_per_s": round(answer.decode_tokens_per_s, 2)},
                 "recall": {"reread": recall.reread, "bytes_read": recall.bytes_read},
@@ -224,8 +224,8 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
             }, ensure_ascii=False))
             return 0
         print("\n\n--- report ---")
-        print(f"library         {len(asking.sessions)} documents ({saved} with a saved reading, "
-              f"{len(asking.sessions) - saved} answered from their index), opened in {format_duration(open_s)}")
+        print(f"library         {len(asking.documents)} documents ({saved} with a saved reading, "
+              f"{len(asking.documents) - saved} answered from their index), opened in {format_duration(open_s)}")
         print("read            " + "; ".join(f"{r['title']}: {', '.join(r['spans'])}" for r in read))
         print(f"recall          {how}")
         print(f"TTFT            {answer.time_to_first_token_s:.2f} s")

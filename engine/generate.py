@@ -5,7 +5,7 @@
     stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller)
 
 `answer_frame` is the one answer frame around them that a document's question
-(`engine.session.DocumentSession.ask`) and a library's (`engine.library_ask.LibraryAsk.ask`) both
+(`engine.session.DocumentSession.ask`) and a library's (`engine.open_library.OpenLibrary.ask`) both
 call: clock, thread governor, recall, decoding, release, sources, the `Answer`.
 
 Shaped after gpt-fast's generate.py (github.com/pytorch-labs/gpt-fast): `pick` chooses a token from
@@ -88,6 +88,14 @@ class Decoding:
     def drafts(self) -> bool:
         """Whether prompt-lookup drafts are checked: only in greedy decoding, whose output they keep."""
         return self.draft_tokens > 0 and self.temperature <= 0
+
+
+def decoding_for(model, settings, stop_ids: frozenset[int], max_new_tokens: int | None = None) -> Decoding:
+    """How `model` (`engine.models.loader.LoadedModel`) decodes answers with `settings`
+    (`Decoding.of`): on the CPU it keeps the dequantized cache between steps (dequantizing and
+    rotating the whole cache dominated each step; a GPU does it fast enough to keep its memory for
+    the budget instead: `LayerKV.attend`). `max_new_tokens` overrides the settings' length limit."""
+    return Decoding.of(settings, stop_ids, reuse_workspace=model.device.type == "cpu", max_new_tokens=max_new_tokens)
 
 
 def refresh_recall(answer_tokens: int) -> bool:
@@ -299,7 +307,7 @@ def recall_budget(settings, max_positions: int, *, reread: bool) -> int:
 
 class QuestionRecall(Protocol):
     """Where one question's recalled tokens come from and where the attention they received goes
-    back to (`engine.recall_source` for one document, `engine.library_ask` for a library)."""
+    back to (`engine.recall_source` for one document, `engine.open_library` for a library)."""
 
     def hook(self, cache: CompressedCache, governor: ThreadGovernor | None,
              cancel: threading.Event | None) -> RecallHook | None:

@@ -20,7 +20,8 @@ from engine.answer import Source
 from engine.attended import AttendedSpan, attended_spans
 from engine.documents import Document
 from engine.grounding import DocumentWords
-from engine.kvcache.archive import Archive, ArchiveLayout, ArchiveWriter
+from engine.errors import HalamanError
+from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.prompt import PrefixEncoding
 from engine.prompt_lookup import PromptLookup
@@ -222,6 +223,37 @@ class OpenDocument:
             self._lookup = PromptLookup(self.ids)
         self._lookup.reset(context_ids)
         return self._lookup
+
+    @property
+    def recall_source(self) -> RecallSource:
+        """Where a library question gets its tokens (one vocabulary with `engine.recall_plan`):
+        ARCHIVE (read whole, archive kept), WHOLE (read whole and kept whole by the cache: every
+        token is in its snapshot) or REREAD (not read whole yet, or its archive is missing:
+        prefilled again from its token ids)."""
+        if self.archive is not None:
+            return RecallSource.ARCHIVE
+        if not self.unread and self.recall_plan is not None and self.recall_plan.source is RecallSource.WHOLE:
+            return RecallSource.WHOLE
+        return RecallSource.REREAD
+
+    def keys_values_at(self, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(keys before RoPE, values) `[kv_heads, len(positions), head_dim]` float32 of `layer` at the
+        prefix `positions` (`[R]`), from its archive (ARCHIVE) or its snapshot (WHOLE), and the
+        archive bytes read (0 from the snapshot). Raises HalamanError when an archive block differs
+        from its digest (the archive is dropped: the next question re-reads its pages), ValueError
+        for a position its snapshot does not hold (REREAD: nothing to read here)."""
+        archive = self.archive
+        if archive is None:
+            keys, values = self.snapshot.layers[layer].keys_values_at(positions, torch.float32)
+            return keys, values, 0
+        try:
+            fields = archive.read(layer, positions.expand(archive.layout.kv_heads, -1).contiguous())
+        except ArchiveError as error:
+            self.drop_archive()
+            raise HalamanError(f"{self.document.title}: a block of its saved reading is damaged ({error}); "
+                               "ask again to re-read its pages") from None
+        keys, values = archive.decode(fields, torch.float32)
+        return keys, values, sum(t.nbytes for t in fields.values())
 
     def drop_archive(self) -> None:
         """Stop recalling from the archive (found damaged): close it; the file is the store's."""

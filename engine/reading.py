@@ -43,7 +43,7 @@ from engine.models.loader import LoadedModel
 from engine.open_document import OpenDocument, OpenReport, PendingRead, RecallNotice
 from engine.prefix_store import PrefixConfig, PrefixStore, PrefixTooLargeError
 from engine.progress import Phase, PrefillClock, Progress, reading_progress
-from engine.prompt import PrefixEncoding, chat_layout, encode_document
+from engine.prompt import PrefixEncoding, chat_layout, encode_document, follow_up_suffix, question_suffix
 from engine.read_checkpoint import ReadCheckpoints
 from engine.read_time import RateKey, ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
@@ -315,6 +315,12 @@ class Reader:
         ids = tokenizer(head, add_special_tokens=False)["input_ids"] if head else []
         ids += tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         return ids + tokenizer(tail, add_special_tokens=False)["input_ids"]
+
+    def question_ids(self, question: str, *, follow_up: bool = False) -> list[int]:
+        """Token ids of a first question after the prefix (`engine.prompt.question_suffix`), or of
+        a follow-up after an answer (`follow_up_suffix`): the template, the question and the
+        template that opens the answer."""
+        return self.encode((follow_up_suffix if follow_up else question_suffix)(self.layout, question))
 
     def encode_document(self, document: Document) -> PrefixEncoding:
         """Token ids of the document prefix, with where each segment and the text start in them."""

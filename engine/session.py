@@ -27,7 +27,7 @@ from engine.documents import Document
 from engine.errors import HalamanError
 from engine.estimate import kv_peak_bytes
 from engine.evidence.select import Selection, Turn, select
-from engine.generate import Asked, Decoding, answer_frame, recall_budget, stop_token_ids
+from engine.generate import Asked, Decoding, answer_frame, decoding_for, recall_budget, stop_token_ids
 from engine.kvcache.archive import ArchiveError
 from engine.kvcache.cache import CompressedCache
 from engine.memory import MemoryReport, measure
@@ -35,7 +35,7 @@ from engine.models.loader import LoadedModel
 from engine.open_document import OpenDocument, OpenReport
 from engine.prefix_store import PrefixConfig, PrefixStore
 from engine.progress import Progress
-from engine.prompt import check_question, follow_up_suffix, question_suffix
+from engine.prompt import check_question
 from engine.read_time import ReadPlan
 from engine.reading import Reader
 from engine.recall_plan import RecallPlan
@@ -58,9 +58,6 @@ class DocumentSession:
         self._conversation: CompressedCache | None = None
         self._turns: list[Turn] = []
         self._stop_ids = stop_token_ids(model.tokenizer, getattr(model.decoder.model, "generation_config", None))
-        # On the CPU, dequantizing and rotating the whole cache dominated each decode step; a GPU
-        # does it fast enough to keep its memory for the budget instead (LayerKV.attend).
-        self._reuse_workspace = model.device.type == "cpu"
 
     @property
     def settings(self) -> EngineSettings:
@@ -132,13 +129,12 @@ class DocumentSession:
         """Token ids of a first question after the prefix (`engine.prompt.question_suffix`), or of
         a follow-up after an answer (`follow_up_suffix`): the template, the question and the
         template that opens the answer."""
-        return self.reader.encode((follow_up_suffix if follow_up else question_suffix)(self.layout, question))
+        return self.reader.question_ids(question, follow_up=follow_up)
 
     def decoding(self, max_new_tokens: int | None = None) -> Decoding:
         """How this session's answers are decoded (the settings' sampling and drafting, the model's
         stop tokens); `max_new_tokens` overrides the settings' length limit."""
-        return Decoding.of(self.settings, self._stop_ids, reuse_workspace=self._reuse_workspace,
-                           max_new_tokens=max_new_tokens)
+        return decoding_for(self.model, self.settings, self._stop_ids, max_new_tokens)
 
     @property
     def document(self) -> Document | None:
@@ -209,12 +205,10 @@ class DocumentSession:
             raise HalamanError("no document is open: open a document first (it may have failed to load)")
         check_question(question)
         began = time.perf_counter()
-        if follow_up and self._conversation is not None:
-            cache, suffix = self._conversation, follow_up_suffix(self.layout, question)
-        else:
-            cache, suffix = opened.snapshot.fork(), question_suffix(self.layout, question)
+        goes_on = follow_up and self._conversation is not None
+        cache = self._conversation if goes_on else opened.snapshot.fork()
         self._conversation = None
-        suffix_ids = self.reader.encode(suffix)
+        suffix_ids = self.question_ids(question, follow_up=goes_on)
         history = self._turns if follow_up else []
         decoding = self.decoding(max_new_tokens)
         asked = Asked(question, suffix_ids, cache, opened.report.document_tokens + len(suffix_ids),
