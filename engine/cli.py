@@ -21,11 +21,12 @@ from pathlib import Path
 from engine.cli_history import add_history_command, record_answer
 from engine.cli_library import add_library_command
 from engine.cli_models import add_models_command, print_warning
+from engine.cli_report import ProgressBar, answer_cautions, attended_spans_text
 from engine.errors import HalamanError
 from engine.prompt import check_question
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
-from engine.units import format_bytes, format_duration, size_ratio
+from engine.units import format_bytes, size_ratio
 
 EXIT_ERROR = 1
 EXIT_CANCELLED = 130
@@ -33,7 +34,7 @@ EXIT_CANCELLED = 130
 
 def main(argv: list[str] | None = None) -> int:
     """Run the headless command line with `argv`. Returns the process exit code."""
-    parser = _parser()
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(parser_argv(argv))
     if args.command is None:
@@ -61,12 +62,20 @@ def parser_argv(argv: list[str]) -> list[str]:
     return argv
 
 
+def command_names() -> set[str]:
+    """The names of the `halaman` commands ("ask", "find", "library", ...): a word the command line
+    takes as a command, not as a file to open (`app.entry`)."""
+    # argparse keeps its subcommands in a private action class: read here, once, not by callers
+    return next(set(action.choices) for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+
+
 READ_WHEN = ("later", "after", "first")
 """`halaman ask --read`: when a document not read before is read whole (`DocumentSession.open`'s
 read_now, `DocumentSession.read`)."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The `halaman` command line's parser (its commands and options; `command_names` lists the commands)."""
     parser = argparse.ArgumentParser(prog="halaman", description="Ask questions about whole documents with a local model.")
     parser.set_defaults(command=None)
     parser.add_argument("--self-test", action="store_true", help="same as the self-test command")
@@ -233,7 +242,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     err = sys.stderr
     # Read the document before loading the model: a bad file is reported in a second, not after
     # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
-    bar = _ProgressBar()
+    bar = ProgressBar()
     try:
         document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
                                  include_generated=settings.include_generated_files)
@@ -308,22 +317,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def answer_cautions(answer, settings: EngineSettings) -> list[str]:
-    """What a reader should know before trusting a local answer, one plain line each: the model
-    was unsure of its words (`engine.cloud.policy.low_confidence`), it named things the document
-    does not contain (`engine.grounding.unsupported_note`). [] for a sound answer."""
-    from engine.cloud.policy import low_confidence
-    from engine.grounding import unsupported_note
-
-    cautions = []
-    if low_confidence(answer, settings):
-        cautions.append(f"low confidence: the model was unsure of its words ({answer.mean_logprob:.2f} per token)")
-    if answer.unsupported:
-        cautions.append(unsupported_note(answer.unsupported))
-    return cautions
-
-
-def _read_after(args: argparse.Namespace, workspace, bar: _ProgressBar, cancel: threading.Event) -> None:
+def _read_after(args: argparse.Namespace, workspace, bar: ProgressBar, cancel: threading.Event) -> None:
     """The whole read of a document answered before it was read (`--read after`), or the line that
     says it was not read."""
     err = sys.stderr
@@ -355,7 +349,7 @@ def _cmd_find(args: argparse.Namespace) -> int:
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
     check_question(args.question)
-    bar = _ProgressBar()
+    bar = ProgressBar()
     try:
         document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
                                  include_generated=settings.include_generated_files)
@@ -523,77 +517,6 @@ def _known_shapes() -> list[str]:
     from engine.estimate import KNOWN_SHAPES
 
     return sorted(KNOWN_SHAPES)
-
-
-class _ProgressBar:
-    """tqdm bars on stderr: one per phase; during prefill the session's own tokens/s and time left
-    (`Progress.tokens_per_s` / `eta_s`, from `PrefillClock`), not tqdm's: the first event arrives
-    after the first chunk is done, so tqdm's clock would count that chunk as free (a 562-token
-    file showed 2.2k tokens/s against the report's 364)."""
-
-    PREFILL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
-
-    def __init__(self) -> None:
-        self._bar = None
-        self._phase = None
-
-    def update(self, progress) -> None:
-        from tqdm import tqdm
-
-        from engine.progress import Phase
-
-        if progress.phase is not self._phase:
-            self.close()
-            self._phase = progress.phase
-            if progress.phase in (Phase.PREFILL, Phase.READING) and progress.total > 1:
-                prefill = progress.phase is Phase.PREFILL
-                self._bar = tqdm(total=progress.total, unit=f" {progress.unit}", desc=progress.phase.value, file=sys.stderr,
-                                 unit_scale=progress.unit == "tokens", dynamic_ncols=True, smoothing=0,
-                                 bar_format=self.PREFILL_FORMAT if prefill else None)
-        if self._bar is not None:
-            if progress.phase is Phase.PREFILL:
-                self._bar.set_postfix_str(prefill_rate_text(progress), refresh=False)
-            self._bar.update(progress.done - self._bar.n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-
-
-def attended_spans_text(answer, document) -> str:
-    """`--show-spans`' lines: one attended passage a line, or why there is none."""
-    from engine.attended import PASSAGE_MIN_SHARE, describe
-
-    if answer.passages:
-        return "\n                ".join(describe(p, document, file_lines=_file_lines(document, p.segment_index))
-                                         for p in answer.passages)
-    if answer.sources:  # block recall spreads the attention over many tokens: no line reaches the floor
-        return f"none: no sentence or line got {PASSAGE_MIN_SHARE:.0%} of the recalled attention"
-    return "none (recall off, or nothing recalled was attended)"
-
-
-def _file_lines(document, index: int) -> list[int] | None:
-    """The file's own line numbers for segment `index` of a folder or a text file (None for a PDF
-    page, or when the file no longer aligns with what was read)."""
-    from engine.documents.lines import file_line_numbers
-
-    segment = document.segments[index]
-    if document.kind == "pdf":
-        return None
-    path = Path(document.source) / segment.path if segment.path else Path(document.source)
-    return file_line_numbers(path, segment.text)
-
-
-def prefill_rate_text(progress) -> str:
-    """'364 tokens/s, 1 min 05 s left' from a prefill `Progress` (empty parts left out; tqdm puts
-    ', ' before it)."""
-    parts = []
-    if progress.tokens_per_s > 0:
-        parts.append(f"{progress.tokens_per_s:,.0f} tokens/s")
-    if progress.eta_s is not None:
-        parts.append(f"{format_duration(progress.eta_s)} left")
-    return ", ".join(parts)
 
 
 # ------------------------------------------------------------------ self-test

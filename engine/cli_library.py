@@ -54,7 +54,7 @@ def remember_document(library: Library, opened: OpenResult) -> int:
 def _cmd_add(args: argparse.Namespace) -> int:
     """Exit status 0 when every document was added, 1 when one failed (each failure one line on
     stderr; the rest are added), 130 when Ctrl-C stopped it."""
-    from engine.cli import _ProgressBar as ProgressBar
+    from engine.cli_report import ProgressBar
     from engine.documents import load_document
     from engine.progress import reading_progress
     from engine.settings import load_settings
@@ -150,8 +150,7 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
     picks (`engine.open_library`), print the answer and a report (or, with `--json`, one JSON
     object). Exit status 0; 130 when Ctrl-C stopped it. Raises HalamanError for an empty library
     or question."""
-    from engine.cli import _ProgressBar as ProgressBar
-    from engine.cli import answer_cautions
+    from engine.cli_report import ProgressBar, answer_cautions
     from engine.open_library import unmatched_note
     from engine.units import format_bytes
     from engine.workspace import Workspace
