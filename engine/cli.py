@@ -283,6 +283,23 @@ def _cmd_ask(args: argparse.Namespace) -> int:
             record_answer(opened, args.question, workspace.answer_record(answer))
         except (sqlite3.Error, OSError) as exc:  # the answer is printed already: say it was not kept, do not fail
             print(f"halaman: the answer was not kept in the history ({exc})", file=err)
+    _print_report(report, answer, settings, workspace)
+    if answer.sources:
+        print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
+    for caution in answer_cautions(answer, settings):
+        print(f"check           {caution}")
+    if args.show_spans:
+        print("attended spans  " + attended_spans_text(answer, document))
+    if report.unread:
+        _read_after(args, workspace, bar, cancel)
+    if args.cloud or args.cloud_auto:
+        return _ask_cloud_after(args, workspace, answer, cancel)
+    return 0
+
+
+def _print_report(report, answer, settings: EngineSettings, workspace) -> None:
+    """`halaman ask`'s report after the answer: the document, the cache, the prefix cache, timings,
+    decoding and recall (`report`: the document's `OpenReport`)."""
     policy = settings.cache
     profile = workspace.model.profile if workspace.model is not None else None
     pairs = profile.num_layers * profile.kv_heads if profile is not None else 0
@@ -304,17 +321,6 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"{drafts_note(answer.drafts)}\n"
         f"recall          {recall_line(answer.recall, report.recall_plan, pairs)}"
     )
-    if answer.sources:
-        print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
-    for caution in answer_cautions(answer, settings):
-        print(f"check           {caution}")
-    if args.show_spans:
-        print("attended spans  " + attended_spans_text(answer, document))
-    if report.unread:
-        _read_after(args, workspace, bar, cancel)
-    if args.cloud or args.cloud_auto:
-        return _ask_cloud_after(args, workspace, answer, cancel)
-    return 0
 
 
 def _read_after(args: argparse.Namespace, workspace, bar: ProgressBar, cancel: threading.Event) -> None:

@@ -210,24 +210,6 @@ def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: to
     return StopReason.MAX_TOKENS
 
 
-def answer_question(decoder: CompressedDecoder, cache: CompressedCache, question_ids: list[int], built: AnswerBuilder,
-                    drafts: DraftStats, decoding: Decoding, *, lookup: PromptLookup | None = None,
-                    recaller: RecallHook | None = None, cancel: threading.Event | None = None,
-                    governor: ThreadGovernor | None = None) -> StopReason:
-    """Prefill the question's token ids (`[Q]`) into `cache`, recalling with `recaller`, then
-    decode the answer into `built` (`decode_answer`). Returns CANCELLED when `cancel` stopped it
-    (what was emitted stays in `built`); raises whatever the decoder or the recall hook raises
-    (ArchiveError from a damaged archive block)."""
-    try:
-        logits = decoder.prefill(torch.tensor(question_ids), cache, cancel=cancel, recaller=recaller, governor=governor)
-        if recaller is not None:
-            recaller.stats.question_s = recaller.stats.seconds
-        return decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller,
-                             cancel=cancel, governor=governor)
-    except Cancelled:
-        return StopReason.CANCELLED
-
-
 class AnswerBuilder:
     """The answer being decoded: its tokens and log-probabilities, the text streamed so far (to
     `on_text`, with `<think>` blocks held back: `engine.reasoning`), time to first token and decode
@@ -341,9 +323,10 @@ class Asked:
 def answer_frame(decoder: CompressedDecoder, tokenizer, asked: Asked, recall: QuestionRecall, decoding: Decoding, *,
                  threads: int | None, on_text: Callable[[str], None] | None = None,
                  cancel: threading.Event | None = None) -> tuple[Answer, Any]:
-    """Answer `asked` (`answer_question`), streaming text to `on_text`: recall by `recall`, decode by
-    `decoding`, release the cache's decode workspace, map attention back to sources, and check the
-    answer's names against the documents (`Answer.unsupported`, not for a cancelled answer).
+    """Answer `asked`, streaming text to `on_text`: recall by `recall`, prefill the question's token
+    ids into its cache with that hook, decode the answer (`decode_answer`) by `decoding`, release
+    the cache's decode workspace, map attention back to sources, and check the answer's names
+    against the documents (`Answer.unsupported`, not for a cancelled answer).
     `threads`: the settings' CPU threads, re-decided while it runs (`ThreadGovernor`); None on a GPU.
     Returns (the answer, its attended passages as `recall.sources` gives them; `Answer.passages`
     is left empty for the caller). Cancelling keeps what was generated (stop_reason "cancelled");
@@ -355,9 +338,12 @@ def answer_frame(decoder: CompressedDecoder, tokenizer, asked: Asked, recall: Qu
     try:
         # Inside the try: re-reading the chosen spans (tens of seconds on a slow CPU) stops on cancel.
         hook = recall.hook(cache, governor, cancel)
-        stop = answer_question(decoder, cache, asked.ids, built, drafts, decoding, lookup=asked.lookup,
-                               recaller=hook, cancel=cancel, governor=governor)
-    except Cancelled:
+        logits = decoder.prefill(torch.tensor(asked.ids), cache, cancel=cancel, recaller=hook, governor=governor)
+        if hook is not None:
+            hook.stats.question_s = hook.stats.seconds
+        stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=asked.lookup, recaller=hook,
+                             cancel=cancel, governor=governor)
+    except Cancelled:  # what was emitted stays in `built`
         stop = StopReason.CANCELLED
     finally:
         cache.release_workspace()
