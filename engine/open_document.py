@@ -29,7 +29,7 @@ from engine.read_checkpoint import ReadCheckpoints
 from engine.read_time import ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource
 from engine.settings import CachePolicy
-from engine.spans import DocumentSpans
+from engine.evidence.spans import DocumentSpans
 
 # Sources below this share of the recalled attention are not listed.
 SOURCE_MIN_SHARE = 0.05
@@ -262,7 +262,7 @@ class OpenDocument:
         self.archive = None
 
     def span_label(self, span) -> str:
-        """How an answer names a recalled span (`engine.spans`): its segment's label, with the
+        """How an answer names a recalled span (`engine.evidence.spans`): its segment's label, with the
         characters when it is only part of the segment."""
         segment = self.document.segments[span.segment]
         whole = span.char_start == 0 and span.char_end == len(segment.text)

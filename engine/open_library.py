@@ -61,7 +61,7 @@ from engine.recall_source import reread_keys_values
 from engine.progress import Progress
 from engine.reading import Reader
 from engine.settings import EngineSettings
-from engine.text_index import QUESTION_WORDS, TextIndex, terms
+from engine.evidence.text_index import QUESTION_WORDS, TextIndex, terms
 from engine.threads import ThreadGovernor
 
 # At most this many documents answer one question: the recall budget is shared equally among them,

@@ -48,8 +48,8 @@ from engine.read_checkpoint import ReadCheckpoints
 from engine.read_time import RateKey, ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import CachePolicy, EngineSettings
-from engine.spans import DocumentSpans
-from engine.text_index import IndexDamaged
+from engine.evidence.spans import DocumentSpans
+from engine.evidence.text_index import IndexDamaged
 from engine.threads import ThreadGovernor, apply_threads
 
 # Bumped whenever what a snapshot holds, or how it is computed, changes.

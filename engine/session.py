@@ -41,7 +41,7 @@ from engine.reading import Reader
 from engine.recall_plan import RecallPlan
 from engine.recall_source import question_recall
 from engine.settings import CachePolicy, EngineSettings
-from engine.spans import DocumentSpans
+from engine.evidence.spans import DocumentSpans
 
 
 class DocumentSession:

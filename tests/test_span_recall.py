@@ -20,8 +20,8 @@ from engine.prefix_store import PrefixStore
 from engine.prompt import chat_layout, encode_document
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
-from engine.spans import DocumentSpans
-from engine.text_index import (
+from engine.evidence.spans import DocumentSpans
+from engine.evidence.text_index import (
     IndexDamaged,
     TextIndex,
     load_or_build,
@@ -338,7 +338,7 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
 
 
 def test_a_part_of_a_long_file_is_recalled_under_its_path():
-    from engine.spans import DocumentSpans
+    from engine.evidence.spans import DocumentSpans
 
     lines = "\n".join(f"value_{i} = {i}  # setting number {i}" for i in range(300))
     document = Document(title="repo", source="", kind="repo",

@@ -3,7 +3,7 @@
 The request mirrors the local prompt (`engine.prompt`): the instructions and the document in the
 system message, the question in the user message. When the whole document does not fit the
 endpoint's context, it is cut: pages (or files) are split into pieces of at most
-`PIECE_TOKENS`, ranked by BM25 relevance to the question's words (`engine.text_index`, the same
+`PIECE_TOKENS`, ranked by BM25 relevance to the question's words (`engine.evidence.text_index`, the same
 ranking that proposes recall's spans: words in any script, identifiers split), and the best pieces that fit are
 sent in reading order, with a line such as "[… 12 pages left out …]" at each gap. The plan says so
 (`was_cut`, a warning) and the instructions tell the cloud model that parts are missing.
@@ -24,7 +24,7 @@ from engine.cloud.errors import CloudError
 from engine.documents import Document, Segment
 from engine.prompt import INSTRUCTIONS
 from engine.settings import CloudSettings
-from engine.text_index import rank
+from engine.evidence.text_index import rank
 
 SAFETY_MARGIN = 0.10               # of the room for the document: tokenizers differ
 MESSAGE_OVERHEAD_TOKENS = 8        # role markers and separators per message in the endpoint's template
