@@ -125,13 +125,16 @@ class Answer:
 
     time_to_first_token_s counts from the call to the first streamed piece. prefix_hit: the
     document's KV cache was reused for this answer (restored from the prefix store, or kept in
-    memory from an earlier question) rather than prefilled just before it. stop_reason: "end",
+    memory from an earlier question) rather than prefilled just before it, and it is read whole
+    (`engine.open_document.OpenDocument.take_prefix_hit`; for a library answer, every document
+    it read). stop_reason: "end",
     "max_tokens", "cancelled", or "cut" (a cloud stream broke off; `cloud.cut_reason` says why and
     `text` holds what arrived). mean_logprob: mean natural-log probability of the chosen tokens,
     the confidence signal for escalation. reasoning: what the model reasoned before answering
     (`<think>` blocks, a cloud endpoint's reasoning fields), kept out of `text`; "" when none
     (the GUI shows it folded). unsupported: names in `text` found nowhere in the document or the
-    question (`engine.grounding`), set by `engine.workspace.Workspace.ask`; [] when every name is found.
+    question (`engine.grounding`), set by the answer frame (`engine.generate.answer_frame`); [] when
+    every name is found.
 
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no
