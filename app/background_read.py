@@ -21,7 +21,8 @@ from app.panel_refresh import document_header
 from app.units import fmt_duration
 from app.worker import Job, JobError
 from engine.errors import ErrorKind
-from engine.session import OpenReport, Phase, Progress
+from engine.open_document import OpenReport
+from engine.progress import Phase, Progress
 
 
 class BackgroundRead:

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 from app.units import fmt_duration
 from app.untrusted import plain_label
 from engine.library import CACHED, MISSING, NOT_CACHED, STALE, DocumentRecord
-from engine.session import OpenReport
+from engine.open_document import OpenReport
 from engine.units import format_bytes, size_ratio
 
 

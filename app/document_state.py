@@ -16,7 +16,7 @@ from app.answer_stream import AnswerStream, LiveAnswer
 from app.worker import Job
 from engine.documents import Document
 from engine.library import DocumentRecord
-from engine.session import OpenReport
+from engine.open_document import OpenReport
 
 
 @dataclass

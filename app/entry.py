@@ -8,7 +8,6 @@ imported only when the window is really wanted, so `halaman ask ...` works witho
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -34,10 +33,9 @@ def document_argument(argv: list[str]) -> str | None:
     of the CLI's commands (a folder called `cache` in the current directory stays the command)."""
     if len(argv) != 1 or argv[0].startswith("-") or not Path(argv[0]).exists():
         return None
-    from engine.cli import _parser
+    from engine.cli import command_names
 
-    commands = next(action.choices for action in _parser()._actions if isinstance(action, argparse._SubParsersAction))
-    return None if argv[0] in commands else argv[0]
+    return None if argv[0] in command_names() else argv[0]
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QProgressBar, QPushButton, QV
 
 from app.units import fmt_duration
 from app.untrusted import plain_label
-from engine.session import CONVERTING_MODEL_UNIT, Phase, Progress
+from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress
 
 TICK_MS = 500
 """How often the ETA counts down between two progress events (a prefill chunk can take a minute)."""

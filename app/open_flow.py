@@ -19,7 +19,7 @@ from app.units import fmt_duration
 from app.worker import ConfirmRequest, Job, JobError
 from engine.documents import WrongPasswordError
 from engine.errors import ErrorKind
-from engine.session import Phase, Progress
+from engine.progress import Phase, Progress
 from engine.workspace import OpenResult
 
 

@@ -46,7 +46,7 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 from engine.errors import ErrorKind, out_of_memory
 from engine.memory import MemoryReport, remeasure
 from engine.models.loader import LoadedModel
-from engine.session import Progress
+from engine.progress import Progress
 from engine.settings import EngineSettings
 from engine.workspace import ModelInfo, SettingsChange, Workspace, error_kind
 

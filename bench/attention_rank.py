@@ -68,12 +68,12 @@ def probe_queries(session, question: str) -> dict:
             return None
 
     decoder = session.model.decoder
-    ids = session._open.ids
-    first, end = session._open.text_range
-    cache = decoder.new_cache(session._open.snapshot.policy, "original")
+    ids = session.opened.ids
+    first, end = session.opened.text_range
+    cache = decoder.new_cache(session.opened.snapshot.policy, "original")
     decoder.prefill(torch.tensor(ids[:first] + ids[end:]), cache)
     probe = Probe()
-    decoder.prefill(torch.tensor(session._encode(question_suffix(session.layout, question))), cache, recaller=probe)
+    decoder.prefill(torch.tensor(session.reader.encode(question_suffix(session.layout, question))), cache, recaller=probe)
     return probe.queries
 
 
@@ -83,7 +83,7 @@ def score_candidates(session, queries: dict, spans, candidates: list[int]):
 
     from engine.kvcache.attention import apply_rope
 
-    archive, decoder = session._open.archive, session.model.decoder
+    archive, decoder = session.opened.archive, session.model.decoder
     positions, owner, offsets = [], [], []
     for c, i in enumerate(candidates):
         span = spans.spans[i]
@@ -226,7 +226,7 @@ def main() -> None:
         if path not in sessions:
             session = DocumentSession(model, settings, store)
             report = session.open(str(path))
-            if session._open.archive is None:
+            if session.opened.archive is None:
                 raise SystemExit(f"{path}: no archive was kept; attention needs it")
             print(f"{path.name}: {report.document_tokens:,} tokens, prefix hit {report.prefix_hit}", flush=True)
             sessions[path] = session

@@ -94,7 +94,7 @@ def oracle_document(document, question: dict, previous: dict | None = None):
 
 def lexical_document(document, question: dict):
     """The best BM25 chunk of about LEXICAL_CHARS characters (chunks never cross a segment)."""
-    from engine.text_index import rank, split_spans
+    from engine.evidence.text_index import rank, split_spans
 
     chunks = [(segment, segment.text[a:b]) for segment in document.segments
               for a, b in split_spans(segment.text, LEXICAL_CHARS)]

@@ -96,7 +96,7 @@ def first_rank(evidence, ranked_ranges) -> int | None:
 
 
 def windows(document):
-    from engine.text_index import TextIndex, split_spans
+    from engine.evidence.text_index import TextIndex, split_spans
 
     chunks = [(i, a, b) for i, s in enumerate(document.segments) for a, b in split_spans(s.text, WINDOW_CHARS)]
     index = TextIndex.build([f"{document.segments[i].label}\n{document.segments[i].text[a:b]}" for i, a, b in chunks])
@@ -106,7 +106,7 @@ def windows(document):
 def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> list[dict]:
     from engine.evidence.select import Turn, select
     from engine.prompt import encode_document
-    from engine.spans import DocumentSpans
+    from engine.evidence.spans import DocumentSpans
 
     spec = json.loads((QUESTIONS / f"{name}.json").read_text())
     by_document: dict[str, list[dict]] = {}
@@ -114,7 +114,7 @@ def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> lis
         path = f"{spec['document_folder']}/{question['doc']}.pdf" if "doc" in question else spec["document"]
         by_document.setdefault(path, []).append(question)
     recall = settings.recall
-    room = 8192 - 512 - settings.max_new_tokens  # SmolLM2's positions, as DocumentSession._select
+    room = 8192 - 512 - settings.max_new_tokens  # SmolLM2's positions, as engine.generate.recall_budget
     budget = min(recall.recall_tokens, room)
     rows = []
     for path, questions in by_document.items():
@@ -174,14 +174,14 @@ class Before:
     """The selection of an older commit: its spans.py and text_index.py side by side with today's."""
 
     def __init__(self, rev: str, budget_tokens: int = 1024, max_spans: int = 2) -> None:
-        import engine.text_index as current_index
+        import engine.evidence.text_index as current_index
 
-        old_index = common.module_at(rev, "engine/text_index.py")
-        sys.modules["engine.text_index"] = old_index
+        old_index = common.module_at(rev, "engine/evidence/text_index.py")
+        sys.modules["engine.evidence.text_index"] = old_index
         try:
-            self.module = common.module_at(rev, "engine/spans.py")
+            self.module = common.module_at(rev, "engine/evidence/spans.py")
         finally:
-            sys.modules["engine.text_index"] = current_index
+            sys.modules["engine.evidence.text_index"] = current_index
         self.budget_tokens, self.max_spans = budget_tokens, max_spans
 
     def build(self, document, token_chars, head_tokens, text_tokens, n_tokens):

@@ -5,7 +5,7 @@
 
 The library: the 19 filings of financebench-dev, P16 (the 288-page book), the requests 2.34.2
 repository, and every other corpus PDF that opens without a password (the bug-report PDFs), each
-opened index first as `halaman ask --library` opens them (`engine.library_ask.LibraryAsk.add`; no
+opened index first as `halaman ask --library` opens them (`engine.open_library.OpenLibrary.add`; no
 document is read whole, so every answer re-reads its spans). Questions: financebench-dev, P16-dev
 and requests-dev (docs/bench/questions). Arms:
   library  the question asked of the whole library
@@ -76,13 +76,13 @@ def main() -> None:
         return archives(args)
 
     from engine.documents import load_document
-    from engine.library_ask import LibraryAsk
+    from engine.open_library import OpenLibrary
     from engine.settings import load_settings
     from engine.workspace import load_for
 
     settings = load_settings().replace(prefix_cache=False)
     model = load_for(settings)
-    library = LibraryAsk(model, settings, None)
+    library = OpenLibrary(model, settings, None)
     doc_key = documents_code_key()
     names, open_s, skipped = [], [], []
     for path in library_paths():
@@ -105,19 +105,19 @@ def main() -> None:
         if args.limit and counts[name] > args.limit:
             continue
         own_index = by_name[own_name]
-        session = library.sessions[own_index]
+        session = library.documents[own_index]
         evidence = evidence_of(session.document, question)
-        own = LibraryAsk(model, settings, None)
-        own.sessions = [session]
+        own = OpenLibrary(model, settings, None)
+        own.documents = [session]
         for arm, asking in (("library", library), ("own", own)):
             began = time.perf_counter()
             picks = asking.choose(question["q"])
             choose_s = time.perf_counter() - began
-            mine = [p for p in picks if asking.sessions[p.document] is session]
+            mine = [p for p in picks if asking.documents[p.document] is session]
             ranges = [(s.segment, s.char_start, s.char_end) for p in mine for s in p.selection.chosen]
             row = {
                 "set": name, "arm": arm, "document": own_name, "q": question["q"],
-                "read": "; ".join(p.title for p in picks), "own_first": bool(picks) and asking.sessions[picks[0].document] is session,
+                "read": "; ".join(p.title for p in picks), "own_first": bool(picks) and asking.documents[picks[0].document] is session,
                 "evidence_found": any(covered(e, ranges) for e in evidence),
                 "tokens": sum(s.tokens for p in picks for s in p.selection.chosen), "choose_s": round(choose_s, 4),
             }
@@ -131,7 +131,7 @@ def main() -> None:
             rows.append(row)
             print(f"[{name}/{arm}] own_first={row['own_first']} evidence={row['evidence_found']} "
                   f"hit={row.get('hit', '-')} read={row['read'][:70]!r} q={question['q'][:50]!r}", flush=True)
-        own.sessions = []
+        own.documents = []
     library.close()
 
     summary = []
@@ -160,7 +160,7 @@ def main() -> None:
 
 def archives(args) -> None:
     from engine.documents import load_document
-    from engine.library_ask import LibraryAsk
+    from engine.open_library import OpenLibrary
     from engine.prefix_store import PrefixStore
     from engine.session import DocumentSession
     from engine.settings import load_settings
@@ -179,7 +179,7 @@ def archives(args) -> None:
                           "read_s": round(report.prefill_seconds, 1), "archive": reader.opened.archive is not None})
         print(read_rows[-1], flush=True)
         reader.close()
-    library = LibraryAsk(model, settings, store)
+    library = OpenLibrary(model, settings, store)
     for path in library_paths():
         try:
             library.add(load(path, doc_key) if path.suffix == ".pdf" else load_document(path))
@@ -199,7 +199,7 @@ def archives(args) -> None:
                          "ttft_s": round(answer.time_to_first_token_s, 3), "decode_tokens_per_s": round(answer.decode_tokens_per_s, 1),
                          "tokens": len(answer.token_ids)})
             print(rows[-1], flush=True)
-    opened = len(library.sessions)
+    opened = len(library.documents)
     library.close()
     meta = {"documents": opened, "read_whole": read_rows, "library_index_s": round(index_s, 2), "load_average": os.getloadavg(),
             "machine": common.machine_info(), "median_ttft_s": common.median([r["ttft_s"] for r in rows]),

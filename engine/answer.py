@@ -47,7 +47,7 @@ class Source:
     layers, heads, the question and the answer's tokens. From the model's attention, not from text
     matching. page / path as in `engine.documents.Segment`. document / document_source: the title
     and the file or folder (`Document.source`) of the document it is in, for an answer over several
-    (`engine.library_ask`); None for one document's answer.
+    (`engine.open_library`); None for one document's answer.
     """
 
     label: str
@@ -128,15 +128,17 @@ class Answer:
 
     time_to_first_token_s counts from the call to the first streamed piece. prefix_hit: the
     document's KV cache was reused for this answer (restored from the prefix store, or kept in
-    memory from an earlier question) rather than prefilled just before it. stop_reason: "end",
+    memory from an earlier question) rather than prefilled just before it, and it is read whole
+    (`engine.open_document.OpenDocument.take_prefix_hit`; for a library answer, every document
+    it read). stop_reason: "end",
     "max_tokens", "cancelled", or "cut" (a cloud stream broke off; `cloud.cut_reason` says why and
     `text` holds what arrived). mean_logprob: mean natural-log probability of the chosen tokens,
     the confidence signal for escalation. reasoning: what the model reasoned before answering
     (`<think>` blocks, a cloud endpoint's reasoning fields), kept out of `text`; "" when none
     (the GUI shows it folded). unsupported: names in `text` found nowhere in the document or the
-    question (`engine.grounding`), set by `engine.workspace.Workspace.ask`; [] when every name is found.
-    instructions: phrases of the document written as instructions to the model ("ignore all previous
-    instructions": `engine.grounding.instruction_like`), set there too; [] when there are none.
+    question (`engine.grounding`), set by the answer frame (`engine.generate.answer_frame`); [] when
+    every name is found. instructions: phrases of the documents read written as instructions to the model
+    ("ignore all previous instructions": `engine.grounding.instruction_like`), set there too; [] when none.
 
     A cloud answer (`cloud` set) has no token ids, a NaN `mean_logprob` (not requested, so unknown;
     NaN never compares below a threshold, so it is never escalated again), an all-zero `kv` (no

@@ -21,10 +21,12 @@ from pathlib import Path
 from engine.cli_history import add_history_command, record_answer
 from engine.cli_library import add_library_command
 from engine.cli_models import add_models_command, print_warning
+from engine.cli_report import ProgressBar, answer_cautions, attended_spans_text
 from engine.errors import HalamanError
+from engine.prompt import check_question
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
 from engine.settings import WEIGHTS, CachePolicy, EngineSettings, RecallSettings, load_settings
-from engine.units import format_bytes, format_duration, size_ratio
+from engine.units import format_bytes, size_ratio
 
 EXIT_ERROR = 1
 EXIT_CANCELLED = 130
@@ -32,7 +34,7 @@ EXIT_CANCELLED = 130
 
 def main(argv: list[str] | None = None) -> int:
     """Run the headless command line with `argv`. Returns the process exit code."""
-    parser = _parser()
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(parser_argv(argv))
     if args.command is None:
@@ -75,12 +77,20 @@ def parser_argv(argv: list[str]) -> list[str]:
     return argv
 
 
+def command_names() -> set[str]:
+    """The names of the `halaman` commands ("ask", "find", "library", ...): a word the command line
+    takes as a command, not as a file to open (`app.entry`)."""
+    # argparse keeps its subcommands in a private action class: read here, once, not by callers
+    return next(set(action.choices) for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+
+
 READ_WHEN = ("later", "after", "first")
 """`halaman ask --read`: when a document not read before is read whole (`DocumentSession.open`'s
 read_now, `DocumentSession.read`)."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The `halaman` command line's parser (its commands and options; `command_names` lists the commands)."""
     parser = argparse.ArgumentParser(prog="halaman", description="Ask questions about whole documents with a local model.")
     parser.set_defaults(command=None)
     parser.add_argument("--self-test", action="store_true", help="same as the self-test command")
@@ -231,7 +241,7 @@ def recall_line(stats, plan: RecallPlan | None, pairs: int = 0) -> str:
 
 def _cmd_ask(args: argparse.Namespace) -> int:
     from engine.documents import load_document
-    from engine.session import reading_progress
+    from engine.progress import reading_progress
     from engine.workspace import Workspace
 
     if args.library:
@@ -242,13 +252,12 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
-    if not args.question.strip():  # before the model loads, not after
-        raise HalamanError("the question is empty: type a question about the document")
+    check_question(args.question)  # before the model loads, not after
     settings = _cloud_settings(args, settings)
     err = sys.stderr
     # Read the document before loading the model: a bad file is reported in a second, not after
     # the model's load (tens of seconds on a busy laptop). Reading a 288-page PDF takes about 1 s.
-    bar = _ProgressBar()
+    bar = ProgressBar()
     try:
         document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
                                  include_generated=settings.include_generated_files)
@@ -289,6 +298,23 @@ def _cmd_ask(args: argparse.Namespace) -> int:
             record_answer(opened, args.question, workspace.answer_record(answer))
         except (sqlite3.Error, OSError) as exc:  # the answer is printed already: say it was not kept, do not fail
             print(f"halaman: the answer was not kept in the history ({exc})", file=err)
+    _print_report(report, answer, settings, workspace)
+    if answer.sources:
+        print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
+    for caution in answer_cautions(answer, settings):
+        print(f"check           {caution}")
+    if args.show_spans:
+        print("attended spans  " + attended_spans_text(answer, document))
+    if report.unread:
+        _read_after(args, workspace, bar, cancel)
+    if args.cloud or args.cloud_auto:
+        return _ask_cloud_after(args, workspace, answer, cancel)
+    return 0
+
+
+def _print_report(report, answer, settings: EngineSettings, workspace) -> None:
+    """`halaman ask`'s report after the answer: the document, the cache, the prefix cache, timings,
+    decoding and recall (`report`: the document's `OpenReport`)."""
     policy = settings.cache
     profile = workspace.model.profile if workspace.model is not None else None
     pairs = profile.num_layers * profile.kv_heads if profile is not None else 0
@@ -310,37 +336,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         f"{drafts_note(answer.drafts)}\n"
         f"recall          {recall_line(answer.recall, report.recall_plan, pairs)}"
     )
-    if answer.sources:
-        print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
-    for caution in answer_cautions(answer, settings):
-        print(f"check           {caution}")
-    if args.show_spans:
-        print("attended spans  " + attended_spans_text(answer, document))
-    if report.unread:
-        _read_after(args, workspace, bar, cancel)
-    if args.cloud or args.cloud_auto:
-        return _ask_cloud_after(args, workspace, answer, cancel)
-    return 0
 
 
-def answer_cautions(answer, settings: EngineSettings) -> list[str]:
-    """What a reader should know before trusting a local answer, one plain line each: the model
-    was unsure of its words (`engine.cloud.policy.low_confidence`), it named things the document
-    does not contain (`engine.grounding.unsupported_note`). [] for a sound answer."""
-    from engine.cloud.policy import low_confidence
-    from engine.grounding import instructions_note, unsupported_note
-
-    cautions = []
-    if low_confidence(answer, settings):
-        cautions.append(f"low confidence: the model was unsure of its words ({answer.mean_logprob:.2f} per token)")
-    if answer.unsupported:
-        cautions.append(unsupported_note(answer.unsupported))
-    if answer.instructions:
-        cautions.append(instructions_note(answer.instructions))
-    return cautions
-
-
-def _read_after(args: argparse.Namespace, workspace, bar: _ProgressBar, cancel: threading.Event) -> None:
+def _read_after(args: argparse.Namespace, workspace, bar: ProgressBar, cancel: threading.Event) -> None:
     """The whole read of a document answered before it was read (`--read after`), or the line that
     says it was not read."""
     err = sys.stderr
@@ -365,15 +363,14 @@ def _cmd_find(args: argparse.Namespace) -> int:
     import json
 
     from engine.documents import load_document
-    from engine.session import reading_progress
+    from engine.progress import reading_progress
     from engine.workspace import Workspace
 
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
-    if not args.question.strip():
-        raise HalamanError("the question is empty: type a question about the document")
-    bar = _ProgressBar()
+    check_question(args.question)
+    bar = ProgressBar()
     try:
         document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
                                  include_generated=settings.include_generated_files)
@@ -541,77 +538,6 @@ def _known_shapes() -> list[str]:
     from engine.estimate import KNOWN_SHAPES
 
     return sorted(KNOWN_SHAPES)
-
-
-class _ProgressBar:
-    """tqdm bars on stderr: one per phase; during prefill the session's own tokens/s and time left
-    (`Progress.tokens_per_s` / `eta_s`, from `PrefillClock`), not tqdm's: the first event arrives
-    after the first chunk is done, so tqdm's clock would count that chunk as free (a 562-token
-    file showed 2.2k tokens/s against the report's 364)."""
-
-    PREFILL_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
-
-    def __init__(self) -> None:
-        self._bar = None
-        self._phase = None
-
-    def update(self, progress) -> None:
-        from tqdm import tqdm
-
-        from engine.session import Phase
-
-        if progress.phase is not self._phase:
-            self.close()
-            self._phase = progress.phase
-            if progress.phase in (Phase.PREFILL, Phase.READING) and progress.total > 1:
-                prefill = progress.phase is Phase.PREFILL
-                self._bar = tqdm(total=progress.total, unit=f" {progress.unit}", desc=progress.phase.value, file=sys.stderr,
-                                 unit_scale=progress.unit == "tokens", dynamic_ncols=True, smoothing=0,
-                                 bar_format=self.PREFILL_FORMAT if prefill else None)
-        if self._bar is not None:
-            if progress.phase is Phase.PREFILL:
-                self._bar.set_postfix_str(prefill_rate_text(progress), refresh=False)
-            self._bar.update(progress.done - self._bar.n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-
-
-def attended_spans_text(answer, document) -> str:
-    """`--show-spans`' lines: one attended passage a line, or why there is none."""
-    from engine.attended import PASSAGE_MIN_SHARE, describe
-
-    if answer.passages:
-        return "\n                ".join(describe(p, document, file_lines=_file_lines(document, p.segment_index))
-                                         for p in answer.passages)
-    if answer.sources:  # block recall spreads the attention over many tokens: no line reaches the floor
-        return f"none: no sentence or line got {PASSAGE_MIN_SHARE:.0%} of the recalled attention"
-    return "none (recall off, or nothing recalled was attended)"
-
-
-def _file_lines(document, index: int) -> list[int] | None:
-    """The file's own line numbers for segment `index` of a folder or a text file (None for a PDF
-    page, or when the file no longer aligns with what was read)."""
-    from engine.documents.lines import file_line_numbers
-
-    segment = document.segments[index]
-    if document.kind == "pdf":
-        return None
-    path = Path(document.source) / segment.path if segment.path else Path(document.source)
-    return file_line_numbers(path, segment.text)
-
-
-def prefill_rate_text(progress) -> str:
-    """'364 tokens/s, 1 min 05 s left' from a prefill `Progress` (empty parts left out; tqdm puts
-    ', ' before it)."""
-    parts = []
-    if progress.tokens_per_s > 0:
-        parts.append(f"{progress.tokens_per_s:,.0f} tokens/s")
-    if progress.eta_s is not None:
-        parts.append(f"{format_duration(progress.eta_s)} left")
-    return ", ".join(parts)
 
 
 # ------------------------------------------------------------------ self-test

@@ -59,9 +59,9 @@ def remember_document(library: Library, opened: OpenResult) -> int:
 def _cmd_add(args: argparse.Namespace) -> int:
     """Exit status 0 when every document was added, 1 when one failed (each failure one line on
     stderr; the rest are added), 130 when Ctrl-C stopped it."""
-    from engine.cli import _ProgressBar as ProgressBar
+    from engine.cli_report import ProgressBar
     from engine.documents import load_document
-    from engine.session import reading_progress
+    from engine.progress import reading_progress
     from engine.settings import load_settings
     from engine.workspace import Workspace
 
@@ -169,20 +169,62 @@ def source_text(source) -> str:
     return f"[{source.cited_name}]"
 
 
+def _print_library_answer(question: str, args: argparse.Namespace, answered, asking, workspace, settings,
+                          open_s: float, skipped: list[str]) -> int:
+    """`halaman ask --library`'s report after the answer (or, with `--json`, one JSON object):
+    `answered` is the `LibraryAnswer`, `asking` the `OpenLibrary` it came from. Returns 0."""
+    from engine.cli_report import answer_cautions
+    from engine.open_library import unmatched_note
+    from engine.units import format_bytes
+
+    answer = answered.answer
+    saved = sum(not opened.unread for opened in asking.documents)
+    read = [{"title": pick.title, "score": round(pick.score, 2),
+             "spans": [asking.documents[pick.document].span_label(span) for span in pick.selection.chosen]}
+            for pick in answered.picks]
+    recall = answer.recall
+    how = (f"re-read {recall.tokens_recalled // max(1, workspace.model.profile.num_layers * workspace.model.profile.kv_heads):,}"
+           " tokens from their token ids (a document not read whole yet)" if recall.reread
+           else f"read {format_bytes(recall.bytes_read)} from the saved readings")
+    cautions = [note for note in [unmatched_note(answered.picks)] if note] + answer_cautions(answer, settings)
+    if args.json:
+        print(json.dumps({
+            "question": question, "answer": answer.text, "stop_reason": str(answer.stop_reason),
+            "sources": [{"document": s.document, "file": s.document_source, "label": s.label, "page": s.page, "path": s.path,
+                         "share": round(s.share, 4)} for s in answer.sources],
+            "documents_read": read,
+            "library": {"documents": len(asking.documents), "saved_readings": saved, "skipped": skipped},
+            "timings": {"open_s": round(open_s, 3), "ttft_s": round(answer.time_to_first_token_s, 3),
+                        "decode_tokens_per_s": round(answer.decode_tokens_per_s, 2)},
+            "recall": {"reread": recall.reread, "bytes_read": recall.bytes_read},
+            "check": cautions,
+        }, ensure_ascii=False))
+        return 0
+    print("\n\n--- report ---")
+    print(f"library         {len(asking.documents)} documents ({saved} with a saved reading, "
+          f"{len(asking.documents) - saved} answered from their index), opened in {format_duration(open_s)}")
+    print("read            " + "; ".join(f"{r['title']}: {', '.join(r['spans'])}" for r in read))
+    print(f"recall          {how}")
+    print(f"TTFT            {answer.time_to_first_token_s:.2f} s")
+    print(f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}")
+    if answer.sources:
+        print("sources         " + "; ".join(f"{source_text(s)} {s.share:.0%}" for s in answer.sources))
+    for caution in cautions:
+        print(f"check           {caution}")
+    return 0
+
+
 def ask_library(question: str, args: argparse.Namespace, settings) -> int:
     """`halaman ask --library QUESTION`: open every document of the library index first (a saved
     reading is reused, others are answered from their index), answer from the ones the question
-    picks (`engine.library_ask`), print the answer and a report (or, with `--json`, one JSON
+    picks (`engine.open_library`), print the answer and a report (or, with `--json`, one JSON
     object). Exit status 0; 130 when Ctrl-C stopped it. Raises HalamanError for an empty library
     or question."""
-    from engine.cli import _ProgressBar as ProgressBar
-    from engine.cli import answer_cautions
-    from engine.library_ask import unmatched_note
-    from engine.units import format_bytes
+    from engine.cli_report import ProgressBar
+    from engine.prompt import check_question
     from engine.workspace import Workspace
 
-    if not question.strip():
-        raise HalamanError("the question is empty: type a question about the documents")
+    check_question(question, "the documents")
     library = Library(interrupt_streaming=False)
     try:
         records = library.documents()
@@ -225,41 +267,7 @@ def ask_library(question: str, args: argparse.Namespace, settings) -> int:
         open_s = time.perf_counter() - began
         answered = asking.ask(question, cancel=cancel,
                               on_text=None if args.json else (lambda piece: print(piece, end="", flush=True)))
-        answer = answered.answer
-        saved = sum(not session.unread for session in asking.sessions)
-        read = [{"title": pick.title, "score": round(pick.score, 2),
-                 "spans": [asking.sessions[pick.document].opened.span_label(span) for span in pick.selection.chosen]}
-                for pick in answered.picks]
-        recall = answer.recall
-        how = (f"re-read {recall.tokens_recalled // max(1, workspace.model.profile.num_layers * workspace.model.profile.kv_heads):,}"
-               " tokens from their token ids (a document not read whole yet)" if recall.reread
-               else f"read {format_bytes(recall.bytes_read)} from the saved readings")
-        cautions = [note for note in [unmatched_note(answered.picks)] if note] + answer_cautions(answer, settings)
-        if args.json:
-            print(json.dumps({
-                "question": question, "answer": answer.text, "stop_reason": str(answer.stop_reason),
-                "sources": [{"document": s.document, "file": s.document_source, "label": s.label, "page": s.page, "path": s.path,
-                             "share": round(s.share, 4)} for s in answer.sources],
-                "documents_read": read,
-                "library": {"documents": len(asking.sessions), "saved_readings": saved, "skipped": skipped},
-                "timings": {"open_s": round(open_s, 3), "ttft_s": round(answer.time_to_first_token_s, 3),
-                            "decode_tokens_per_s": round(answer.decode_tokens_per_s, 2)},
-                "recall": {"reread": recall.reread, "bytes_read": recall.bytes_read},
-                "check": cautions,
-            }, ensure_ascii=False))
-            return 0
-        print("\n\n--- report ---")
-        print(f"library         {len(asking.sessions)} documents ({saved} with a saved reading, "
-              f"{len(asking.sessions) - saved} answered from their index), opened in {format_duration(open_s)}")
-        print("read            " + "; ".join(f"{r['title']}: {', '.join(r['spans'])}" for r in read))
-        print(f"recall          {how}")
-        print(f"TTFT            {answer.time_to_first_token_s:.2f} s")
-        print(f"decode          {answer.decode_tokens_per_s:.1f} tokens/s, {len(answer.token_ids)} tokens, stop: {answer.stop_reason}")
-        if answer.sources:
-            print("sources         " + "; ".join(f"{source_text(s)} {s.share:.0%}" for s in answer.sources))
-        for caution in cautions:
-            print(f"check           {caution}")
-        return 0
+        return _print_library_answer(question, args, answered, asking, workspace, settings, open_s, skipped)
     except (KeyboardInterrupt, Cancelled):
         cancel.set()
         print("\nhalaman: stopped", file=err)

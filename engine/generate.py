@@ -4,6 +4,10 @@
     logits = decoder.prefill(question_ids, cache, recaller=recaller)      # [1, vocab]
     stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller)
 
+`answer_frame` is the one answer frame around them that a document's question
+(`engine.session.DocumentSession.ask`) and a library's (`engine.open_library.OpenLibrary.ask`) both
+call: clock, thread governor, recall, decoding, release, sources, the `Answer`.
+
 Shaped after gpt-fast's generate.py (github.com/pytorch-labs/gpt-fast): `pick` chooses a token from
 logits, `decode_one` feeds one token, `decode_answer` loops until a stop token or the length limit.
 `speculative_step` checks a draft from the document in one pass (prompt lookup decoding: Saxena,
@@ -17,11 +21,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
-from engine.answer import DraftStats, StopReason
+from engine.answer import Answer, DraftStats, Source, StopReason
 from engine.errors import Cancelled
+from engine.estimate import QUESTION_RESERVE_TOKENS
 from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache
 from engine.kvcache.recall import RecallHook
 from engine.models.decoder import CompressedDecoder
@@ -42,6 +48,11 @@ DRAFT_START_TOKENS = 4
 # Answer tokens between two thread decisions (`ThreadGovernor.step`): a step costs two psutil reads,
 # and the governor measures only once half a second has passed, so this just bounds the overhead.
 GOVERNOR_EVERY_TOKENS = 4
+# Spans re-read from their token ids (no archive: the document is not read yet, or its archive does
+# not fit the disk) are prefilled before the first answer token, so they are held to fewer tokens
+# than an archive recall reads: the selection puts the best spans first, and a page with
+# distractors around it is answered worse than the page alone (engine.kvcache.span_recall).
+REREAD_RECALL_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,14 @@ class Decoding:
     def drafts(self) -> bool:
         """Whether prompt-lookup drafts are checked: only in greedy decoding, whose output they keep."""
         return self.draft_tokens > 0 and self.temperature <= 0
+
+
+def decoding_for(model, settings, stop_ids: frozenset[int], max_new_tokens: int | None = None) -> Decoding:
+    """How `model` (`engine.models.loader.LoadedModel`) decodes answers with `settings`
+    (`Decoding.of`): on the CPU it keeps the dequantized cache between steps (dequantizing and
+    rotating the whole cache dominated each step; a GPU does it fast enough to keep its memory for
+    the budget instead: `LayerKV.attend`). `max_new_tokens` overrides the settings' length limit."""
+    return Decoding.of(settings, stop_ids, reuse_workspace=model.device.type == "cpu", max_new_tokens=max_new_tokens)
 
 
 def refresh_recall(answer_tokens: int) -> bool:
@@ -191,24 +210,6 @@ def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: to
     return StopReason.MAX_TOKENS
 
 
-def answer_question(decoder: CompressedDecoder, cache: CompressedCache, question_ids: list[int], built: AnswerBuilder,
-                    drafts: DraftStats, decoding: Decoding, *, lookup: PromptLookup | None = None,
-                    recaller: RecallHook | None = None, cancel: threading.Event | None = None,
-                    governor: ThreadGovernor | None = None) -> StopReason:
-    """Prefill the question's token ids (`[Q]`) into `cache`, recalling with `recaller`, then
-    decode the answer into `built` (`decode_answer`). Returns CANCELLED when `cancel` stopped it
-    (what was emitted stays in `built`); raises whatever the decoder or the recall hook raises
-    (ArchiveError from a damaged archive block)."""
-    try:
-        logits = decoder.prefill(torch.tensor(question_ids), cache, cancel=cancel, recaller=recaller, governor=governor)
-        if recaller is not None:
-            recaller.stats.question_s = recaller.stats.seconds
-        return decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller,
-                             cancel=cancel, governor=governor)
-    except Cancelled:
-        return StopReason.CANCELLED
-
-
 class AnswerBuilder:
     """The answer being decoded: its tokens and log-probabilities, the text streamed so far (to
     `on_text`, with `<think>` blocks held back: `engine.reasoning`), time to first token and decode
@@ -273,3 +274,92 @@ def stop_token_ids(tokenizer, generation_config=None) -> frozenset[int]:
     vocab = tokenizer.get_vocab()
     ids.update(vocab[marker] for marker in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>") if marker in vocab)
     return frozenset(i for i in ids if isinstance(i, int))
+
+
+def recall_budget(settings, max_positions: int, *, reread: bool) -> int:
+    """Recalled tokens one question may read: the settings' `recall.recall_tokens`, within the
+    model's `max_positions` less the question's reserve and the answer's length, and at most
+    `REREAD_RECALL_TOKENS` when the tokens are re-read (prefilled before the first answer token).
+    `settings`: `engine.settings.EngineSettings`. Returns tokens, 0 or more."""
+    room = max_positions - QUESTION_RESERVE_TOKENS - settings.max_new_tokens
+    if reread:
+        room = min(room, REREAD_RECALL_TOKENS)
+    return max(0, min(settings.recall.recall_tokens, room))
+
+
+class QuestionRecall(Protocol):
+    """Where one question's recalled tokens come from and where the attention they received goes
+    back to (`engine.recall_source` for one document, `engine.open_library` for a library)."""
+
+    def hook(self, cache: CompressedCache, governor: ThreadGovernor | None,
+             cancel: threading.Event | None) -> RecallHook | None:
+        """The recall hook the question is fed with (None: none), before the question is fed into
+        `cache`. May take seconds (re-reading spans); raises Cancelled."""
+
+    def sources(self, cache: CompressedCache, hook: RecallHook | None) -> tuple[list[Source], Any]:
+        """After the answer: its sources and attended passages."""
+
+    def unsupported(self, text: str, question: str) -> list[str]:
+        """Names in the answer `text` that the documents read do not contain (`engine.grounding`)."""
+
+    def instructions(self) -> list[str]:
+        """Phrases of the documents read written as instructions to the model (`engine.grounding`)."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A question ready to answer: its text, its token ids `[Q]` after what `cache` holds, the cache
+    it goes on (a fork of a snapshot, or a conversation's), the prompt's tokens in all,
+    `prefix_hit` (`engine.open_document.OpenDocument.take_prefix_hit`: no document was read
+    just for this answer), the prompt-lookup drafts (None: no drafting) and when it was asked
+    (`time.perf_counter()`)."""
+
+    question: str
+    ids: list[int]
+    cache: CompressedCache
+    prompt_tokens: int
+    prefix_hit: bool
+    began: float
+    lookup: PromptLookup | None = None
+
+
+def answer_frame(decoder: CompressedDecoder, tokenizer, asked: Asked, recall: QuestionRecall, decoding: Decoding, *,
+                 threads: int | None, on_text: Callable[[str], None] | None = None,
+                 cancel: threading.Event | None = None) -> tuple[Answer, Any]:
+    """Answer `asked`, streaming text to `on_text`: recall by `recall`, prefill the question's token
+    ids into its cache with that hook, decode the answer (`decode_answer`) by `decoding`, release
+    the cache's decode workspace, map attention back to sources, and check the answer's names
+    against the documents (`Answer.unsupported`) and name their instruction-like text
+    (`Answer.instructions`), not for a cancelled answer.
+    `threads`: the settings' CPU threads, re-decided while it runs (`ThreadGovernor`); None on a GPU.
+    Returns (the answer, its attended passages as `recall.sources` gives them; `Answer.passages`
+    is left empty for the caller). Cancelling keeps what was generated (stop_reason "cancelled");
+    raises what the recall hook raises besides Cancelled (ArchiveError from a damaged block)."""
+    # The cores free now, re-decided while the spans are re-read and the answer decodes.
+    governor = ThreadGovernor(threads) if threads is not None else None
+    built = AnswerBuilder(tokenizer, asked.began, on_text, asked.lookup)
+    drafts, cache, hook = DraftStats(), asked.cache, None
+    try:
+        # Inside the try: re-reading the chosen spans (tens of seconds on a slow CPU) stops on cancel.
+        hook = recall.hook(cache, governor, cancel)
+        logits = decoder.prefill(torch.tensor(asked.ids), cache, cancel=cancel, recaller=hook, governor=governor)
+        if hook is not None:
+            hook.stats.question_s = hook.stats.seconds
+        stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=asked.lookup, recaller=hook,
+                             cancel=cancel, governor=governor)
+    except Cancelled:  # what was emitted stays in `built`
+        stop = StopReason.CANCELLED
+    finally:
+        cache.release_workspace()
+    split = built.finish()
+    sources, passages = recall.sources(cache, hook)
+    answer = Answer(
+        question=asked.question, text=split.answer, token_ids=built.generated, prompt_tokens=asked.prompt_tokens,
+        time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
+        prefix_hit=asked.prefix_hit, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
+        recall=hook.stats if hook is not None else None, sources=sources, drafts=drafts, reasoning=split.reasoning,
+    )
+    if stop is not StopReason.CANCELLED:
+        answer.unsupported = recall.unsupported(answer.text, asked.question)
+        answer.instructions = recall.instructions()
+    return answer, passages

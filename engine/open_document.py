@@ -10,30 +10,81 @@ could share one model.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from engine.answer import Source
 from engine.attended import AttendedSpan, attended_spans
 from engine.documents import Document
-from engine.kvcache.archive import Archive, ArchiveLayout, ArchiveWriter
-from engine.kvcache.cache import CompressedCache
+from engine.grounding import DocumentWords
+from engine.errors import HalamanError
+from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
+from engine.kvcache.cache import CompressedCache, MemoryBreakdown
 from engine.prompt import PrefixEncoding
 from engine.prompt_lookup import PromptLookup
 from engine.read_checkpoint import ReadCheckpoints
-from engine.recall_plan import RecallPlan
+from engine.read_time import ReadPlan
+from engine.recall_plan import RecallPlan, RecallSource
 from engine.settings import CachePolicy
-from engine.spans import DocumentSpans
-
-if TYPE_CHECKING:  # types only: the session defines the report, and imports this module
-    from engine.session import OpenReport
+from engine.evidence.spans import DocumentSpans
 
 # Sources below this share of the recalled attention are not listed.
 SOURCE_MIN_SHARE = 0.05
 SOURCES_MAX = 5
+
+
+class RecallGap(enum.Enum):
+    """What a document that needed an archive (one the cache does not keep whole) does without one,
+    as the first words of its warning: its recall plan (`engine.recall_plan`) is OFF, or it REREADs
+    the spans it chooses from their token ids for each question (slower answers)."""
+
+    OFF = "recall is off for this document"
+    REREAD = "recall re-reads the parts it chooses for each question (slower answers)"
+
+
+@dataclass(frozen=True)
+class RecallNotice:
+    """A `RecallGap` and what caused it; `str()` is the warning's line."""
+
+    gap: RecallGap
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.gap.value}: {self.why}"
+
+    @classmethod
+    def of(cls, plan: RecallPlan) -> RecallNotice | None:
+        """The warning of a plan whose document has no archive although it needs one, else None."""
+        if plan.archive_missing is None:
+            return None
+        return cls(RecallGap.REREAD if plan.source is RecallSource.REREAD else RecallGap.OFF, plan.archive_missing)
+
+
+@dataclass
+class OpenReport:
+    """What opening a document did and cost."""
+
+    title: str
+    kind: str
+    document_tokens: int
+    prefix_hit: bool
+    position_mode: str
+    seconds: float              # whole open, reading included
+    prefill_seconds: float      # 0 on a prefix-cache hit
+    prefill_tokens_per_s: float
+    kv: MemoryBreakdown
+    full_fp16_bytes: int        # what a full 16-bit cache of the document would take
+    warnings: list[str] = field(default_factory=list)
+    pages: int | None = None
+    threads: int = 0            # CPU threads the prefill ran with (0: no prefill, or on a GPU)
+    recall_notice: RecallNotice | None = None  # the document needed an archive and has none (also in `warnings`)
+    recall_plan: RecallPlan | None = None      # where its questions' recalled tokens come from
+    unread: bool = False        # opened index first and not read whole yet: questions re-read their spans
+    read_plan: ReadPlan | None = None  # when unread: how long its whole read will take on this machine
+    read_from: int = 0          # when unread: tokens an earlier read kept (`engine.read_checkpoint`), where its read goes on
 
 
 @dataclass
@@ -111,6 +162,7 @@ class OpenDocument:
     pending_read: PendingRead | None = None
     prefilled: bool = False
     _lookup: PromptLookup | None = field(default=None, init=False, repr=False)  # built at the first drafting question
+    _words: DocumentWords | None = field(default=None, init=False, repr=False)  # folded at the first answer checked
 
     @property
     def ids(self) -> list[int]:
@@ -150,6 +202,20 @@ class OpenDocument:
             self.own_archive = read.own_archive
         return read
 
+    def take_prefix_hit(self) -> bool:
+        """Whether the next answer is a prefix hit (`engine.answer.Answer.prefix_hit`): the document
+        is read whole and was not read just for it (the open prefilled it, and this is the first
+        answer since). Only the first answer after a prefilling open is no hit: this says so once."""
+        hit = not self.prefilled and self.pending_read is None
+        self.prefilled = False
+        return hit
+
+    def words(self) -> DocumentWords:
+        """Its text folded for `engine.grounding` (once: a book's takes 0.06 s)."""
+        if self._words is None:
+            self._words = DocumentWords(self.document.render())
+        return self._words
+
     def prompt_lookup(self, context_ids: list[int]) -> PromptLookup:
         """The n-gram draft index over the prefix tokens (built once, ≈0.2 s per 100k tokens),
         reset to an answer whose context so far is `context_ids` (`engine.prompt_lookup`)."""
@@ -158,6 +224,37 @@ class OpenDocument:
         self._lookup.reset(context_ids)
         return self._lookup
 
+    @property
+    def recall_source(self) -> RecallSource:
+        """Where a library question gets its tokens (one vocabulary with `engine.recall_plan`):
+        ARCHIVE (read whole, archive kept), WHOLE (read whole and kept whole by the cache: every
+        token is in its snapshot) or REREAD (not read whole yet, or its archive is missing:
+        prefilled again from its token ids)."""
+        if self.archive is not None:
+            return RecallSource.ARCHIVE
+        if not self.unread and self.recall_plan is not None and self.recall_plan.source is RecallSource.WHOLE:
+            return RecallSource.WHOLE
+        return RecallSource.REREAD
+
+    def keys_values_at(self, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(keys before RoPE, values) `[kv_heads, len(positions), head_dim]` float32 of `layer` at the
+        prefix `positions` (`[R]`), from its archive (ARCHIVE) or its snapshot (WHOLE), and the
+        archive bytes read (0 from the snapshot). Raises HalamanError when an archive block differs
+        from its digest (the archive is dropped: the next question re-reads its pages), ValueError
+        for a position its snapshot does not hold (REREAD: nothing to read here)."""
+        archive = self.archive
+        if archive is None:
+            keys, values = self.snapshot.layers[layer].keys_values_at(positions, torch.float32)
+            return keys, values, 0
+        try:
+            fields = archive.read(layer, positions.expand(archive.layout.kv_heads, -1).contiguous())
+        except ArchiveError as error:
+            self.drop_archive()
+            raise HalamanError(f"{self.document.title}: a block of its saved reading is damaged ({error}); "
+                               "ask again to re-read its pages") from None
+        keys, values = archive.decode(fields, torch.float32)
+        return keys, values, sum(t.nbytes for t in fields.values())
+
     def drop_archive(self) -> None:
         """Stop recalling from the archive (found damaged): close it; the file is the store's."""
         if self.archive is not None:
@@ -165,7 +262,7 @@ class OpenDocument:
         self.archive = None
 
     def span_label(self, span) -> str:
-        """How an answer names a recalled span (`engine.spans`): its segment's label, with the
+        """How an answer names a recalled span (`engine.evidence.spans`): its segment's label, with the
         characters when it is only part of the segment."""
         segment = self.document.segments[span.segment]
         whole = span.char_start == 0 and span.char_end == len(segment.text)

@@ -669,7 +669,7 @@ class PrefixStore:
         return self.root / f"{key}.archive.safetensors"
 
     def text_index_path(self, key: str) -> Path:
-        """Where `key`'s full-text index of spans lives (`engine.text_index`): derived data that
+        """Where `key`'s full-text index of spans lives (`engine.evidence.text_index`): derived data that
         carries its own digest, rebuilt by its reader when missing or damaged, deleted with the entry."""
         _check_key(key)
         return self.root / f"{key}.spans.sqlite"

@@ -18,6 +18,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from engine.errors import HalamanError
+
 INSTRUCTIONS = (
     "You answer questions about the document below. Use only the document. "
     "Cite the page or file you used, like [page 12] or [src/app.py]. Be brief."
@@ -106,3 +108,10 @@ def encode_document(tokenizer, layout: ChatLayout, document) -> PrefixEncoding:
     ids += encoded["input_ids"]
     ids += tokenizer(tail, add_special_tokens=False)["input_ids"]
     return PrefixEncoding(ids, starts, token_chars, head_tokens, text_tokens)
+
+
+def check_question(question: str, about: str = "the document") -> None:
+    """Raise HalamanError when `question` is empty or only spaces (`about`: what it would ask about,
+    for the message). Every question path checks here, before any model work."""
+    if not question.strip():
+        raise HalamanError(f"the question is empty: type a question about {about}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import paths
-from engine.threads import others_busy_cores, usable_cores
+from engine.cpu_load import others_busy_cores, usable_cores
 from engine.units import format_duration
 
 # A read planned to take at least this long (seconds) is a long read: the caller is asked first.
@@ -141,7 +141,7 @@ def plan_read(tokens: int, key: RateKey, parameters: int, path: Path | None = No
     """The plan for prefilling `tokens` tokens: at the rate measured for `key`, else at
     `guessed_rate(key.device, parameters)` times the share of the processor other programs leave
     now (`cpu_share` with `others_cores`, the cores they keep busy; None: measured now, a quarter
-    of a second, `engine.threads.others_busy_cores`). A measured rate was measured under this
+    of a second, `engine.cpu_load.others_busy_cores`). A measured rate was measured under this
     machine's usual load already; the guess is an idle machine's, and on a busy one the first plan
     said "about 1 h" for a read of 7 h 38 min."""
     rate = measured_rate(key, path)

@@ -44,16 +44,18 @@ from engine.documents import Document, PasswordRequiredError, WrongPasswordError
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
 from engine.evidence.select import FoundSpan, found_spans
-from engine.grounding import DocumentWords
 from engine.kvcache.recall import RecallStats
-from engine.library_ask import LibraryAnswer, LibraryAsk, unmatched_note
+from engine.open_library import LibraryAnswer, OpenLibrary, unmatched_note
 from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
+from engine.prompt import check_question
 from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
 from engine.read_time import ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource
-from engine.session import CONVERTING_MODEL_UNIT, DocumentSession, OpenReport, Phase, Progress
+from engine.open_document import OpenReport
+from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress
+from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
@@ -334,8 +336,7 @@ class Workspace:
         self._store: PrefixStore | None = None
         self._store_tried = False            # opened once (a store that cannot be used is not retried)
         self.notices: list[str] = []         # for the next open's warnings, once
-        self._words: tuple[Document, DocumentWords] | None = None  # the open document's, folded once
-        self._library: LibraryAsk | None = None   # the documents of the last library question, open index first
+        self._library: OpenLibrary | None = None   # the documents of the last library question, open index first
         self._library_paths: tuple[str, ...] = ()  # the paths it was built from (some may have failed to open)
         self._library_skipped: list[str] = []      # "title or path: why" for each of them that could not be opened
 
@@ -412,16 +413,7 @@ class Workspace:
         states that the document does not contain in `Answer.unsupported` (`engine.grounding`).
         Raises HalamanError when no document is open or the question is empty."""
         self.ensure_model()
-        answer = self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
-        if answer.stop_reason != StopReason.CANCELLED and self.session.document is not None:
-            words = self._document_words(self.session.document)
-            answer.unsupported, answer.instructions = words.unsupported(answer.text, question), words.instructions
-        return answer
-
-    def _document_words(self, document: Document) -> DocumentWords:
-        if self._words is None or self._words[0] is not document:
-            self._words = (document, DocumentWords(document.render()))
-        return self._words[1]
+        return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
 
     def find(self, question: str, *, document: Document | None = None, after: Sequence[str] = (),
              limit: int = 10) -> list[FoundSpan]:
@@ -472,16 +464,15 @@ class Workspace:
     # ---------------------------------------------------------------- library
     def ask_library(self, question: str, paths: Sequence[str], *, on_text: Callable[[str], None] | None = None,
                     cancel: threading.Event | None = None) -> LibraryAnswer:
-        """Answer `question` from the documents of `paths` the question picks (`engine.library_ask`;
+        """Answer `question` from the documents of `paths` the question picks (`engine.open_library`;
         `answer.unsupported` is set there), opened by `open_library`. Raises HalamanError when the
-        question is empty or no document could be opened, Cancelled, and what `LibraryAsk.ask` raises."""
-        if not question.strip():
-            raise HalamanError("the question is empty: type a question about the documents")
+        question is empty or no document could be opened, Cancelled, and what `OpenLibrary.ask` raises."""
+        check_question(question, "the documents")  # before any document is opened
         return self.open_library(paths, cancel=cancel).ask(question, on_text=on_text, cancel=cancel)
 
     def open_library(self, paths: Sequence[str], *, cancel: threading.Event | None = None,
                      progress_for: Callable[[int, int, str], Callable[[Progress], None] | None] | None = None
-                     ) -> LibraryAsk:
+                     ) -> OpenLibrary:
         """The documents of `paths`, open index first with the library's index built, kept for the
         next library question; when `paths` differ from the last call's, every one is opened again
         (each open parses its file: seconds for a book; a saved reading is reused).
@@ -490,9 +481,9 @@ class Workspace:
         HalamanError when none could be opened, Cancelled (nothing is kept)."""
         self.ensure_model()
         wanted = tuple(dict.fromkeys(str(p) for p in paths))
-        if self._library is None or wanted != self._library_paths or not self._library.sessions:
+        if self._library is None or wanted != self._library_paths or not self._library.documents:
             self._close_library()
-            self._library = LibraryAsk(self.model, self.settings, self.prefix_store())
+            self._library = OpenLibrary(self.model, self.settings, self.prefix_store())
             for k, path in enumerate(wanted, 1):
                 try:
                     if cancel is not None and cancel.is_set():
@@ -508,7 +499,7 @@ class Workspace:
                     self._library_skipped.append(f"{Path(path).name}: {exc}")
             self._library.prepare()
             self._library_paths = wanted  # only now: one left half-opened by an unexpected error is rebuilt
-        if not self._library.sessions:
+        if not self._library.documents:
             raise HalamanError("no document of the library could be opened: "
                                + ("; ".join(self._library_skipped) or "the library is empty"))
         return self._library
@@ -523,9 +514,9 @@ class Workspace:
         documents it was asked across, which it read and which could not be opened; its sources
         (each naming its document) and every read document's attended passages (each naming its
         document, `AttendedSpan.document_source`). Never escalated: the cloud answers one document."""
-        answer, sessions = answered.answer, self._library.sessions if self._library else []
-        read = [sessions[pick.document].document for pick in answered.picks]
-        lead = (f"Asked across {len(sessions)} document{'s' if len(sessions) != 1 else ''}; read "
+        answer, documents = answered.answer, self._library.documents if self._library else []
+        read = [documents[pick.document].document for pick in answered.picks]
+        lead = (f"Asked across {len(documents)} document{'s' if len(documents) != 1 else ''}; read "
                 + ", ".join(document.title for document in read) + ".")
         if self._library_skipped:
             lead += f"  \nCould not open: {'; '.join(self._library_skipped)}."
@@ -534,7 +525,7 @@ class Workspace:
             lead += f"  \nNote: {unmatched}."
         record = answer_record(answer, model=self.model_info(), recall=None,
                                low_confidence=cloud_policy.low_confidence(answer, self.settings))
-        passages = [replace(p, document_source=sessions[d].document.source)
+        passages = [replace(p, document_source=documents[d].document.source)
                     for d, found in answered.passages.items() for p in found]
         record = replace(record, text=f"{lead}\n\n{answer.text}", passages_json=passages_json(passages))
         return AnswerOutcome(answer, record, None, tuple(document.source for document in read))

@@ -175,7 +175,7 @@ def test_loading_says_the_model_is_converted_only_when_it_is(qtbot, smol, tmp_pa
     """Item 13: "(the first start converts it once)" was shown at every start, converted or not."""
     from app.notices import ProgressPanel
     from engine.models.loader import conversion_pending
-    from engine.session import CONVERTING_MODEL_UNIT, Phase, Progress
+    from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress
 
     assert not conversion_pending("default"), "the session's model was converted here already"
     assert not conversion_pending("HuggingFaceTB/SmolLM2-360M-Instruct") and not conversion_pending("/no/such.gguf")

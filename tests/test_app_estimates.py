@@ -17,7 +17,8 @@ from app.document_header import whole_read_text  # noqa: E402
 from app.notices import ProgressPanel  # noqa: E402
 from engine.kvcache.cache import MemoryBreakdown  # noqa: E402
 from engine.read_time import ReadPlan  # noqa: E402
-from engine.session import OpenReport, Phase, Progress  # noqa: E402
+from engine.open_document import OpenReport  # noqa: E402
+from engine.progress import Phase, Progress  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
 
 DURATION = re.compile(r"(\d+ h \d+ min|\d+ min \d+ s|\d+ s)")

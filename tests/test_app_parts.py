@@ -334,7 +334,7 @@ def test_the_settings_dialog_edits_recall_and_shows_its_memory_and_disk(qtbot, t
 
 def test_a_recall_off_warning_is_never_among_the_warnings_left_out_of_the_banner():
     from app.open_flow import warning_note
-    from engine.session import RecallGap, RecallNotice
+    from engine.open_document import RecallGap, RecallNotice
 
     notice = RecallNotice(RecallGap.OFF, "it has no archive (read before recall existed, or the archive was off)")
     warnings = ["skipped (minified): a.js", "skipped (binary): b.png", "ignored by .gitignore: build/", str(notice)]
@@ -444,7 +444,7 @@ def test_the_document_state_follows_reads_and_ignores_replaced_ones(qtbot, tmp_p
     from app.worker import Job
     from engine.documents import load_document
     from engine.kvcache.cache import MemoryBreakdown
-    from engine.session import OpenReport
+    from engine.open_document import OpenReport
 
     library = Library(tmp_path / "library.sqlite")
     chat = ChatView()
@@ -591,7 +591,7 @@ def test_the_header_says_where_a_read_stopped_earlier_goes_on():
     the read goes on from there, and the time it gives is the rest's."""
     from app.document_header import whole_read_text
     from engine.kvcache.cache import MemoryBreakdown
-    from engine.session import OpenReport
+    from engine.open_document import OpenReport
 
     report = OpenReport(title="b.txt", kind="text", document_tokens=1000, prefix_hit=False, position_mode="original",
                         seconds=0.1, prefill_seconds=0.0, prefill_tokens_per_s=0.0, kv=MemoryBreakdown(),

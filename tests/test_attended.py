@@ -113,12 +113,12 @@ def spread_over_two_parts(smol, folder):
     other = document.segments[[s.path for s in document.segments].index("other.py")].text
     note = other.index("# note")
     wanted.append((starts["other.py"] + note, starts["other.py"] + other.index("\n", note)))
-    text_first, _ = session._open.text_range
+    text_first, _ = session.opened.text_range
     mass = torch.zeros(session.report.document_tokens, dtype=torch.float64)
-    for i, char in enumerate(session._open.encoding.token_chars):
+    for i, char in enumerate(session.opened.encoding.token_chars):
         if any(low <= char < high for low, high in wanted):
             mass[text_first + i] = 1.0
-    sources, passages = session._open.sources(mass)
+    sources, passages = session.opened.sources(mass)
     return session, sources, passages, (first, second)
 
 

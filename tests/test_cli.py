@@ -170,10 +170,10 @@ def test_the_prefill_bar_shows_the_sessions_rate_and_time_left_not_tqdms(capsys)
     # The first event comes after the first chunk is done: tqdm's own clock would count it as free.
     import re
 
-    from engine.cli import _ProgressBar
-    from engine.session import Phase, Progress
+    from engine.cli_report import ProgressBar
+    from engine.progress import Phase, Progress
 
-    bar = _ProgressBar()
+    bar = ProgressBar()
     bar.update(Progress(Phase.PREFILL, 512, 2048, "tokens", tokens_per_s=364.0, eta_s=4.2))
     bar.update(Progress(Phase.PREFILL, 1024, 2048, "tokens", tokens_per_s=351.0, eta_s=2.9))
     bar.close()

@@ -89,9 +89,9 @@ def test_ask_library_answers_from_the_document_that_holds_the_answer_and_cites_i
 
 def test_options_may_come_between_path_and_question_and_library_takes_only_a_question():
     """The trial: `ask doc.txt --max-new-tokens 30 "Q"` stopped parsing when QUESTION became optional."""
-    from engine.cli import _parser, parser_argv
+    from engine.cli import build_parser, parser_argv
 
-    parse = lambda *argv: _parser().parse_args(parser_argv(list(argv)))  # noqa: E731
+    parse = lambda *argv: build_parser().parse_args(parser_argv(list(argv)))  # noqa: E731
     args = parse("ask", "doc.txt", "--max-new-tokens", "30", "Who built it?")
     assert (args.path, args.question, args.max_new_tokens, args.library) == ("doc.txt", "Who built it?", 30, False)
     args = parse("ask", "--library", "--max-new-tokens", "30", "Who built it?")

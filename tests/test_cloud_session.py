@@ -18,7 +18,8 @@ from engine import secrets
 from engine.answer import Answer, CloudReply
 from engine.cloud import CloudError, CloudPlan, ask_cloud, client, escalation_reason, plan_request
 from engine.cloud.plan import INSECURE_WARNING
-from engine.session import DocumentSession, OpenReport
+from engine.open_document import OpenReport
+from engine.session import DocumentSession
 from engine.settings import CachePolicy, CloudSettings, EngineSettings
 
 KEY = "sk-session-0a1b2c3d4e5f60718293a4b5c6d7e8f9"

@@ -14,7 +14,7 @@ from pdf_fixtures import _stream, helvetica_pdf, write_pdf
 from engine.documents import load_document
 from engine.documents.hyphenation import join_hyphenated_lines
 from engine.documents.text import normalize_text
-from engine.text_index import rank
+from engine.evidence.text_index import rank
 
 FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
 

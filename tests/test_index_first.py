@@ -12,7 +12,8 @@ import torch
 
 from engine.errors import Cancelled
 from engine.prefix_store import PrefixStore
-from engine.session import DocumentSession, Phase
+from engine.progress import Phase
+from engine.session import DocumentSession
 from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, book, settings
 
 
@@ -37,7 +38,7 @@ def test_an_unread_document_is_answered_from_its_index_as_a_read_one_without_arc
     full.open(book())
     entry = full.store.entries()[0]
     small = DocumentSession(smol, settings(), PrefixStore(tmp_path / "small", disk_budget_bytes=entry.size_bytes + entry.archive_bytes // 2))
-    assert not small.open(book()).unread and small._open.archive is None
+    assert not small.open(book()).unread and small.opened.archive is None
     reference = small.ask(QUESTION)
     assert reference.recall.reread and reference.token_ids == answer.token_ids
 
@@ -67,10 +68,10 @@ def test_a_paused_read_goes_on_from_its_chunk_and_then_questions_recall_from_the
     # What the paused read saved is what a read in one go saves: a reopen hits the same key.
     again = DocumentSession(smol, settings(), store)
     report = again.open(book())
-    assert report.prefix_hit and again.prefix_key == session.prefix_key and again._open.archive is not None
+    assert report.prefix_hit and again.prefix_key == session.prefix_key and again.opened.archive is not None
     straight = DocumentSession(smol, settings(), None)
     straight.open(book())
-    for kept, reference in zip(again._open.snapshot.layers, straight._open.snapshot.layers, strict=True):
+    for kept, reference in zip(again.opened.snapshot.layers, straight.opened.snapshot.layers, strict=True):
         assert torch.equal(kept.index, reference.index)
 
 

@@ -1,4 +1,4 @@
-"""Asking the library: one question over several documents (`engine.library_ask`).
+"""Asking the library: one question over several documents (`engine.open_library`).
 
 References: a library question that picks one document must give, token for token, the answer that
 document gives asked alone (the same spans recalled the same way: re-read when it is not read yet,
@@ -13,7 +13,7 @@ import torch
 from engine.documents import Document, Segment
 from engine.errors import HalamanError
 from engine.kvcache.span_recall import SpanCapture
-from engine.library_ask import LibraryAsk, unmatched_note
+from engine.open_library import OpenLibrary, unmatched_note
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession
 from test_span_recall import COMBINATION, NEEDLE_PAGE, QUESTION, TOPICS, book, settings
@@ -38,8 +38,8 @@ def store(tmp_path):
     return PrefixStore(tmp_path / "prefix", disk_budget_bytes=512 * 1024**2)
 
 
-def library_of(smol, store, documents) -> LibraryAsk:
-    library = LibraryAsk(smol, settings(), store)
+def library_of(smol, store, documents) -> OpenLibrary:
+    library = OpenLibrary(smol, settings(), store)
     for document in documents:
         library.add(document)
     return library
@@ -76,7 +76,7 @@ def test_documents_read_whole_are_recalled_from_their_archives_as_alone(smol, st
     alone.close()
     library = library_of(smol, store, [other_book("harbour records", 1), book()])
     try:
-        assert all(session.report.prefix_hit for session in library.sessions)
+        assert all(opened.report.prefix_hit for opened in library.documents)
         answer = library.ask(QUESTION).answer
     finally:
         library.close()
@@ -90,21 +90,21 @@ def test_two_documents_that_match_are_read_side_by_side_and_each_cited(smol, sto
     library = library_of(smol, store, [book(), other_book("harbour records", 1), annex])
     try:
         answered = library.ask(QUESTION)
-        parts, positions = library._stream(answered.picks)
+        parts, positions = library.stream(answered.picks)
         # The stream: the prompt's head (the best document's), every document's text in library order,
         # the prompt's tail, end to end; the tokens recalled from each part are exactly what that
         # document alone would recall there, and none from the document not picked.
-        best = library.sessions[answered.picks[0].document].spans
+        best = library.documents[answered.picks[0].document].spans
         assert [part.document for part in parts] == [answered.picks[0].document, 0, 1, 2, answered.picks[0].document]
         assert (parts[0].start, parts[0].end, parts[-1].start, parts[-1].end) == (0, best.head_tokens, best.text_end, best.n_tokens)
-        for part, session in zip(parts[1:4], library.sessions, strict=True):
-            assert (part.start, part.end) == (session.spans.head_tokens, session.spans.text_end)
+        for part, opened in zip(parts[1:4], library.documents, strict=True):
+            assert (part.start, part.end) == (opened.spans.head_tokens, opened.spans.text_end)
         assert [part.offset for part in parts] == [sum(p.length for p in parts[:k]) for k in range(len(parts))]
-        assert library._local(parts[2], positions).numel() == 0, "harbour records is not read"
-        recalled = {pick.document: set(library.sessions[pick.document].spans.recall_positions(pick.selection.chosen))
+        assert library.local(parts[2], positions).numel() == 0, "harbour records is not read"
+        recalled = {pick.document: set(library.documents[pick.document].spans.recall_positions(pick.selection.chosen))
                     for pick in answered.picks}
         for part in parts:
-            local = set(library._local(part, positions).tolist())
+            local = set(library.local(part, positions).tolist())
             assert local == {p for p in recalled.get(part.document, ()) if part.start <= p < part.end}
     finally:
         library.close()
@@ -130,7 +130,7 @@ def test_a_question_naming_a_document_picks_it_first(smol, store):
 
 
 def test_an_empty_library_or_question_says_so(smol, store):
-    library = LibraryAsk(smol, settings(), store)
+    library = OpenLibrary(smol, settings(), store)
     with pytest.raises(HalamanError, match="library is empty"):
         library.ask(QUESTION)
     library.add(book())
@@ -195,6 +195,41 @@ def test_a_follow_up_keeps_the_documents_read_and_goes_on_as_alone(smol, store):
     assert f"book: page {NEEDLE_PAGE}" in follow.answer.recall.spans
 
 
+def same_sources(library_sources, sources) -> list[tuple]:
+    """A library answer's sources, less the document they name, against one document's: the same
+    pages in the same order, their shares equal up to float32 rounding (the library's cache holds
+    only the stream, the document's its whole snapshot, hidden in focus)."""
+    assert all(source.document == "book" for source in library_sources)
+    return [(s.label, s.page, s.path, pytest.approx(s.share, abs=1e-5)) for s in library_sources] == [
+        (s.label, s.page, s.path, s.share) for s in sources]
+
+
+def test_one_answer_frame_gives_a_library_of_one_document_the_documents_own_answer(smol, store):
+    """The answer frame exists once: a library of one document and that document asked alone give,
+    token for token, the same answer with the same `Answer` fields, first question and follow-up.
+    The document was read whole before without an archive, so both re-read its spans from a saved
+    reading: no prefill before either answer (`prefix_hit`), whoever asks."""
+    no_archive = settings().replace(recall=settings().recall.replace(archive=False))
+    DocumentSession(smol, no_archive, store).open(book())  # the saved reading, without an archive
+    alone = DocumentSession(smol, settings(), store)
+    assert alone.open(book()).prefix_hit and alone.opened.archive is None
+    library = library_of(smol, store, [book()])
+    try:
+        answers = [library.ask(QUESTION).answer, library.ask("Say the number again.", follow_up=True).answer]
+        references = [alone.ask(QUESTION), alone.ask("Say the number again.", follow_up=True)]
+    finally:
+        library.close()
+        alone.close()
+    for answer, reference in zip(answers, references, strict=True):
+        assert answer.recall.reread and reference.recall.reread
+        assert answer.token_ids == reference.token_ids and answer.text == reference.text
+        assert (answer.prefix_hit, answer.unsupported, answer.stop_reason, answer.prompt_tokens) == (
+            reference.prefix_hit, reference.unsupported, reference.stop_reason, reference.prompt_tokens)
+        assert reference.prefix_hit, "read whole before, nothing prefilled for this answer"
+        assert answer.sources and same_sources(answer.sources, reference.sources)
+    assert COMBINATION in answers[0].text
+
+
 def test_a_document_kept_whole_is_answered_from_its_snapshot_without_re_reading(smol, store):
     whole = settings().replace(cache=settings().cache.replace(budget_tokens=4096, window_tokens=512, residual_tokens=64))
     session = DocumentSession(smol, whole, None)
@@ -221,7 +256,7 @@ def test_a_document_kept_whole_is_answered_from_its_snapshot_without_re_reading(
         snapshot.layers[0].keys_values_at(torch.tensor([len(ids) + 3]), torch.float32)
     session.close()
 
-    library = LibraryAsk(smol, whole, store)
+    library = OpenLibrary(smol, whole, store)
     try:
         library.add(other_book("harbour records", 1))
         library.add(book())

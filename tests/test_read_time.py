@@ -202,7 +202,7 @@ def test_other_programs_cores_are_measured_without_this_process(tmp_path):
     import sys
     import time
 
-    from engine.threads import others_busy_cores
+    from engine.cpu_load import others_busy_cores
 
     child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.monotonic()\nwhile time.monotonic()-t<3: pass"])
     try:

@@ -13,7 +13,8 @@ from engine.estimate import KNOWN_SHAPES, archive_file_bound, snapshot_file_boun
 from engine.prefix_store import PrefixStore
 from engine.prompt import chat_layout, encode_document
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
-from engine.session import DocumentSession, RecallGap, RecallNotice
+from engine.open_document import RecallGap, RecallNotice
+from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 from engine.workspace import RecallOff, recall_off
 

@@ -10,7 +10,8 @@ from engine.documents import Document, Segment
 from engine.errors import Cancelled
 from engine.kvcache.archive import Archive
 from engine.prefix_store import PrefixStore
-from engine.session import DocumentSession, Phase
+from engine.progress import Phase
+from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 
 QUESTION = "What is the access code for the archive room?"

@@ -20,8 +20,8 @@ from engine.prefix_store import PrefixStore
 from engine.prompt import chat_layout, encode_document
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
-from engine.spans import DocumentSpans
-from engine.text_index import (
+from engine.evidence.spans import DocumentSpans
+from engine.evidence.text_index import (
     IndexDamaged,
     TextIndex,
     load_or_build,
@@ -88,8 +88,8 @@ def test_without_focus_the_snapshot_stays_visible_beside_the_recalled_page(smol)
     session.open(book())
     answer = session.ask(QUESTION)
     assert answer.recall.spans == (f"page {NEEDLE_PAGE}",) and answer.sources[0].page == NEEDLE_PAGE
-    held = session._open.snapshot.layers[0].index  # what the layer held when the question recalled
-    recalled = session._conversation.layers[0].recalled
+    held = session.opened.snapshot.layers[0].index  # what the layer held when the question recalled
+    recalled = session.conversation.layers[0].recalled
     assert recalled.focus_from is None
     for head in range(held.shape[0]):  # held tokens are not attended twice
         assert torch.equal(recalled.valid[head], ~torch.isin(recalled.index[head], held[head]))
@@ -129,7 +129,7 @@ def test_a_span_cut_to_the_recall_budget_ends_where_its_tokens_end_and_none_is_c
 def test_span_recall_reads_exactly_the_archived_tokens_in_every_layer(smol, store):
     session = DocumentSession(smol, settings(), store)
     session.open(book())
-    archive: Archive = session._open.archive
+    archive: Archive = session.opened.archive
     lay = archive.layout
     tokens = torch.tensor([3, 4, 5, 100, 101, 400])
     hook = SpanRecaller(archive, tokens, focus=True)
@@ -322,15 +322,15 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
     store = PrefixStore(tmp_path / "small", disk_budget_bytes=budget)
     session = DocumentSession(smol, settings(), store)
     report = session.open(book())
-    assert session._open.archive is None and store.archive(session.prefix_key) is None
+    assert session.opened.archive is None and store.archive(session.prefix_key) is None
     assert any("re-reads the parts" in w and "would not fit" in w for w in report.warnings)
     answer = session.ask(QUESTION)
     assert COMBINATION in answer.text and answer.recall.spans == (f"page {NEEDLE_PAGE}",)
     assert answer.sources[0].page == NEEDLE_PAGE and answer.recall.bytes_read == 0
     # The re-read keys and values are those of a prefill of just the recalled tokens.
-    recalled = session._conversation.layers[5].recalled
+    recalled = session.conversation.layers[5].recalled
     capture = SpanCapture()
-    ids = torch.tensor(session._open.ids)[recalled.index[0]]
+    ids = torch.tensor(session.opened.ids)[recalled.index[0]]
     smol.decoder.prefill(ids, smol.decoder.new_cache(settings().cache.replace(budget_tokens=2048), "original"), archive=capture)
     keys, values = capture.keys_values()[5]
     assert torch.equal(recalled.keys, keys) and torch.equal(recalled.values, values)
@@ -338,7 +338,7 @@ def test_without_room_for_the_archive_the_chosen_page_is_read_again_from_its_tok
 
 
 def test_a_part_of_a_long_file_is_recalled_under_its_path():
-    from engine.spans import DocumentSpans
+    from engine.evidence.spans import DocumentSpans
 
     lines = "\n".join(f"value_{i} = {i}  # setting number {i}" for i in range(300))
     document = Document(title="repo", source="", kind="repo",

@@ -14,7 +14,7 @@ from engine.answer import Answer, CloudReply, Source
 from engine.cloud.client import CloudUsage
 from engine.errors import HalamanError
 from engine.kvcache.recall import RecallStats
-from engine.session import Phase
+from engine.progress import Phase
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
 from engine.workspace import (
     MIN_BUDGET_TOKENS, ModelInfo, SettingsChange, Workspace, answer_record, lowered_budget, out_of_memory,

@@ -9,7 +9,7 @@ prompt), and the system message says that the quoted text is data. Instruction-l
 what is sent is named in the plan's warnings (`engine.grounding.instruction_like`), so the user
 sees it before sending and in the answer's report. When the whole document does not fit the
 endpoint's context, it is cut: pages (or files) are split into pieces of at most
-`PIECE_TOKENS`, ranked by BM25 relevance to the question's words (`engine.text_index`, the same
+`PIECE_TOKENS`, ranked by BM25 relevance to the question's words (`engine.evidence.text_index`, the same
 ranking that proposes recall's spans: words in any script, identifiers split), and the best pieces that fit are
 sent in reading order, with a line such as "[… 12 pages left out …]" at each gap. The plan says so
 (`was_cut`, a warning) and the instructions tell the cloud model that parts are missing.
@@ -32,7 +32,7 @@ from engine.documents import Document, Segment
 from engine.grounding import instruction_like, instructions_note
 from engine.prompt import INSTRUCTIONS
 from engine.settings import CloudSettings
-from engine.text_index import rank
+from engine.evidence.text_index import rank
 
 SAFETY_MARGIN = 0.10               # of the room for the document: tokenizers differ
 MESSAGE_OVERHEAD_TOKENS = 8        # role markers and separators per message in the endpoint's template

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from engine.text_index import SPAN_MAX_CHARS, split_spans
+from engine.evidence.text_index import SPAN_MAX_CHARS, split_spans
 
 # Extensions to tree-sitter-language-pack grammar names. A file of any other kind is prose to us.
 LANGUAGES = {

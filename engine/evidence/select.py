@@ -8,7 +8,7 @@ Signals, strongest first (`Candidate.signal`):
   `engine.evidence.named_sections`;
 - conversation: a follow-up keeps the spans its previous question read (a pronoun names nothing
   the index can find: "What did he do next?");
-- words: BM25 over the spans' words and the names they define (`engine.text_index`);
+- words: BM25 over the spans' words and the names they define (`engine.evidence.text_index`);
 - map: a question about the whole document ("What is this book about?", "What is this project?")
   reads its opening (title page, preface, README) and its contents, as does one that shares no word
   with it (before, such questions fell back to block recall at 1–3 tokens/s).
@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.spans import DocumentSpans, Span
+from engine.evidence.spans import DocumentSpans, Span
 
 RELATIVE_SCORE = 0.8
 """A further words candidate is read only when its BM25 score is at least this share of the best."""

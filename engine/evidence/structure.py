@@ -377,7 +377,7 @@ def _question_numbers(question: str, sections: list[Section], chapter_level: int
 
 def _title_words(text: str) -> set[str]:
     """Content words of a title or subject, plural -s folded ("Strings" → "string")."""
-    from engine.text_index import STOPWORDS
+    from engine.evidence.text_index import STOPWORDS
 
     words = {w.lower() for w in re.findall(r"[^\W\d_]{3,}", text)} - STOPWORDS - {"chapter", "section", "part", "book"}
     return {w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words}

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from engine.kvcache.attention import RotaryTable, rotate
-from engine.kvcache.quant import KVFormat, _round_fp16
+from engine.kvcache.quant import KVFormat, round_fp16
 from engine.kvcache.sizes import DIGEST_BYTES
 
 ARCHIVE_FORMAT = "halaman-archive-2"  # 2: per-block digests
@@ -278,8 +278,8 @@ class ArchiveWriter:
         low = torch.nn.functional.pad(rotated, (0, 0, 0, pad), value=float("inf")) if pad else rotated
         high = torch.nn.functional.pad(rotated, (0, 0, 0, pad), value=float("-inf")) if pad else rotated
         shape = (lay.kv_heads, n_blocks, lay.block_tokens, lay.head_dim)
-        key_min = _round_fp16(low.view(shape).amin(dim=2), toward=float("-inf"))
-        key_max = _round_fp16(high.view(shape).amax(dim=2), toward=float("inf"))
+        key_min = round_fp16(low.view(shape).amin(dim=2), toward=float("-inf"))
+        key_max = round_fp16(high.view(shape).amax(dim=2), toward=float("inf"))
         for hashed, name, bound in zip(self._bound_hashes[layer], ("key_min", "key_max"), (key_min, key_max), strict=True):
             hashed.update(self._put(f"layer{layer}.{name}", first_block, bound.transpose(0, 1)))
         self._written[layer] = start + chunk

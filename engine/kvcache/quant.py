@@ -142,8 +142,8 @@ def quantize(x: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor,
     high = groups.amax(dim=-1)
     # Round the zero point down and the scale up to float16, so that [zero, zero + qmax * scale]
     # still covers the group after rounding: no code clips, and the error stays within scale / 2.
-    zero = _round_fp16(low, toward=float("-inf"))
-    scale = _round_fp16(((high - zero.float()) / qmax).clamp_min(_MIN_SCALE), toward=float("inf"))
+    zero = round_fp16(low, toward=float("-inf"))
+    scale = round_fp16(((high - zero.float()) / qmax).clamp_min(_MIN_SCALE), toward=float("inf"))
     codes = ((groups - zero.float()[..., None]) / scale.float()[..., None]).round_().clamp_(0, qmax)
     codes = codes.to(torch.uint8).reshape(*lead, dim)
     if bits < 8:
@@ -186,7 +186,7 @@ def _byte_table(bits: int, dtype: torch.dtype, device: torch.device) -> torch.Te
     return _BYTE_TABLES[key]
 
 
-def _round_fp16(values: torch.Tensor, toward: float) -> torch.Tensor:
+def round_fp16(values: torch.Tensor, toward: float) -> torch.Tensor:
     """float32 -> float16, rounding toward `toward` (+inf or -inf) instead of to nearest."""
     rounded = values.to(_META_DTYPE)
     wrong_side = (rounded.float() < values) if toward > 0 else (rounded.float() > values)

@@ -2,7 +2,7 @@
 
 At book length the per-layer block selection of `engine.kvcache.recall` rarely agrees on the page
 that answers a question (it found it in a median of 15 of 90 layer / KV-head pairs at 131k
-tokens); the question's words do much better (`engine.text_index`). So the session chooses spans
+tokens); the question's words do much better (`engine.evidence.text_index`). So the session chooses spans
 (pages, parts of files) once, from the full-text index, and this hook recalls exactly those
 tokens from the archive in every layer and KV head, in document order, so the model reads
 contiguous text. The choice does not change while the answer is decoded (`reselects` False): no

@@ -20,7 +20,7 @@ from engine.documents import Document
 from engine.evidence.named_sections import NamedSections
 from engine.evidence.structure import DocumentStructure
 from engine.evidence.code_units import indexed_names, segment_spans
-from engine.text_index import Hit, TextIndex, load_or_build
+from engine.evidence.text_index import Hit, TextIndex, load_or_build
 
 # Candidates read from the index per question.
 CANDIDATES = 8

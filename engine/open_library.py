@@ -1,7 +1,8 @@
 """Ask the library: one question over several documents, answered from their chosen spans side by side.
 
-Each document is opened index first in its own `DocumentSession` (one model shared by all): its
-spans, its full-text index and, when it was read whole before, its archive. A question then
+Each document is opened index first into an `OpenDocument` (`engine.reading.Reader`, one model
+shared by all): its spans, its full-text index and, when it was read whole before, its archive.
+(The stored list of documents is `engine.library.Library`; this is the open one.) A question then
 
 1. picks the documents: those the question names, if any (a word of the question in a document's
    title or file name that other documents' texts rarely contain: "3M" names `3M_2022_10K.pdf`,
@@ -12,8 +13,9 @@ spans, its full-text index and, when it was read whole before, its archive. A qu
    scores at least SECOND_DOCUMENT_SHARE of its best (at most DOCUMENTS_AT_MOST);
 2. chooses spans in each as for a single document (`engine.evidence.select`: structure, named
    sections, words), within an equal share of the recall budget;
-3. brings back those spans' keys and values (from a document's archive, from its snapshot when the
-   cache keeps it whole, else re-read from their token ids, as for an unread document) and
+3. brings back those spans' keys and values where each document keeps them
+   (`OpenDocument.recall_source`: ARCHIVE from its archive, WHOLE from its snapshot when the
+   cache keeps it whole, else REREAD from their token ids, as for an unread document) and
    lays them side by side in one stream over the whole library, renumbered 0..R-1 in focus
    (`SpanRecaller`), so the model reads
 
@@ -42,25 +44,25 @@ from pathlib import Path
 
 import torch
 
-from engine.answer import Answer, DraftStats, Source, StopReason
+from engine.answer import Answer, Source, StopReason
 from engine.attended import AttendedSpan
 from engine.documents import Document
-from engine.errors import Cancelled, HalamanError
-from engine.estimate import QUESTION_RESERVE_TOKENS
-from engine.evidence.select import Selection, Turn, select
-from engine.generate import AnswerBuilder, answer_question
+from engine.errors import HalamanError
 from engine.citations import distinct_titles
-from engine.grounding import DocumentWords
-from engine.kvcache.archive import ArchiveError
+from engine.evidence.select import Selection, Turn, select
+from engine.generate import Asked, Decoding, answer_frame, decoding_for, recall_budget, stop_token_ids
+from engine.prompt import check_question
 from engine.kvcache.cache import CompressedCache
 from engine.kvcache.span_recall import SpanRecaller
 from engine.models.loader import LoadedModel
-from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX
+from engine.open_document import SOURCE_MIN_SHARE, SOURCES_MAX, OpenDocument, OpenReport
 from engine.prefix_store import PrefixStore
 from engine.recall_plan import RecallSource
-from engine.session import REREAD_RECALL_TOKENS, DocumentSession, OpenReport, Progress, reread_keys_values
+from engine.recall_source import reread_keys_values
+from engine.progress import Progress
+from engine.reading import Reader
 from engine.settings import EngineSettings
-from engine.text_index import QUESTION_WORDS, TextIndex, terms
+from engine.evidence.text_index import QUESTION_WORDS, TextIndex, terms
 from engine.threads import ThreadGovernor
 
 # At most this many documents answer one question: the recall budget is shared equally among them,
@@ -83,7 +85,7 @@ RUN_TOGETHER_CHARS = 7
 
 @dataclass(frozen=True)
 class LibraryPick:
-    """A document a library question reads: its place in `LibraryAsk.sessions`, its title, its best
+    """A document a library question reads: its place in `OpenLibrary.documents`, its title, its best
     span's BM25 score in the library's index (0 when no word of the question is in the library),
     the spans chosen in it, and whether the question matched it at all (`matched`)."""
 
@@ -137,48 +139,48 @@ class LibraryAnswer:
     passages: dict[int, list[AttendedSpan]] = field(default_factory=dict)
 
 
-class LibraryAsk:
+class OpenLibrary:
     """Several open documents and one question over them (see the module docstring). Not
     thread-safe: one caller at a time; `close` releases every document."""
 
     def __init__(self, model: LoadedModel, settings: EngineSettings, store: PrefixStore | None = None) -> None:
+        settings.validate()
         self.model = model
         self.settings = settings
-        self.store = store
-        self.sessions: list[DocumentSession] = []
+        self.reader = Reader(model, settings, store)
+        self.documents: list[OpenDocument] = []
+        self._stop_ids: frozenset[int] | None = None
         self._index: TextIndex | None = None
         self._owners: list[tuple[int, int]] = []  # library index row -> (document, span)
         self._names: list[set[str]] = []          # each document's name terms (title and file name)
-        self._words: dict[int, DocumentWords] = {}  # each document's folded text, for `_unsupported`
         # The conversation: the cache the last answer left (a follow-up goes on from it) and its turn.
         self._conversation: CompressedCache | None = None
         self._turn: LibraryTurn | None = None
 
     def add(self, path: str | Document, *, password: str | None = None,
             progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None) -> OpenReport:
-        """Open one more document index first (`DocumentSession.open(read_now=False)`: seconds for
-        a book not read before; its saved reading when it was). Raises what `open` raises, and
+        """Open one more document index first (`Reader.open(read_now=False)`: seconds for a book
+        not read before; its saved reading when it was). Raises what `open` raises, and
         HalamanError when its spans cannot be built (a tokenizer without character offsets)."""
-        session = DocumentSession(self.model, self.settings, self.store)
-        report = session.open(path, password=password, progress=progress, cancel=cancel, read_now=False)
-        if session.spans is None:
-            session.close()
-            raise HalamanError(f"{report.title}: its text index could not be built, so the library cannot ask it")
-        self.sessions.append(session)
+        opened = self.reader.open(path, password=password, progress=progress, cancel=cancel, read_now=False)
+        if opened.spans is None:
+            opened.close()
+            raise HalamanError(f"{opened.report.title}: its text index could not be built, so the library cannot ask it")
+        self.documents.append(opened)
         self._drop_index()
-        return report
+        return opened.report
 
     def titles(self) -> list[str]:
         """Each document's name in picks and citations, same-named files told apart by their paths
         ("a/minutes.txt", "b/minutes.txt": `engine.citations.distinct_titles`)."""
-        return distinct_titles([s.document.title for s in self.sessions], [s.document.source for s in self.sessions])
+        return distinct_titles([d.document.title for d in self.documents], [d.document.source for d in self.documents])
 
     def close(self) -> None:
         """Close every document (idempotent)."""
         self._drop_index()
-        for session in self.sessions:
-            session.close()
-        self.sessions = []
+        for opened in self.documents:
+            opened.close()
+        self.documents = []
 
     def prepare(self) -> None:
         """Build the library's full-text index now (about 5 s for 30 documents with a 288-page book
@@ -190,7 +192,7 @@ class LibraryAsk:
         """The documents `question` reads, best first, each with its chosen spans (see the module
         docstring); a document whose selection is empty is left out. `previous`: the conversation's
         last question, for a follow-up. Raises HalamanError when the library is empty."""
-        if not self.sessions:
+        if not self.documents:
             raise HalamanError("the library is empty: add documents first (halaman library add PATH)")
         index = self._library_index()
         named = self.named(question)
@@ -204,21 +206,21 @@ class LibraryAsk:
         if ranked:
             ranked = [(d, s) for d, s in ranked if s >= SECOND_DOCUMENT_SHARE * ranked[0][1]][:DOCUMENTS_AT_MOST]
         else:  # no word of the question anywhere ("what are these?"): the first documents' openings
-            ranked = [(d, 0.0) for d in range(min(len(self.sessions), DOCUMENTS_AT_MOST))]
+            ranked = [(d, 0.0) for d in range(min(len(self.documents), DOCUMENTS_AT_MOST))]
         matched = bool(best) or bool(named)
         history: dict[int, list[Turn]] = {}
         if previous is not None:  # the documents read before stay, and the best new one joins them
             kept = [(pick.document, pick.score) for pick in previous.picks]
             history = {pick.document: [Turn(previous.question, pick.selection.chosen_index)] for pick in previous.picks}
             ranked = kept + [(d, s) for d, s in ranked if d not in history][:1]
-        archived = all(self._kind(d) != "reread" for d, _ in ranked)
-        first = self.sessions[ranked[0][0]].spans
+        archived = all(self.documents[d].recall_source is not RecallSource.REREAD for d, _ in ranked)
+        first = self.documents[ranked[0][0]].spans
         frame = first.head_tokens + first.n_tokens - first.text_end  # the prompt's head and tail, read once
         share = max(0, self._budget(archived) - frame) // len(ranked)
         picks = []
         for d, score in ranked:
-            session = self.sessions[d]
-            spans = session.spans
+            opened = self.documents[d]
+            spans = opened.spans
             own_frame = spans.head_tokens + spans.n_tokens - spans.text_end
             selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans,
                                history=history.get(d, ()))
@@ -227,7 +229,7 @@ class LibraryAsk:
         return picks
 
     def named(self, question: str) -> set[int]:
-        """The documents `question` names most (see the module docstring): indices into `sessions`;
+        """The documents `question` names most (see the module docstring): indices into `documents`;
         empty when it names none. "3M … FY2022" names 3M's filing by two words and every 2022
         filing by one: the 3M filing."""
         index = self._library_index()
@@ -245,20 +247,18 @@ class LibraryAsk:
         return {d for d, n in votes.items() if n == most}
 
     def _budget(self, archived: bool) -> int:
-        """Recalled tokens a library question may read (as for one document: `DocumentSession._select`)."""
-        room = self.model.profile.max_positions - QUESTION_RESERVE_TOKENS - self.settings.max_new_tokens
-        if not archived:  # re-read before the first token
-            room = min(room, REREAD_RECALL_TOKENS)
-        return max(0, min(self.settings.recall.recall_tokens, room))
+        """Recalled tokens a library question may read (`engine.generate.recall_budget`, as for one
+        document; re-read before the first token unless every document is `archived`)."""
+        return recall_budget(self.settings, self.model.profile.max_positions, reread=not archived)
 
     def _library_index(self) -> TextIndex:
         if self._index is None:
             texts, owners, names = [], [], []
-            for d, session in enumerate(self.sessions):
-                document = session.document
+            for d, opened in enumerate(self.documents):
+                document = opened.document
                 name = terms(f"{document.title} {Path(document.source).stem}".replace("_", " "))
                 names.append(set(name))
-                for k, span in enumerate(session.spans.spans):
+                for k, span in enumerate(opened.spans.spans):
                     segment = document.segments[span.segment]
                     texts.append(f"{segment.label}\n{segment.text[span.char_start:span.char_end]}")
                     owners.append((d, k))
@@ -272,18 +272,17 @@ class LibraryAsk:
             self._index.close()
         self._index, self._owners, self._names = None, [], []
         self._conversation, self._turn = None, None
-        self._words = {}
 
     # ---------------------------------------------------------------- ask
     def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None, max_new_tokens: int | None = None) -> LibraryAnswer:
         """Answer `question` from the spans `choose` picks in the library's documents, streaming
-        text pieces to `on_text`; `follow_up` goes on from the previous answer (a first question
-        when there is none, or it was cancelled). Cancelling keeps what was generated (stop_reason "cancelled").
+        text pieces to `on_text` (`engine.generate.answer_frame`, recalling by `LibraryStream`);
+        `follow_up` goes on from the previous answer (a first question when there is none, or it
+        was cancelled). Cancelling keeps what was generated (stop_reason "cancelled").
         Raises HalamanError when the library is empty, the question is empty, recall is off, or
         an archive block is damaged (that document's archive is dropped: ask again to re-read)."""
-        if not question.strip():
-            raise HalamanError("the question is empty: type a question about the documents")
+        check_question(question, "the documents")
         if self.settings.recall.recall_tokens < 1:
             raise HalamanError("recall is off (Settings › Advanced › Recall): a library question reads chosen pages "
                                "of each document, so it needs recall on")
@@ -293,61 +292,38 @@ class LibraryAsk:
         picks = self.choose(question, previous)
         if not picks:
             raise HalamanError("no page of the library fits the recall budget: raise it in Settings › Advanced › Recall")
-        chose_s = time.perf_counter() - began
-        parts, positions = self._stream(picks)
-        n_stream = parts[-1].offset + parts[-1].length
-        first = self.sessions[picks[0].document]
-        decoder = self.model.decoder
-        governor = ThreadGovernor(self.settings.threads) if self.model.device.type == "cpu" else None
-        policy = first.opened.snapshot.policy.replace(position_mode="compact")
+        stream = LibraryStream(self, picks, time.perf_counter() - began)
         if previous is not None:
-            cache, question_ids = conversation, first.question_ids(question, follow_up=True)
+            cache, question_ids = conversation, self.reader.question_ids(question, follow_up=True)
         else:  # empty, its stream past the library's: focus hides it and renumbers the recalled tokens
-            cache, question_ids = decoder.new_cache(policy, "compact"), first.question_ids(question)
-            cache.seen_tokens = n_stream
-        decoding = first.decoding(max_new_tokens)
-        built = AnswerBuilder(self.model.tokenizer, began, on_text, None)
-        drafts, stop, hook = DraftStats(), StopReason.CANCELLED, None
-        try:
-            hook = self._recaller(parts, positions, n_stream, policy, governor, cancel)
-            hook.stats.score_s = chose_s
-            hook.stats.spans = tuple(f"{pick.title}: {self.sessions[pick.document].opened.span_label(span)}"
-                                     for pick in picks for span in pick.selection.chosen)
-            hook.stats.signals = tuple(c.signal for pick in picks for c in pick.selection.reasons())
-            hook.stats.reasons = tuple(c.reason for pick in picks for c in pick.selection.reasons())
-            stop = answer_question(decoder, cache, question_ids, built, drafts, decoding, recaller=hook,
-                                   cancel=cancel, governor=governor)
-        except Cancelled:
-            stop = StopReason.CANCELLED
-        finally:
-            cache.release_workspace()
-        split = built.finish()
-        sources, passages = ([], {}) if hook is None else self._sources(
-            parts, {pick.document for pick in picks}, hook.token_attention([layer.recalled for layer in cache.layers]).double())
-        answer = Answer(
-            question=question, text=split.answer, token_ids=built.generated, prompt_tokens=n_stream + len(question_ids),
-            time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
-            prefix_hit=hook is not None and not hook.stats.reread, stop_reason=stop, mean_logprob=built.mean_logprob(),
-            kv=cache.memory(), recall=hook.stats if hook else None, sources=sources, drafts=drafts,
-            reasoning=split.reasoning,
-        )
-        if stop is not StopReason.CANCELLED:
-            answer.unsupported = self._unsupported(picks, answer.text, question)  # folds each picked document once
-            answer.instructions = list(dict.fromkeys(p for pick in picks for p in self._words[pick.document].instructions))
+            cache, question_ids = self.model.decoder.new_cache(stream.policy, "compact"), self.reader.question_ids(question)
+            cache.seen_tokens = stream.n_stream
+        # Every picked document is consulted (a list, not `all`'s shortcut): each says once that it was just read.
+        hit = all([self.documents[pick.document].take_prefix_hit() for pick in picks])
+        asked = Asked(question, question_ids, cache, stream.n_stream + len(question_ids), hit, began)
+        threads = self.settings.threads if self.model.device.type == "cpu" else None
+        answer, passages = answer_frame(self.model.decoder, self.model.tokenizer, asked, stream,
+                                        self._decoding(max_new_tokens), threads=threads, on_text=on_text, cancel=cancel)
+        if answer.stop_reason is not StopReason.CANCELLED:
             self._conversation, self._turn = cache, LibraryTurn(question, picks)
         return LibraryAnswer(answer, picks, passages)
 
-    def _stream(self, picks: list[LibraryPick]) -> tuple[list[StreamPart], torch.Tensor]:
+    def _decoding(self, max_new_tokens: int | None) -> Decoding:
+        if self._stop_ids is None:  # the model's stop tokens, looked up once
+            self._stop_ids = stop_token_ids(self.model.tokenizer, getattr(self.model.decoder.model, "generation_config", None))
+        return decoding_for(self.model, self.settings, self._stop_ids, max_new_tokens)
+
+    def stream(self, picks: list[LibraryPick]) -> tuple[list[StreamPart], torch.Tensor]:
         """The library's stream: the prompt's head (the best picked document's: every document's
         head and tail are the same tokens), every document's text in library order, the prompt's
         tail; and the stream positions of the picked spans (`[R]`, ascending). Its length does not
         depend on the picks, so a follow-up goes on in the same stream."""
         best = picks[0].document
-        spans = self.sessions[best].spans
+        spans = self.documents[best].spans
         ranges = [(best, 0, spans.head_tokens)]
-        ranges += [(d, session.spans.head_tokens, session.spans.text_end) for d, session in enumerate(self.sessions)]
+        ranges += [(d, opened.spans.head_tokens, opened.spans.text_end) for d, opened in enumerate(self.documents)]
         ranges.append((best, spans.text_end, spans.n_tokens))
-        chosen = {p.document: torch.tensor(self.sessions[p.document].spans.recall_positions(p.selection.chosen))
+        chosen = {p.document: torch.tensor(self.documents[p.document].spans.recall_positions(p.selection.chosen))
                   for p in picks}
         parts, positions, offset = [], [], 0
         for d, start, end in ranges:
@@ -358,69 +334,40 @@ class LibraryAsk:
             offset += end - start
         return parts, torch.cat(positions)
 
-    def _local(self, part: StreamPart, positions: torch.Tensor) -> torch.Tensor:
+    def local(self, part: StreamPart, positions: torch.Tensor) -> torch.Tensor:
         """The prefix positions of `part`'s document at the stream `positions` that fall in `part`."""
         inside = positions[(positions >= part.offset) & (positions < part.offset + part.length)]
         return inside - part.offset + part.start
 
-    def _kind(self, document: int) -> str:
-        """Where a library question gets `document`'s tokens: "archive" (read whole, archive kept),
-        "snapshot" (read whole and kept whole by the cache: every token is in its snapshot) or
-        "reread" (not read whole yet, or its archive is missing: prefilled again from token ids)."""
-        opened = self.sessions[document].opened
-        if opened.archive is not None:
-            return "archive"
-        if not opened.unread and opened.recall_plan is not None and opened.recall_plan.source is RecallSource.WHOLE:
-            return "snapshot"
-        return "reread"
-
     def _recaller(self, parts: list[StreamPart], positions: torch.Tensor, n_stream: int, policy,
                   governor: ThreadGovernor | None, cancel: threading.Event | None) -> SpanRecaller:
         """Span recall of the stream `positions`, each picked document's tokens from where it keeps
-        them (`_kind`); the documents that keep none are re-read together, in stream order, before
-        the first token."""
+        them (`OpenDocument.recall_source`); the documents that keep none (REREAD) are re-read
+        together, in stream order, before the first token."""
         began = time.perf_counter()
-        used = [(part, self._local(part, positions)) for part in parts]
-        used = [(part, local, self._kind(part.document)) for part, local in used if local.numel()]
+        used = [(part, self.local(part, positions)) for part in parts]
+        used = [(self.documents[part.document], local) for part, local in used if local.numel()]
+        rereads = [(opened, local) for opened, local in used if opened.recall_source is RecallSource.REREAD]
         reread = None
-        if any(kind == "reread" for _, _, kind in used):
-            ids = torch.cat([torch.tensor(self.sessions[part.document].opened.ids)[local]
-                             for part, local, kind in used if kind == "reread"])
+        if rereads:
+            ids = torch.cat([torch.tensor(opened.ids)[local] for opened, local in rereads])
             reread = reread_keys_values(self.model.decoder, ids, policy, governor=governor, cancel=cancel)
         keys_values, read = {}, 0
         for layer in range(self.model.profile.num_layers):
             pieces, cursor = [], 0
-            for part, local, kind in used:
-                if kind == "archive":
-                    keys, values, n = self._archived(part, layer, local)
-                    read += n
-                elif kind == "snapshot":
-                    keys, values = self.sessions[part.document].opened.snapshot.layers[layer].keys_values_at(local, torch.float32)
-                else:
+            for opened, local in used:
+                if opened.recall_source is RecallSource.REREAD:
                     keys, values = (t[:, cursor:cursor + local.numel()] for t in reread[layer])
                     cursor += local.numel()
+                else:
+                    keys, values, n = opened.keys_values_at(layer, local)
+                    read += n
                 pieces.append((keys.to("cpu", torch.float32), values.to("cpu", torch.float32)))
             keys_values[layer] = (torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1))
         hook = SpanRecaller.reread(keys_values, positions, n_stream)
         hook.stats.reread, hook.stats.bytes_read = reread is not None, read
         hook.stats.read_s = time.perf_counter() - began
         return hook
-
-    def _archived(self, part: StreamPart, layer: int, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """(keys before RoPE, values) `[kv_heads, len(local), head_dim]` float32 of `layer` at the
-        prefix positions `local` of `part`'s document, from its archive, and the bytes read. Raises
-        HalamanError when a block differs from its digest (the archive is dropped: the next question
-        re-reads that document's pages)."""
-        opened = self.sessions[part.document].opened
-        archive = opened.archive
-        try:
-            fields = archive.read(layer, local.expand(archive.layout.kv_heads, -1).contiguous())
-        except ArchiveError as error:
-            opened.drop_archive()
-            raise HalamanError(f"{opened.document.title}: a block of its saved reading is damaged ({error}); "
-                               "ask again to re-read its pages") from None
-        keys, values = archive.decode(fields, torch.float32)
-        return keys, values, sum(t.nbytes for t in fields.values())
 
     def _sources(self, parts: list[StreamPart], picked: set[int], mass: torch.Tensor
                  ) -> tuple[list[Source], dict[int, list[AttendedSpan]]]:
@@ -431,19 +378,19 @@ class LibraryAsk:
         for part in parts:
             if part.document not in picked:
                 continue
-            n = len(self.sessions[part.document].opened.ids)
+            n = len(self.documents[part.document].ids)
             into = local.setdefault(part.document, torch.zeros(n, dtype=torch.float64))
             into[part.start:part.end] = mass[part.offset:part.offset + part.length]
         totals = {}
         for d, doc_mass in local.items():
-            first, end = self.sessions[d].opened.text_range
+            first, end = self.documents[d].text_range
             totals[d] = float(doc_mass[first:end].sum())
         grand = sum(totals.values())
         sources, passages = [], {}
         if grand <= 0:
             return [], {}
         for d, doc_mass in local.items():
-            opened = self.sessions[d].opened
+            opened = self.documents[d]
             found, passages[d] = opened.sources(doc_mass.clone())
             weight = totals[d] / grand
             sources += [replace(s, share=s.share * weight, document=self.titles()[d],
@@ -455,8 +402,42 @@ class LibraryAsk:
         """Names in the answer that none of the documents it read contains (`engine.grounding`)."""
         missing: list[str] | None = None
         for pick in picks:
-            if pick.document not in self._words:  # folding a book's text takes 0.06 s: once per document
-                self._words[pick.document] = DocumentWords(self.sessions[pick.document].document.render())
-            found = self._words[pick.document].unsupported(text, question)
+            found = self.documents[pick.document].words().unsupported(text, question)
             missing = found if missing is None else [name for name in missing if name in found]
         return missing or []
+
+
+class LibraryStream:
+    """How a library question recalls (an `engine.generate.QuestionRecall`): the picked spans of
+    every document laid side by side in one stream (`OpenLibrary.stream`), read where each document
+    keeps them (`OpenLibrary.recaller`), and the attention they received mapped back to each
+    document's pages (`OpenLibrary.sources`)."""
+
+    def __init__(self, library: OpenLibrary, picks: list[LibraryPick], chose_s: float) -> None:
+        self.library, self.picks, self.chose_s = library, picks, chose_s
+        self.parts, self.positions = library.stream(picks)
+        self.n_stream = self.parts[-1].offset + self.parts[-1].length
+        self.policy = library.documents[picks[0].document].snapshot.policy.replace(position_mode="compact")
+
+    def hook(self, cache: CompressedCache, governor: ThreadGovernor | None, cancel: threading.Event | None) -> SpanRecaller:
+        library, picks = self.library, self.picks
+        hook = library._recaller(self.parts, self.positions, self.n_stream, self.policy, governor, cancel)
+        hook.stats.score_s = self.chose_s
+        hook.stats.spans = tuple(f"{pick.title}: {library.documents[pick.document].span_label(span)}"
+                                 for pick in picks for span in pick.selection.chosen)
+        hook.stats.signals = tuple(c.signal for pick in picks for c in pick.selection.reasons())
+        hook.stats.reasons = tuple(c.reason for pick in picks for c in pick.selection.reasons())
+        return hook
+
+    def sources(self, cache: CompressedCache, hook: SpanRecaller | None) -> tuple[list[Source], dict[int, list[AttendedSpan]]]:
+        if hook is None:
+            return [], {}
+        mass = hook.token_attention([layer.recalled for layer in cache.layers]).double()
+        return self.library._sources(self.parts, {pick.document for pick in self.picks}, mass)
+
+    def unsupported(self, text: str, question: str) -> list[str]:
+        return self.library._unsupported(self.picks, text, question)
+
+    def instructions(self) -> list[str]:
+        return list(dict.fromkeys(phrase for pick in self.picks
+                                  for phrase in self.library.documents[pick.document].words().instructions))
