@@ -117,27 +117,34 @@ def test_a_read_killed_inside_a_chunk_goes_on_from_its_last_periodic_checkpoint(
     """A crash runs no handler: what is on disk is the last periodic checkpoint, and an archive
     written past it (half a chunk's layers) that the next read writes again."""
     monkeypatch.setattr(read_checkpoint, "CHECKPOINT_EVERY_S", 0.0)  # a checkpoint after every chunk
+    key = killed_read(smol, tmp_path / "prefix", monkeypatch)
+    store, report, done = read_after_restart(smol, tmp_path / "prefix")
+    assert report.read_from == STOP_AFTER * CHUNK and done[0] == (STOP_AFTER + 1) * CHUNK
+    assert_saves_what_a_straight_read_saves(store, key, reference)
+
+
+def killed_read(smol, root, monkeypatch, each_layer=lambda: None) -> str:
+    """Read the book index first in a store at `root` and kill the read (no handler runs) half-way
+    through chunk STOP_AFTER + 1, calling `each_layer()` as each layer's archive is written;
+    returns the document's prefix key. The archive writer is whole again afterwards."""
     monkeypatch.setattr(read_checkpoint.ReadCheckpoints, "stopped", lambda self, writer: None)  # killed: nothing runs
     layers, appends = smol.decoder.shape.num_layers, []
     append = ArchiveWriter.append
 
     def dying(self, *args):
         appends.append(1)
+        each_layer()
         if len(appends) == STOP_AFTER * layers + layers // 2:
             raise SystemExit("killed")
         return append(self, *args)
 
     monkeypatch.setattr(ArchiveWriter, "append", dying)
-    store = PrefixStore(tmp_path / "prefix", disk_budget_bytes=BUDGET)
-    session = DocumentSession(smol, SETTINGS, store)
+    session = DocumentSession(smol, SETTINGS, PrefixStore(root, disk_budget_bytes=BUDGET))
     session.open(book(), read_now=False)
     with pytest.raises(SystemExit):
         session.read()
-    key = session.prefix_key
     monkeypatch.setattr(ArchiveWriter, "append", append)
-    store, report, done = read_after_restart(smol, tmp_path / "prefix")
-    assert report.read_from == STOP_AFTER * CHUNK and done[0] == (STOP_AFTER + 1) * CHUNK
-    assert_saves_what_a_straight_read_saves(store, key, reference)
+    return session.prefix_key
 
 
 class ReadingClock:
@@ -150,34 +157,18 @@ class ReadingClock:
     def monotonic(self) -> float:
         return self.now
 
+    def tick(self) -> None:
+        self.now += self.step
+
 
 def test_a_read_killed_in_its_first_minute_goes_on_from_an_early_checkpoint(smol, reference, tmp_path, monkeypatch):
     """Issue 45: a read killed in its first 60 s kept nothing (the first checkpoint came after 60 s
     of reading). With chunks of 6 s, killed inside the fourth (21 s in): the checkpoints after 6 s
     and 18 s of reading were saved, and the next read goes on from the third chunk's end."""
-    layers = smol.decoder.shape.num_layers
-    clock = ReadingClock(6.0 / layers)
+    clock = ReadingClock(6.0 / smol.decoder.shape.num_layers)
     monkeypatch.setattr(read_checkpoint, "time", clock)
-    monkeypatch.setattr(read_checkpoint.ReadCheckpoints, "stopped", lambda self, writer: None)  # killed: nothing runs
-    appends = []
-    append = ArchiveWriter.append
-
-    def dying(self, *args):
-        appends.append(1)
-        clock.now += clock.step
-        if len(appends) == STOP_AFTER * layers + layers // 2:
-            raise SystemExit("killed")
-        return append(self, *args)
-
-    monkeypatch.setattr(ArchiveWriter, "append", dying)
-    store = PrefixStore(tmp_path / "prefix", disk_budget_bytes=BUDGET)
-    session = DocumentSession(smol, SETTINGS, store)
-    session.open(book(), read_now=False)
-    with pytest.raises(SystemExit):
-        session.read()
+    key = killed_read(smol, tmp_path / "prefix", monkeypatch, each_layer=clock.tick)
     assert clock.now - 1000.0 < read_checkpoint.CHECKPOINT_EVERY_S, "killed within the first minute"
-    key = session.prefix_key
-    monkeypatch.setattr(ArchiveWriter, "append", append)
     store, report, done = read_after_restart(smol, tmp_path / "prefix")
     assert report.read_from == STOP_AFTER * CHUNK and done[0] == (STOP_AFTER + 1) * CHUNK
     assert_saves_what_a_straight_read_saves(store, key, reference)
