@@ -185,3 +185,16 @@ def test_a_question_on_a_scanned_page_is_answered_from_the_recognised_text(smol,
     answer = session.ask("How much is the monthly rent in euros?")
     assert "2450" in answer.text.replace(",", "").replace(" ", "")
     assert [s.page for s in answer.sources] == [1]
+
+
+def test_without_the_ocr_engine_a_stamped_scan_is_named_in_a_warning(tmp_path, own_cache, monkeypatch):
+    """Where OCR cannot run, the stamp is not passed off as the page: the pages are named."""
+    import sys
+
+    missing = '{"event": "error", "code": "unavailable", "index": null, "detail": "No module named rapidocr_onnxruntime"}'
+    monkeypatch.setattr(ocr, "worker_command", lambda: [sys.executable, "-c", f"print({missing!r})"])
+    path = scan_pdf(tmp_path / "signed.pdf", [scan_image(LEASE), scan_image(MINUTES)], stamp=STAMP)
+    document = load_document(path)
+    assert document.recognised_pages == []
+    assert ("pages 1-2: mostly an image with only a short line of text (a stamp over a scan?): only that line was "
+            "read, the image's text could not be recognised (No module named rapidocr_onnxruntime)") in document.warnings

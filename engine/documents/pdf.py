@@ -215,8 +215,9 @@ class _Collected:
         why = f" ({self.ocr_problem})" if self.ocr_problem else ""
         unread = [n for n in self.stamped if n not in self.recognised]
         if unread:
+            outcome = f"the image's text could not be recognised{why}" if why else "no other text was recognised"
             warnings.append(f"{_pages(unread)}: mostly an image with only a short line of text (a stamp over a "
-                            f"scan?): only that line was read, the image's text could not be recognised{why}")
+                            f"scan?): only that line was read, {outcome}")
         scanned = [n for n in self.scanned if n not in self.recognised]
         if scanned:
             warnings.append(f"{_pages(scanned)}: no text layer (scanned?)"

@@ -69,8 +69,14 @@ thousands (P16's pages: 1,500-3,000)."""
 
 def _image_share(page: Any, pdfium: Any) -> float:
     """Share of the page's visible box covered by images (their bounds clipped to the box; overlaps
-    counted once per image, so capped at 1)."""
+    counted once per image, so capped at 1); 0 when all the page's text is drawn invisible (render
+    mode 3 or 7): that is an OCR layer over the scan (ocrmypdf's), the scan's own text, not a stamp."""
     from engine.documents.pdf_visible import visible_box
+
+    modes = [pdfium.raw.FPDFTextObj_GetTextRenderMode(obj.raw)
+             for obj in page.get_objects(filter=[pdfium.raw.FPDF_PAGEOBJ_TEXT], max_depth=3)]
+    if modes and all(mode in (3, 7) for mode in modes):
+        return 0.0
 
     left, bottom, right, top = visible_box(page)
     area = max((right - left) * (top - bottom), 1e-6)
