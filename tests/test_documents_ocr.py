@@ -198,3 +198,10 @@ def test_without_the_ocr_engine_a_stamped_scan_is_named_in_a_warning(tmp_path, o
     assert document.recognised_pages == []
     assert ("pages 1-2: mostly an image with only a short line of text (a stamp over a scan?): only that line was "
             "read, the image's text could not be recognised (No module named rapidocr_onnxruntime)") in document.warnings
+
+
+def test_an_answer_citing_a_recognised_page_gets_a_caution_and_one_citing_a_text_page_none():
+    assert ocr.recognised_note([2, 3, 4], [1, 3, 4, None]) == (
+        "pages 3-4 are recognised text (OCR): check the wording against the page image")
+    assert ocr.recognised_note([2], [2]) == "page 2 is recognised text (OCR): check the wording against the page image"
+    assert ocr.recognised_note([2], [1, None]) is None and ocr.recognised_note([], [1]) is None

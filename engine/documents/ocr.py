@@ -296,3 +296,16 @@ def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
         pass  # killed while reading
     finally:
         lines.put(None)
+
+
+def recognised_note(recognised_pages: list[int], cited_pages: list[int | None]) -> str | None:
+    """The caution for an answer whose evidence includes recognised text: "page 3 is recognised
+    text (OCR): check the wording against the page image", or None when none of `cited_pages`
+    (an answer's sources' pages, `Source.page`) is in `recognised_pages` (`Document.recognised_pages`)."""
+    cited = sorted({page for page in cited_pages if page is not None and page in set(recognised_pages)})
+    if not cited:
+        return None
+    from engine.documents.pdf import _pages
+
+    verb = "is" if len(cited) == 1 else "are"
+    return f"{_pages(cited)} {verb} recognised text (OCR): check the wording against the page image"
