@@ -170,8 +170,9 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
                   progress: ProgressCallback | None = None,
                   cancel: threading.Event | None = None,
                   include_generated: bool = False) -> Document:
-    """Load a folder (as a repository), a PDF, or a single text file (a notebook's cells, a web
-    page's shown text: `plain.read_file`).
+    """Load a folder (as a repository), a PDF (scanned pages recognised by OCR), an image (PNG,
+    JPEG, TIFF …: its text recognised, `engine.documents.image`), or a single text file (a
+    notebook's cells, a web page's shown text: `plain.read_file`).
 
     A PDF is recognised by its `.pdf` suffix or a `%PDF-` header anywhere in the first 1,024 bytes
     (junk or a byte-order mark before it is allowed, as readers allow). `password` is used for
