@@ -4,6 +4,7 @@ engine settings as the app, 2 threads), compared with the page's text layer.
 
     python bench/ocr.py                       # docs/bench/ocr.json and ocr_pages.csv
     python bench/ocr.py --pages 4             # a quick look
+    python bench/ocr.py --memory 12           # the OCR process's RSS over a 12-page scan (TIFF)
 
 Character error rate (CER) = Levenshtein distance (insertions, deletions, substitutions; a
 bit-parallel exact computation, Hyyrö 2003) between the recognised text and the text layer, both
@@ -135,12 +136,54 @@ def measure(corpus: Path, per_source: int | None) -> dict:
             "loadavg_after": loadavg(), "cpus": os.cpu_count(), "summary": summary, "pages": rows}
 
 
+def memory(frames: int, out: Path) -> dict:
+    """RSS of the OCR process after each page of a `frames`-page TIFF of rendered P16-like text
+    (Pillow's font), read through `engine.documents.ocr.recognise_pages` with a fresh cache."""
+    import tempfile
+
+    import psutil
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=30)
+    pages = []
+    for number in range(frames):
+        image = Image.new("L", (1275, 1650), 255)
+        draw = ImageDraw.Draw(image)
+        for line in range(24):
+            draw.text((100, 120 + 56 * line), f"Page {number + 1}, line {line + 1}: the quick brown fox jumps over "
+                      "the lazy dog.", fill=0, font=font)
+        pages.append(image)
+    samples: list[dict] = []
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["HALAMAN_HOME"] = folder
+        path = Path(folder) / "binder.tiff"
+        pages[0].save(path, save_all=True, append_images=pages[1:], compression="tiff_deflate")
+        del pages
+
+        def progress(done: int, total: int) -> None:
+            workers = psutil.Process().children()
+            rss = sum(w.memory_info().rss for w in workers if w.is_running())
+            samples.append({"pages_done": done, "worker_rss_mib": round(rss / 2**20, 1)})
+            print(samples[-1], flush=True)
+
+        from engine.documents.ocr import recognise_pages
+
+        recognise_pages(path, "image", list(range(frames)), progress=progress)
+    return {"frames": frames, "samples": samples, "loadavg": loadavg()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=Path(os.environ.get("HALAMAN_CORPUS", REPO / "corpus")))
     parser.add_argument("--pages", type=int, default=None, help="pages per source (default: as listed)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
+    parser.add_argument("--memory", type=int, default=0, help="measure the OCR process's RSS over a scan of N pages")
     args = parser.parse_args()
+    if args.memory:
+        result = memory(args.memory, args.out)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ocr_memory.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        return 0
     result = measure(args.corpus, args.pages)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ocr.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -205,3 +205,15 @@ def test_an_answer_citing_a_recognised_page_gets_a_caution_and_one_citing_a_text
         "pages 3-4 are recognised text (OCR): check the wording against the page image")
     assert ocr.recognised_note([2], [2]) == "page 2 is recognised text (OCR): check the wording against the page image"
     assert ocr.recognised_note([2], [1, None]) is None and ocr.recognised_note([], [1]) is None
+
+
+def test_a_slide_whose_picture_holds_no_words_keeps_its_own_title(tmp_path, own_cache):
+    """A full-page photo with a title over it looks like a stamped scan; the recogniser finds no
+    more words than the title, so the text layer (exact, in any script) stands."""
+    from PIL import Image
+
+    photo = Image.linear_gradient("L").resize(PAGE_PX)
+    path = scan_pdf(tmp_path / "deck.pdf", [photo], stamp="Quarterly results 2024: harbour division")
+    document = load_document(path)
+    assert [s.text for s in document.segments] == ["Quarterly results 2024: harbour division"]
+    assert document.recognised_pages == [] and document.warnings == [] and own_cache == [[0]]

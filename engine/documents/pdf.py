@@ -53,6 +53,11 @@ STAMP_IMAGE_SHARE = 0.5
 of it is a scan with a stamp (an e-signature envelope ID, a Bates number, a fax header): its text
 is recognised from the page image, not read as the stamp alone (docling#3464, ocrmypdf#1563)."""
 
+STAMP_GAIN_CHARS = 40
+"""The recognised text replaces such a page's text layer only when it is longer by this many
+characters: a slide or poster whose picture holds no more words than its title keeps its own text
+(exact, in any script), not the recogniser's reading of it."""
+
 _POLL_S = 0.1  # how often cancel is checked while waiting for the worker
 _HEADER_WINDOW_BYTES = PDF_HEADER_WINDOW_BYTES
 
@@ -114,6 +119,7 @@ class _Collected:
         self.stamped: dict[int, str] = {}  # page -> its stamp's text, kept if OCR cannot run
         self.recognised: dict[int, str] = {}  # page -> recognised text (OCR)
         self.ocr_problem = ""
+        self.stamp_kept: list[int] = []  # stamped pages whose recognised text added nothing
         self.unreadable: list[int] = []
         self.failed: list[tuple[int, str]] = []
         self.notes: list[str] = []
@@ -192,7 +198,9 @@ class _Collected:
             return
         for number in numbers:
             text = normalize_text(pages[number - 1].text) if number - 1 in pages else ""
-            if text:
+            if number in self.stamped and len(text) < len(self.stamped[number]) + STAMP_GAIN_CHARS:
+                self.stamp_kept.append(number)  # the picture adds nothing: its own text layer stands
+            elif text:
                 self.recognised[number] = text
 
     def _page_segments(self) -> list[Segment]:
@@ -213,7 +221,7 @@ class _Collected:
             warnings.append(f"{_pages(stamped)}: a scan with a short line of text over it (a stamp?): "
                             "the whole page was recognised")
         why = f" ({self.ocr_problem})" if self.ocr_problem else ""
-        unread = [n for n in self.stamped if n not in self.recognised]
+        unread = [n for n in self.stamped if n not in self.recognised and n not in self.stamp_kept]
         if unread:
             outcome = f"the image's text could not be recognised{why}" if why else "no other text was recognised"
             warnings.append(f"{_pages(unread)}: mostly an image with only a short line of text (a stamp over a "
