@@ -217,3 +217,18 @@ def test_a_slide_whose_picture_holds_no_words_keeps_its_own_title(tmp_path, own_
     document = load_document(path)
     assert [s.text for s in document.segments] == ["Quarterly results 2024: harbour division"]
     assert document.recognised_pages == [] and document.warnings == [] and own_cache == [[0]]
+
+
+def test_a_truncated_image_is_one_line_naming_the_file(tmp_path, own_cache):
+    """The header is whole (its size is read), the pixels stop early: decoding fails in the OCR
+    process, which says so instead of crashing the read."""
+    from engine.documents import FileNotReadableError
+
+    whole = tmp_path / "whole.png"
+    scan_image(LEASE).save(whole)
+    path = tmp_path / "cut-off.png"
+    path.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 5])
+    with pytest.raises(FileNotReadableError) as error:
+        load_document(path)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("cut-off.png: page 1 cannot be read as an image")

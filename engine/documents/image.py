@@ -95,8 +95,9 @@ def load_image(path: Path, *, progress: ProgressCallback | None = None,
 
     name = display_name(path.name)
     frames = frame_count(path)
+    failed: dict[int, str] = {}
     try:
-        pages = recognise_pages(path, "image", list(range(frames)), progress=progress, cancel=cancel)
+        pages = recognise_pages(path, "image", list(range(frames)), progress=progress, cancel=cancel, failed=failed)
     except OcrUnavailable as exc:
         raise FileNotReadableError(f"{name}: text in images cannot be read here, the OCR engine is missing "
                                    f"({exc}): reinstall Halaman") from None
@@ -108,8 +109,12 @@ def load_image(path: Path, *, progress: ProgressCallback | None = None,
         text = normalize_text(pages[index].text) if index in pages else ""
         if text:
             segments.append(Segment(text=text, label=f"page {index + 1}", page=index + 1, path=None))
-        else:
+        elif index not in failed:
             empty.append(index + 1)
+    if not segments and failed:
+        index, why = min(failed.items())
+        raise FileNotReadableError(f"{name}: page {index + 1} cannot be read as an image ({why}): open it in an "
+                                   "image viewer and save it again")
     if not segments:
         raise NoTextLayerError(f"{name}: no text was found in the image (OCR read nothing)")
     from engine.documents.pdf import _pages
@@ -117,5 +122,6 @@ def load_image(path: Path, *, progress: ProgressCallback | None = None,
     warnings = [f"{_pages([s.page for s in segments])}: recognised text (OCR) of an image: words may be misread"]
     if empty:
         warnings.append(f"{_pages(empty)}: no text found")
+    warnings += [f"page {index + 1}: could not be read ({why}), skipped" for index, why in sorted(failed.items())]
     return Document(title=display_name(path.stem), source=str(path), kind="pdf", segments=segments,
                     warnings=warnings, pages=frames, recognised_pages=[s.page for s in segments])

@@ -197,17 +197,23 @@ def worker_command() -> list[str]:
     return [sys.executable, "-m", "engine.documents.ocr_worker"]
 
 
+MAX_FAILED_PAGES = 3
+"""After this many pages that crashed, stalled or could not be decoded, the rest is not tried."""
+
+
 def recognise_pages(path: Path, kind: str, indices: list[int], *, password: str | None = None,
                     progress: Callable[[int, int], None] | None = None,
-                    cancel: threading.Event | None = None) -> dict[int, RecognisedPage]:
+                    cancel: threading.Event | None = None,
+                    failed: dict[int, str] | None = None) -> dict[int, RecognisedPage]:
     """Recognised text of pages `indices` (0-based) of the PDF (`kind` "pdf") or image ("image")
     at `path`: {index: RecognisedPage}. Cached pages are not recognised again; the others are
     rendered and recognised one at a time in the OCR process, each stored as it arrives (a
-    cancelled read keeps the pages done). `progress(done, len(indices))` after each page.
+    cancelled read keeps the pages done). `progress(done, len(indices))` after each page. A page
+    that crashes or stalls the OCR process, or cannot be decoded, is left out and put in `failed`
+    (index → why) and the process restarts after it.
 
-    Raises OcrUnavailable (engine not installed), OcrFailed (a page could not be read or took
-    longer than PAGE_TIMEOUT_S), Cancelled when `cancel` is set (checked every 0.1 s; the
-    process is killed)."""
+    Raises OcrUnavailable (engine not installed), OcrFailed (more than MAX_FAILED_PAGES pages
+    failed), Cancelled when `cancel` is set (checked every 0.1 s; the process is killed)."""
     file_key = _file_key(path)
     found: dict[int, RecognisedPage] = {}
     missing = []
@@ -219,18 +225,28 @@ def recognise_pages(path: Path, kind: str, indices: list[int], *, password: str 
             found[index] = page
     if progress and indices:
         progress(len(found), len(indices))
-    if not missing:
-        return found
-    request = {"path": str(path), "kind": kind, "password": password, "pages": missing,
-               "threads": OCR_THREADS, "memory_bytes": WORKER_MEMORY_BYTES}
-    for event in _run_worker(request, cancel):
-        if event.get("event") == "error":
-            raise (OcrUnavailable if event.get("code") == "unavailable" else OcrFailed)(str(event.get("detail")))
-        if event.get("event") == "page":
-            _store(file_key, event)
-            found[int(event["index"])] = page_from_event(event)
+    failures = failed if failed is not None else {}
+    while missing:
+        request = {"path": str(path), "kind": kind, "password": password, "pages": missing,
+                   "threads": OCR_THREADS, "memory_bytes": WORKER_MEMORY_BYTES}
+        try:
+            for event in _run_worker(request, cancel):
+                if event.get("event") == "error":
+                    raise (OcrUnavailable if event.get("code") == "unavailable" else OcrFailed)(str(event.get("detail")))
+                if event.get("event") == "page":
+                    _store(file_key, event)
+                    found[int(event["index"])] = page_from_event(event)
+                    if progress:
+                        progress(len(found) + len(failures), len(indices))
+            return found
+        except OcrFailed as failure:
+            missing = [index for index in missing if index not in found]
+            failures[missing[0]] = str(failure)  # the page it was on
+            if len(failures) > MAX_FAILED_PAGES:
+                raise OcrFailed(f"{len(failures)} pages could not be recognised ({failure})") from None
+            missing = missing[1:]
             if progress:
-                progress(len(found), len(indices))
+                progress(len(found) + len(failures), len(indices))
     return found
 
 

@@ -190,12 +190,14 @@ class _Collected:
         numbers = sorted(self.scanned + list(self.stamped))
         if not numbers:
             return
+        failed: dict[int, str] = {}
         try:
             pages = recognise_pages(self.path, "pdf", [n - 1 for n in numbers], password=password,
-                                    progress=progress, cancel=cancel)
+                                    progress=progress, cancel=cancel, failed=failed)
         except (OcrUnavailable, OcrFailed) as exc:
             self.ocr_problem = str(exc)
             return
+        self.failed += [(index + 1, f"recognising its text: {why}") for index, why in sorted(failed.items())]
         for number in numbers:
             text = normalize_text(pages[number - 1].text) if number - 1 in pages else ""
             if number in self.stamped and len(text) < len(self.stamped[number]) + STAMP_GAIN_CHARS:
@@ -226,7 +228,8 @@ class _Collected:
             outcome = f"the image's text could not be recognised{why}" if why else "no other text was recognised"
             warnings.append(f"{_pages(unread)}: mostly an image with only a short line of text (a stamp over a "
                             f"scan?): only that line was read, {outcome}")
-        scanned = [n for n in self.scanned if n not in self.recognised]
+        failed = {page for page, _ in self.failed}
+        scanned = [n for n in self.scanned if n not in self.recognised and n not in failed]
         if scanned:
             warnings.append(f"{_pages(scanned)}: no text layer (scanned?)"
                             + (f", its text could not be recognised{why}" if why else ", no text found"))
