@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from engine.documents.ocr import ENGINE_VERSION, OCR_THREADS, page_from_event  # noqa: E402
+from engine.documents.ocr import (  # noqa: E402
+    ENGINE_VERSION, OCR_THREADS, OcrLine, RecognisedPage, page_from_event, reading_order,
+)
 
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_name] = str(OCR_THREADS)
@@ -100,6 +102,24 @@ def clean_pages(document, wanted: int) -> list[int]:
     return [candidates[int(step * (i + 0.5))] for i in range(wanted)]
 
 
+def rows_reference(page) -> str:
+    """The page's text layer put in OCR's reading order: PDFium's lines (its text split at line
+    breaks, each with the box of its characters) ordered by `engine.documents.ocr.reading_order`.
+    A running footer the text layer stores first then comes last, as on the page."""
+    textpage = page.get_textpage()
+    text = textpage.get_text_range()
+    if len(text) != textpage.count_chars():  # characters beyond U+FFFF: no index match
+        return text
+    lines, start = [], 0
+    for end in [i for i, char in enumerate(text) if char == "\n"] + [len(text)]:
+        boxes = [textpage.get_charbox(i) for i in range(start, end) if not text[i].isspace()]
+        if boxes:
+            box = (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+            lines.append(OcrLine(text=" ".join(text[start:end].split()), box=box, score=1.0))
+        start = end + 1
+    return RecognisedPage(lines=reading_order(lines), width=0, height=0).text
+
+
 def loadavg() -> str:
     try:
         return Path("/proc/loadavg").read_text().strip()
@@ -117,6 +137,7 @@ def measure(corpus: Path, per_source: int | None) -> dict:
         for index in clean_pages(document, per_source or wanted):
             page = document[index]
             reference = flat(page.get_textpage().get_text_range())
+            in_rows = flat(rows_reference(page))
             width, height = page.get_size()
             for dpi in DPIS:
                 image = page.render(scale=dpi / 72).to_pil().convert("RGB")
@@ -128,12 +149,15 @@ def measure(corpus: Path, per_source: int | None) -> dict:
                 # Without white space: PP-OCR's English model drops some spaces between words.
                 bare_reference = reference.replace(" ", "")
                 bare_errors = levenshtein(text.replace(" ", ""), bare_reference)
+                row_errors = levenshtein(text, in_rows)
                 rows.append({"file": Path(relative).name, "page": index + 1, "dpi": dpi, "chars": len(reference),
                              "errors": errors, "cer": round(errors / len(reference), 4),
                              "cer_no_spaces": round(bare_errors / len(bare_reference), 4),
                              "bare_chars": len(bare_reference), "bare_errors": bare_errors,
+                             "cer_rows": round(row_errors / len(in_rows), 4), "row_chars": len(in_rows),
+                             "row_errors": row_errors,
                              "seconds": round(seconds, 2)})
-                print(f"{rows[-1]['file']:32} p{index + 1:<4} {dpi} dpi  CER {rows[-1]['cer']:.2%} (no spaces {rows[-1]['cer_no_spaces']:.2%})  {seconds:.1f} s", flush=True)
+                print(f"{rows[-1]['file']:32} p{index + 1:<4} {dpi} dpi  CER {rows[-1]['cer']:.2%} (rows {rows[-1]['cer_rows']:.2%}, no spaces {rows[-1]['cer_no_spaces']:.2%})  {seconds:.1f} s", flush=True)
         document.close()
     summary = {}
     for dpi in DPIS:
@@ -141,6 +165,7 @@ def measure(corpus: Path, per_source: int | None) -> dict:
         total_seconds = sum(r["seconds"] for r in mine)
         summary[str(dpi)] = {
             "pages": len(mine), "cer": round(sum(r["errors"] for r in mine) / sum(r["chars"] for r in mine), 4),
+            "cer_rows": round(sum(r["row_errors"] for r in mine) / sum(r["row_chars"] for r in mine), 4),
             "cer_no_spaces": round(sum(r["bare_errors"] for r in mine) / sum(r["bare_chars"] for r in mine), 4),
             "median_page_cer": sorted(r["cer"] for r in mine)[len(mine) // 2],
             "worst_page_cer": max(r["cer"] for r in mine),
