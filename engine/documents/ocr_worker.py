@@ -29,7 +29,7 @@ MAX_SIDE_PX = 2000
 """Longest side, in pixels, of the image the recogniser is given: larger renders are scaled down
 first. rapidocr scales anything larger down to 2,000 itself but then misreads long lines (CER 8.7 %
 on a 300-dpi render of a P16 page against 1.2 % scaled down first; a 4,000-px limit gave 0.7 % at
-four times the time): docs/BENCHMARKS.md, OCR."""
+four times the time): docs/BENCHMARKS.md §11."""
 
 RENDER_DPI = 300
 """Resolution a scanned PDF page is rendered at before the MAX_SIDE_PX cap (a US Letter page is
