@@ -201,13 +201,18 @@ def memory(frames: int, out: Path) -> dict:
         def progress(done: int, total: int) -> None:
             workers = psutil.Process().children()
             rss = sum(w.memory_info().rss for w in workers if w.is_running())
-            samples.append({"pages_done": done, "worker_rss_mib": round(rss / 2**20, 1)})
+            samples.append({"pages_done": done, "worker_rss_mib": round(rss / 2**20, 1),
+                            "seconds": round(time.perf_counter() - started, 1)})
             print(samples[-1], flush=True)
 
         from engine.documents.ocr import recognise_pages
 
+        before, started = loadavg(), time.perf_counter()
         recognise_pages(path, "image", list(range(frames)), progress=progress)
-    return {"frames": frames, "samples": samples, "loadavg": loadavg()}
+    first = next(sample for sample in samples if sample["pages_done"] == 1)
+    per_minute = 60 * (frames - 1) / (samples[-1]["seconds"] - first["seconds"])
+    return {"frames": frames, "lines_per_page": 24, "samples": samples, "pages_per_minute_after_the_first": round(per_minute, 2),
+            "loadavg_before": before, "loadavg_after": loadavg()}
 
 
 def main() -> int:
