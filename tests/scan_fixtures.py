@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from tests.pdf_fixtures import write_pdf
+from pdf_fixtures import write_pdf
 
 PAGE_PX = (1275, 1650)  # US Letter at 150 dpi
 TOP_PX, LINE_PX, LEFT_PX = 150, 60, 110

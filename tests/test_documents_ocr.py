@@ -15,7 +15,7 @@ from engine.documents import load_document
 from engine.documents import ocr
 from engine.documents.image import ImageTooLargeError
 from engine.errors import Cancelled
-from tests.scan_fixtures import PAGE_PX, line_box_px, scan_image, scan_pdf
+from scan_fixtures import PAGE_PX, line_box_px, scan_image, scan_pdf
 
 LEASE = ["Lease agreement for the harbour warehouse",
          "The tenant pays a monthly rent of 2450 euros.",
