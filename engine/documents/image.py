@@ -99,8 +99,8 @@ def load_image(path: Path, *, progress: ProgressCallback | None = None,
     try:
         pages = recognise_pages(path, "image", list(range(frames)), progress=progress, cancel=cancel, failed=failed)
     except OcrUnavailable as exc:
-        raise FileNotReadableError(f"{name}: text in images cannot be read here, the OCR engine is missing "
-                                   f"({exc}): reinstall Halaman") from None
+        raise FileNotReadableError(f"{name}: text in images cannot be read here, the OCR engine is not installed "
+                                   f"({exc}): install rapidocr-onnxruntime 1.4 (Python 3.11 or 3.12)") from None
     except OcrFailed as exc:
         raise FileNotReadableError(f"{name} cannot be read as an image ({exc}): open it in an image viewer and "
                                    "save it again") from None
