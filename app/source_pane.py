@@ -4,7 +4,9 @@ highlighted (`engine.attended.AttendedSpan`, character ranges in the segment's t
 PDF pages are rendered by PDFium (pypdfium2) at the pane's width; a passage is found in PDFium's
 text of the page by its characters without white space (the segment text is the normalised page
 text, so offsets differ but the characters do not), and PDFium's rectangles of those characters
-are drawn over the page, more opaque for a larger share. Code and text files are shown as the model
+are drawn over the page, more opaque for a larger share. A page whose text was recognised (OCR:
+`Document.recognised_pages`, a scanned page or an image's frame) gets the boxes of its recognised
+lines instead (`engine.documents.ocr.RecognisedPage.boxes`); an image is shown through Pillow. Code and text files are shown as the model
 read them (`app.code_view`: the file's own line numbers, Pygments' colours where it is installed),
 the attended lines marked and the strongest scrolled to. Previous / Next go through every passage
 the answer attended, from page to page (an answer over the whole document attends several), and a
@@ -30,6 +32,8 @@ from app.untrusted import escape, plain_label, rich_label
 from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.documents.hyphenation import HYPHENS
+from engine.documents.image import is_image
+from engine.documents.ocr import cached_page
 from engine.documents.lines import file_line_numbers
 
 HIGHLIGHT = QColor(255, 200, 0)
@@ -167,6 +171,7 @@ class SourcePane(QWidget):
         self.marked_lines: list[int] = []
         self._pdf_path: str | None = None
         self._page_height = 0.0
+        self._recognised = False
         self._scale = 1.0
         self._lines: list[tuple[int, int]] = []  # per passage: first and last line (0-based)
         self._colours: CodeColours | None = None
@@ -200,8 +205,9 @@ class SourcePane(QWidget):
         own = [p for p in answer if p.segment_index == index]
         if document.kind == "pdf" and segment.page is not None:
             try:
-                self.show_pdf_page(document.source, segment.page, own, segment.text)
-            except (pdfium.PdfiumError, OSError) as error:
+                self.show_pdf_page(document.source, segment.page, own, segment.text,
+                                   recognised=segment.page in document.recognised_pages)
+            except (pdfium.PdfiumError, OSError, ValueError) as error:
                 self.show_text_file(document.source, segment.text, own, numbered=False)
                 self.title.setText(f"<b>{escape(segment.label)}</b> — the PDF could not be rendered ({escape(str(error))}); its text:")
         else:
@@ -219,13 +225,15 @@ class SourcePane(QWidget):
         self._update_buttons()
 
     # ------------------------------------------------------------------ PDF
-    def show_pdf_page(self, pdf_path: str | Path, page: int, passages: list[AttendedSpan], page_text: str = "") -> None:
-        """Show 1-based `page` of the PDF with `passages` (of that page, strongest first)
-        highlighted; `page_text` is the segment text the passages' characters index. Raises
-        pypdfium2.PdfiumError when the file cannot be read."""
+    def show_pdf_page(self, pdf_path: str | Path, page: int, passages: list[AttendedSpan], page_text: str = "",
+                      *, recognised: bool = False) -> None:
+        """Show 1-based `page` of the PDF (or frame of an image) with `passages` (of that page,
+        strongest first) highlighted; `page_text` is the segment text the passages' characters
+        index; `recognised`: its text was recognised (OCR), so the boxes are its recognised lines'.
+        Raises pypdfium2.PdfiumError or OSError when the file cannot be read."""
         self.passages, self.current, self.page, self.empty = list(passages), 0, page, False
         self.document, self.segment_index, self.answer_passages = None, None, list(passages)
-        self._pdf_path, self._page_text = str(pdf_path), page_text
+        self._pdf_path, self._page_text, self._recognised = str(pdf_path), page_text, recognised
         self.title.setText(f"<b>{escape(Path(pdf_path).name)}</b> — page {page}")
         self.stack.setCurrentWidget(self.scroll)
         self.marked_lines = []
@@ -234,17 +242,13 @@ class SourcePane(QWidget):
         self.show()
 
     def _render(self) -> None:
-        document = pdfium.PdfDocument(self._pdf_path)
-        try:
-            page = document[self.page - 1]
-            width, self._page_height = page.get_size()
-            available = max(200, self.scroll.viewport().width() - 4)
-            self._scale = available / width * self.zoom
-            self.rectangles = self._highlights(page)
-            bitmap = page.render(scale=self._scale, force_bitmap_format=pdfium_c.FPDFBitmap_BGRA, rev_byteorder=True)
-            image = QImage(bitmap.buffer, bitmap.width, bitmap.height, bitmap.stride, QImage.Format.Format_RGBA8888).copy()
-        finally:
-            document.close()
+        recognised = cached_page(Path(self._pdf_path), self.page - 1) if self._recognised else None
+        if is_image(Path(self._pdf_path)):
+            image = self._image_frame()
+        else:
+            image = self._pdf_page_image(recognised)
+        if recognised is not None:
+            self.rectangles = self._recognised_highlights(recognised)
         painter = QPainter(image)
         # Multiplied, not laid over: the page's black text stays black under the strongest highlight.
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Multiply)
@@ -255,6 +259,47 @@ class SourcePane(QWidget):
         painter.end()
         self.page_label.setPixmap(QPixmap.fromImage(image))
         self._scroll_to_current()
+
+    def _image_frame(self) -> QImage:
+        """The image's frame `self.page` scaled to the pane (page units are its pixels)."""
+        from PIL import Image, ImageOps
+
+        with Image.open(self._pdf_path) as source:
+            source.seek(self.page - 1)
+            width, self._page_height = source.size
+            if source.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # turned a quarter: as the OCR process saw it
+                width, self._page_height = self._page_height, width
+            self._scale = max(200, self.scroll.viewport().width() - 4) / width * self.zoom
+            size = (max(1, round(width * self._scale)), max(1, round(self._page_height * self._scale)))
+            source.draft("RGB", size)  # JPEG: decoded at the size shown, not whole
+            frame = ImageOps.exif_transpose(source.convert("RGBA")).resize(size)
+        self.rectangles = []
+        return QImage(frame.tobytes(), frame.width, frame.height, frame.width * 4, QImage.Format.Format_RGBA8888).copy()
+
+    def _pdf_page_image(self, recognised) -> QImage:
+        document = pdfium.PdfDocument(self._pdf_path)
+        try:
+            page = document[self.page - 1]
+            width, self._page_height = page.get_size()
+            available = max(200, self.scroll.viewport().width() - 4)
+            self._scale = available / width * self.zoom
+            self.rectangles = self._highlights(page) if recognised is None else []
+            bitmap = page.render(scale=self._scale, force_bitmap_format=pdfium_c.FPDFBitmap_BGRA, rev_byteorder=True)
+            return QImage(bitmap.buffer, bitmap.width, bitmap.height, bitmap.stride, QImage.Format.Format_RGBA8888).copy()
+        finally:
+            document.close()
+
+    def _recognised_highlights(self, recognised) -> list[Highlight]:
+        """As `_highlights`, over the recognised lines of an OCR page."""
+        text = recognised.text
+        strongest = max((p.share for p in self.passages), default=1.0)
+        found = []
+        for number, passage in enumerate(self.passages):
+            where = locate(text, self._page_text[passage.char_start:passage.char_end], passage.char_start)
+            if where is not None:
+                alpha = alpha_for(passage.share, strongest)
+                found += [Highlight(number, box, alpha) for box in recognised.boxes(*where)]
+        return found
 
     def _highlights(self, page) -> list[Highlight]:
         textpage = page.get_textpage()

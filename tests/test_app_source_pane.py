@@ -336,3 +336,33 @@ def test_a_file_whose_attention_is_spread_over_two_parts_opens_at_a_part_with_bo
     assert set(first) | set(second) <= set(pane.marked_lines), pane.marked_lines
     assert pane.code.textCursor().blockNumber() + 1 == first[0], "half and half: the first part first"
     window.close()
+
+
+@pytest.mark.parametrize("kind", ["pdf", "png"])
+def test_a_recognised_page_is_highlighted_over_the_line_in_the_page_image(qtbot, tmp_path, monkeypatch, kind):
+    """A scanned page (no text layer for PDFium to give boxes) and a photographed page: the
+    attended sentence is drawn over its line of the image, from the recognised lines' boxes."""
+    from scan_fixtures import PAGE_PX, line_box_px, scan_image, scan_pdf
+    from test_documents_ocr import LEASE
+
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path / "home"))
+    if kind == "pdf":
+        path, height = scan_pdf(tmp_path / "lease.pdf", [scan_image(LEASE)]), 792.0
+    else:
+        path, height = tmp_path / "lease.png", float(PAGE_PX[1])
+        scan_image(LEASE).save(path)
+    document = load_document(path)
+    text = document.segments[0].text
+    start = text.lower().find("the tenant pays")
+    end = text.lower().find("euros") + len("euros")
+    assert 0 <= start < end
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.resize(700, 900)
+    pane.show_segment(document, 0, [AttendedSpan(0, "page 1", 1, None, start, end, 0.8)])
+    assert pane.rectangles and not pane.title.text().count("could not be rendered")
+    units = height / PAGE_PX[1]  # page units per scan pixel
+    top_px, bottom_px = line_box_px(1)
+    for rect in pane.rectangles:
+        left, bottom, right, top = rect.box
+        assert height - (top_px - 15) * units >= top and bottom >= height - (bottom_px + 15) * units

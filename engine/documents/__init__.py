@@ -124,6 +124,9 @@ class Document:
     "skipped (minified): static/vendor.min.js". pages: PDFs only, total page count including
     blank pages and pages that were left out. outline: a PDF's bookmarks, or the headings,
     chapters or slide titles of the formats' units, in document order (empty when it has none); not part of `render()`, so of no prefix key.
+    An image (PNG, JPEG, a multi-page TIFF) is kind "pdf" too: its frames are its pages.
+    recognised_pages: 1-based pages whose text was recognised from the page image (OCR), not read
+    from a text layer; `engine.documents.ocr.cached_page` gives their lines' boxes.
     """
 
     title: str
@@ -133,6 +136,7 @@ class Document:
     warnings: list[str] = field(default_factory=list)
     pages: int | None = None
     outline: list[OutlineEntry] = field(default_factory=list)
+    recognised_pages: list[int] = field(default_factory=list)
 
     def marker(self, segment: Segment) -> str:
         """The line before `segment` in `render()`: "[page 12]" or "=== src/app.py ===". """
@@ -157,7 +161,7 @@ class Document:
 
 
 OPEN_DIALOG_SUFFIXES = (
-    ".pdf", ".txt", ".md", ".markdown", ".rst", ".adoc", ".org", ".tex", ".csv", ".html", ".json", ".ipynb",
+    ".pdf", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".txt", ".md", ".markdown", ".rst", ".adoc", ".org", ".tex", ".csv", ".html", ".json", ".ipynb",
     ".toml", ".yaml", ".yml", ".ini", ".cfg", ".xml", ".sql", ".sh",
     ".py", ".js", ".jsx", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".java", ".kt",
     ".scala", ".swift", ".rb", ".php", ".lua", ".r", ".jl", ".dart", ".m", ".pl", ".hs", ".ex", ".erl", ".zig",
@@ -173,8 +177,9 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
                   progress: ProgressCallback | None = None,
                   cancel: threading.Event | None = None,
                   include_generated: bool = False) -> Document:
-    """Load a folder (as a repository), a PDF, or a single text file (a notebook's cells, a web
-    page's shown text: `plain.read_file`).
+    """Load a folder (as a repository), a PDF (scanned pages recognised by OCR), an image (PNG,
+    JPEG, TIFF …: its text recognised, `engine.documents.image`), or a single text file (a
+    notebook's cells, a web page's shown text: `plain.read_file`).
 
     A PDF is recognised by its `.pdf` suffix or a `%PDF-` header anywhere in the first 1,024 bytes
     (junk or a byte-order mark before it is allowed, as readers allow). `password` is used for
@@ -216,6 +221,11 @@ def load_document(path: str | os.PathLike[str], *, password: str | None = None,
         from engine.documents.pdf import load_pdf
 
         return load_pdf(source, password=password, progress=progress, cancel=cancel)
+    # Images: their text is recognised (OCR), each frame a page.
+    from engine.documents.image import is_image, load_image
+
+    if is_image(source):
+        return load_image(source, progress=progress, cancel=cancel)
     from engine.documents.plain import load_text_file
 
     return load_text_file(source, progress=progress, cancel=cancel)

@@ -50,6 +50,16 @@ pypdf #2790 took 1:45 min on one 127 MiB page; normal pages take milliseconds.""
 MAX_FAILED_PAGES = 3
 """After this many crashed or stalled pages the file is refused as suspicious."""
 
+STAMP_IMAGE_SHARE = 0.5
+"""A page with a short text (`pdf_worker.STAMP_MAX_CHARS`) over images covering at least this share
+of it is a scan with a stamp (an e-signature envelope ID, a Bates number, a fax header): its text
+is recognised from the page image, not read as the stamp alone (docling#3464, ocrmypdf#1563)."""
+
+STAMP_GAIN_CHARS = 40
+"""The recognised text replaces such a page's text layer only when it is longer by this many
+characters: a slide or poster whose picture holds no more words than its title keeps its own text
+(exact, in any script), not the recogniser's reading of it."""
+
 _POLL_S = 0.1  # how often cancel is checked while waiting for the worker
 _HEADER_WINDOW_BYTES = PDF_HEADER_WINDOW_BYTES
 
@@ -58,8 +68,12 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
              cancel: threading.Event | None = None) -> Document:
     """Read the text of every page of the PDF at `path` (absolute).
 
-    Pages without text are not segments: blank pages are silent, pages with images only get a
-    "no text layer (scanned?)" warning, pages whose text is noise are left out with a warning.
+    Pages without text are not segments: blank pages are silent, pages whose text is noise are
+    left out with a warning. Pages with images and no text (a scan), or mostly image with only a
+    stamp of text, are rendered and their text recognised (`engine.documents.ocr`, cached per
+    page) after the text layer is read; a warning names them ("recognised text (OCR)"), and
+    `Document.recognised_pages` lists them. Where OCR is not available they get a "no text layer
+    (scanned?)" warning.
     Text that no viewer shows (outside the page box, invisible, white on white: B14; in a layer
     the default view switches off: B24) is never page text; "pages 1-3: text no viewer shows
     (outside the page) left out" says where. Form values and annotations a viewer draws are page
@@ -92,6 +106,7 @@ def load_pdf(path: Path, *, password: str | None = None, progress: ProgressCallb
             if state.next_page > state.total:
                 break
             start_page = state.next_page - 1
+    state.recognise(password, progress, cancel)
     return state.document()
 
 
@@ -105,6 +120,10 @@ class _Collected:
         self.next_page = 1  # 1-based number of the page the worker is expected to send next
         self.segments: list[Segment] = []
         self.scanned: list[int] = []
+        self.stamped: dict[int, str] = {}  # page -> its stamp's text, kept if OCR cannot run
+        self.recognised: dict[int, str] = {}  # page -> recognised text (OCR)
+        self.ocr_problem = ""
+        self.stamp_kept: list[int] = []  # stamped pages whose recognised text added nothing
         self.unreadable: list[int] = []
         self.failed: list[tuple[int, str]] = []
         self.notes: list[str] = []
@@ -130,7 +149,8 @@ class _Collected:
                 if progress:
                     progress(0, self.total)
         elif kind == "page":
-            self._add_page(int(event["page"]), event["text"], int(event.get("images", 0)))
+            self._add_page(int(event["page"]), event["text"], int(event.get("images", 0)),
+                           float(event.get("image_share", 0.0)))
             for reason in event.get("hidden") or {}:
                 self.hidden.setdefault(str(reason), []).append(int(event["page"]))
             self.next_page = int(event["page"]) + 1
@@ -143,7 +163,7 @@ class _Collected:
                 raise _WorkerLost("too much text")
             raise _error_for(self.path, event)
 
-    def _add_page(self, number: int, raw: str, images: int) -> None:
+    def _add_page(self, number: int, raw: str, images: int, image_share: float = 0.0) -> None:
         text, hidden = normalize_and_count(raw)
         if hidden:  # Unicode tags and the like (B25): nothing a viewer draws
             self.hidden.setdefault("invisible characters", []).append(number)
@@ -151,6 +171,9 @@ class _Collected:
             if images:
                 self.scanned.append(number)
             return  # a blank page is not a failure (P16 has 12)
+        if image_share >= STAMP_IMAGE_SHARE:
+            self.stamped[number] = text
+            return
         if is_unreliable(measure(raw)):
             # Left out, not kept with a marker: noise would take budget and could be quoted
             # as if the document said it; the warning names the page so the user can look.
@@ -174,14 +197,68 @@ class _Collected:
         if progress and self.total:
             progress(min(self.next_page - 1, self.total), self.total)
 
+    def recognise(self, password: str | None, progress: ProgressCallback | None,
+                  cancel: threading.Event | None) -> None:
+        """Recognise the text of the scanned and stamped pages (OCR); where it cannot run, say
+        why in the warnings. Raises Cancelled."""
+        from engine.documents.ocr import OcrFailed, OcrUnavailable, recognise_pages
+
+        numbers = sorted(self.scanned + list(self.stamped))
+        if not numbers:
+            return
+        failed: dict[int, str] = {}
+        try:
+            pages = recognise_pages(self.path, "pdf", [n - 1 for n in numbers], password=password,
+                                    progress=progress, cancel=cancel, failed=failed)
+        except (OcrUnavailable, OcrFailed) as exc:
+            self.ocr_problem = str(exc)
+            return
+        self.failed += [(index + 1, f"recognising its text: {why}") for index, why in sorted(failed.items())]
+        for number in numbers:
+            text = normalize_text(pages[number - 1].text) if number - 1 in pages else ""
+            if number in self.stamped and len(text) < len(self.stamped[number]) + STAMP_GAIN_CHARS:
+                self.stamp_kept.append(number)  # the picture adds nothing: its own text layer stands
+            elif text:
+                self.recognised[number] = text
+
+    def _page_segments(self) -> list[Segment]:
+        """The text-layer pages, the recognised ones and the stamps OCR could not replace, in page order."""
+        segments = list(self.segments)
+        segments += [Segment(text=text, label=f"page {n}", page=n, path=None) for n, text in self.recognised.items()]
+        segments += [Segment(text=text, label=f"page {n}", page=n, path=None)
+                     for n, text in self.stamped.items() if n not in self.recognised]
+        return sorted(segments, key=lambda segment: segment.page)
+
+    def _ocr_warnings(self) -> list[str]:
+        warnings = []
+        if self.recognised:
+            warnings.append(f"{_pages(sorted(self.recognised))}: recognised text (OCR) of a scanned page: "
+                            "words may be misread")
+        stamped = sorted(n for n in self.stamped if n in self.recognised)
+        if stamped:
+            warnings.append(f"{_pages(stamped)}: a scan with a short line of text over it (a stamp?): "
+                            "the whole page was recognised")
+        why = f" ({self.ocr_problem})" if self.ocr_problem else ""
+        unread = [n for n in self.stamped if n not in self.recognised and n not in self.stamp_kept]
+        if unread:
+            outcome = f"the image's text could not be recognised{why}" if why else "no other text was recognised"
+            warnings.append(f"{_pages(unread)}: mostly an image with only a short line of text (a stamp over a "
+                            f"scan?): only that line was read, {outcome}")
+        failed = {page for page, _ in self.failed}
+        scanned = [n for n in self.scanned if n not in self.recognised and n not in failed]
+        if scanned:
+            warnings.append(f"{_pages(scanned)}: no text layer (scanned?)"
+                            + (f", its text could not be recognised{why}" if why else ", no text found"))
+        return warnings
+
     def document(self) -> Document:
-        if not self.segments:
+        page_segments = self._page_segments()
+        if not page_segments:
             raise self._no_text_error()
         warnings = list(self.notes)
         warnings += [f"page {page}: too large or malformed to read safely ({reason}), skipped"
                      for page, reason in self.failed]
-        if self.scanned:
-            warnings.append(f"{_pages(self.scanned)}: no text layer (scanned?)")
+        warnings += self._ocr_warnings()
         if self.unreadable:
             warnings.append(f"{_pages(self.unreadable)}: text unreadable (font without a Unicode "
                             "map?), left out")
@@ -189,8 +266,8 @@ class _Collected:
                      for reason, pages in sorted(self.hidden.items())]
         # Joined once all pages are in: whether a line-end hyphen is a compound's is told by the
         # whole document (B28).
-        texts = join_hyphenated_lines([segment.text for segment in self.segments])
-        segments = [replace(segment, text=text) for segment, text in zip(self.segments, texts)]
+        texts = join_hyphenated_lines([segment.text for segment in page_segments])
+        segments = [replace(segment, text=text) for segment, text in zip(page_segments, texts)]
         form, note = form_text(self.xfa)  # a dynamic form's values are in its XML, not on its pages
         if form:
             segments[0] = replace(segments[0], text=f"{segments[0].text}\n\n{form}")
@@ -201,7 +278,8 @@ class _Collected:
         warnings += notes
         return Document(title=shown_title(self.title, self.path),
                         source=str(self.path), kind="pdf", segments=segments,
-                        warnings=warnings, pages=self.total, outline=self.outline)
+                        warnings=warnings, pages=self.total, outline=self.outline,
+                        recognised_pages=sorted(self.recognised))
 
     def _no_text_error(self) -> Exception:
         name = display_name(self.path.name)
@@ -214,8 +292,10 @@ class _Collected:
             return UnreadableTextError(
                 f"{name}: the text of every page is unreadable (fonts without a Unicode map): "
                 "run OCR on it first (e.g. ocrmypdf --force-ocr)")
+        why = f" ({self.ocr_problem})" if self.ocr_problem else ""
         return NoTextLayerError(
-            f"{name} has no text layer (scanned?): run OCR on it first (e.g. ocrmypdf)")
+            f"{name} has no text layer (scanned?) and no text could be recognised in its pages{why}: "
+            "check that the pages show text")
 
 
 def _outline_entries(raw: list) -> list[OutlineEntry]:

@@ -12,7 +12,9 @@ Events:   {"event": "open", "pages": int, "title": str, "repaired": bool,
            "outline": [[level, title, 0-based page]]}
           {"event": "page", "page": int (1-based), "text": str,
            "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int,
-           "hidden": {reason: characters left out because no viewer shows them}}
+           "hidden": {reason: characters left out because no viewer shows them},
+           "image_share": share of the page's area under images (0..1; computed only when the
+           page has at most STAMP_MAX_CHARS characters of text, else 0)}
           {"event": "attachments", "files": embedded files (`pdf_attachments.attachments`)},
            after the last page: decoding one can exhaust the memory cap, which then costs no page
           {"event": "error", "code": str, "page": int | null, "detail": str}
@@ -63,6 +65,32 @@ GLYPH_CODE_SUSPECT = 0.1
 SECOND_OPINION_MARGIN = 0.02
 """pypdf replaces PDFium's text for a page only when its score is higher by more than this
 (on P15, pypdf's wins on suspect pages were 0.006-0.04; P10's were 0.25-0.62)."""
+
+
+STAMP_MAX_CHARS = 300
+"""A page with at most this much text over an image is checked for being a scan with a stamp
+(an e-signature envelope ID, a Bates number, a fax header: 40-120 characters); a text page has
+thousands (P16's pages: 1,500-3,000)."""
+
+
+def _image_share(page: Any, pdfium: Any) -> float:
+    """Share of the page's visible box covered by images (their bounds clipped to the box; overlaps
+    counted once per image, so capped at 1); 0 when all the page's text is drawn invisible (render
+    mode 3 or 7): that is an OCR layer over the scan (ocrmypdf's), the scan's own text, not a stamp."""
+    from engine.documents.pdf_visible import visible_box
+
+    modes = [pdfium.raw.FPDFTextObj_GetTextRenderMode(obj.raw)
+             for obj in page.get_objects(filter=[pdfium.raw.FPDF_PAGEOBJ_TEXT], max_depth=3)]
+    if modes and all(mode in (3, 7) for mode in modes):
+        return 0.0
+
+    left, bottom, right, top = visible_box(page)
+    area = max((right - left) * (top - bottom), 1e-6)
+    covered = 0.0
+    for obj in page.get_objects(filter=[pdfium.raw.FPDF_PAGEOBJ_IMAGE], max_depth=3):
+        l, b, r, t = obj.get_bounds()
+        covered += max(0.0, min(r, right) - max(l, left)) * max(0.0, min(t, top) - max(b, bottom))
+    return min(1.0, covered / area)
 
 
 def _emit(event: dict[str, Any]) -> None:
@@ -374,9 +402,10 @@ def extract(path: str, password: str | None, start_page: int,
         # pdfminer gives right-to-left words in the order they are drawn, backwards (visual_order).
         text = logical_order(text)
         images = 0 if text.strip() else _count_objects(page, pdfium.raw.FPDF_PAGEOBJ_IMAGE)
+        share = _image_share(page, pdfium) if 0 < len(text.strip()) <= STAMP_MAX_CHARS else 0.0
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,
-              "images": images, "hidden": hidden})
+              "images": images, "hidden": hidden, "image_share": round(share, 3)})
     emit({"event": "attachments", "files": attachments(opened, pdfium)})
     emit({"event": "done"})
 
