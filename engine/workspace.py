@@ -41,6 +41,7 @@ from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
 from engine.cloud import policy as cloud_policy
 from engine.documents import Document, PasswordRequiredError, WrongPasswordError
+from engine.documents.parsed_cache import load_reusing
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
 from engine.evidence.select import FoundSpan, found_spans
@@ -54,7 +55,7 @@ from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_stor
 from engine.read_time import ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource
 from engine.open_document import OpenReport
-from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress
+from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress, reading_progress
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings
 
@@ -475,7 +476,8 @@ class Workspace:
                      ) -> OpenLibrary:
         """The documents of `paths`, open index first with the library's index built, kept for the
         next library question; when `paths` differ from the last call's, every one is opened again
-        (each open parses its file: seconds for a book; a saved reading is reused).
+        (a file parsed before comes from its parsed copy, `engine.documents.parsed_cache`; a saved
+        reading is reused).
         `progress_for(k, n, path)` gives the progress callback of the k-th of n opens (None: none).
         A document that cannot be opened is skipped (`library_skipped` names it). Raises
         HalamanError when none could be opened, Cancelled (nothing is kept)."""
@@ -488,7 +490,11 @@ class Workspace:
                 try:
                     if cancel is not None and cancel.is_set():
                         raise Cancelled()
-                    self._library.add(path, cancel=cancel, progress=progress_for(k, len(wanted), path) if progress_for else None)
+                    progress = progress_for(k, len(wanted), path) if progress_for else None
+                    # Parsed once: every CLI library question is a new process that opens every document.
+                    document = load_reusing(path, cancel=cancel, include_generated=self.settings.include_generated_files,
+                                            progress=reading_progress(progress, path) if progress else None)
+                    self._library.add(document, cancel=cancel, progress=progress)
                 except Cancelled:
                     self._close_library()  # a half-opened library must not pass for the whole one
                     raise
