@@ -41,6 +41,7 @@ from engine.cloud import ask_cloud, escalation_reason
 from engine.cloud.plan import CloudPlan
 from engine.cloud import policy as cloud_policy
 from engine.documents import Document, PasswordRequiredError, WrongPasswordError
+from engine.documents import parsed_cache
 from engine.documents.parsed_cache import load_reusing
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
@@ -611,8 +612,10 @@ class Workspace:
         return (len(store.entries()), store.total_bytes()) if store is not None else (0, 0)
 
     def clear_prefix_cache(self) -> int:
-        """Delete every stored prefix; returns how many. Without a usable store (full disk,
-        damaged folder) the files are deleted by name: clearing always frees the space."""
+        """Delete every stored prefix and the documents' parsed copies (`parsed_cache.clear`);
+        returns how many prefixes. Without a usable store (full disk, damaged folder) the files are
+        deleted by name: clearing always frees the space."""
+        parsed_cache.clear()
         store = self.prefix_store(even_if_off=True)
         return store.clear() if store is not None else clear_files(prefix_store_dir())
 

@@ -61,3 +61,18 @@ def test_a_folder_is_read_each_time(tmp_path, parses):
     load_reusing(folder)
     load_reusing(folder)
     assert len(parses) == 2
+
+
+def test_clearing_the_cache_deletes_the_parsed_copies(tmp_path, parses):
+    from engine.settings import EngineSettings
+    from engine.workspace import Workspace
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The code word is PELICAN.\n")
+    load_reusing(notes)
+    folder = tmp_path / "home" / "cache" / "parsed"
+    assert len(list(folder.glob("*.json"))) == 1
+    Workspace(EngineSettings()).clear_prefix_cache()  # no model needed to clear
+    assert list(folder.glob("*.json")) == []
+    load_reusing(notes)
+    assert len(parses) == 2, "parsed again after the clear"

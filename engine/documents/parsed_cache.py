@@ -113,4 +113,21 @@ def load_reusing(path: str | os.PathLike[str], *, password: str | None = None,
     return document
 
 
-__all__ = ["document_key", "load_reusing", "parser_version"]
+def clear() -> int:
+    """Delete every parsed copy (with the prefix cache: clearing forgets the documents' text too).
+    Returns how many; a file that cannot be deleted is left, never an error."""
+    removed = 0
+    try:
+        entries = list((paths.cache_dir() / CACHE_FOLDER).glob("*.json"))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            entry.unlink()
+            removed += 1
+        except OSError as error:
+            log.info("parsed copy %s not deleted: %s", entry.name, error)
+    return removed
+
+
+__all__ = ["clear", "document_key", "load_reusing", "parser_version"]
