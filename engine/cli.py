@@ -22,6 +22,7 @@ from engine.cli_history import add_history_command, record_answer
 from engine.cli_library import add_library_command
 from engine.cli_models import add_models_command, print_warning
 from engine.cli_report import ProgressBar, answer_cautions, attended_spans_text
+from engine.documents.ocr import recognised_note
 from engine.errors import HalamanError
 from engine.prompt import check_question
 from engine.recall_plan import RecallPlan, RecallSource, plan_recall
@@ -301,7 +302,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     _print_report(report, answer, settings, workspace)
     if answer.sources:
         print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
-    for caution in answer_cautions(answer, settings):
+    recognised = recognised_note(document.recognised_pages, [s.page for s in answer.sources])
+    for caution in answer_cautions(answer, settings) + ([recognised] if recognised else []):
         print(f"check           {caution}")
     if args.show_spans:
         print("attended spans  " + attended_spans_text(answer, document))
@@ -362,7 +364,7 @@ def _read_after(args: argparse.Namespace, workspace, bar: ProgressBar, cancel: t
 def _cmd_find(args: argparse.Namespace) -> int:
     import json
 
-    from engine.documents import load_document
+    from engine.documents.parsed_cache import load_reusing
     from engine.progress import reading_progress
     from engine.workspace import Workspace
 
@@ -372,8 +374,8 @@ def _cmd_find(args: argparse.Namespace) -> int:
     check_question(args.question)
     bar = ProgressBar()
     try:
-        document = load_document(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
-                                 include_generated=settings.include_generated_files)
+        document = load_reusing(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
+                                include_generated=settings.include_generated_files)
         workspace = Workspace(settings)
         workspace.ensure_model(progress=bar.update)
     finally:

@@ -117,11 +117,11 @@ def load_image(path: Path, *, progress: ProgressCallback | None = None,
                                    "image viewer and save it again")
     if not segments:
         raise NoTextLayerError(f"{name}: no text was found in the image (OCR read nothing)")
-    from engine.documents.pdf import _pages
+    from engine.documents.pdf import page_ranges
 
-    warnings = [f"{_pages([s.page for s in segments])}: recognised text (OCR) of an image: words may be misread"]
+    warnings = [f"{page_ranges([s.page for s in segments])}: recognised text (OCR) of an image: words may be misread"]
     if empty:
-        warnings.append(f"{_pages(empty)}: no text found")
+        warnings.append(f"{page_ranges(empty)}: no text found")
     warnings += [f"page {index + 1}: could not be read ({why}), skipped" for index, why in sorted(failed.items())]
     return Document(title=display_name(path.stem), source=str(path), kind="pdf", segments=segments,
                     warnings=warnings, pages=frames, recognised_pages=[s.page for s in segments])

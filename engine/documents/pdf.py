@@ -232,22 +232,22 @@ class _Collected:
     def _ocr_warnings(self) -> list[str]:
         warnings = []
         if self.recognised:
-            warnings.append(f"{_pages(sorted(self.recognised))}: recognised text (OCR) of a scanned page: "
+            warnings.append(f"{page_ranges(sorted(self.recognised))}: recognised text (OCR) of a scanned page: "
                             "words may be misread")
         stamped = sorted(n for n in self.stamped if n in self.recognised)
         if stamped:
-            warnings.append(f"{_pages(stamped)}: a scan with a short line of text over it (a stamp?): "
+            warnings.append(f"{page_ranges(stamped)}: a scan with a short line of text over it (a stamp?): "
                             "the whole page was recognised")
         why = f" ({self.ocr_problem})" if self.ocr_problem else ""
         unread = [n for n in self.stamped if n not in self.recognised and n not in self.stamp_kept]
         if unread:
             outcome = f"the image's text could not be recognised{why}" if why else "no other text was recognised"
-            warnings.append(f"{_pages(unread)}: mostly an image with only a short line of text (a stamp over a "
+            warnings.append(f"{page_ranges(unread)}: mostly an image with only a short line of text (a stamp over a "
                             f"scan?): only that line was read, {outcome}")
         failed = {page for page, _ in self.failed}
         scanned = [n for n in self.scanned if n not in self.recognised and n not in failed]
         if scanned:
-            warnings.append(f"{_pages(scanned)}: no text layer (scanned?)"
+            warnings.append(f"{page_ranges(scanned)}: no text layer (scanned?)"
                             + (f", its text could not be recognised{why}" if why else ", no text found"))
         return warnings
 
@@ -260,9 +260,9 @@ class _Collected:
                      for page, reason in self.failed]
         warnings += self._ocr_warnings()
         if self.unreadable:
-            warnings.append(f"{_pages(self.unreadable)}: text unreadable (font without a Unicode "
+            warnings.append(f"{page_ranges(self.unreadable)}: text unreadable (font without a Unicode "
                             "map?), left out")
-        warnings += [f"{_pages(pages)}: text no viewer shows ({reason}) left out"
+        warnings += [f"{page_ranges(pages)}: text no viewer shows ({reason}) left out"
                      for reason, pages in sorted(self.hidden.items())]
         # Joined once all pages are in: whether a line-end hyphen is a compound's is told by the
         # whole document (B28).
@@ -309,7 +309,7 @@ def _outline_entries(raw: list) -> list[OutlineEntry]:
     return entries
 
 
-def _pages(numbers: list[int]) -> str:
+def page_ranges(numbers: list[int]) -> str:
     """'page 7' or 'pages 3-5, 9': consecutive pages as ranges so a scan does not flood the list."""
     spans: list[list[int]] = []
     for number in numbers:
