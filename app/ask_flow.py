@@ -39,8 +39,8 @@ class AskFlow:
         if conversation.ask_all.isChecked():
             self.ask_library(question)
             return
-        if follow_up is None:
-            follow_up = conversation.follow_up.isChecked()
+        if follow_up is None:  # unticked: the engine decides from the question's words
+            follow_up = True if conversation.follow_up.isChecked() else None
         self._ask(question, cloud=False, follow_up=follow_up)
 
     def ask_library(self, question: str) -> None:
@@ -68,7 +68,7 @@ class AskFlow:
         typed = question if question is not None else self.window.conversation.question.text().strip()
         self._ask(typed or self._last_question(), cloud=True, reason="user asked")
 
-    def _ask(self, question: str, *, cloud: bool, follow_up: bool = False, reason: str = "user asked",
+    def _ask(self, question: str, *, cloud: bool, follow_up: bool | None = False, reason: str = "user asked",
              escalation: bool = False) -> None:
         """Ask locally or in the cloud; `escalation`: the cloud answers the question just answered
         locally (the question is not repeated in the chat)."""
@@ -102,6 +102,9 @@ class AskFlow:
         w.changed.emit(Changes(history=True))
         if w.closed:
             return
+        if outcome is not None and outcome.answer.continues and outcome.answer.continues != "asked as a follow-up":
+            w.statusBar().showMessage(f"Continued from your last question ({outcome.answer.continues}); tick "
+                                      "Follow-up to always continue, or ask it in other words to start afresh.", 15000)
         if outcome is not None and outcome.escalation:
             self._ask(live.question, cloud=True, reason=outcome.escalation, escalation=True)
         elif error is not None and error.kind is ErrorKind.OOM:

@@ -63,7 +63,7 @@ class DropArea(QFrame):
 class Conversation(QWidget):
     """Chat (or drop area) + ask bar: question, Follow-up, Ask, Ask the cloud."""
 
-    ask_requested = Signal(str, bool)
+    ask_requested = Signal(str, object)   # question, True (Follow-up ticked) or None (the engine decides)
     ask_cloud_requested = Signal(str)
     citation_clicked = Signal(str, object)
     open_file_requested = Signal()
@@ -90,7 +90,8 @@ class Conversation(QWidget):
         self.cloud_button = QPushButton("Ask the cloud")
         self.cloud_button.setToolTip("Send this question (and what fits of the document) to the cloud endpoint in Settings")
         self.follow_up = QCheckBox("Follow-up")
-        self.follow_up.setToolTip("Continue from the previous answer instead of starting fresh from the document")
+        self.follow_up.setToolTip("Always continue from the previous answer. Unticked, Halaman decides from your words "
+                                  "(“it”, “and …”, a short question) and the status bar says when it continued")
         self.ask_all = QCheckBox("Ask all documents")
         self.ask_all.setToolTip("Answer from the best matching documents of the library; sources name the document")
         # The question and its buttons on one row, the options under it: on one row, a chat beside
@@ -159,4 +160,4 @@ class Conversation(QWidget):
     def _ask(self) -> None:
         question = self.question.text().strip()
         if question and self.ask_button.isEnabled():  # Enter in a question typed ahead waits for Ask
-            self.ask_requested.emit(question, self.follow_up.isChecked())
+            self.ask_requested.emit(question, True if self.follow_up.isChecked() else None)

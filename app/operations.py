@@ -49,7 +49,7 @@ def read_document(*, pause: threading.Event, **callbacks) -> Job:
                title="Reading the whole document (you can ask meanwhile)…", **callbacks)
 
 
-def ask_local(question: str, *, follow_up: bool, **callbacks) -> Job:
+def ask_local(question: str, *, follow_up: bool | None, **callbacks) -> Job:
     """Answer with the local model over the open document's KV cache; the result is an
     `AnswerOutcome` (the answer, its library record, its escalation to the cloud)."""
     def run(workspace, ctx):

@@ -164,6 +164,7 @@ class Answer:
     reasoning: str = ""                                   # the model's monologue, apart from `text`
     unsupported: list[str] = field(default_factory=list)  # names the document does not contain (engine.grounding)
     instructions: list[str] = field(default_factory=list)  # document text addressed to the model (engine.grounding)
+    continues: str = ""  # why it went on from the previous question ("refers back: “it”"); "" when it started afresh
 
     @property
     def incomplete(self) -> bool:

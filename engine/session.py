@@ -26,6 +26,7 @@ from engine.answer import Answer, StopReason
 from engine.documents import Document
 from engine.errors import HalamanError
 from engine.estimate import kv_peak_bytes
+from engine.evidence.conversation import continuation
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import Asked, Decoding, answer_frame, decoding_for, recall_budget, stop_token_ids
 from engine.kvcache.archive import ArchiveError
@@ -187,7 +188,7 @@ class DocumentSession:
         self,
         question: str,
         *,
-        follow_up: bool = False,
+        follow_up: bool | None = False,
         on_text: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         max_new_tokens: int | None = None,
@@ -196,7 +197,9 @@ class DocumentSession:
         (`engine.generate.answer_frame`, recalling by `engine.recall_source.question_recall`).
 
         Starts from a fork of the document snapshot (`CompressedCache.fork`: it stays as it is)
-        unless `follow_up` continues the previous answer. Cancelling keeps what was generated
+        unless `follow_up` continues the previous answer; `follow_up=None` lets the question's words
+        decide (`engine.evidence.conversation.continuation`: it refers back, or names nothing new),
+        and `Answer.continues` says why it went on. Cancelling keeps what was generated
         (stop_reason "cancelled"). Raises HalamanError when no document is open, the question is
         empty, or a block of its archive is damaged (the archive is dropped: ask again).
         """
@@ -205,6 +208,8 @@ class DocumentSession:
             raise HalamanError("no document is open: open a document first (it may have failed to load)")
         check_question(question)
         began = time.perf_counter()
+        continues = self._continues(question, follow_up)
+        follow_up = bool(continues)
         goes_on = follow_up and self._conversation is not None
         cache = self._conversation if goes_on else opened.snapshot.fork()
         self._conversation = None
@@ -220,10 +225,21 @@ class DocumentSession:
         except ArchiveError as error:  # a block read for this question differs from its digest
             raise self.reader.archive_damaged(opened, error) from None
         answer.passages = passages
+        answer.continues = continues if goes_on or history else ""
         if answer.stop_reason is not StopReason.CANCELLED:
             self._conversation = cache  # a follow-up continues from here
             self._turns = [*history, turn]
         return answer
+
+    def _continues(self, question: str, follow_up: bool | None) -> str:
+        """Why `question` goes on from the previous one ("" when it starts afresh): asked as a
+        follow-up, or, for `follow_up=None`, what its words show (`continuation`)."""
+        if follow_up is not None:
+            return "asked as a follow-up" if follow_up else ""
+        if not self._turns:
+            return ""
+        spans = self._open.spans
+        return continuation(question, self._turns[-1].question, spans.structure if spans is not None else None) or ""
 
     def _threads(self) -> int | None:
         """The settings' CPU threads for a `ThreadGovernor`; None on a GPU (no governor)."""

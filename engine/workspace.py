@@ -409,7 +409,7 @@ class Workspace:
         read = self.session.read(progress=progress, cancel=cancel, pause=pause, on_read_plan=on_read_plan)
         return self.session.report if read else None
 
-    def ask(self, question: str, *, follow_up: bool = False, on_text: Callable[[str], None] | None = None,
+    def ask(self, question: str, *, follow_up: bool | None = False, on_text: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None) -> Answer:
         """Answer `question` with the local model (see `DocumentSession.ask`), with the names it
         states that the document does not contain in `Answer.unsupported` (`engine.grounding`).

@@ -49,3 +49,26 @@ def test_the_first_question_continues_nothing_and_says_why_it_continues(book):
     assert continuation("What examples does it use?", None, book) is None
     assert continuation("What examples does it use?", "", book) is None
     assert "it" in continuation("What examples does it use?", "What is chapter 5 about?", book)
+
+
+def test_a_question_that_refers_back_reads_the_previous_questions_pages_with_nothing_ticked(smol, corpus):
+    """The window trial: "What examples does it use?" after "What is chapter 5 about?", with no
+    Follow-up box ticked, read chapter 15. Asked with `follow_up=None` (what the window sends
+    unticked), it goes on: it reads chapter 5's pages again and says why; a question naming
+    another chapter starts afresh."""
+    from engine.session import DocumentSession
+    from engine.settings import EngineSettings
+
+    session = DocumentSession(smol, EngineSettings(max_new_tokens=4), None)
+    session.open(load_document(corpus / "pdf" / "P16_thinkpython2.pdf"), read_now=False)
+    try:
+        first = session.ask("What is chapter 5 about?", follow_up=None)
+        chapter_5 = set(first.recall.spans)
+        assert chapter_5 and first.continues == ""
+        examples = session.ask("What examples does it use?", follow_up=None)
+        assert "it" in examples.continues
+        assert chapter_5 <= set(examples.recall.spans), (chapter_5, examples.recall.spans)
+        other = session.ask("What is chapter 15 about?", follow_up=None)
+        assert other.continues == "" and not chapter_5 & set(other.recall.spans)
+    finally:
+        session.close()
