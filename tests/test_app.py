@@ -535,9 +535,9 @@ def test_out_of_memory_offers_to_lower_the_budget_and_retry(make_window, qtbot, 
     HalamanError), as a real prefill does, not above it."""
     import torch
 
-    from engine.session import DocumentSession
+    from engine.reading import Reader
 
-    real_encode = DocumentSession._encode_document
+    real_encode = Reader.encode_document
     calls = []
 
     def encode_once_out_of_memory(self, document):
@@ -546,7 +546,7 @@ def test_out_of_memory_offers_to_lower_the_budget_and_retry(make_window, qtbot, 
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_encode(self, document)
 
-    monkeypatch.setattr(DocumentSession, "_encode_document", encode_once_out_of_memory)
+    monkeypatch.setattr(Reader, "encode_document", encode_once_out_of_memory)
     window = make_window()
     window.open_path(str(text_doc(tmp_path)))
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=30_000)

@@ -69,8 +69,10 @@ def test_the_recommended_model_fits_answers_fast_enough_and_is_the_largest_such(
     assert models[recommended(models, speeds, [False] * len(models))].embedded  # nothing fits: the embedded model
 
 
-def test_the_model_list_shows_the_speed_here_and_one_recommended_row(qtbot, memory_keyring):
+def test_the_model_list_shows_the_speed_here_and_one_recommended_row(qtbot, memory_keyring, tmp_path, monkeypatch):
     from app.model_list import COLUMNS, RECOMMENDED, ModelList
+
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path))  # no read measured here: the reference machine's rates
 
     models = load_catalog()
     table = ModelList(EngineSettings(), models=models, memory=LAPTOP)
@@ -79,6 +81,6 @@ def test_the_model_list_shows_the_speed_here_and_one_recommended_row(qtbot, memo
     cells = [table.table.item(row, here).text() for row in range(len(models))]
     assert sum(RECOMMENDED in cell for cell in cells) == 1
     assert all("tokens/s answering" in cell for cell in cells)
-    slowest = min(range(len(models)), key=lambda i: table.speeds[i].answer_tokens_per_s)
-    assert "may be slow here" in cells[slowest]
+    slow = [("may be slow here" in cell) for cell in cells]
+    assert slow == [speed.answer_tokens_per_s < 3.0 for speed in table.speeds] and any(slow)
     assert "reads ~" in table.table.item(0, here).toolTip()
