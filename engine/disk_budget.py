@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import lru_cache
 from pathlib import Path
 
 import platformdirs
@@ -40,9 +41,11 @@ def default_disk_budget_bytes(free_bytes: int) -> int:
     return max(DEFAULT_MIN_BYTES, min(DEFAULT_MAX_BYTES, share))
 
 
+@lru_cache(maxsize=1)
 def sized_for_this_disk() -> int:
     """`default_disk_budget_bytes` for the disk that holds the cache folder (`engine.paths`, or
-    $HALAMAN_HOME), measured now; the minimum when it cannot be measured."""
+    $HALAMAN_HOME), measured once per process (a default that moved with every file written
+    would make two `EngineSettings()` of one process differ); the minimum when it cannot be measured."""
     home = os.environ.get("HALAMAN_HOME")  # as engine.paths reads it, without creating the folder
     folder = Path(home).expanduser() if home else Path(platformdirs.user_cache_dir("halaman", appauthor=False))
     while not folder.exists() and folder != folder.parent:
