@@ -23,8 +23,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
+from engine.documents.child_io import pump
 from engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ def _run_worker(request: dict[str, Any], cancel: threading.Event | None) -> Iter
 
 def _events(process: subprocess.Popen, cancel: threading.Event | None) -> Iterator[dict[str, Any]]:
     lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    threading.Thread(target=pump, args=(process.stdout, lines), daemon=True).start()
     deadline = time.monotonic() + PAGE_TIMEOUT_S
     while True:
         if cancel is not None and cancel.is_set():
@@ -303,15 +304,6 @@ def _events(process: subprocess.Popen, cancel: threading.Event | None) -> Iterat
         yield event
         deadline = time.monotonic() + PAGE_TIMEOUT_S
 
-
-def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    try:
-        for line in stream:
-            lines.put(line)
-    except (OSError, ValueError):
-        pass  # killed while reading
-    finally:
-        lines.put(None)
 
 
 def recognised_note(recognised_pages: list[int], cited_pages: list[int | None]) -> str | None:

@@ -25,6 +25,8 @@ import os
 import sys
 from typing import Any, Callable, Iterator
 
+from engine.documents.child_io import emit, limit_memory
+
 MAX_SIDE_PX = 2000
 """Longest side, in pixels, of the image the recogniser is given: larger renders are scaled down
 first. rapidocr scales anything larger down to 2,000 itself but then misreads long lines (CER 8.7 %
@@ -40,18 +42,6 @@ MAX_IMAGE_PIXELS = 100_000_000
 `engine.documents.image` refuses larger frames from their header before starting this process)."""
 
 
-def _emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
-
-
-def _limit_memory(memory_bytes: int) -> None:
-    try:
-        import resource
-    except ImportError:  # Windows: the parent's timeouts are the only bound there.
-        return
-    if memory_bytes > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
 
 def load_engine(threads: int) -> Callable[[Any], list]:
@@ -145,7 +135,7 @@ def page_event(index: int, image: Any, width: float, height: float, to_page: Cal
     return {"event": "page", "index": index, "width": round(width, 2), "height": round(height, 2), "lines": lines}
 
 
-def run(request: dict[str, Any], emit: Callable[[dict[str, Any]], None] = _emit) -> None:
+def run(request: dict[str, Any], emit: Callable[[dict[str, Any]], None] = emit) -> None:
     """Stream the events for one request (see the module docstring)."""
     threads = max(1, int(request.get("threads", 2)))
     try:
@@ -176,7 +166,7 @@ def main() -> int:
     threads = str(max(1, int(request.get("threads", 2))))
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = threads  # before numpy and ONNX Runtime load
-    _limit_memory(int(request.get("memory_bytes", 0)))
+    limit_memory(int(request.get("memory_bytes", 0)))
     run(request)
     return 0
 

@@ -30,6 +30,7 @@ from engine.documents import (
     PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
     _reason,
 )
+from engine.documents.child_io import pump
 from engine.documents.hyphenation import join_hyphenated_lines
 from engine.documents.names import display_name, shown_title
 from engine.documents.pdf_attachments import attachment_parts
@@ -425,7 +426,7 @@ def _run_worker(path: Path, password: str | None, start_page: int,
 
 def _events(process: subprocess.Popen, cancel: threading.Event | None) -> Iterator[dict[str, Any]]:
     lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    threading.Thread(target=pump, args=(process.stdout, lines), daemon=True).start()
     deadline = time.monotonic() + PAGE_TIMEOUT_S
     while True:
         if cancel is not None and cancel.is_set():
@@ -449,15 +450,6 @@ def _events(process: subprocess.Popen, cancel: threading.Event | None) -> Iterat
         yield event
         deadline = time.monotonic() + PAGE_TIMEOUT_S
 
-
-def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    try:
-        for line in stream:
-            lines.put(line)
-    except (OSError, ValueError):
-        pass  # the process was killed while we read
-    finally:
-        lines.put(None)
 
 
 def _log_stderr(stderr: IO[bytes], status: int | None) -> None:

@@ -55,6 +55,7 @@ from engine.documents.pdf_xfa import xfa_values
 from engine.documents.pdf_visible import visible_text
 from engine.documents.text import TextQuality, is_unreliable, measure, same_content
 from engine.documents.visual_order import logical_order
+from engine.documents.child_io import emit, limit_memory
 
 MAX_PAGE_CHARS = 2_000_000
 """A page with more text than this is treated as hostile (P16's densest page has ~3,000)."""
@@ -93,19 +94,6 @@ def _image_share(page: Any, pdfium: Any) -> float:
     return min(1.0, covered / area)
 
 
-def _emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
-
-
-def _limit_memory(memory_bytes: int) -> None:
-    """Cap this process's address space so that an allocation failure ends it, not the machine."""
-    try:
-        import resource
-    except ImportError:  # Windows: the parent's timeouts are the only bound there.
-        return
-    if memory_bytes > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
 
 def _needs_second_opinion(quality: TextQuality, uses_type3: Callable[[], bool]) -> bool:
@@ -346,7 +334,7 @@ def _title(document: Any) -> str:
 
 
 def extract(path: str, password: str | None, start_page: int,
-            emit: Callable[[dict[str, Any]], None] = _emit) -> None:
+            emit: Callable[[dict[str, Any]], None] = emit) -> None:
     """Stream the events for one PDF, from page `start_page` (0-based) to the end."""
     import pypdfium2 as pdfium
 
@@ -415,7 +403,7 @@ def main() -> int:
     logging.disable(logging.WARNING)  # pypdf logs thousands of font warnings on P15
     warnings.simplefilter("ignore")
     request = json.loads(sys.stdin.readline())
-    _limit_memory(int(request.get("memory_bytes", 0)))
+    limit_memory(int(request.get("memory_bytes", 0)))
     extract(request["path"], request.get("password"), int(request.get("start_page", 0)))
     return 0
 
