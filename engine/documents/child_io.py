@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import json
 import queue
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, Any
+
+from engine.errors import Cancelled
 
 
 def emit(event: dict[str, Any]) -> None:
@@ -39,4 +46,46 @@ def pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
         lines.put(None)
 
 
-__all__ = ["emit", "limit_memory", "pump"]
+@dataclass(frozen=True)
+class ChildWords:
+    """What the parent says when its child fails: the Cancelled message; no event within the
+    timeout (`{timeout:g}` is filled in); the child died (a non-zero exit: the memory cap or a
+    crash); it stopped before "done"; it wrote a line that is not JSON."""
+
+    cancelled: str
+    timed_out: str
+    died: str
+    stopped: str
+    garbled: str
+
+
+def child_events(process: subprocess.Popen, cancel: threading.Event | None, *, timeout_s: float,
+                 poll_s: float, lost: type[Exception], words: ChildWords) -> Iterator[dict[str, Any]]:
+    """Parent side: the child's events until its "done" (not yielded). Checks `cancel` every
+    `poll_s` seconds (raises Cancelled with `words.cancelled`); raises `lost(one line of words)`
+    when no event comes within `timeout_s` of the last, the child exits early, or a line is not JSON."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=pump, args=(process.stdout, lines), daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(words.cancelled)
+        try:
+            line = lines.get(timeout=poll_s)
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise lost(words.timed_out.format(timeout=timeout_s)) from None
+            continue
+        if line is None:
+            raise lost(words.died if process.wait() else words.stopped)
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            raise lost(words.garbled) from None
+        if event.get("event") == "done":
+            return
+        yield event
+        deadline = time.monotonic() + timeout_s
+
+
+__all__ = ["ChildWords", "child_events", "emit", "limit_memory", "pump"]

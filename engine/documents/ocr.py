@@ -15,18 +15,15 @@ import hashlib
 import json
 import logging
 import os
-import queue
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from engine.documents.child_io import pump
-from engine.errors import Cancelled
+from engine.documents.child_io import ChildWords, child_events
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +45,10 @@ ROW_OVERLAP = 0.5
 shorter one's height."""
 
 _POLL_S = 0.1
+_OCR_WORDS = ChildWords(
+    cancelled="Recognising the scanned pages was cancelled.", timed_out="no page recognised within {timeout:g} s",
+    died="the OCR process ran out of memory or crashed", stopped="the OCR process stopped early",
+    garbled="the OCR process sent garbled output")
 
 Box = tuple[float, float, float, float]
 """(left, bottom, right, top) in page units, y up from the bottom edge: PDF points for a PDF page
@@ -267,7 +268,8 @@ def _run_worker(request: dict[str, Any], cancel: threading.Event | None) -> Iter
                 process.stdin.close()
             except OSError:
                 pass  # it died at once; its empty output says so
-            yield from _events(process, cancel)
+            yield from child_events(process, cancel, timeout_s=PAGE_TIMEOUT_S, poll_s=_POLL_S, lost=OcrFailed,
+                                    words=_OCR_WORDS)
         finally:
             if process.poll() is None:
                 process.kill()
@@ -278,31 +280,6 @@ def _run_worker(request: dict[str, Any], cancel: threading.Event | None) -> Iter
                 log.debug("ocr worker exited with %s: %s", process.returncode,
                           stderr.read()[-2000:].decode("utf-8", "replace"))
 
-
-def _events(process: subprocess.Popen, cancel: threading.Event | None) -> Iterator[dict[str, Any]]:
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=pump, args=(process.stdout, lines), daemon=True).start()
-    deadline = time.monotonic() + PAGE_TIMEOUT_S
-    while True:
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("Recognising the scanned pages was cancelled.")
-        try:
-            line = lines.get(timeout=_POLL_S)
-        except queue.Empty:
-            if time.monotonic() > deadline:
-                raise OcrFailed(f"no page recognised within {PAGE_TIMEOUT_S:g} s") from None
-            continue
-        if line is None:
-            raise OcrFailed("the OCR process ran out of memory or crashed" if process.wait()
-                            else "the OCR process stopped early")
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            raise OcrFailed("the OCR process sent garbled output") from None
-        if event.get("event") == "done":
-            return
-        yield event
-        deadline = time.monotonic() + PAGE_TIMEOUT_S
 
 
 

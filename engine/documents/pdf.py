@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -30,13 +28,12 @@ from engine.documents import (
     PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
     _reason,
 )
-from engine.documents.child_io import pump
+from engine.documents.child_io import ChildWords, child_events
 from engine.documents.hyphenation import join_hyphenated_lines
 from engine.documents.names import display_name, shown_title
 from engine.documents.pdf_attachments import attachment_parts
 from engine.documents.pdf_xfa import form_text
 from engine.documents.text import is_unreliable, measure, normalize_and_count, normalize_text
-from engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +59,10 @@ characters: a slide or poster whose picture holds no more words than its title k
 (exact, in any script), not the recogniser's reading of it."""
 
 _POLL_S = 0.1  # how often cancel is checked while waiting for the worker
+_READER_WORDS = ChildWords(
+    cancelled="Reading the PDF was cancelled.", timed_out="no result within {timeout:g} s",
+    died="it exhausted the reader's memory or crashed it", stopped="the reader stopped early",
+    garbled="the reader sent garbled output")
 _HEADER_WINDOW_BYTES = PDF_HEADER_WINDOW_BYTES
 
 
@@ -415,7 +416,8 @@ def _run_worker(path: Path, password: str | None, start_page: int,
                 process.stdin.close()
             except OSError:
                 pass  # it died at once; reading its (empty) output reports that
-            yield from _events(process, cancel)
+            yield from child_events(process, cancel, timeout_s=PAGE_TIMEOUT_S, poll_s=_POLL_S, lost=_WorkerLost,
+                                    words=_READER_WORDS)
         finally:
             if process.poll() is None:
                 process.kill()
@@ -423,32 +425,6 @@ def _run_worker(path: Path, password: str | None, start_page: int,
             process.stdout.close()
             _log_stderr(stderr, process.returncode)
 
-
-def _events(process: subprocess.Popen, cancel: threading.Event | None) -> Iterator[dict[str, Any]]:
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=pump, args=(process.stdout, lines), daemon=True).start()
-    deadline = time.monotonic() + PAGE_TIMEOUT_S
-    while True:
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("Reading the PDF was cancelled.")
-        try:
-            line = lines.get(timeout=_POLL_S)
-        except queue.Empty:
-            if time.monotonic() > deadline:
-                raise _WorkerLost(f"no result within {PAGE_TIMEOUT_S:g} s") from None
-            continue
-        if line is None:
-            status = process.wait()
-            raise _WorkerLost("it exhausted the reader's memory or crashed it" if status
-                              else "the reader stopped early")
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            raise _WorkerLost("the reader sent garbled output") from None
-        if event.get("event") == "done":
-            return
-        yield event
-        deadline = time.monotonic() + PAGE_TIMEOUT_S
 
 
 
