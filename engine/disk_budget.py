@@ -11,12 +11,10 @@ Torch-free: the estimator and the settings dialog use it before any model is loa
 
 from __future__ import annotations
 
-import os
 import shutil
 from functools import lru_cache
-from pathlib import Path
 
-import platformdirs
+from engine import paths
 
 GIB = 1024**3
 DEFAULT_SHARE_OF_FREE = 0.25
@@ -46,8 +44,7 @@ def sized_for_this_disk() -> int:
     """`default_disk_budget_bytes` for the disk that holds the cache folder (`engine.paths`, or
     $HALAMAN_HOME), measured once per process (a default that moved with every file written
     would make two `EngineSettings()` of one process differ); the minimum when it cannot be measured."""
-    home = os.environ.get("HALAMAN_HOME")  # as engine.paths reads it, without creating the folder
-    folder = Path(home).expanduser() if home else Path(platformdirs.user_cache_dir("halaman", appauthor=False))
+    folder = paths.cache_location()  # not created: measuring must not leave a folder behind
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     try:

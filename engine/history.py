@@ -13,6 +13,7 @@ import time
 
 from engine.citations import CITATION, CODE, cited_labels, looks_like_citation
 from engine.documents import Document
+from engine.evidence_quotes import quote_text
 from engine.grounding import instructions_note, unsupported_note
 from engine.library import DocumentRecord, MessageRecord
 
@@ -60,9 +61,8 @@ def cite(text: str, title: str, labels: set[str] | None, read: set[str] | None =
 
 
 def quote(text: str) -> str:
-    """A passage as one quoted line: white space collapsed, cut at QUOTE_CHARACTERS."""
-    text = " ".join(text.split())
-    return text if len(text) <= QUOTE_CHARACTERS else text[:QUOTE_CHARACTERS - 1].rstrip() + "…"
+    """A passage as one quoted line: white space collapsed, cut at QUOTE_CHARACTERS (`quote_text`)."""
+    return quote_text(text, QUOTE_CHARACTERS)
 
 
 def answered_by(message: MessageRecord) -> str:

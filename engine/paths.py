@@ -28,10 +28,15 @@ def config_dir() -> Path:
     return path
 
 
+def cache_location() -> Path:
+    """Where `cache_dir` is, without creating it."""
+    home = _home()
+    return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
 def cache_dir() -> Path:
     """Directory for re-computable files: converted models, prefix caches (created on demand)."""
-    home = _home()
-    path = home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+    path = cache_location()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
