@@ -48,7 +48,7 @@ def quote_text(text: str, limit: int = QUOTE_CHARACTERS) -> str:
 def quoted_passages(passages: Sequence, count: int = QUOTED_PASSAGES) -> list[QuotedPassage]:
     """The `count` strongest of `passages` (`AttendedSpan`s, which carry their `quote`) that have
     text, strongest first."""
-    ranked = sorted((p for p in passages if getattr(p, "quote", "")), key=lambda p: -p.share)
+    ranked = sorted((p for p in passages if p.quote), key=lambda p: -p.share)
     return [QuotedPassage(p.label, p.quote, p.share) for p in ranked[:count]]
 
 

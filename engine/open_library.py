@@ -217,7 +217,7 @@ class OpenLibrary:
         first = self.documents[ranked[0][0]].spans
         frame = first.head_tokens + first.n_tokens - first.text_end  # the prompt's head and tail, read once
         share = max(0, self._budget(archived) - frame) // len(ranked)
-        picks = []
+        picks, titles = [], self.titles()
         for d, score in ranked:
             opened = self.documents[d]
             spans = opened.spans
@@ -225,7 +225,7 @@ class OpenLibrary:
             selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans,
                                history=history.get(d, ()))
             if selection.chosen:
-                picks.append(LibraryPick(d, self.titles()[d], score, selection, matched or d in history))
+                picks.append(LibraryPick(d, titles[d], score, selection, matched or d in history))
         return picks
 
     def named(self, question: str) -> set[int]:
@@ -389,11 +389,12 @@ class OpenLibrary:
         sources, passages = [], {}
         if grand <= 0:
             return [], {}
+        titles = self.titles()
         for d, doc_mass in local.items():
             opened = self.documents[d]
             found, passages[d] = opened.sources(doc_mass.clone())
             weight = totals[d] / grand
-            sources += [replace(s, share=s.share * weight, document=self.titles()[d],
+            sources += [replace(s, share=s.share * weight, document=titles[d],
                                  document_source=opened.document.source) for s in found]
         sources.sort(key=lambda s: -s.share)
         return [s for s in sources if s.share >= SOURCE_MIN_SHARE][:SOURCES_MAX], passages
