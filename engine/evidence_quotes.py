@@ -27,6 +27,12 @@ QUOTE_CHARACTERS = 240
 _NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:[,\u202f\u00a0 ]\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.,])\d{4,}(?:\.\d+)?(?![\w])"
                      r"|(?<![\w.,])\d+\.\d{2,}(?![\w])")
 _YEAR = re.compile(r"(?:19|20)\d\d")
+# A figure an answer states or a passage holds: "$1,475", "3.5%", "0.83", "12"; not part of a word,
+# a model name or a range ("A350", "F-35C", "1-2/3").
+_FIGURE = re.compile(r"(?<![\w.,\-])\$?\s?\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w\-])"
+                     r"|(?<![\w.,\-])\$?\s?\d+(?:\.\d+)?%?(?![\w\-])")
+_CITATION = re.compile(r"\[[^\]\n]{0,200}\]")
+_LIST_ITEM = re.compile(r"\d{1,2}[.)]\s")
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,40 @@ def _digits(number: str) -> str:
     return re.sub(r"[^\d.]", "", number).rstrip(".")
 
 
+def stated_figures(text: str) -> list[str]:
+    """The figures an answer states (`_FIGURE`), as written: amounts, percentages, decimals and
+    whole numbers of two or more digits; a bare year and a list's item number ("10. Airbus") are
+    not figures, nor is a part of a name or model ("A350", "F-35C"), nor a citation ("[page 42]")."""
+    text = _CITATION.sub(" ", text)
+    found = []
+    for m in _FIGURE.finditer(text):
+        figure, digits = m.group().strip(), _digits(m.group())
+        if not digits or (_YEAR.fullmatch(digits) and "%" not in figure):
+            continue
+        if _LIST_ITEM.match(text, m.start()) and (m.start() == 0 or text[m.start() - 1] == "\n"):
+            continue
+        if "." not in digits and "%" not in figure and "$" not in figure and len(digits) < 2:
+            continue
+        found.append(figure)
+    return found
+
+
 def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) -> str | None:
-    """A caution when the answer states a number that none of the `quoted` passages holds while
-    they hold numbers (a table row, a figure's sentence): the answer may have taken another cell or
-    made it up. None when the answer states no number (the question's own numbers left out), when
-    it is among them, or when the quoted passages hold no number (prose: nothing to compare)."""
-    asked = {_digits(n) for n in numbers_in(question)}
-    stated = [n for n in numbers_in(answer) if _digits(n) not in asked]
-    held = {_digits(n) for passage in quoted for n in numbers_in(passage.text)}
+    """A caution when every figure the answer states (`stated_figures`) is missing from the
+    `quoted` passages while they hold numbers (a table row, a figure's sentence): the answer may
+    have taken another cell, made it up, or computed it (a ratio is worth checking too; counting
+    ratios of the passages' numbers as held let chance matches through: a table's few dozen numbers
+    give hundreds of ratios). None when the answer states no figure (the question's own numbers
+    left out), when one is held, or when the quoted passages hold no number (prose: nothing to
+    compare).
+
+    How often it and the grounding note mark wrong and right answers: docs/BENCHMARKS.md, "Marks
+    under answers" (bench/answer_marks.py)."""
+    asked = {_digits(m.group()) for m in _FIGURE.finditer(question)} | {_digits(n) for n in numbers_in(question)}
+    stated = [n for n in stated_figures(answer) if _digits(n) not in asked]
+    held = {_digits(m.group()) for passage in quoted for m in _FIGURE.finditer(passage.text)}
+    held |= {_digits(n) for passage in quoted for n in numbers_in(passage.text)}  # "1 234 567"
+    held.discard("")
     if not stated or not held:
         return None
     missing = [n for n in stated if _digits(n) not in held]
@@ -79,4 +111,4 @@ def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) 
             f"“{quote_text(quoted[0].text, 80)}”)")
 
 
-__all__ = ["QUOTED_PASSAGES", "QuotedPassage", "number_caution", "numbers_in", "quote_text", "quoted_passages"]
+__all__ = ["QUOTED_PASSAGES", "QuotedPassage", "number_caution", "numbers_in", "quote_text", "quoted_passages", "stated_figures"]

@@ -40,12 +40,26 @@ def test_a_number_the_evidence_holds_is_not_marked():
 
 @pytest.mark.parametrize(("answer", "quoted"), [
     ("The book was written in 2015 for beginners.", [FOOTLOCKER]),                         # a year is no figure to check
-    ("Revenue grew 32% over 2016.", [NETFLIX_ROW]),                                         # no 4-digit figure stated
+    ("Revenue grew in every quarter of 2016.", [NETFLIX_ROW]),                              # no figure stated
+    ("The 3 largest customers are:\n1. Delta\n2. United", [NETFLIX_ROW]),                 # a count under 10 and list items
+    ("It builds the A350 and the F-35C.", [NETFLIX_ROW]),                                   # model names, not figures
     ("There were 96,076,265 shares.", [QuotedPassage("page 2", "Shareholders voted on four proposals.", 0.5)]),  # prose: nothing to compare
     ("There were 96,076,265 shares.", []),                                                  # nothing quoted
 ])
 def test_no_caution_where_there_is_nothing_to_compare(answer, quoted):
     assert number_caution(answer, "How many?", quoted) is None
+
+
+def test_percentages_amounts_and_short_figures_are_checked_too():
+    # bench/answer_marks.py's wrong answers that the 4-digit rule let through: a ratio, a tax rate,
+    # a count, an amount in billions, none of them in the row the answer read most.
+    assert "32%" in number_caution("Revenue grew 32% over 2016.", "How much did revenue grow?", [NETFLIX_ROW])
+    assert "3.5%" in number_caution("The FY2017 operating cash flow ratio is 3.5%.", "What is the ratio?", [NETFLIX_ROW])
+    assert "$1.4" in number_caution("The cash proceeds were $1.4 billion.", "How much?", [NETFLIX_ROW])
+    assert "12" in number_caution("It opened 12 new stores [page 42].", "How many stores?", [NETFLIX_ROW])
+    assert number_caution("It opened 12 new stores [page 42].", "How many stores?", [NETFLIX_ROW]).startswith(
+        "check the number: 12 is not")
+    assert number_caution("Revenues were $ 8,830,669 in 2016.", "What were revenues?", [NETFLIX_ROW]) is None
 
 
 def test_the_questions_own_numbers_are_not_the_answers():
@@ -85,7 +99,7 @@ def test_the_chat_shows_the_evidence_under_a_stored_answer_with_its_caution(qtbo
     chat.show_messages([question, answer])
     shown = chat.toPlainText()
     assert "“Revenues $ 11,692,713 $ 8,830,669 $ 6,779,511” — page 42 (41%)" in shown
-    assert "check the number: 3,285,755 is not in what the answer read most" in shown
+    assert "check the number: $3,285,755 is not in what the answer read most" in shown
     right = MessageRecord(id=3, document_id=1, role="assistant", text="They were $11,692,713 thousand [page 42].",
                           state="done", created_s=0.0, source="local", passages_json=passages_json(passages))
     chat.show_messages([question, right])
