@@ -417,12 +417,20 @@ class Workspace:
         self.ensure_model()
         return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
 
+    def assume_asked(self, questions: Sequence[str]) -> None:
+        """Take `questions` (oldest first) as the open document's conversation so far, unanswered
+        (`DocumentSession.assume_asked`: the command line's `ask --after`). Raises HalamanError
+        when no document is open."""
+        if self.session is None or self.session.document is None:
+            raise HalamanError("no document is open: open a document first")
+        self.session.assume_asked(questions)
+
     def find(self, question: str, *, document: Document | None = None, after: Sequence[str] = (),
-             limit: int = 10) -> list[FoundSpan]:
-        """The spans `question` would read, best first, with what chose each (`halaman find`):
-        about `document` (its spans built from its text, no read needed), else the open document.
-        `after`: earlier questions, oldest first, for a follow-up. Raises HalamanError when there
-        is neither."""
+             limit: int = 10, follow_up: bool | None = True) -> list[FoundSpan]:
+        """The spans `question` would read, best first, with what chose each (`engine.find` gives
+        the same rows without the model): about `document` (its spans built from its text, no read
+        needed), else the open document. `after`, `follow_up`: the conversation (`DocumentSession.select`).
+        Raises HalamanError when there is neither."""
         self.ensure_model()
         if document is not None and (self.session.document is None or self.session.document is not document):
             spans = self.session.spans_of(document)
@@ -430,7 +438,7 @@ class Workspace:
             document, spans = self.session.document, self.session.spans
         else:
             raise HalamanError("no document is open: open a document first")
-        selection = self.session.select(question, after=after, spans=spans)
+        selection = self.session.select(question, after=after, spans=spans, follow_up=follow_up)
         return found_spans(selection, spans, document, limit)
 
     def ask_cloud(self, question: str, *, reason: str = "user asked", on_text: Callable[[str], None] | None = None,
