@@ -128,3 +128,18 @@ def test_ask_after_a_question_reads_its_chapter_only_when_it_goes_on(corpus, que
     recall = next(line for line in out.stdout.splitlines() if line.startswith("recall"))
     read = {int(p) for p in re.findall(r"page (\d+)", recall)}
     assert bool(read & chapter_pages(corpus / BOOK, 5)) == continues, recall
+
+
+def test_a_loaded_models_tokenizer_is_kept_for_find(smol, corpus, tmp_path, monkeypatch):
+    """`load_model` keeps the tokenizer it loaded (`keep_loaded`): find then reads it, building nothing."""
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path))
+    tokenizer_cache.keep_loaded("default", smol.tokenizer, smol.profile)
+
+    def no_build(source):
+        raise AssertionError(f"built {source.label} again")
+
+    monkeypatch.setattr(tokenizer_cache, "_build", no_build)
+    kept = tokenizer_cache.text_tokenizer("default")
+    assert kept.label == resolve("default").label and kept.profile == smol.profile
+    document = load_document(corpus / "pdf" / "P05_dmca.pdf")
+    assert encode_document(kept, kept.layout, document) == encode_document(smol.tokenizer, chat_layout(smol.tokenizer), document)

@@ -84,6 +84,21 @@ def text_tokenizer(spec: str) -> TextTokenizer:
     return built
 
 
+def keep_loaded(spec: str, tokenizer, profile: ModelProfile) -> None:
+    """Keep the tokenizer of a model just loaded (`engine.models.loader.load_model`), so that a
+    later `find` reads it instead of building it (transformers and torch imported, 10–50 s on two
+    busy cores). `tokenizer`: the loaded Hugging Face fast tokenizer. Does nothing when it is kept
+    already, has no chat template or no fast backend; never raises (a load must not fail here)."""
+    try:
+        source = resolve(spec)
+        entry = _entry(source)
+        if entry is None or entry.is_file() or not getattr(tokenizer, "is_fast", False):
+            return
+        remember(entry, TextTokenizer(tokenizer.backend_tokenizer, chat_layout(tokenizer), profile, source.label))
+    except Exception as error:  # noqa: BLE001 - an optional shortcut: the next find builds it instead
+        log.info("tokenizer of %s not kept at load: %s", spec, error)
+
+
 def remember(entry: Path, tokenizer: TextTokenizer) -> None:
     """Keep `tokenizer` at `entry` (atomically); a failure is logged, never raised."""
     data = {"format": FORMAT, "label": tokenizer.label, "tokenizer": tokenizer.backend.to_str(),
@@ -153,4 +168,4 @@ def _build(source: ModelSource) -> TextTokenizer:
     return TextTokenizer(tokenizer.backend_tokenizer, layout, ModelProfile.from_config(config), source.label)
 
 
-__all__ = ["TextTokenizer", "remember", "text_tokenizer"]
+__all__ = ["TextTokenizer", "keep_loaded", "remember", "text_tokenizer"]
