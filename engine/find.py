@@ -6,7 +6,7 @@ copy, the model's tokenizer alone and the selection (`engine.evidence.select`).
     result.continues   # "refers back: “it”": it goes on from the last question ("" : a new one)
 
 The rows are those `Workspace.find` gives with the model loaded (the same token counts: the
-tokenizer is the model's, `engine.models.tokenizer_cache`), without loading, converting or
+tokenizer is the model's, `engine.tokenizer_cache`), without loading, converting or
 de-quantizing any weights, and without importing torch: a 288-page book's `find` went from 12–73 s
 to a few seconds (issue 42). The document is parsed once (`engine.documents.parsed_cache`); its
 spans and full-text index are built in memory (well under a second for a book).
@@ -25,7 +25,7 @@ from engine.errors import HalamanError
 from engine.evidence.conversation import select_after
 from engine.evidence.select import FoundSpan, Selection, Turn, found_spans, select
 from engine.evidence.spans import DocumentSpans
-from engine.models.tokenizer_cache import TextTokenizer, text_tokenizer
+from engine.tokenizer_cache import TextTokenizer, text_tokenizer
 from engine.prompt import check_question, encode_document
 from engine.recall_plan import recall_budget
 from engine.settings import EngineSettings

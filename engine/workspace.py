@@ -59,6 +59,7 @@ from engine.open_document import OpenReport
 from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress, reading_progress
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings
+from engine.tokenizer_cache import keep_loaded
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
 MIN_BUDGET_TOKENS = 64
@@ -71,8 +72,10 @@ def prefix_store_dir() -> Path:
 
 def load_for(settings: EngineSettings) -> LoadedModel:
     """The model `settings` name, on the device, with the weights and CPU threads they name.
-    Raises ModelError with what to do."""
-    return load_model(settings.model, device=settings.device, weights=settings.weights, threads=settings.threads)
+    Raises ModelError with what to do. Its tokenizer is kept for `halaman find` (`keep_loaded`)."""
+    model = load_model(settings.model, device=settings.device, weights=settings.weights, threads=settings.threads)
+    keep_loaded(settings.model, model.tokenizer, model.profile)
+    return model
 
 
 # ---------------------------------------------------------------------------- results

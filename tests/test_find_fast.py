@@ -1,4 +1,4 @@
-"""`halaman find` without the model (engine.find, engine.models.tokenizer_cache) and a command-line
+"""`halaman find` without the model (engine.find, engine.tokenizer_cache) and a command-line
 conversation decided as the window decides it (engine.evidence.conversation.select_after): the
 same rows as the model-loaded path, on the real book with the embedded model's tokenizer."""
 
@@ -16,7 +16,7 @@ from pypdf import PdfReader
 from engine.documents import load_document
 from engine.evidence.select import found_spans
 from engine.find import find_spans
-from engine.models import tokenizer_cache
+from engine import tokenizer_cache
 from engine.models.source import resolve
 from engine.prompt import chat_layout, encode_document
 from engine.session import DocumentSession

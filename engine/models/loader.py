@@ -33,7 +33,6 @@ from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
 from engine.models.stream_load import load_int4
-from engine.models.tokenizer_cache import keep_loaded
 from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy, keeps_step_copy
 
 
@@ -140,12 +139,10 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     weights_mode = str(dtype) if held == "full" else f"{held}-{dtype}"
     if held == "full":
         held = str(dtype).removeprefix("torch.")
-    profile = ModelProfile.from_config(model.config)
-    keep_loaded(spec, tokenizer, profile)  # `halaman find` then reads the tokenizer without the model
     return LoadedModel(
         decoder=CompressedDecoder(model, attention_dtype=attention_dtype, int8_steps=int8_steps),
         tokenizer=tokenizer,
-        profile=profile,
+        profile=ModelProfile.from_config(model.config),
         label=source.label,
         model_fingerprint=hashlib.sha256(f"{fingerprint}:{weights_mode}".encode()).hexdigest(),
         tokenizer_fingerprint=tokenizer_fp,

@@ -85,7 +85,7 @@ def text_tokenizer(spec: str) -> TextTokenizer:
 
 
 def keep_loaded(spec: str, tokenizer, profile: ModelProfile) -> None:
-    """Keep the tokenizer of a model just loaded (`engine.models.loader.load_model`), so that a
+    """Keep the tokenizer of a model just loaded (`engine.workspace.load_for`), so that a
     later `find` reads it instead of building it (transformers and torch imported, 10–50 s on two
     busy cores). `tokenizer`: the loaded Hugging Face fast tokenizer. Does nothing when it is kept
     already, has no chat template or no fast backend; never raises (a load must not fail here)."""
