@@ -15,7 +15,6 @@ spans and full-text index are built in memory (well under a second for a book).
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,10 +24,10 @@ from engine.errors import HalamanError
 from engine.evidence.conversation import select_after
 from engine.evidence.select import FoundSpan, Selection, Turn, found_spans, select
 from engine.evidence.spans import DocumentSpans
-from engine.tokenizer_cache import TextTokenizer, text_tokenizer
 from engine.prompt import check_question, encode_document
 from engine.recall_plan import recall_budget
 from engine.settings import EngineSettings
+from engine.tokenizer_cache import TextTokenizer, text_tokenizer
 
 
 @dataclass
@@ -43,15 +42,14 @@ class FindResult:
 
 def find_spans(path: str | os.PathLike[str], question: str, settings: EngineSettings, *, after: Sequence[str] = (),
                follow_up: bool | None = None, limit: int = 10, password: str | None = None,
-               progress: ProgressCallback | None = None, cancel: threading.Event | None = None) -> FindResult:
+               progress: ProgressCallback | None = None) -> FindResult:
     """The spans `question` would read in the document at `path` (read as `load_reusing` reads it),
     after the earlier questions `after` (oldest first; `follow_up` as in `select_after`: None lets
     the words decide), with the settings' model's tokenizer and recall budget. Raises
     HalamanError for an empty question, DocumentError and its kinds for a file that cannot be
     read, ModelError when the model's tokenizer cannot be found."""
     check_question(question)
-    document = load_reusing(path, password=password, progress=progress, cancel=cancel,
-                            include_generated=settings.include_generated_files)
+    document = load_reusing(path, password=password, progress=progress, include_generated=settings.include_generated_files)
     tokenizer = text_tokenizer(settings.model)
     spans = document_spans(document, tokenizer)
     try:

@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
+from engine import tokenizer_cache
 from engine.documents import load_document
 from engine.evidence.select import found_spans
 from engine.find import find_spans
-from engine import tokenizer_cache
 from engine.models.source import resolve
 from engine.prompt import chat_layout, encode_document
 from engine.session import DocumentSession
