@@ -15,7 +15,8 @@ remembered per size and mtime, `engine.models.source`), the transformers version
 this file's FORMAT. Later calls read the JSON with the `tokenizers` library alone: neither torch
 nor transformers is imported (about 7 s on two busy cores). A hub id not downloaded yet has no
 file to key by and is built each time. A damaged entry is built again; one that cannot be written
-costs the next call its build, never an error.
+costs the next call its build, never an error. A model loaded by the window or by `halaman ask`
+keeps its tokenizer here as well (`keep_loaded`, from `engine.workspace.load_for`).
 """
 
 from __future__ import annotations
