@@ -9,7 +9,7 @@ The rows are those `Workspace.find` gives with the model loaded (the same token 
 tokenizer is the model's, `engine.tokenizer_cache`), without loading, converting or
 de-quantizing any weights, and without importing torch: a 288-page book's `find` went from 12–73 s
 to a few seconds (issue 42). The document is parsed once (`engine.documents.parsed_cache`); its
-spans and full-text index are built in memory (well under a second for a book).
+token offsets and full-text index are kept too (`engine.evidence.kept_spans`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from engine.documents import Document, ProgressCallback
 from engine.documents.parsed_cache import load_reusing
 from engine.errors import HalamanError
 from engine.evidence.conversation import select_after
+from engine.evidence.kept_spans import Encoded, kept_spans
 from engine.evidence.select import FoundSpan, Selection, Turn, found_spans, select
 from engine.evidence.spans import DocumentSpans
 from engine.prompt import check_question, encode_document
@@ -61,14 +62,17 @@ def find_spans(path: str | os.PathLike[str], question: str, settings: EngineSett
 
 
 def document_spans(document: Document, tokenizer: TextTokenizer) -> DocumentSpans:
-    """`document`'s spans, in-memory full-text index and structure, its tokens counted by
-    `tokenizer` exactly as the model's open counts them (`engine.prompt.encode_document`). Raises
-    HalamanError when the tokenizer gives no character offsets."""
-    encoding = encode_document(tokenizer, tokenizer.layout, document)
-    if not encoding.token_chars:
-        raise HalamanError(f"{tokenizer.label}'s tokenizer gives no character offsets: spans cannot be found")
-    return DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
-                               len(encoding.ids), None)
+    """`document`'s spans, full-text index and structure, its tokens counted by `tokenizer` exactly
+    as the model's open counts them (`engine.prompt.encode_document`); the offsets and the index
+    are kept for the next run (`engine.evidence.kept_spans`). Raises HalamanError when the
+    tokenizer gives no character offsets."""
+    def encode() -> Encoded:
+        encoding = encode_document(tokenizer, tokenizer.layout, document)
+        if not encoding.token_chars:
+            raise HalamanError(f"{tokenizer.label}'s tokenizer gives no character offsets: spans cannot be found")
+        return encoding.token_chars, encoding.head_tokens, encoding.text_tokens, len(encoding.ids)
+
+    return kept_spans(document, tokenizer.key, encode)
 
 
 def _chooser(spans: DocumentSpans, settings: EngineSettings,

@@ -45,15 +45,17 @@ class TextTokenizer:
     with `add_special_tokens`, `split_special_tokens` and `return_offsets_mapping`, over the
     `tokenizers` library's `Tokenizer` that the fast tokenizer wraps (transformers calls the same
     `encode` with the same flags, so ids and offsets are equal). `layout`: the model's chat
-    template pieces; `profile`: its shape; `label`: its name for people."""
+    template pieces; `profile`: its shape; `label`: its name for people; `key`: what it is kept
+    under (None when it is not: a hub id), which names what is kept of its work too."""
 
     is_fast = True  # it gives character offsets (encode_document asks for them only then)
 
-    def __init__(self, backend, layout: ChatLayout, profile: ModelProfile, label: str) -> None:
+    def __init__(self, backend, layout: ChatLayout, profile: ModelProfile, label: str, key: str | None = None) -> None:
         self.backend = backend
         self.layout = layout
         self.profile = profile
         self.label = label
+        self.key = key
 
     def __call__(self, text: str, *, add_special_tokens: bool = True, split_special_tokens: bool = False,
                  return_offsets_mapping: bool = False) -> dict[str, list]:
@@ -81,6 +83,7 @@ def text_tokenizer(spec: str) -> TextTokenizer:
     built = _build(source)
     if entry is not None:
         remember(entry, built)
+        built.key = entry.stem
     return built
 
 
@@ -132,7 +135,7 @@ def _read(entry: Path, label: str) -> TextTokenizer | None:
         if data.get("format") != FORMAT:
             return None
         return TextTokenizer(Tokenizer.from_str(data["tokenizer"]), ChatLayout(**data["chat"]),
-                             ModelProfile(**data["profile"]), label)
+                             ModelProfile(**data["profile"]), label, entry.stem)
     except FileNotFoundError:
         return None
     except Exception as error:  # noqa: BLE001 - damaged JSON, missing keys, the tokenizers library's own errors

@@ -45,6 +45,7 @@ from engine.documents import parsed_cache
 from engine.documents.parsed_cache import load_reusing
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
+from engine.evidence import kept_spans
 from engine.evidence.select import FoundSpan, found_spans
 from engine.kvcache.recall import RecallStats
 from engine.open_library import LibraryAnswer, OpenLibrary, unmatched_note
@@ -623,10 +624,11 @@ class Workspace:
         return (len(store.entries()), store.total_bytes()) if store is not None else (0, 0)
 
     def clear_prefix_cache(self) -> int:
-        """Delete every stored prefix and the documents' parsed copies (`parsed_cache.clear`);
-        returns how many prefixes. Without a usable store (full disk, damaged folder) the files are
-        deleted by name: clearing always frees the space."""
+        """Delete every stored prefix, the documents' parsed copies (`parsed_cache.clear`) and what
+        `find` kept of their spans (`kept_spans.clear`); returns how many prefixes. Without a usable
+        store (full disk, damaged folder) the files are deleted by name: clearing always frees the space."""
         parsed_cache.clear()
+        kept_spans.clear()
         store = self.prefix_store(even_if_off=True)
         return store.clear() if store is not None else clear_files(prefix_store_dir())
 

@@ -143,3 +143,27 @@ def test_a_loaded_models_tokenizer_is_kept_for_find(smol, corpus, tmp_path, monk
     assert kept.label == resolve("default").label and kept.profile == smol.profile
     document = load_document(corpus / "pdf" / "P05_dmca.pdf")
     assert encode_document(kept, kept.layout, document) == encode_document(smol.tokenizer, chat_layout(smol.tokenizer), document)
+
+
+def test_a_second_find_reads_the_kept_spans_and_a_damaged_file_is_rebuilt(smol, corpus, tmp_path, monkeypatch):
+    import engine.find
+    from engine.evidence import kept_spans
+
+    monkeypatch.setenv("HALAMAN_HOME", str(tmp_path))
+    tokenizer_cache.keep_loaded("default", smol.tokenizer, smol.profile)
+    first = find_spans(corpus / BOOK, FIRST, EngineSettings(), limit=12).rows
+    folder = tmp_path / "cache" / kept_spans.CACHE_FOLDER
+    assert {p.suffix for p in folder.iterdir()} == {".tokens", ".index"}
+    encode = engine.find.encode_document
+
+    def no_encode(*args):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(engine.find, "encode_document", no_encode)
+    assert find_spans(corpus / BOOK, FIRST, EngineSettings(), limit=12).rows == first  # kept: not tokenized again
+    next(folder.glob("*.index")).write_bytes(b"not an index")  # damaged: rebuilt from the spans
+    assert find_spans(corpus / BOOK, FIRST, EngineSettings(), limit=12).rows == first
+    monkeypatch.setattr(engine.find, "encode_document", encode)
+    next(folder.glob("*.tokens")).write_bytes(b"short")  # damaged: tokenized again
+    assert find_spans(corpus / BOOK, FIRST, EngineSettings(), limit=12).rows == first
+    assert kept_spans.clear() == 2 and not list(folder.iterdir())
