@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.kvcache.cache import MemoryBreakdown
+from engine.kvcache.breakdown import MemoryBreakdown
 
 if TYPE_CHECKING:  # types only: the cloud package builds these, and imports this module
     from engine.attended import AttendedSpan

@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--library", action="store_true",
                      help="ask every document of the library (`halaman library add`): the best matching ones answer")
     ask.add_argument("--json", action="store_true", help="with --library: print the answer, sources and timings as JSON")
+    _conversation_flags(ask)
     ask.add_argument("--password", help="password of an encrypted PDF")
     ask.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
@@ -131,8 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     find = sub.add_parser("find", help="the pages or parts of files a question would read, best first, and why")
     find.add_argument("path", help="a PDF, a code folder or a text file")
     find.add_argument("question")
-    find.add_argument("--after", action="append", default=[], metavar="PREVIOUS",
-                      help="an earlier question of the conversation (repeat, oldest first): the question is its follow-up")
+    _conversation_flags(find)
     find.add_argument("--limit", type=int, default=10, help="rows besides the chosen ones (default 10)")
     find.add_argument("--json", action="store_true", help="print the rows as JSON")
     find.add_argument("--password", help="password of an encrypted PDF")
@@ -156,6 +156,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_library_command(sub)
     _self_test_command(sub)
     return parser
+
+
+def _conversation_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--after", action="append", default=[], metavar="PREVIOUS",
+                        help="an earlier question of the conversation (repeat, oldest first): the question goes on "
+                             "from it when its words say so (\"it\", \"and what about …\"), as in the window")
+    forced = parser.add_mutually_exclusive_group()
+    forced.add_argument("--follow-up", action="store_const", const=True, dest="follow_up",
+                        help="with --after: continue from the last question whatever the words")
+    forced.add_argument("--new-question", action="store_const", const=False, dest="follow_up",
+                        help="with --after: a new question, not continuing from the last one")
+
+
+def conversation_line(continues: str, after: list[str]) -> str:
+    """What `--after` made of the question: "continuing from your last question (refers back: “it”)"
+    or "a new question (not continuing from “…”)"; "" without earlier questions."""
+    if not after:
+        return ""
+    return f"continuing from your last question ({continues})" if continues else f"a new question (not continuing from “{after[-1]}”)"
 
 
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
@@ -292,7 +311,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=err)
     if len(report.warnings) > 10:
         print(f"warning: ... and {len(report.warnings) - 10} more", file=err)
-    answer = workspace.ask(args.question, on_text=lambda piece: print(piece, end="", flush=True), cancel=cancel)
+    follow_up = _assume_asked(args, workspace)
+    answer = workspace.ask(args.question, follow_up=follow_up, on_text=lambda piece: print(piece, end="", flush=True),
+                           cancel=cancel)
     print()
     if not args.no_history:
         try:
@@ -312,6 +333,18 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     if args.cloud or args.cloud_auto:
         return _ask_cloud_after(args, workspace, answer, cancel)
     return 0
+
+
+def _assume_asked(args: argparse.Namespace, workspace) -> bool | None:
+    """`ask --after`: the earlier questions become the conversation (unanswered), and the line that
+    says whether the question continues from the last one, decided as the window decides it.
+    Returns `follow_up` for `Workspace.ask` (False without --after: a question alone is new)."""
+    if not args.after:
+        return False
+    workspace.assume_asked(args.after)
+    continues = workspace.session.continues(args.question, args.follow_up)
+    print(f"halaman: {conversation_line(continues, args.after)}", file=sys.stderr, flush=True)
+    return args.follow_up
 
 
 def _print_report(report, answer, settings: EngineSettings, workspace) -> None:
@@ -364,27 +397,25 @@ def _read_after(args: argparse.Namespace, workspace, bar: ProgressBar, cancel: t
 def _cmd_find(args: argparse.Namespace) -> int:
     import json
 
-    from engine.documents.parsed_cache import load_reusing
+    from engine.find import find_spans
     from engine.progress import reading_progress
-    from engine.workspace import Workspace
 
     settings = _settings_from(args)
     if not Path(args.path).exists():
         raise HalamanError(f"{args.path}: no such file or folder; check the path")
     check_question(args.question)
     bar = ProgressBar()
-    try:
-        document = load_reusing(args.path, password=args.password, progress=reading_progress(bar.update, args.path),
-                                include_generated=settings.include_generated_files)
-        workspace = Workspace(settings)
-        workspace.ensure_model(progress=bar.update)
+    try:  # the model's tokenizer alone: no weights are loaded (engine.find)
+        found = find_spans(args.path, args.question, settings, after=args.after, follow_up=args.follow_up,
+                           limit=args.limit, password=args.password, progress=reading_progress(bar.update, args.path))
     finally:
         bar.close()
-    rows = workspace.find(args.question, document=document, after=args.after, limit=args.limit)
+    if args.after:
+        print(f"halaman: {conversation_line(found.continues, args.after)}", file=sys.stderr)
     if args.json:
-        print(json.dumps([asdict(row) for row in rows], indent=1, ensure_ascii=False))
+        print(json.dumps([asdict(row) for row in found.rows], indent=1, ensure_ascii=False))
         return 0
-    for row in rows:
+    for row in found.rows:
         where = row.label if row.whole else f"{row.label} lines {row.line_start}–{row.line_end}"
         mark = "read" if row.chosen else "    "
         print(f"{row.rank:>3}. {mark}  {where}  ({row.tokens:,} tokens)  {row.why}")

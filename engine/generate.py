@@ -27,11 +27,11 @@ import torch
 
 from engine.answer import Answer, DraftStats, Source, StopReason
 from engine.errors import Cancelled
-from engine.estimate import QUESTION_RESERVE_TOKENS
 from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache
 from engine.kvcache.recall import RecallHook
 from engine.models.decoder import CompressedDecoder
 from engine.prompt_lookup import PromptLookup
+from engine.recall_plan import REREAD_RECALL_TOKENS, recall_budget  # noqa: F401 - torch-free home; callers import them here
 from engine.reasoning import ReasoningSplitter, Split, split_reasoning
 from engine.threads import ThreadGovernor
 
@@ -48,11 +48,6 @@ DRAFT_START_TOKENS = 4
 # Answer tokens between two thread decisions (`ThreadGovernor.step`): a step costs two psutil reads,
 # and the governor measures only once half a second has passed, so this just bounds the overhead.
 GOVERNOR_EVERY_TOKENS = 4
-# Spans re-read from their token ids (no archive: the document is not read yet, or its archive does
-# not fit the disk) are prefilled before the first answer token, so they are held to fewer tokens
-# than an archive recall reads: the selection puts the best spans first, and a page with
-# distractors around it is answered worse than the page alone (engine.kvcache.span_recall).
-REREAD_RECALL_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -274,17 +269,6 @@ def stop_token_ids(tokenizer, generation_config=None) -> frozenset[int]:
     vocab = tokenizer.get_vocab()
     ids.update(vocab[marker] for marker in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>") if marker in vocab)
     return frozenset(i for i in ids if isinstance(i, int))
-
-
-def recall_budget(settings, max_positions: int, *, reread: bool) -> int:
-    """Recalled tokens one question may read: the settings' `recall.recall_tokens`, within the
-    model's `max_positions` less the question's reserve and the answer's length, and at most
-    `REREAD_RECALL_TOKENS` when the tokens are re-read (prefilled before the first answer token).
-    `settings`: `engine.settings.EngineSettings`. Returns tokens, 0 or more."""
-    room = max_positions - QUESTION_RESERVE_TOKENS - settings.max_new_tokens
-    if reread:
-        room = min(room, REREAD_RECALL_TOKENS)
-    return max(0, min(settings.recall.recall_tokens, room))
 
 
 class QuestionRecall(Protocol):

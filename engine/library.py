@@ -52,8 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import sqlite_utils
-
 from engine import paths
 from engine.answer import Source
 from engine.attended import AttendedSpan
@@ -260,6 +258,8 @@ class Library:
     def __init__(self, path: Path | None = None, *, interrupt_streaming: bool = True) -> None:
         self.path = Path(path or library_path())
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        import sqlite_utils  # here, not at the top: it imports numpy, which `halaman find` never needs (0.15 s of CPU)
+
         conn = sqlite3.connect(self.path, timeout=10)
         self.db = sqlite_utils.Database(conn, execute_plugins=False)
         self.db.enable_wal()

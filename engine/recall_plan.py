@@ -23,10 +23,28 @@ import enum
 from dataclasses import dataclass
 
 from engine.disk_budget import parts_fit
-from engine.estimate import archive_file_bound, kept_whole, snapshot_file_bound
+from engine.estimate import QUESTION_RESERVE_TOKENS, archive_file_bound, kept_whole, snapshot_file_bound
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings
 from engine.units import format_bytes
+
+
+# Spans re-read from their token ids (no archive: the document is not read yet, or its archive does
+# not fit the disk) are prefilled before the first answer token, so they are held to fewer tokens
+# than an archive recall reads: the selection puts the best spans first, and a page with
+# distractors around it is answered worse than the page alone (engine.kvcache.span_recall).
+REREAD_RECALL_TOKENS = 2048
+
+
+def recall_budget(settings, max_positions: int, *, reread: bool) -> int:
+    """Recalled tokens one question may read: the settings' `recall.recall_tokens`, within the
+    model's `max_positions` less the question's reserve and the answer's length, and at most
+    `REREAD_RECALL_TOKENS` when the tokens are re-read (prefilled before the first answer token).
+    `settings`: `engine.settings.EngineSettings`. Returns tokens, 0 or more."""
+    room = max_positions - QUESTION_RESERVE_TOKENS - settings.max_new_tokens
+    if reread:
+        room = min(room, REREAD_RECALL_TOKENS)
+    return max(0, min(settings.recall.recall_tokens, room))
 
 
 class RecallSource(enum.StrEnum):

@@ -26,7 +26,7 @@ from engine.answer import Answer, StopReason
 from engine.documents import Document
 from engine.errors import HalamanError
 from engine.estimate import kv_peak_bytes
-from engine.evidence.conversation import continuation
+from engine.evidence.conversation import continuation, conversation_turns, select_after
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import Asked, Decoding, answer_frame, decoding_for, recall_budget, stop_token_ids
 from engine.kvcache.archive import ArchiveError
@@ -231,6 +231,24 @@ class DocumentSession:
             self._turns = [*history, turn]
         return answer
 
+    def assume_asked(self, questions: Sequence[str]) -> None:
+        """Take `questions` (oldest first) as the conversation so far without answering them (the
+        command line's `ask --after`): the next `ask` decides whether it goes on from the last one
+        and then keeps the spans they read (`engine.evidence.conversation.conversation_turns`, at
+        the selection's archive budget). Without spans (no text index) there is nothing to keep."""
+        self._conversation = None
+        spans = self.spans
+        if spans is None:
+            self._turns = []
+            return
+        self._turns = conversation_turns(questions, lambda asked, history: self._select(asked, history, spans),
+                                         spans.structure)
+
+    def continues(self, question: str, follow_up: bool | None = None) -> str:
+        """Why `question`, asked next with `follow_up`, would go on from the previous question ("" :
+        it starts afresh), as `ask` decides it; for a caller that says so before the answer."""
+        return self._continues(question, follow_up)
+
     def _continues(self, question: str, follow_up: bool | None) -> str:
         """Why `question` goes on from the previous one ("" when it starts afresh): asked as a
         follow-up, or, for `follow_up=None`, what its words show (`continuation`)."""
@@ -267,19 +285,20 @@ class DocumentSession:
         read yet). Raises HalamanError when the tokenizer gives no character offsets."""
         return self.reader.spans_of(document)
 
-    def select(self, question: str, *, after: Sequence[str] = (), spans: DocumentSpans | None = None) -> Selection:
+    def select(self, question: str, *, after: Sequence[str] = (), spans: DocumentSpans | None = None,
+               follow_up: bool | None = True) -> Selection:
         """The spans `question` would read (`engine.evidence.select`), best first with what chose
         each, without answering it: about `spans` (from `spans_of`), else the open document.
-        `after`: earlier questions of the conversation, oldest first (the last one's spans are kept
-        for a follow-up). Raises HalamanError when no document is open or its spans could not be built."""
+        `after`: earlier questions of the conversation, oldest first, each going on from the one
+        before as `ask(follow_up=None)` decides (`engine.evidence.conversation.select_after`);
+        `follow_up` for `question` itself: True keeps the last one's spans, None decides from its
+        words. Raises HalamanError when no document is open or its spans could not be built."""
         spans = spans if spans is not None else self.spans
         if spans is None:
             raise HalamanError("no document is open, or its text index could not be built: open a document first")
-        history: list[Turn] = []
-        for earlier in after:
-            chosen = self._select(earlier, history, spans)
-            history.append(Turn(earlier, chosen.chosen_index))
-        return self._select(question, history, spans)
+        selection, _ = select_after(question, after, lambda asked, history: self._select(asked, history, spans),
+                                    spans.structure, follow_up=follow_up)
+        return selection
 
     def _select(self, question: str, history: Sequence[Turn], spans: DocumentSpans) -> Selection:
         return select(spans, question, budget_tokens=recall_budget(self.settings, self.model.profile.max_positions, reread=False),

@@ -45,6 +45,7 @@ from engine.documents import parsed_cache
 from engine.documents.parsed_cache import load_reusing
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
+from engine.evidence import kept_spans
 from engine.evidence.select import FoundSpan, found_spans
 from engine.kvcache.recall import RecallStats
 from engine.open_library import LibraryAnswer, OpenLibrary, unmatched_note
@@ -59,6 +60,7 @@ from engine.open_document import OpenReport
 from engine.progress import CONVERTING_MODEL_UNIT, Phase, Progress, reading_progress
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings
+from engine.tokenizer_cache import keep_loaded
 
 # The smallest budget `lowered_budget` goes down to (tokens per layer and KV head).
 MIN_BUDGET_TOKENS = 64
@@ -71,8 +73,10 @@ def prefix_store_dir() -> Path:
 
 def load_for(settings: EngineSettings) -> LoadedModel:
     """The model `settings` name, on the device, with the weights and CPU threads they name.
-    Raises ModelError with what to do."""
-    return load_model(settings.model, device=settings.device, weights=settings.weights, threads=settings.threads)
+    Raises ModelError with what to do. Its tokenizer is kept for `halaman find` (`keep_loaded`)."""
+    model = load_model(settings.model, device=settings.device, weights=settings.weights, threads=settings.threads)
+    keep_loaded(settings.model, model.tokenizer, model.profile)
+    return model
 
 
 # ---------------------------------------------------------------------------- results
@@ -417,12 +421,20 @@ class Workspace:
         self.ensure_model()
         return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
 
+    def assume_asked(self, questions: Sequence[str]) -> None:
+        """Take `questions` (oldest first) as the open document's conversation so far, unanswered
+        (`DocumentSession.assume_asked`: the command line's `ask --after`). Raises HalamanError
+        when no document is open."""
+        if self.session is None or self.session.document is None:
+            raise HalamanError("no document is open: open a document first")
+        self.session.assume_asked(questions)
+
     def find(self, question: str, *, document: Document | None = None, after: Sequence[str] = (),
-             limit: int = 10) -> list[FoundSpan]:
-        """The spans `question` would read, best first, with what chose each (`halaman find`):
-        about `document` (its spans built from its text, no read needed), else the open document.
-        `after`: earlier questions, oldest first, for a follow-up. Raises HalamanError when there
-        is neither."""
+             limit: int = 10, follow_up: bool | None = True) -> list[FoundSpan]:
+        """The spans `question` would read, best first, with what chose each (`engine.find` gives
+        the same rows without the model): about `document` (its spans built from its text, no read
+        needed), else the open document. `after`, `follow_up`: the conversation (`DocumentSession.select`).
+        Raises HalamanError when there is neither."""
         self.ensure_model()
         if document is not None and (self.session.document is None or self.session.document is not document):
             spans = self.session.spans_of(document)
@@ -430,7 +442,7 @@ class Workspace:
             document, spans = self.session.document, self.session.spans
         else:
             raise HalamanError("no document is open: open a document first")
-        selection = self.session.select(question, after=after, spans=spans)
+        selection = self.session.select(question, after=after, spans=spans, follow_up=follow_up)
         return found_spans(selection, spans, document, limit)
 
     def ask_cloud(self, question: str, *, reason: str = "user asked", on_text: Callable[[str], None] | None = None,
@@ -612,10 +624,11 @@ class Workspace:
         return (len(store.entries()), store.total_bytes()) if store is not None else (0, 0)
 
     def clear_prefix_cache(self) -> int:
-        """Delete every stored prefix and the documents' parsed copies (`parsed_cache.clear`);
-        returns how many prefixes. Without a usable store (full disk, damaged folder) the files are
-        deleted by name: clearing always frees the space."""
+        """Delete every stored prefix, the documents' parsed copies (`parsed_cache.clear`) and what
+        `find` kept of their spans (`kept_spans.clear`); returns how many prefixes. Without a usable
+        store (full disk, damaged folder) the files are deleted by name: clearing always frees the space."""
         parsed_cache.clear()
+        kept_spans.clear()
         store = self.prefix_store(even_if_off=True)
         return store.clear() if store is not None else clear_files(prefix_store_dir())
 

@@ -18,8 +18,9 @@ conversation every time); here only the spans carry over, so the decision is exp
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
-from engine.evidence.select import asks_about_whole
+from engine.evidence.select import Selection, Turn, asks_about_whole
 from engine.evidence.structure import DocumentStructure
 
 # Third-person pronouns point back at what was asked or answered before. Not "this"/"that" (a
@@ -55,4 +56,35 @@ def continuation(question: str, previous: str | None, structure: DocumentStructu
     return None
 
 
-__all__ = ["SHORT_WORDS", "continuation"]
+def conversation_turns(questions: Sequence[str], choose: Callable[[str, Sequence[Turn]], Selection],
+                       structure: DocumentStructure | None = None) -> list[Turn]:
+    """The turns a conversation of `questions` (oldest first) leaves, each question asked as the
+    window asks it (follow_up=None): it keeps the turns before it when `continuation` says it goes
+    on from the last one, else it starts them afresh; its own spans are `choose(question, history)`'s.
+    Returns the turns since the last fresh start, oldest first (empty for no questions)."""
+    history: list[Turn] = []
+    for question in questions:
+        if not (history and continuation(question, history[-1].question, structure)):
+            history = []
+        history.append(Turn(question, choose(question, history).chosen_index))
+    return history
+
+
+def select_after(question: str, after: Sequence[str], choose: Callable[[str, Sequence[Turn]], Selection],
+                 structure: DocumentStructure | None = None, *, follow_up: bool | None = None) -> tuple[Selection, str]:
+    """What `question` reads after the earlier questions `after` (oldest first), as the window's
+    conversation decides it (`DocumentSession.ask` with follow_up=None): each question continues
+    the one before it when `continuation` says so and keeps the spans it read, else starts afresh.
+    `choose(question, history)` selects for one question (`engine.evidence.select.select`).
+    `follow_up`: True continues the last question whatever its words, False starts afresh, None
+    decides. Returns the selection and why it continues ("" when it is a new question)."""
+    history = conversation_turns(after, choose, structure)
+    previous = after[-1] if after else None
+    if follow_up is None:
+        why = continuation(question, previous, structure) or ""
+    else:
+        why = "asked as a follow-up" if follow_up and previous else ""
+    return choose(question, history if why else []), why
+
+
+__all__ = ["SHORT_WORDS", "continuation", "conversation_turns", "select_after"]

@@ -24,6 +24,7 @@ import torch
 
 from engine.kvcache.attention import RotaryTable, Scratch, apply_rope, chunk_attention, fused_prefill, rotate
 from engine.kvcache.blocks import PagedTokens
+from engine.kvcache.breakdown import MemoryBreakdown  # torch-free: engine.answer carries one
 from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace, Int8Workspace
 from engine.kvcache.layer_workspace import DecodeWorkspace, RotatedRecall, RotatedTail
 from engine.kvcache.policy import AttentionSinks, HeavyHitters, RecentWindow, select_kept
@@ -66,27 +67,6 @@ class CacheShape:
     @property
     def group(self) -> int:
         return self.query_heads // self.kv_heads
-
-
-@dataclass
-class MemoryBreakdown:
-    """Bytes held by the cache, by kind. `total_bytes` is the sum of all fields."""
-
-    codes_bytes: int = 0          # quantized K/V codes in used blocks
-    quant_meta_bytes: int = 0     # scales and zero points in used blocks
-    residual_bytes: int = 0       # 16-bit sinks and residual K/V
-    score_bytes: int = 0          # accumulated attention, float32 per slot
-    position_bytes: int = 0       # stream positions, int32 per slot
-    block_table_bytes: int = 0
-    pool_free_bytes: int = 0      # blocks allocated by the pool but not in use
-    recalled_bytes: int = 0       # tokens recalled from the archive for the current question
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(asdict(self).values())
-
-    def __add__(self, other: MemoryBreakdown) -> MemoryBreakdown:
-        return MemoryBreakdown(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
 
 
 class LayerKV:

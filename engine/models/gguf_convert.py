@@ -52,6 +52,12 @@ def is_converted(gguf_path: Path) -> bool:
     return (_target(file_sha256(gguf_path)) / _DONE_MARKER).is_file()
 
 
+def converted_path(gguf_path: Path) -> Path | None:
+    """The HF folder `gguf_path` was converted into, None when it was not converted yet (converts nothing)."""
+    target = _target(file_sha256(gguf_path))
+    return target if (target / _DONE_MARKER).is_file() else None
+
+
 def converted_folder(gguf_path: Path) -> Path:
     """The HF folder for `gguf_path`, converting it first if this file was never converted.
 
