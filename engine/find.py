@@ -5,8 +5,8 @@ copy, the model's tokenizer alone and the selection (`engine.evidence.select`).
     result.rows        # FoundSpan rows, best first (the chosen ones marked)
     result.continues   # "refers back: “it”": it goes on from the last question ("" : a new one)
 
-The rows are those `Workspace.find` gives with the model loaded (the same token counts: the
-tokenizer is the model's, `engine.tokenizer_cache`), without loading, converting or
+The rows are those the open session's selection gives with the model loaded (the same token
+counts: the tokenizer is the model's, `engine.tokenizer_cache`), without loading, converting or
 de-quantizing any weights, and without importing torch: a 288-page book's `find` went from 12–73 s
 to a few seconds (issue 42). The document is parsed once (`engine.documents.parsed_cache`); its
 token offsets and full-text index are kept too (`engine.evidence.kept_spans`).

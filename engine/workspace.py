@@ -46,7 +46,6 @@ from engine.documents.parsed_cache import load_reusing
 from engine.errors import (CacheStoreError, Cancelled, DocumentError, ErrorKind, HalamanError, ModelError, SettingsError,
                            out_of_memory)
 from engine.evidence import kept_spans
-from engine.evidence.select import FoundSpan, found_spans
 from engine.kvcache.recall import RecallStats
 from engine.open_library import LibraryAnswer, OpenLibrary, unmatched_note
 from engine.memory import MemoryReport
@@ -428,22 +427,6 @@ class Workspace:
         if self.session is None or self.session.document is None:
             raise HalamanError("no document is open: open a document first")
         self.session.assume_asked(questions)
-
-    def find(self, question: str, *, document: Document | None = None, after: Sequence[str] = (),
-             limit: int = 10, follow_up: bool | None = True) -> list[FoundSpan]:
-        """The spans `question` would read, best first, with what chose each (`engine.find` gives
-        the same rows without the model): about `document` (its spans built from its text, no read
-        needed), else the open document. `after`, `follow_up`: the conversation (`DocumentSession.select`).
-        Raises HalamanError when there is neither."""
-        self.ensure_model()
-        if document is not None and (self.session.document is None or self.session.document is not document):
-            spans = self.session.spans_of(document)
-        elif self.session.document is not None:
-            document, spans = self.session.document, self.session.spans
-        else:
-            raise HalamanError("no document is open: open a document first")
-        selection = self.session.select(question, after=after, spans=spans, follow_up=follow_up)
-        return found_spans(selection, spans, document, limit)
 
     def ask_cloud(self, question: str, *, reason: str = "user asked", on_text: Callable[[str], None] | None = None,
                   cancel: threading.Event | None = None, confirm: Callable[[CloudPlan], bool] | None = None,
