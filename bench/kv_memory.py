@@ -53,7 +53,7 @@ def one_layer(profile, policy, n: int, *, attend: bool) -> tuple[int, int, int]:
     import torch
 
     from engine.kvcache.attention import RotaryTable
-    from engine.kvcache.cache import CacheShape, LayerKV
+    from engine.kvcache.cache import CacheShape, LayerKV, StepOptions
 
     # query heads = KV heads: memory does not depend on them, attention cost does
     shape = CacheShape(1, profile.kv_heads, profile.head_dim, profile.kv_heads)
@@ -68,7 +68,7 @@ def one_layer(profile, policy, n: int, *, attend: bool) -> tuple[int, int, int]:
         v = torch.randn((profile.kv_heads, c, profile.head_dim), generator=gen)
         if attend:
             q = torch.randn((profile.kv_heads, c, profile.head_dim), generator=gen)
-            layer.attend(q, k, v, start=start, rope=rope, compact_positions=True, scaling=profile.head_dim**-0.5)
+            layer.attend(q, k, v, start=start, rope=rope, scaling=profile.head_dim**-0.5, options=StepOptions(compact_positions=True))
         else:
             idx = torch.arange(start, start + c, dtype=torch.int32)
             layer._append(k, v, idx, torch.zeros((profile.kv_heads, layer.n_tokens + c)))

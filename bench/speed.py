@@ -159,6 +159,7 @@ def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
 
     from engine.kvcache.archive import ArchiveLayout, ArchiveWriter
     from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS
+    from engine.models.decoder import ChunkTaps
     from engine.settings import CachePolicy, RecallSettings
 
     policy, recall = CachePolicy(), RecallSettings()
@@ -172,7 +173,7 @@ def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
     try:
         for first in range(0, max(marks), step):
             t0 = time.perf_counter()
-            dec.forward(ids[first : first + step], cache, archive=writer)
+            dec.forward(ids[first : first + step], cache, taps=ChunkTaps(archive=writer))
             last = time.perf_counter() - t0
             elapsed += last
             n = first + step

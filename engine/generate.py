@@ -2,7 +2,7 @@
 
     built = AnswerBuilder(tokenizer, began, on_text, lookup)
     logits = decoder.prefill(question_ids, cache, recaller=recaller)      # [1, vocab]
-    stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=lookup, recaller=recaller)
+    stop = decode_answer(decoder, cache, logits, built, decoding, recaller=recaller)
 
 `answer_frame` is the one answer frame around them that a document's question
 (`engine.session.DocumentSession.ask`) and a library's (`engine.open_library.OpenLibrary.ask`) both
@@ -29,7 +29,7 @@ from engine.answer import Answer, DraftStats, Source, StopReason
 from engine.errors import Cancelled
 from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache
 from engine.kvcache.recall import RecallHook
-from engine.models.decoder import CompressedDecoder
+from engine.models.decoder import ChunkTaps, CompressedDecoder
 from engine.prompt_lookup import PromptLookup
 from engine.recall_plan import REREAD_RECALL_TOKENS, recall_budget  # noqa: F401 - torch-free home; callers import them here
 from engine.reasoning import ReasoningSplitter, Split, split_reasoning
@@ -124,7 +124,7 @@ def decode_one(decoder: CompressedDecoder, token: int, cache: CompressedCache, *
     With `recaller`, recall selects again with this token's query. Raises Cancelled."""
     return decoder.forward(
         torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
-        reuse_workspace=reuse_workspace, recaller=recaller,
+        reuse_workspace=reuse_workspace, taps=ChunkTaps(recaller=recaller) if recaller is not None else None,
     )
 
 
@@ -166,18 +166,17 @@ def speculative_step(decoder: CompressedDecoder, token: int, proposal: list[int]
 
 
 def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: torch.Tensor, built: AnswerBuilder,
-                  drafts: DraftStats, decoding: Decoding, *, lookup: PromptLookup | None = None,
-                  recaller: RecallHook | None = None, cancel: threading.Event | None = None,
+                  decoding: Decoding, *, recaller: RecallHook | None = None, cancel: threading.Event | None = None,
                   governor: ThreadGovernor | None = None) -> StopReason:
     """Decode after `logits` `[1, vocab]` (the question's last) until a stop token (END) or
     `decoding.max_new_tokens` answer tokens in `built` (MAX_TOKENS), each token emitted to `built`.
-    `lookup` (greedy decoding only) drafts tokens to check in one pass, counted in `drafts`.
+    `built.lookup` (greedy decoding only) drafts tokens to check in one pass, counted in `built.drafts`.
     `recaller` (one that `reselects`) selects again on the answer's own tokens (`refresh_recall`).
     `governor` re-decides the CPU threads every `GOVERNOR_EVERY_TOKENS` tokens, so an answer that
     started beside a busy process takes the freed core back (`engine.threads`).
     Raises Cancelled (what was emitted stays in `built`) and whatever the decoder raises."""
     reselecting = recaller is not None and recaller.reselects
-    limit = decoding.max_new_tokens
+    lookup, limit = built.lookup, decoding.max_new_tokens
     draft_length = min(DRAFT_START_TOKENS, decoding.draft_tokens)
     while len(built.generated) < limit:
         token, logprob = pick(logits, built.generated, temperature=decoding.temperature,
@@ -197,7 +196,7 @@ def decode_answer(decoder: CompressedDecoder, cache: CompressedCache, logits: to
                                 recaller=recaller if refresh else None)
             continue
         logits, accepted = speculative_step(decoder, token, proposal, cache, built, decoding, cancel)
-        drafts.add(len(proposal), accepted)
+        built.drafts.add(len(proposal), accepted)
         # transformers' heuristic for assisted decoding: longer drafts while they are all
         # accepted, shorter after a miss (a rejected token costs a little compute)
         draft_length = (min(draft_length + 2, decoding.draft_tokens) if accepted == len(proposal)
@@ -209,13 +208,14 @@ class AnswerBuilder:
     """The answer being decoded: its tokens and log-probabilities, the text streamed so far (to
     `on_text`, with `<think>` blocks held back: `engine.reasoning`), time to first token and decode
     rate (seconds from `began`, a `time.perf_counter()`). `lookup`, when drafting, learns every
-    emitted token."""
+    emitted token, and `drafts` counts the drafts checked and accepted."""
 
     def __init__(self, tokenizer, began: float, on_text: Callable[[str], None] | None, lookup: PromptLookup | None) -> None:
         self.tokenizer = tokenizer
         self.began = began
         self.on_text = on_text
         self.lookup = lookup
+        self.drafts = DraftStats()
         self.generated: list[int] = []
         self.logprobs: list[float] = []
         self.text = ""
@@ -322,15 +322,14 @@ def answer_frame(decoder: CompressedDecoder, tokenizer, asked: Asked, recall: Qu
     # The cores free now, re-decided while the spans are re-read and the answer decodes.
     governor = ThreadGovernor(threads) if threads is not None else None
     built = AnswerBuilder(tokenizer, asked.began, on_text, asked.lookup)
-    drafts, cache, hook = DraftStats(), asked.cache, None
+    cache, hook = asked.cache, None
     try:
         # Inside the try: re-reading the chosen spans (tens of seconds on a slow CPU) stops on cancel.
         hook = recall.hook(cache, governor, cancel)
         logits = decoder.prefill(torch.tensor(asked.ids), cache, cancel=cancel, recaller=hook, governor=governor)
         if hook is not None:
             hook.stats.question_s = hook.stats.seconds
-        stop = decode_answer(decoder, cache, logits, built, drafts, decoding, lookup=asked.lookup, recaller=hook,
-                             cancel=cancel, governor=governor)
+        stop = decode_answer(decoder, cache, logits, built, decoding, recaller=hook, cancel=cancel, governor=governor)
     except Cancelled:  # what was emitted stays in `built`
         stop = StopReason.CANCELLED
     finally:
@@ -341,7 +340,7 @@ def answer_frame(decoder: CompressedDecoder, tokenizer, asked: Asked, recall: Qu
         question=asked.question, text=split.answer, token_ids=built.generated, prompt_tokens=asked.prompt_tokens,
         time_to_first_token_s=built.ttft_s, decode_tokens_per_s=built.decode_tokens_per_s(),
         prefix_hit=asked.prefix_hit, stop_reason=stop, mean_logprob=built.mean_logprob(), kv=cache.memory(),
-        recall=hook.stats if hook is not None else None, sources=sources, drafts=drafts, reasoning=split.reasoning,
+        recall=hook.stats if hook is not None else None, sources=sources, drafts=built.drafts, reasoning=split.reasoning,
     )
     if stop is not StopReason.CANCELLED:
         answer.unsupported = recall.unsupported(answer.text, asked.question)

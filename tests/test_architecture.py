@@ -32,11 +32,11 @@ def test_import_contracts_are_kept():
         assert f"{name} KEPT" in out.stdout, out.stdout
 
 
-def engine_imports() -> dict[str, set[str]]:
-    """engine module -> the engine modules it imports anywhere in its file (at the top, inside a
-    function, or for types only: each ties the two files together)."""
+def package_imports(package: str = "engine") -> dict[str, set[str]]:
+    """`package`'s module (engine/ or app/) -> the modules of that package it imports anywhere in its
+    file (at the top, inside a function, or for types only: each ties the two files together)."""
     modules = {}
-    for path in (REPO / "engine").rglob("*.py"):
+    for path in (REPO / package).rglob("*.py"):
         name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
         modules[name] = path
 
@@ -48,10 +48,10 @@ def engine_imports() -> dict[str, set[str]]:
     graph = {name: set() for name in modules}
     for name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("engine"):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(package):
                 targets = [owner(f"{node.module}.{alias.name}") or owner(node.module) for alias in node.names]
             elif isinstance(node, ast.Import):
-                targets = [owner(alias.name) for alias in node.names if alias.name.startswith("engine.")]
+                targets = [owner(alias.name) for alias in node.names if alias.name.startswith(f"{package}.")]
             else:
                 continue
             graph[name].update(t for t in targets if t and t != name)
@@ -98,22 +98,59 @@ def import_circles(graph: dict[str, set[str]]) -> list[set[str]]:
     return circles
 
 
-# The documents package's __init__ defines the Document types and dispatches to the format modules,
-# which take the types from it: the one circle left, until those types live in a module of their own.
-def known_circle(circle: set[str]) -> bool:
-    """The one circle left: the documents package's `__init__` dispatches to its readers
-    (`load_document`, lazily) and the readers take its types (`Document`, `Segment`, the errors)
-    from it. Breaking it means moving those types out of `__init__`; every reader added since
-    (office formats, images, OCR) joined it the same way, and nothing outside the package is in it."""
-    return "engine.documents" in circle and all(name.startswith("engine.documents") for name in circle)
-
-
-def test_no_import_circle_in_the_engine():
+def test_no_import_circle_in_the_engine_or_the_app():
     """A file that imports (directly or through others) a file that imports it back is one owner
-    split in two: a new circle fails here, with the files that make it."""
+    split in two: a new circle fails here, with the files that make it. No exemption: the
+    documents package's readers take its types from `engine.documents.document`, not from the
+    package `__init__` that dispatches to them."""
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
-    circles = [circle for circle in import_circles(engine_imports()) if not known_circle(circle)]
-    assert circles == [], circles
+    assert import_circles(package_imports("engine")) == []
+    assert import_circles(package_imports("app")) == []
+
+
+# The size rules of the style guide, for the engine: a function a reader can hold in view, a call
+# whose arguments are few enough to name, a module that is one owner. The prefix store (its file
+# format, the store, the bundle and its budget in one place) is the one module let past the limit.
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 8
+MAX_MODULE_LINES = 650
+LONG_MODULES = {"engine/prefix_store.py"}
+
+
+def parameter_count(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Every parameter but `self` / `cls`; `*args` and `**kwargs` count one each."""
+    args = function.args
+    named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs) if a.arg not in ("self", "cls")]
+    return len(named) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def size_offenders(folder: Path) -> list[str]:
+    """'path: what is too big' for every module of `folder` over MAX_MODULE_LINES (but LONG_MODULES),
+    function over MAX_FUNCTION_LINES (from `def` to its last line, decorators not counted) and
+    function with more than MAX_PARAMETERS parameters."""
+    offenders = []
+    for path in sorted(folder.rglob("*.py")):
+        name, source = path.relative_to(folder.parent).as_posix(), path.read_text(encoding="utf-8")
+        lines = len(source.splitlines())
+        if lines > MAX_MODULE_LINES and name not in LONG_MODULES:
+            offenders.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    offenders.append(f"{name}: {node.name} is {length} lines")
+                if parameter_count(node) > MAX_PARAMETERS:
+                    offenders.append(f"{name}: {node.name} takes {parameter_count(node)} parameters")
+    return offenders
+
+
+def test_engine_functions_and_modules_stay_small(tmp_path):
+    sample = ast.parse("class C:\n    def f(self, a, /, b, *rest, c, **more): pass\n").body[0].body[0]
+    assert parameter_count(sample) == 5  # a, b, rest, c, more
+    long_call = tmp_path / "long_call.py"
+    long_call.write_text("def f(a, b, c, d, e, f, g, h, i):\n" + "    pass\n" * 80, encoding="utf-8")
+    assert [line.rpartition(": ")[2] for line in size_offenders(tmp_path)] == ["f is 81 lines", "f takes 9 parameters"]
+    assert size_offenders(REPO / "engine") == []
 
 
 def test_no_private_name_is_taken_from_another_module():
@@ -159,8 +196,8 @@ def test_no_pickle_anywhere():
     assert offenders == []
 
 
-# Kinds that cross layers are typed members defined once in the engine (engine.session.Phase,
-# engine.errors.ErrorKind, engine.answer.StopReason, engine.session.RecallGap): comparing them with
+# Kinds that cross layers are typed members defined once in the engine (engine.progress.Phase,
+# engine.errors.ErrorKind, engine.answer.StopReason, engine.recall_plan.RecallSource): comparing them with
 # a string literal would be a second definition that drifts silently.
 TYPED_ATTRIBUTES = {"phase", "stop_reason"}
 

@@ -15,7 +15,7 @@ import pytest
 from cloud_server import PIECES, USAGE, CloudServer, self_signed_context
 
 from engine.cloud import client
-from engine.cloud.client import completions_url, display_url, retry_after_s, stream_chat_completion
+from engine.cloud.client import RequestLimits, completions_url, display_url, retry_after_s, stream_chat_completion
 from engine.cloud.errors import CloudError
 from engine.cloud.sse import SseEvent, SseParser
 
@@ -35,9 +35,10 @@ def payload(model: str, **extra) -> dict:
 
 
 def stream(server, model, **kwargs):
-    kwargs.setdefault("read_timeout_s", 10.0)
-    kwargs.setdefault("connect_timeout_s", 5.0)
-    return stream_chat_completion(server.base_url, payload(model), **kwargs)
+    """`stream_chat_completion` with `RequestLimits` fields among `kwargs`."""
+    limits = {name: kwargs.pop(name) for name in list(kwargs) if name in RequestLimits.__dataclass_fields__}
+    limits = RequestLimits(**{"read_timeout_s": 10.0, "connect_timeout_s": 5.0, **limits})
+    return stream_chat_completion(server.base_url, payload(model), limits=limits, **kwargs)
 
 
 def fails(server, model, **kwargs) -> CloudError:
@@ -178,10 +179,10 @@ def test_connection_refused_and_dns_failure():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(CloudError) as refused:
-        stream_chat_completion(f"http://127.0.0.1:{port}/v1", payload("ok"), connect_timeout_s=2)
+        stream_chat_completion(f"http://127.0.0.1:{port}/v1", payload("ok"), limits=RequestLimits(connect_timeout_s=2))
     assert refused.value.kind == "connection" and "refused" in str(refused.value)
     with pytest.raises(CloudError) as unknown:
-        stream_chat_completion("https://halaman-test.invalid/v1", payload("ok"), connect_timeout_s=2)
+        stream_chat_completion("https://halaman-test.invalid/v1", payload("ok"), limits=RequestLimits(connect_timeout_s=2))
     assert unknown.value.kind == "dns" and "halaman-test.invalid" in str(unknown.value)
 
 

@@ -13,7 +13,7 @@ from cloud_server import CloudServer
 
 from engine.cloud import ask_cloud
 from engine.cloud.ask import outcome
-from engine.cloud.client import stream_chat_completion
+from engine.cloud.client import RequestLimits, stream_chat_completion
 from engine.cloud.errors import CloudError
 from engine.cloud.finish import Finish, parse_finish
 from engine.session import DocumentSession
@@ -32,8 +32,9 @@ def recorded(corpus, case: str) -> tuple[bytes, float]:
 
 def ask(server: CloudServer, model: str, **kwargs):
     payload = {"model": model, "messages": MESSAGES, "stream_options": {"include_usage": True}, "max_tokens": 512}
-    kwargs.setdefault("read_timeout_s", 10.0)
-    return stream_chat_completion(server.base_url, payload, connect_timeout_s=5.0, **kwargs)
+    limits = {name: kwargs.pop(name) for name in list(kwargs) if name in RequestLimits.__dataclass_fields__}
+    limits = RequestLimits(**{"read_timeout_s": 10.0, "connect_timeout_s": 5.0, **limits})
+    return stream_chat_completion(server.base_url, payload, limits=limits, **kwargs)
 
 
 def sse(*chunks: dict, done: bool = True) -> bytes:

@@ -8,7 +8,7 @@ import time
 import pytest
 from cloud_server import PIECES, CloudServer
 
-from engine.cloud.client import stream_chat_completion, wait_asked_s
+from engine.cloud.client import RequestLimits, stream_chat_completion, wait_asked_s
 from engine.cloud.errors import CloudError
 
 ANSWER = "The answer is forty-two."
@@ -17,8 +17,9 @@ MESSAGES = [{"role": "user", "content": "What is the answer?"}]
 
 def ask(server: CloudServer, model: str, **kwargs):
     payload = {"model": model, "messages": MESSAGES, "stream_options": {"include_usage": True}, "max_tokens": 64}
-    kwargs.setdefault("read_timeout_s", 10.0)
-    return stream_chat_completion(server.base_url, payload, connect_timeout_s=5.0, **kwargs)
+    limits = {name: kwargs.pop(name) for name in list(kwargs) if name in RequestLimits.__dataclass_fields__}
+    limits = RequestLimits(**{"read_timeout_s": 10.0, "connect_timeout_s": 5.0, **limits})
+    return stream_chat_completion(server.base_url, payload, limits=limits, **kwargs)
 
 
 def recorded(corpus, case: str) -> bytes:

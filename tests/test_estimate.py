@@ -5,7 +5,7 @@ import torch
 
 from engine.estimate import KNOWN_SHAPES, compressed_cache_bytes, full_cache_bytes, peak_cache_bytes
 from engine.kvcache.attention import RotaryTable
-from engine.kvcache.cache import CacheShape, LayerKV
+from engine.kvcache.cache import CacheShape, LayerKV, StepOptions
 from engine.kvcache.quant import SUPPORTED_BITS, KVFormat
 from engine.kvcache.sizes import token_bytes
 from engine.models.profile import ModelProfile
@@ -42,7 +42,7 @@ def test_rest_and_peak_match_a_real_layer(n_tokens):
     for start in range(0, n_tokens, policy.chunk_tokens):
         c = min(policy.chunk_tokens, n_tokens - start)
         q, k, v = (torch.randn((3, c, 64), generator=gen) for _ in range(3))
-        layer.attend(q, k, v, start=start, rope=rope, compact_positions=False, scaling=0.125)
+        layer.attend(q, k, v, start=start, rope=rope, scaling=0.125, options=StepOptions())
         peak = max(peak, layer.memory().total_bytes)  # the chunk is in, still 16-bit
         layer.compress(start + c, 0)
         peak = max(peak, layer.memory().total_bytes)

@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from engine.answer import DraftStats, StopReason
+from engine.answer import StopReason
 from engine.errors import Cancelled
 from engine.generate import (
     RECALL_EVERY_TOKEN_UNTIL,
@@ -58,7 +58,7 @@ class Decoder:
         self.following = following
         self.passes = 0
 
-    def forward(self, token_ids, cache, *, all_logits=False, pending=False, cancel=None, recaller=None, **_):
+    def forward(self, token_ids, cache, *, all_logits=False, pending=False, cancel=None, **_):
         if cancel is not None and cancel.is_set():
             raise Cancelled("stopped")
         self.passes += 1
@@ -75,12 +75,11 @@ class Decoder:
 
 def answer(following, first, decoding, lookup=None, cancel=None):
     built = AnswerBuilder(Tokenizer(), 0.0, None, lookup)
-    drafts = DraftStats()
     decoder = Decoder(following)
     logits = torch.full((1, VOCAB), -5.0)
     logits[0, first] = 5.0
-    stop = decode_answer(decoder, Cache(), logits, built, drafts, decoding, lookup=lookup, cancel=cancel)
-    return stop, built.generated, drafts, decoder.passes
+    stop = decode_answer(decoder, Cache(), logits, built, decoding, cancel=cancel)
+    return stop, built.generated, built.drafts, decoder.passes
 
 
 def test_pick_is_greedy_and_gives_the_unpenalized_logprob():
@@ -178,7 +177,7 @@ def test_the_thread_governor_is_asked_every_few_answer_tokens():
     governor = Governor()
     logits = torch.full((1, VOCAB), -5.0)
     logits[0, 1] = 5.0
-    stop = decode_answer(Decoder(following), Cache(), logits, built, DraftStats(), Decoding(stop_ids=frozenset({STOP}), max_new_tokens=20),
+    stop = decode_answer(Decoder(following), Cache(), logits, built, Decoding(stop_ids=frozenset({STOP}), max_new_tokens=20),
                          governor=governor)
     assert stop == StopReason.MAX_TOKENS and len(built.generated) == 20
     assert governor.at == list(range(GOVERNOR_EVERY_TOKENS, 21, GOVERNOR_EVERY_TOKENS))

@@ -1,5 +1,7 @@
 """The archive (every token's K/V on disk) and recall's selection, against brute-force references."""
 
+from dataclasses import replace
+
 import pytest
 import safetensors
 import torch
@@ -8,7 +10,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from engine.kvcache.archive import Archive, ArchiveError, ArchiveLayout, ArchiveWriter
 from engine.kvcache.attention import RotaryTable, apply_rope
-from engine.kvcache.cache import CacheShape, LayerKV
+from engine.kvcache.cache import CacheShape, LayerKV, StepOptions
 from engine.kvcache.quant import KVFormat
 from engine.kvcache.sizes import archive_bytes
 from engine.kvcache.recall import Recaller, RecalledTokens, block_upper_bounds, compact_order_positions, held_tokens, select_tokens
@@ -229,7 +231,7 @@ def test_attention_with_recalled_tokens_equals_attention_over_the_union(rope, co
     for start in range(0, 160, 32):
         q = torch.randn((HEADS * GROUP, 32, DIM), generator=gen)
         layer.attend(q, all_k[:, start:start + 32], all_v[:, start:start + 32], start=start, rope=rope,
-                     compact_positions=compact, scaling=DIM**-0.5)
+                     scaling=DIM**-0.5, options=StepOptions(compact_positions=compact))
         layer.compress(start + 32, 0)
     held = layer.index.long()
     not_held = [sorted(set(range(160)) - set(held[h].tolist()))[:20] for h in range(HEADS)]
@@ -244,7 +246,8 @@ def test_attention_with_recalled_tokens_equals_attention_over_the_union(rope, co
     held_k, held_v = torch.cat(stored_k, 1), torch.cat(stored_v, 1)
     query = torch.randn((HEADS * GROUP, 1, DIM), generator=gen)
     new_k, new_v = all_k[:, 160:161], all_v[:, 160:161]
-    out = layer.attend(query, new_k, new_v, start=160, rope=rope, compact_positions=compact, scaling=DIM**-0.5)
+    out = layer.attend(query, new_k, new_v, start=160, rope=rope, scaling=DIM**-0.5,
+                       options=StepOptions(compact_positions=compact))
     for h in range(HEADS):
         tokens = held[h].tolist() + index[h][valid[h]].tolist() + [160]
         ks = torch.cat((held_k[h], recalled.keys[h][valid[h]], new_k[h].float()))
@@ -316,7 +319,7 @@ def test_a_decode_step_reads_recalled_tokens_from_the_int8_workspace_as_from_the
     all_k, all_v = torch.randn((HEADS, 400, DIM), generator=gen), torch.randn((HEADS, 400, DIM), generator=gen)
     for start in range(0, 128, 32):
         layer.attend(torch.randn((HEADS * GROUP, 32, DIM), generator=gen), all_k[:, start:start + 32],
-                     all_v[:, start:start + 32], start=start, rope=rope, compact_positions=False, scaling=DIM**-0.5)
+                     all_v[:, start:start + 32], start=start, rope=rope, scaling=DIM**-0.5, options=StepOptions())
         layer.compress(start + 32, 0)
     index = torch.arange(128, 400).expand(HEADS, -1).contiguous()  # a span read again, in focus
     recalled = RecalledTokens(index=index, valid=torch.ones_like(index, dtype=torch.bool), keys=all_k[:, 128:400],
@@ -325,11 +328,11 @@ def test_a_decode_step_reads_recalled_tokens_from_the_int8_workspace_as_from_the
     for step in range(2):
         query = torch.randn((HEADS * GROUP, 1, DIM), generator=gen)
         new_k, new_v = torch.randn((HEADS, 1, DIM), generator=gen), torch.randn((HEADS, 1, DIM), generator=gen)
-        kwargs = dict(start=400 + step, rope=rope, compact_positions=False, scaling=DIM**-0.5, pending=True,
-                      attention_dtype=attention_dtype, int8_steps=int8_steps)
-        plain = layer.attend(query, new_k, new_v, reuse_workspace=False, **kwargs)
+        options = StepOptions(pending=True, attention_dtype=attention_dtype, int8_steps=int8_steps)
+        kwargs = dict(start=400 + step, rope=rope, scaling=DIM**-0.5)
+        plain = layer.attend(query, new_k, new_v, options=options, **kwargs)
         layer._pending = None
-        held = layer.attend(query, new_k, new_v, reuse_workspace=True, **kwargs)
+        held = layer.attend(query, new_k, new_v, options=replace(options, reuse_workspace=True), **kwargs)
         assert type(layer._workspace.recall.keys) is packed and layer._workspace.recall.keys is layer._workspace.recall.values
         error = float((held - plain).norm() / plain.norm())
         assert 1e-5 < error < 1.5e-2, error  # really rounded, but only by a few per mille

@@ -9,10 +9,11 @@ from collections.abc import Callable
 
 from engine.answer import Answer, CloudReply, StopReason
 from engine.cloud import client
-from engine.cloud.client import stream_chat_completion
+from engine.cloud.client import RequestLimits, stream_chat_completion
 from engine.cloud.errors import CloudError
 from engine.cloud.finish import Finish
 from engine.cloud.plan import CloudPlan, plan_request
+from engine.settings import CloudSettings
 from engine.grounding import instructions_note
 from engine.secrets import load_api_key
 from engine.settings import EngineSettings
@@ -55,6 +56,30 @@ def ask_cloud(
     text so far in `partial_text`. Raises SettingsError for invalid cloud settings.
     """
     cloud = settings.cloud
+    plan = confirmed_plan(session, question, cloud, confirm)
+    if plan is None:
+        return None
+    key = api_key if api_key is not None else load_api_key(cloud.base_url)
+    log.info("sending %d of %d document tokens to %s (model %s): %s", plan.document_tokens_sent,
+             plan.document_tokens_total, plan.endpoint, plan.model, reason)
+    began = time.perf_counter()
+    limits = RequestLimits(connect_timeout_s=cloud.connect_timeout_s, read_timeout_s=cloud.read_timeout_s,
+                           max_retries=client.MAX_RETRIES, backoff_s=client.BACKOFF_S, max_wait_s=client.MAX_WAIT_S)
+    result = stream_chat_completion(cloud.base_url, request_body(plan, cloud), api_key=key, limits=limits,
+                                    on_text=on_text, cancel=cancel)
+    if result.cut_reason and not result.text:
+        raise CloudError(f"{result.cut_reason} and no text had arrived: try again", kind="cut")
+    answer = cloud_answer(question, result, plan, cloud, reason)
+    log.debug("cloud answer: %d characters in %.2f s, stop %s", len(result.text), time.perf_counter() - began, answer.stop_reason)
+    return answer
+
+
+def confirmed_plan(session, question: str, cloud: CloudSettings,
+                   confirm: Callable[[CloudPlan], bool] | None) -> CloudPlan | None:
+    """What would be sent for `question` about `session`'s document (`plan_request`), its warnings
+    logged, once `confirm(plan)` allowed it; None when it declined. Raises CloudError when the cloud
+    is off (before anything else) or 'ask before sending' is on with no `confirm`, SettingsError
+    for invalid cloud settings."""
     if not cloud.enabled:
         raise CloudError("cloud fallback is off, so nothing was sent: turn it on in cloud settings to ask the cloud model",
                          kind="disabled")
@@ -69,8 +94,12 @@ def ask_cloud(
     elif cloud.ask_before_sending:
         raise CloudError("'ask before sending' is on but nothing can ask: pass confirm= or turn the setting off",
                          kind="config")
-    key = api_key if api_key is not None else load_api_key(cloud.base_url)
-    payload = {
+    return plan
+
+
+def request_body(plan: CloudPlan, cloud: CloudSettings) -> dict:
+    """The Chat Completions request body for `plan`: streamed, with usage asked for."""
+    return {
         "model": cloud.model,
         "messages": plan.messages,
         "stream": True,
@@ -78,16 +107,11 @@ def ask_cloud(
         "temperature": cloud.temperature,
         "max_tokens": cloud.max_tokens,
     }
-    log.info("sending %d of %d document tokens to %s (model %s): %s", plan.document_tokens_sent,
-             plan.document_tokens_total, plan.endpoint, plan.model, reason)
-    began = time.perf_counter()
-    result = stream_chat_completion(
-        cloud.base_url, payload, api_key=key, connect_timeout_s=cloud.connect_timeout_s,
-        read_timeout_s=cloud.read_timeout_s, on_text=on_text, cancel=cancel,
-        max_retries=client.MAX_RETRIES, backoff_s=client.BACKOFF_S, max_wait_s=client.MAX_WAIT_S,
-    )
-    if result.cut_reason and not result.text:
-        raise CloudError(f"{result.cut_reason} and no text had arrived: try again", kind="cut")
+
+
+def cloud_answer(question: str, result: client.StreamResult, plan: CloudPlan, cloud: CloudSettings, reason: str) -> Answer:
+    """The `Answer` (with its `CloudReply`) for a streamed completion that sent some text: how it
+    ended and its notices (`outcome`, logged), its decode rate from the endpoint's usage."""
     stop, cut_reason, notices = outcome(result, plan.prompt_tokens_estimate, cloud.max_tokens)
     if plan.instructions:  # the answer's check line: the document spoke to the model
         notices.append(instructions_note(list(plan.instructions)))
@@ -99,7 +123,6 @@ def ask_cloud(
     first, last = result.time_to_first_token_s, result.last_token_s
     completion = usage.completion_tokens if usage else None
     rate = (completion - 1) / (last - first) if completion and completion > 1 and first is not None and last and last > first else 0.0
-    log.debug("cloud answer: %d characters in %.2f s, stop %s", len(result.text), time.perf_counter() - began, stop)
     reply = CloudReply(endpoint=plan.endpoint, model=result.model or cloud.model, reason=reason, usage=usage, plan=plan,
                        finish_reason=result.finish_reason, cut_reason=cut_reason, attempts=result.attempts,
                        finish=result.finish, notices=tuple(notices))
@@ -109,7 +132,6 @@ def ask_cloud(
         time_to_first_token_s=first or 0.0, decode_tokens_per_s=rate, stop_reason=stop, reply=reply,
         reasoning=result.reasoning,
     )
-
 
 TRUNCATION_SHARE = 0.5
 """An endpoint that counts fewer prompt tokens than this share of the planned ones cut the prompt

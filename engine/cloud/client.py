@@ -11,8 +11,8 @@ speak this. A server that ignores `stream` and answers with one `chat.completion
 accepted too.
 
 Behaviour:
-- Timeouts: `connect_timeout_s` to open the connection, `read_timeout_s` of silence between bytes,
-  and `total_timeout_s` for the whole answer, because keep-alive comments reset the read timeout
+- Timeouts (`RequestLimits`): `connect_timeout_s` to open the connection, `read_timeout_s` of
+  silence between bytes, and `total_timeout_s` for the whole answer, because keep-alive comments reset the read timeout
   and a server may send them forever. Once `finish_reason` and `usage` (if asked for) arrived,
   the answer is complete and the call returns without waiting for `[DONE]` or the server's close.
 - Tolerated quirks: `"choices": null` (a usage-only chunk) and `data: null` events are skipped;
@@ -73,6 +73,25 @@ MAX_JSON_BODY_BYTES = 16 * 1024 * 1024
 TOTAL_TIMEOUT_S = 600.0    # longest whole answer; keep-alives reset only the read timeout
 FINISH_GRACE_S = 2.0       # after finish_reason, how long to wait for the usage chunk
 _DECODED_ENCODINGS = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})  # what urllib3 decodes here
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """How long one completion may take and how often its request is tried again.
+
+    connect_timeout_s: to open the connection. read_timeout_s: of silence between bytes.
+    total_timeout_s: for the whole answer (keep-alive comments reset only the read timeout).
+    max_retries: attempts after the first, on 429 and 5xx. backoff_s: the first wait when the
+    server names none, doubling each attempt. max_wait_s: a longer wait the server asks for is
+    reported, not waited.
+    """
+
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    total_timeout_s: float = TOTAL_TIMEOUT_S
+    max_retries: int = MAX_RETRIES
+    backoff_s: float = BACKOFF_S
+    max_wait_s: float = MAX_WAIT_S
 
 
 @dataclass(frozen=True)
@@ -172,19 +191,15 @@ def stream_chat_completion(
     payload: dict,
     *,
     api_key: str | None = None,
-    connect_timeout_s: float = 10.0,
-    read_timeout_s: float = 60.0,
+    limits: RequestLimits = RequestLimits(),
     on_text: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
-    max_retries: int = MAX_RETRIES,
-    backoff_s: float = BACKOFF_S,
-    max_wait_s: float = MAX_WAIT_S,
-    total_timeout_s: float = TOTAL_TIMEOUT_S,
 ) -> StreamResult:
     """POST `payload` to `{base_url}/chat/completions` and stream the answer's text to `on_text`.
 
-    `payload` is the Chat Completions request body; `stream` is forced on. Returns a StreamResult;
-    a stream that ends early (connection cut, read timeout mid-stream, `total_timeout_s` seconds
+    `payload` is the Chat Completions request body; `stream` is forced on. `limits`: timeouts and
+    retries (`RequestLimits`). Returns a StreamResult;
+    a stream that ends early (connection cut, read timeout mid-stream, `limits.total_timeout_s` seconds
     since the call) is returned with `cut_reason` set and whatever text arrived, and a cancelled
     one with `cancelled=True`.
     Raises CloudError for every failure before the first byte of the answer, for an error event or
@@ -195,8 +210,6 @@ def stream_chat_completion(
     for secret in _url_secrets(base_url):
         register_secret(secret)
     url, where = completions_url(base_url), display_url(base_url)
-    began = time.perf_counter()
-    result = StreamResult()
     tracker = SocketTracker()
     session = requests.Session()
     adapter = TrackingAdapter(tracker)
@@ -207,12 +220,10 @@ def stream_chat_completion(
     if cancel is not None:
         watcher = threading.Thread(target=watch_cancel, args=(cancel, finished, tracker), name="halaman-cloud-cancel", daemon=True)
         watcher.start()
-    exchange = _Exchange(session, url, where, dict(payload, stream=True), BearerAuth(api_key),
-                         (connect_timeout_s, read_timeout_s), cancel, result, began, on_text)
-    exchange.deadline = began + total_timeout_s
-    exchange.wants_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+    exchange = _Exchange(session, url, where, dict(payload, stream=True), BearerAuth(api_key), limits, cancel, on_text)
+    result = exchange.result
     try:
-        response = exchange.send(max_retries, backoff_s, max_wait_s)
+        response = exchange.send()
         if response is None:
             result.cancelled = True
         else:
@@ -236,20 +247,25 @@ def stream_chat_completion(
 class _Exchange:
     """One request with its retries, and the reading of its body. Not reusable."""
 
-    def __init__(self, session, url, where, body, auth, timeout, cancel, result, began, on_text) -> None:
+    def __init__(self, session, url, where, body, auth, limits: RequestLimits, cancel, on_text) -> None:
         self.session, self.url, self.where, self.body, self.auth = session, url, where, body, auth
-        self.timeout, self.cancel, self.result, self.began, self.on_text = timeout, cancel, result, began, on_text
-        self.deadline = math.inf     # perf_counter() time after which the answer is cut
-        self.wants_usage = False     # stream_options.include_usage: wait for the usage chunk
+        self.limits, self.cancel, self.on_text = limits, cancel, on_text
+        self.result = StreamResult()
+        self.timeout = (limits.connect_timeout_s, limits.read_timeout_s)
+        self.began = time.perf_counter()
+        self.deadline = self.began + limits.total_timeout_s  # perf_counter() time after which the answer is cut
+        # stream_options.include_usage: wait for the usage chunk
+        self.wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.finished_at: float | None = None  # perf_counter() time finish_reason arrived
 
     def cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
 
     # ------------------------------------------------------------ request
-    def send(self, max_retries: int, backoff_s: float, max_wait_s: float) -> requests.Response | None:
+    def send(self) -> requests.Response | None:
         """The 2xx response, or None when cancelled. Raises CloudError."""
         retries, adjusted = 0, set()
+        max_retries, backoff_s, max_wait_s = self.limits.max_retries, self.limits.backoff_s, self.limits.max_wait_s
         while True:
             if self.cancelled():
                 return None

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote
 
-from engine.documents import Document, ProgressCallback
+from engine.documents.document import Document, ProgressCallback
 from engine.documents.containers import DamagedDocumentError, ProtectedDocumentError, open_archive, parse_xml, read_member
 from engine.documents.encoding import UnclearEncodingError, decode_bytes
 from engine.documents.html import html_text

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from engine.documents import Document, ProgressCallback
+from engine.documents.document import Document, ProgressCallback
 
 Loader = Callable[..., Document]
 

@@ -13,8 +13,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.documents import (
-    Document, FileNotReadableError, NoTextLayerError, ProgressCallback, Segment, _reason,
+from engine.documents.document import (
+    Document, FileNotReadableError, NoTextLayerError, ProgressCallback, Segment, os_reason,
 )
 from engine.documents.names import display_name
 from engine.documents.ocr_worker import MAX_IMAGE_PIXELS
@@ -63,7 +63,7 @@ def frame_count(path: Path) -> int:
     except Image.DecompressionBombError as exc:
         raise ImageTooLargeError(f"{name} is too large to decode safely ({exc}): scale it down and open it again") from None
     except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError) as exc:
-        raise FileNotReadableError(f"{name} cannot be read as an image ({_reason(exc) if isinstance(exc, OSError) else exc}): "
+        raise FileNotReadableError(f"{name} cannot be read as an image ({os_reason(exc) if isinstance(exc, OSError) else exc}): "
                                    "open it in an image viewer and save it again") from None
 
 
@@ -117,7 +117,7 @@ def load_image(path: Path, *, progress: ProgressCallback | None = None,
                                    "image viewer and save it again")
     if not segments:
         raise NoTextLayerError(f"{name}: no text was found in the image (OCR read nothing)")
-    from engine.documents.pdf import page_ranges
+    from engine.documents.document import page_ranges
 
     warnings = [f"{page_ranges([s.page for s in segments])}: recognised text (OCR) of an image: words may be misread"]
     if empty:

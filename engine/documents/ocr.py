@@ -290,7 +290,7 @@ def recognised_note(recognised_pages: list[int], cited_pages: list[int | None]) 
     cited = sorted({page for page in cited_pages if page is not None and page in set(recognised_pages)})
     if not cited:
         return None
-    from engine.documents.pdf import page_ranges
+    from engine.documents.document import page_ranges
 
     verb = "is" if len(cited) == 1 else "are"
     return f"{page_ranges(cited)} {verb} recognised text (OCR): check the wording against the page image"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from engine.documents import Document, ProgressCallback
+from engine.documents.document import Document, ProgressCallback
 from engine.documents.containers import MAX_PART_BYTES, check_archive, open_archive, parse_xml, read_member
 from engine.documents.parts import Part, build_document, check_cancel, section_parts
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from docx.opc.constants import RELATIONSHIP_TYPE as RT
 from docx.opc.package import OpcPackage
 
-from engine.documents import Document, ProgressCallback
+from engine.documents.document import Document, ProgressCallback
 from engine.documents.containers import DamagedDocumentError, open_archive, parse_xml, read_member
 from engine.documents.parts import Part, build_document, check_cancel, section_parts
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from pptx.package import Package
 from pptx.shapes.group import GroupShape
 
-from engine.documents import Document, ProgressCallback
+from engine.documents.document import Document, ProgressCallback
 from engine.documents.containers import DamagedDocumentError, open_archive
 from engine.documents.parts import Part, build_document, check_cancel
 

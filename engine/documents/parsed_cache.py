@@ -27,7 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from engine import paths
-from engine.documents import Document, OutlineEntry, ProgressCallback, Segment, load_document
+from engine.documents import load_document
+from engine.documents.document import Document, OutlineEntry, ProgressCallback, Segment
 
 log = logging.getLogger(__name__)
 

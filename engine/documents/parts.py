@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.documents import Document, EmptyFileError, OutlineEntry, ProgressCallback, Segment
+from engine.documents.document import Document, EmptyFileError, OutlineEntry, ProgressCallback, Segment
 from engine.documents.text import normalize_and_count
 from engine.errors import Cancelled
 

@@ -22,11 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from engine.documents import (
+from engine.documents.document import (
     DamagedPdfError, Document, EmptyFileError, FileNotReadableError, NoTextLayerError,
     NotPdfError, OutlineEntry, PasswordRequiredError, ProgressCallback, Segment, SuspiciousPdfError,
     PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
-    _reason,
+    os_reason, page_ranges,
 )
 from engine.documents.child_io import ChildWords, child_events
 from engine.documents.hyphenation import join_hyphenated_lines
@@ -311,18 +311,6 @@ def _outline_entries(raw: list) -> list[OutlineEntry]:
     return entries
 
 
-def page_ranges(numbers: list[int]) -> str:
-    """'page 7' or 'pages 3-5, 9': consecutive pages as ranges so a scan does not flood the list."""
-    spans: list[list[int]] = []
-    for number in numbers:
-        if spans and number == spans[-1][1] + 1:
-            spans[-1][1] = number
-        else:
-            spans.append([number, number])
-    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
-    return f"page {text}" if len(numbers) == 1 else f"pages {text}"
-
-
 def _check_header(path: Path) -> None:
     """Refuse empty files and non-PDFs before starting a process (corpus cases S05, S06)."""
     try:
@@ -331,7 +319,7 @@ def _check_header(path: Path) -> None:
             head = handle.read(_HEADER_WINDOW_BYTES)
     except OSError as exc:
         raise FileNotReadableError(
-            f"{display_name(path.name)} cannot be read ({_reason(exc)}): check the file's permissions") from None
+            f"{display_name(path.name)} cannot be read ({os_reason(exc)}): check the file's permissions") from None
     if size == 0:
         raise EmptyFileError(f"{display_name(path.name)} is empty (0 bytes): the download or copy was probably "
                              "interrupted; get the file again")
@@ -407,7 +395,7 @@ def _run_worker(path: Path, password: str | None, start_page: int,
                 env=env, text=True, encoding="utf-8")
         except OSError as exc:
             raise FileNotReadableError(
-                f"{display_name(path.name)}: the PDF reader could not be started ({_reason(exc)}): "
+                f"{display_name(path.name)}: the PDF reader could not be started ({os_reason(exc)}): "
                 "reinstall Halaman") from None
         try:
             try:

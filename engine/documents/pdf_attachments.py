@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from engine.documents import Segment
+from engine.documents.document import Segment
 from engine.documents.encoding import UnclearEncodingError, decode_bytes
 from engine.documents.names import display_name
 from engine.documents.text import normalize_text

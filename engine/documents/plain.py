@@ -16,9 +16,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.documents import (
+from engine.documents.document import (
     Document, EmptyFileError, FileNotReadableError, NotTextError, ProgressCallback, Segment,
-    _reason, pointer_file_error,
+    os_reason, pointer_file_error,
 )
 from engine.documents.encoding import (
     UnclearEncodingError, bom_encoding, decode_bytes, utf16_without_bom,
@@ -144,7 +144,7 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
-        return _skip("unreadable", f"unreadable: {_reason(exc)}")
+        return _skip("unreadable", f"unreadable: {os_reason(exc)}")
     try:
         info = os.fstat(fd)
         # fstat on the opened descriptor, not the name: the file cannot be swapped for a FIFO
@@ -156,7 +156,7 @@ def read_text(path: Path, max_bytes: int | None = None) -> TextFile:
             return too_large
         data = _read_at_most(fd, limit + 1)
     except OSError as exc:
-        return _skip("unreadable", f"unreadable: {_reason(exc)}")
+        return _skip("unreadable", f"unreadable: {os_reason(exc)}")
     finally:
         os.close(fd)
     if len(data) > limit:  # grew after fstat

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pathspec
 
-from engine.documents import Document, NoTextFilesError, ProgressCallback, Segment
+from engine.documents.document import Document, NoTextFilesError, ProgressCallback, Segment
 from engine.documents.generated import generated_files, marked_generated
 from engine.documents.git import git_run, refusal, run_git, unreadable_folders
 from engine.documents.names import display_name

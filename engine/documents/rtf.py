@@ -20,7 +20,7 @@ from pathlib import Path
 
 from striprtf.striprtf import rtf_to_text
 
-from engine.documents import Document, EmptyFileError, NotTextError, ProgressCallback
+from engine.documents.document import Document, EmptyFileError, NotTextError, ProgressCallback
 from engine.documents.parts import Part, build_document, check_cancel
 
 MAX_RTF_BYTES = 50 * 1024 * 1024

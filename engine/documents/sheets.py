@@ -25,7 +25,7 @@ from typing import Iterable, Iterator
 
 from lxml import etree
 
-from engine.documents import Document, NotTextError, ProgressCallback
+from engine.documents.document import Document, NotTextError, ProgressCallback
 from engine.documents.containers import DamagedDocumentError, open_archive
 from engine.documents.parts import Part, build_document, check_cancel
 
@@ -159,7 +159,7 @@ def load_delimited(path: Path, name: str, *, progress: ProgressCallback | None =
 
     result = read_text(path, max_bytes=MAX_TABLE_BYTES)
     if result.code == "empty":
-        from engine.documents import EmptyFileError
+        from engine.documents.document import EmptyFileError
         raise EmptyFileError(f"{name} is empty (no text in it): choose another file")
     if result.skipped is not None:
         raise NotTextError(f"{name} cannot be read as a table ({result.skipped}): save it as UTF-8 text and open it again")

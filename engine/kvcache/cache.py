@@ -56,6 +56,27 @@ DECODE_EVICTION_SLACK_TOKENS = 64
 
 
 @dataclass(frozen=True)
+class StepOptions:
+    """How one chunk attends (`LayerKV.attend`); the same in every layer of a forward pass.
+
+    compact_positions: held tokens are rotated at their rank among the held ones, not at their
+        stream positions (`engine.kvcache.positions`; the cache's position mode "compact").
+    reuse_workspace: keep the held tokens dequantized and rotated between calls
+        (`engine.kvcache.layer_workspace`; for token-by-token decoding on a CPU).
+    pending: append nothing until `LayerKV.commit_pending` (speculative decoding).
+    attention_dtype: the dtype the chunk's attention output is computed in (None: the query's;
+        `chunk_attention`).
+    int8_steps: the decode workspace holds int8 keys and values (`packed_workspace`).
+    """
+
+    compact_positions: bool = False
+    reuse_workspace: bool = False
+    pending: bool = False
+    attention_dtype: torch.dtype | None = None
+    int8_steps: bool = False
+
+
+@dataclass(frozen=True)
 class CacheShape:
     """Model dimensions the cache needs: layers, KV heads (GQA/MQA), head dim, query heads."""
 
@@ -284,34 +305,30 @@ class LayerKV:
         return held + recalled
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, start: int, rope: RotaryTable,
-               compact_positions: bool, scaling: float, reuse_workspace: bool = False, scratch: Scratch | None = None,
-               pending: bool = False, attention_dtype: torch.dtype | None = None,
-               int8_steps: bool = False) -> torch.Tensor:
+               scaling: float, options: StepOptions, scratch: Scratch | None = None) -> torch.Tensor:
         """Attend a chunk and append it to the cache.
 
         query `[query_heads, chunk, head_dim]`, key / value `[kv_heads, chunk, head_dim]`, all before
         RoPE; `start`: the stream position of the chunk's first token. Returns the attention output
         `[query_heads, chunk, head_dim]` in the query's dtype. Held, recalled (`set_recalled`) and new
         tokens sit where `attention_positions` puts them; recalled tokens add what they receive to
-        `recalled.mass`. reuse_workspace: keep the held tokens dequantized and rotated between calls
-        (`engine.kvcache.layer_workspace`; for token-by-token decoding). scratch, attention_dtype: see
-        `chunk_attention`. pending: append nothing until `commit_pending` (speculative decoding).
-        int8_steps: the decode workspace holds int8 keys and values (`packed_workspace`).
+        `recalled.mass`. options: how this step attends (`StepOptions`: positions, decode workspace,
+        pending, dtypes). scratch: see `chunk_attention`.
         """
         chunk, compute, heads = query.shape[1], query.dtype, self.shape.kv_heads
-        recalled, ws = self.recalled, self._valid_workspace(compute, reuse_workspace)
+        recalled, ws = self.recalled, self._valid_workspace(compute, options.reuse_workspace)
         known = ws.recall.order if ws is not None and ws.recall is not None and ws.recall.recalled is recalled else None
         pos = attention_positions(self.index, self.n_tokens - self.resid_k.shape[1], start=start, chunk=chunk,
-                                  recalled=recalled, compact=compact_positions, order=known)
-        keys, values, masks = self._attended_kv(key, value, pos, rope, compute, reuse_workspace,
-                                                packed_workspace(attention_dtype, query.device, int8_steps))
+                                  recalled=recalled, compact=options.compact_positions, order=known)
+        keys, values, masks = self._attended_kv(key, value, pos, rope, compute, options.reuse_workspace,
+                                                packed_workspace(options.attention_dtype, query.device, options.int8_steps))
         query_rope = rope.joint(pos.query, bound=pos.bound)  # [kv_heads, chunk, 2 · head_dim] or [chunk, …]
         q = rotate(query.view(heads, self.shape.group, chunk, -1), query_rope[:, None] if query_rope.dim() == 3 else query_rope)
         out, scores = chunk_attention(q, keys, values, scaling=scaling, masks=masks, scratch=scratch,
-                                      per_query=pending, attention_dtype=attention_dtype)
+                                      per_query=options.pending, attention_dtype=options.attention_dtype)
         scores, recalled_mass = self._held_scores(scores, pos)
         new_index = torch.arange(start, start + chunk, device=query.device, dtype=torch.int32)
-        if pending:
+        if options.pending:
             self._pending = (key, value, new_index, scores, recalled_mass, start)
         else:
             if recalled_mass is not None:
@@ -320,7 +337,7 @@ class LayerKV:
         return out.reshape(self.shape.query_heads, chunk, -1)
 
     def commit_pending(self, count: int) -> None:
-        """Append the first `count` tokens of the chunk attended with `pending=True`; drop the rest.
+        """Append the first `count` tokens of the chunk attended `pending` (`StepOptions`); drop the rest.
 
         Token by token, in feeding order, each with the attention its own query gave (a query
         never sees a later token of its chunk), so scores, positions and storage end exactly as

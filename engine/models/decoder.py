@@ -14,13 +14,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from engine.errors import Cancelled, ModelError
 from engine.kvcache.archive import ArchiveWriter
 from engine.kvcache.attention import RotaryTable, Scratch
-from engine.kvcache.cache import CacheShape, CompressedCache
+from engine.kvcache.cache import CacheShape, CompressedCache, StepOptions
 from engine.kvcache.recall import Recaller
 from engine.models.int4_cpu import Int4Linear, can_fuse, fuse
 from engine.settings import CachePolicy
@@ -30,6 +31,21 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 # (tokens done, tokens total, seconds elapsed)
 ProgressFn = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True)
+class ChunkTaps:
+    """What reads every layer's keys, values and queries of a chunk before the chunk attends
+    (`CompressedDecoder.forward`).
+
+    archive: every layer's keys (before RoPE) and values of the chunk are also written there.
+    recaller: in every layer, the chunk's queries choose archived blocks to recall, which this
+        chunk and every later one attend (`engine.kvcache.recall`; the question of an answer, and
+        every few tokens of the answer).
+    """
+
+    archive: ArchiveWriter | None = None
+    recaller: Recaller | None = None
 
 
 def rms_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -114,9 +130,8 @@ class CompressedDecoder:
         slack_tokens: int = 0,
         cancel: threading.Event | None = None,
         reuse_workspace: bool = False,
-        archive: ArchiveWriter | None = None,
-        recaller: Recaller | None = None,
         pending: bool = False,
+        taps: ChunkTaps | None = None,
     ) -> torch.Tensor:
         """Feed `token_ids` `[chunk]` through the model, appending them to `cache`.
 
@@ -124,11 +139,9 @@ class CompressedDecoder:
         token (the LM head is the costliest matmul of a prefill chunk; it runs once). After each
         layer the cache evicts down to its budget when it holds more than budget + `slack_tokens`.
         Raises Cancelled (between layers) when `cancel` is set; the cache is then inconsistent
-        and must be dropped. `reuse_workspace`: see `LayerKV.attend` (for token-by-token decoding).
-        `archive`: every layer's keys (before RoPE) and values of the chunk are also written there.
-        `recaller`: in every layer, the chunk's queries choose archived blocks to recall, which this
-        chunk and every later one attend (`engine.kvcache.recall`; the question of an answer, and
-        every few tokens of the answer).
+        and must be dropped. `reuse_workspace`: see `StepOptions` (for token-by-token decoding).
+        `taps`: what reads every layer's keys, values and queries of the chunk before it attends
+        (`ChunkTaps`: the archive writer, the recaller).
         `pending`: attend the chunk but append nothing yet; `cache.commit(count, slack_tokens)` then
         keeps its first `count` tokens (speculative decoding: draft tokens the model rejects are
         never in the cache). The chunk must not be longer than `cache.tokens_until_compress`.
@@ -139,6 +152,9 @@ class CompressedDecoder:
         compact = cache.position_mode == "compact"
         hidden = self.embed(ids)  # [chunk, hidden]: the model's modules take 2-D inputs (fewer reshapes per layer)
         heads, kv_heads, head_dim = self.shape.query_heads, self.shape.kv_heads, self.shape.head_dim
+        archive, recaller = (taps.archive, taps.recaller) if taps is not None else (None, None)
+        options = StepOptions(compact_positions=compact, reuse_workspace=reuse_workspace, pending=pending,
+                              attention_dtype=self.attention_dtype, int8_steps=self.int8_steps)
         for i, (layer, layer_cache, fused) in enumerate(zip(self.layers, cache.layers, self.fused, strict=True)):
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
@@ -158,12 +174,8 @@ class CompressedDecoder:
                 if recalled is not layer_cache.recalled:  # unchanged: keep it, its mass and its rotated copy
                     recaller.absorb(layer_cache.recalled)  # keep the attention the replaced set received
                     layer_cache.set_recalled(recalled, compact_positions=compact)
-            out = layer_cache.attend(
-                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                start=start, rope=self.rope, compact_positions=compact, scaling=self.scaling,
-                reuse_workspace=reuse_workspace, scratch=self.scratch, pending=pending,
-                attention_dtype=self.attention_dtype, int8_steps=self.int8_steps,
-            )
+            out = layer_cache.attend(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), start=start,
+                                     rope=self.rope, scaling=self.scaling, options=options, scratch=self.scratch)
             if not pending:
                 layer_cache.compress(start + chunk, slack_tokens)
             hidden = hidden + attn.o_proj(out.transpose(0, 1).reshape(chunk, -1))
@@ -208,8 +220,8 @@ class CompressedDecoder:
         began = time.perf_counter()
         logits = None
         for first in range(0, n, step):
-            logits = self.forward(token_ids[first : first + step], cache, cancel=cancel, archive=archive,
-                                  recaller=recaller if first == 0 else None)
+            taps = ChunkTaps(archive=archive, recaller=recaller if first == 0 else None)
+            logits = self.forward(token_ids[first : first + step], cache, cancel=cancel, taps=taps)
             if governor is not None:
                 governor.step()
             if progress is not None:
