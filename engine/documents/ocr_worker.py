@@ -55,12 +55,31 @@ def load_engine(threads: int) -> Callable[[Any], list]:
     # use_cls off: the 180° classifier costs time on every line and pages arrive upright.
     engine = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1, use_cls=False,
                       max_side_len=MAX_SIDE_PX + 1)
+    engine.text_rec.postprocess_op = SpacedDecoder(engine.text_rec.postprocess_op.character)
 
     def recognise(image: Any) -> list:
         rows, _ = engine(image, use_cls=False)
         return rows or []
 
     return recognise
+
+
+class SpacedDecoder:
+    """rapidocr's recogniser decoder (`CTCLabelDecode`) with spaces put back from the character
+    positions (`engine.documents.ocr_spaces`): called by its TextRecognizer with a batch of
+    recogniser outputs [lines, columns, classes] (softmax probabilities), returns [(text, score)]
+    per line. `characters`: class index -> character, 0 the CTC blank, " " the space."""
+
+    def __init__(self, characters: list[str]) -> None:
+        self.character = characters
+        self.space = characters.index(" ")
+
+    def __call__(self, preds: Any, return_word_box: bool = False, **_: Any) -> list[tuple[str, float]]:
+        from engine.documents.ocr_spaces import decode_line
+
+        best, confidence = preds.argmax(axis=2), preds.max(axis=2)
+        return [decode_line(best[line], confidence[line], preds[line, :, self.space], self.character)
+                for line in range(preds.shape[0])]
 
 
 def fit(image: Any) -> tuple[Any, float]:
