@@ -49,7 +49,7 @@ def test_a_space_the_decoder_dropped_but_heard_is_put_back():
 
 
 def test_a_gap_much_wider_than_the_lines_usual_gap_is_a_space_even_unheard():
-    probs = columns(word("total") + [("", 1.0)] * 3 + word("revenue"))
+    probs = columns(word("total") + [("", 1.0)] * 4 + word("revenue"))  # 6 columns against 2
     assert rapidocr_decode(probs) == "totalrevenue"
     assert decode(probs) == "total revenue"
 
