@@ -9,7 +9,7 @@ import pytest
 
 from engine.documents.ocr_spaces import SPACE_HEARD, decode_line, space_after
 
-CHARACTERS = ["blank", *"abcdefghijklmnopqrstuvwxyz,.", " "]
+CHARACTERS = ["blank", *"abcdefghijklmnopqrstuvwxyz,.，：", " "]
 BLANK, SPACE = 0, len(CHARACTERS) - 1
 
 
@@ -102,3 +102,9 @@ def test_small_dense_print_is_read_with_its_spaces_and_one_box_per_line(tmp_path
     for line, top in zip(page.lines, tops):
         left, bottom, right, box_top = line.box
         assert box_top >= image.height - top - font_px and bottom <= image.height - top, (line, top)
+
+
+def test_full_width_punctuation_from_the_chinese_dictionary_is_made_ascii():
+    probs = columns(word("north") + [("，", 0.9), ("", 1.0)] + word("south") + [("：", 0.9)])
+    assert rapidocr_decode(probs) == "north，south："
+    assert decode(probs) == "north,south:"
