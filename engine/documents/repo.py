@@ -1,4 +1,6 @@
 """Code repositories: every text file that git would show, one segment per file, in path order.
+Word files, decks, workbooks, e-books, OpenDocument and RTF files among them are read by their
+formats' readers (`engine.documents.formats`), each a segment of its units under their labels.
 
 Which files: for a git work tree, git itself answers (`git ls-files --cached --others
 --exclude-standard`), because only git implements its ignore rules exactly (corpus case R05:
