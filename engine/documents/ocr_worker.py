@@ -79,13 +79,16 @@ def _without_spinning(engine: Any, threads: int) -> None:
     from onnxruntime import GraphOptimizationLevel, InferenceSession, SessionOptions
 
     for holder in (engine.text_det.infer, engine.text_rec.session):
+        model_path = getattr(holder.session, "_model_path", None)
+        if not isinstance(model_path, str):
+            continue  # another ONNX Runtime or rapidocr: keep its session as it is (slower, same text)
         options = SessionOptions()
         options.log_severity_level = 4
         options.enable_cpu_mem_arena = False
         options.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        holder.session = InferenceSession(holder.session._model_path, sess_options=options,
+        holder.session = InferenceSession(model_path, sess_options=options,
                                           providers=["CPUExecutionProvider"])
 
 
