@@ -39,6 +39,7 @@ from engine.citations import CITATION, CODE, citations, looks_like_citation, nor
 from engine.evidence_quotes import number_caution, quoted_passages
 from engine.grounding import instructions_note, unsupported_note
 from engine.history import UNREAD_CITATION
+from engine.documents.ocr import recognised_note
 from engine.library import MessageRecord
 from engine.workspace import RecallOff
 
@@ -162,6 +163,15 @@ def evidence_lines(message: MessageRecord, question: str = "") -> list[str]:
     return lines
 
 
+def recognised_line(message: MessageRecord, recognised_pages: list[int]) -> str:
+    """HTML: the caution under an answer whose cited pages were recognised from the page image
+    (`engine.documents.ocr.recognised_note`: "page 3 is recognised text (OCR): check the wording
+    against the page image"), '' when none was. `recognised_pages`: the open document's
+    `Document.recognised_pages`; a library answer's sources in other documents are not counted."""
+    note = recognised_note(recognised_pages, [s.page for s in message.sources if not s.document])
+    return f"<span style='color:{CAUTION_COLOR}'>⚠ {escape(note)}</span>" if note else ""
+
+
 def footer_text(message: MessageRecord) -> str:
     """'answered here by SmolLM2 · first words after 0.30 s · 3.2 tokens/s · saved reading reused ·
     12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
@@ -215,6 +225,7 @@ class ChatView(QTextBrowser):
         self.anchorClicked.connect(self._on_anchor)
         self.document().setDocumentMargin(14)
         self.labels: set[str] | None = None      # citation labels of the open document
+        self.recognised_pages: list[int] = []    # its pages read by OCR (`Document.recognised_pages`)
         self.live_text = ""
         self._live_from: int | None = None
         self._render_timer = QTimer(self)
@@ -366,6 +377,9 @@ class ChatView(QTextBrowser):
             cursor.insertBlock()
         lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels),
                                    attended_line(message.sources, message.id)) if line]
+        recognised = recognised_line(message, self.recognised_pages)
+        if recognised:
+            lines.append(recognised)
         lines.append(escape(footer_text(message)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")
         self._new_block(cursor)
@@ -425,4 +439,4 @@ def _code_block_format() -> QTextBlockFormat:
 
 
 __all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
-           "read_spans", "footer_text", "evidence_lines", "LOW_CONFIDENCE"]
+           "read_spans", "footer_text", "recognised_line", "evidence_lines", "LOW_CONFIDENCE"]

@@ -5,6 +5,7 @@ engine settings as the app, 2 threads), compared with the page's text layer.
     python bench/ocr.py                       # docs/bench/ocr.json and ocr_pages.csv
     python bench/ocr.py --pages 4             # a quick look
     python bench/ocr.py --memory 12           # the OCR process's RSS over a 12-page scan (TIFF)
+    python bench/ocr.py --speed 12            # 12 pages at 300 dpi timed (wall and CPU): run it alone
 
 Character error rate (CER) = Levenshtein distance (insertions, deletions, substitutions; a
 bit-parallel exact computation, Hyyrö 2003) between the recognised text and the text layer, both
@@ -174,6 +175,38 @@ def measure(corpus: Path, per_source: int | None) -> dict:
             "loadavg_after": loadavg(), "cpus": os.cpu_count(), "summary": summary, "pages": rows}
 
 
+def speed(corpus: Path, count: int) -> dict:
+    """Recognition time of `count` 300-dpi pages (render excluded), taken in turn from each source's
+    clean pages: wall seconds and CPU seconds (this process's user + system time, all of ONNX
+    Runtime's and OpenCV's threads) per page, with the load average before and after. On a quiet
+    machine wall time is the pages per minute a user sees; under load, CPU seconds per page is the
+    fair figure (two cores give at most 120 CPU seconds a minute)."""
+    import pypdfium2 as pdfium
+
+    recognise = load_engine(OCR_THREADS)
+    queue = []
+    for relative, wanted in SOURCES:
+        document = pdfium.PdfDocument(str(corpus / relative))
+        queue.append([(Path(relative).name, document, index) for index in clean_pages(document, wanted)])
+    picked = [pages[turn] for turn in range(max(map(len, queue))) for pages in queue if turn < len(pages)][:count]
+    rows, before = [], loadavg()
+    for name, document, index in picked:
+        page = document[index]
+        width, height = page.get_size()
+        image = page.render(scale=300 / 72).to_pil().convert("RGB")
+        cpu, wall = time.process_time(), time.perf_counter()
+        event = page_event(index, image, width, height, lambda x, y: (x, y), recognise)
+        rows.append({"file": name, "page": index + 1,
+                     "lines": len(event["lines"]), "wall_s": round(time.perf_counter() - wall, 2),
+                     "cpu_s": round(time.process_time() - cpu, 2), "loadavg": loadavg()})
+        print(rows[-1], flush=True)
+    wall_s, cpu_s = sum(r["wall_s"] for r in rows), sum(r["cpu_s"] for r in rows)
+    return {"engine": ENGINE_VERSION, "threads": OCR_THREADS, "cpus": os.cpu_count(), "dpi": 300,
+            "pages": len(rows), "pages_per_minute": round(60 * len(rows) / wall_s, 2),
+            "cpu_s_per_page": round(cpu_s / len(rows), 2), "loadavg_before": before, "loadavg_after": loadavg(),
+            "per_page": rows}
+
+
 def memory(frames: int, out: Path) -> dict:
     """RSS of the OCR process after each page of a `frames`-page TIFF of rendered P16-like text
     (Pillow's font), read through `engine.documents.ocr.recognise_pages` with a fresh cache."""
@@ -221,7 +254,14 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=None, help="pages per source (default: as listed)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
     parser.add_argument("--memory", type=int, default=0, help="measure the OCR process's RSS over a scan of N pages")
+    parser.add_argument("--speed", type=int, default=0, help="time N pages at 300 dpi (wall and CPU), nothing else")
     args = parser.parse_args()
+    if args.speed:
+        result = speed(args.corpus, args.speed)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ocr_speed.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print({key: value for key, value in result.items() if key != "per_page"})
+        return 0
     if args.memory:
         result = memory(args.memory, args.out)
         args.out.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from engine.documents.child_io import ChildWords, child_events
 
 log = logging.getLogger(__name__)
 
-ENGINE_VERSION = "rapidocr-onnxruntime-1.4.4/PP-OCRv4/2000px/1"
+ENGINE_VERSION = "rapidocr-onnxruntime-1.4.4/PP-OCRv4/2000px/spaces-2/batch-1"
 """Part of every cache key: a new engine, model or rendering rule recognises pages again."""
 
 OCR_THREADS = 2

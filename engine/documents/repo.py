@@ -1,4 +1,6 @@
 """Code repositories: every text file that git would show, one segment per file, in path order.
+Word files, decks, workbooks, e-books, OpenDocument and RTF files among them are read by their
+formats' readers (`engine.documents.formats`), each a segment of its units under their labels.
 
 Which files: for a git work tree, git itself answers (`git ls-files --cached --others
 --exclude-standard`), because only git implements its ignore rules exactly (corpus case R05:
@@ -29,6 +31,7 @@ from engine.documents.document import Document, NoTextFilesError, ProgressCallba
 from engine.documents.generated import generated_files, marked_generated
 from engine.documents.git import git_run, refusal, run_git, unreadable_folders
 from engine.documents.names import display_name
+from engine.documents.formats import TABLE_SUFFIXES, format_loader
 from engine.documents.plain import CONVERTED_SUFFIXES, read_file
 from engine.documents.pointers import KINDS as POINTER_KINDS
 from engine.errors import Cancelled
@@ -421,6 +424,8 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, list[str]]:
         return "", "not a regular file", []
     if not _inside(os.path.realpath(path), root):
         return "", "outside the folder", []  # defensive: a listing never goes through links
+    if path.suffix.lower() not in TABLE_SUFFIXES and (loader := format_loader(path)) is not None:
+        return _read_format(loader, path, rel)
     result = read_file(path)
     if result.skipped is not None:
         return "", result.skipped, []
@@ -432,6 +437,21 @@ def _read_file(root: Path, rel: str) -> tuple[str, str | None, list[str]]:
         return "", "minified", []
     text, cut = _long_lines_cut(result.text)
     return text, None, [*result.notes, *cut]
+
+
+def _read_format(loader, path: Path, rel: str) -> tuple[str, str | None, list[str]]:
+    """A Word file, deck, workbook, e-book, OpenDocument or RTF file in the folder, read by its
+    format's reader (`engine.documents.formats`) instead of skipped as binary: its units one after
+    another, each under its label ("[slide 2]"), as `_read_file` returns them. A file its reader
+    refuses (encrypted, damaged, too large unpacked) is skipped with the reader's one-line reason."""
+    from engine.errors import HalamanError
+
+    try:
+        document = loader(path, display_name(rel))
+    except HalamanError as exc:
+        return "", f"unreadable ({exc})", []
+    text = "\n\n".join(f"[{segment.label}]\n{segment.text}" for segment in document.segments)
+    return (text, None, []) if text.strip() else ("", "empty", [])
 
 
 def _minified(text: str) -> bool:
