@@ -7,7 +7,6 @@ import struct
 import threading
 import time
 import zlib
-from pathlib import Path
 
 import pytest
 
