@@ -95,7 +95,7 @@ def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) 
     compare).
 
     How often it and the grounding note mark wrong and right answers: docs/BENCHMARKS.md, "Marks
-    under answers" (bench/answer_marks.py)."""
+    under answers" (§9a, bench/answer_marks.py)."""
     asked = {_digits(m.group()) for m in _FIGURE.finditer(question)} | {_digits(n) for n in numbers_in(question)}
     stated = [n for n in stated_figures(answer) if _digits(n) not in asked]
     held = {_digits(m.group()) for passage in quoted for m in _FIGURE.finditer(passage.text)}
