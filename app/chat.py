@@ -99,14 +99,18 @@ def sources_line(text: str, labels: set[str] | None, message_id: int | None = No
     return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
 
 
-def attended_line(sources: list[Source], message_id: int | None = None) -> str:
+def attended_line(sources: list[Source], message_id: int | None = None, shown: dict[str, str] | None = None) -> str:
     """HTML: 'Attended: page 12 (41 %) · src/app.py (22 %)', each label a `cite:` link like a
-    citation's; '' when there are none (no recall, or nothing attended above the engine's floor)."""
+    citation's; '' when there are none (no recall, or nothing attended above the engine's floor).
+    `shown`: label -> the name a reader knows ("page 68" -> "page 48 (PDF page 68)",
+    `Document.shown_labels`); the link keeps the label."""
     if not sources:
         return ""
+    shown = shown or {}
     # A library answer's sources are in several documents: each is named "[title, page 3]"
     # (`Source.cited_name`, by which `app.source_flow` resolves the link).
-    names = [(s.cited_name, f"[{s.cited_name}]") if s.document else (s.label, s.label) for s in sources]
+    names = [(s.cited_name, f"[{s.cited_name}]") if s.document else (s.label, shown.get(s.label, s.label))
+             for s in sources]
     parts = [f"<a href='{cite_href(label, message_id)}' title=\"{ATTENDED_TIP}\">{escape(shown)}</a> ({s.share * 100:.0f} %)"
              for s, (label, shown) in zip(sources, names)]
     return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
@@ -149,13 +153,15 @@ CAUTION_COLOR = "#B03030"
 LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them against the page"
 
 
-def evidence_lines(message: MessageRecord, question: str = "") -> list[str]:
+def evidence_lines(message: MessageRecord, question: str = "", shown: dict[str, str] | None = None) -> list[str]:
     """Rich-text lines quoting what `message` (an answer) attended to most, each with its page or
-    file as a citation link (`engine.evidence_quotes`), then the caution when the answer's number
-    is not in them. [] for an answer without stored passages (cloud, or from before they were kept)."""
+    file as a citation link (`engine.evidence_quotes`; named as `shown` gives, as in `attended_line`),
+    then the caution when the answer's number is not in them. [] for an answer without stored
+    passages (cloud, or from before they were kept)."""
     quoted = quoted_passages(message.passages)
+    shown = shown or {}
     lines = [f"<span style='color:#444'>“{escape(p.text)}” — <a href='{cite_href(p.label, message.id)}'>"
-             f"{escape(p.label)}</a> ({p.share:.0%})</span>" for p in quoted]
+             f"{escape(shown.get(p.label, p.label))}</a> ({p.share:.0%})</span>" for p in quoted]
     caution = number_caution(message.text, question, quoted)
     if caution:
         lines.append(f"<span style='color:{CAUTION_COLOR}'>⚠ {escape(caution)}</span>")
@@ -215,6 +221,7 @@ class ChatView(QTextBrowser):
         self.anchorClicked.connect(self._on_anchor)
         self.document().setDocumentMargin(14)
         self.labels: set[str] | None = None      # citation labels of the open document
+        self.shown: dict[str, str] = {}          # label -> its printed name, where they differ (`Document.shown_labels`)
         self.live_text = ""
         self._live_from: int | None = None
         self._render_timer = QTimer(self)
@@ -360,12 +367,12 @@ class ChatView(QTextBrowser):
         block = QTextBlockFormat()
         block.setTopMargin(4)
         cursor.setBlockFormat(block)
-        evidence = evidence_lines(message, self._last_question)
+        evidence = evidence_lines(message, self._last_question, self.shown)
         if evidence:
             cursor.insertHtml("<br>".join(evidence))
             cursor.insertBlock()
         lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels),
-                                   attended_line(message.sources, message.id)) if line]
+                                   attended_line(message.sources, message.id, self.shown)) if line]
         lines.append(escape(footer_text(message)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")
         self._new_block(cursor)
