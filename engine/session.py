@@ -101,9 +101,15 @@ class DocumentSession:
         """Read, tokenize and prefill (or restore) a document (`engine.reading.Reader.open`, which
         says what `before_prefill`, `read_now` and `on_read_plan` do) and start a new conversation
         about it. Raises DocumentError, Cancelled, and any other failure as a one-line
-        HalamanError. Any failure leaves the session with no document, so a later `ask` says so."""
+        HalamanError. The new file is read and checked first (`Reader.load`): one that cannot be
+        (corrupt, refused, a wrong password, cancelled while reading it) leaves the open document
+        and its conversation as they were; a failure after that (tokenizing, the read) leaves the
+        session with no document, so a later `ask` says so."""
+        # The old document's caches are freed only once the new one is known to be readable.
+        document = path if isinstance(path, Document) else self.reader.load(path, password=password, progress=progress,
+                                                                            cancel=cancel)
         self.close()
-        self._open = self.reader.open(path, password=password, progress=progress, cancel=cancel,
+        self._open = self.reader.open(document, progress=progress, cancel=cancel,
                                       before_prefill=before_prefill, read_now=read_now, on_read_plan=on_read_plan)
         return self._open.report
 
