@@ -198,6 +198,7 @@ class DocumentSession:
         on_text: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         max_new_tokens: int | None = None,
+        progress: Callable[[Progress], None] | None = None,
     ) -> Answer:
         """Answer `question` about the open document, streaming text pieces to `on_text`
         (`engine.generate.answer_frame`, recalling by `engine.recall_source.question_recall`).
@@ -206,8 +207,10 @@ class DocumentSession:
         unless `follow_up` continues the previous answer; `follow_up=None` lets the question's words
         decide (`engine.evidence.conversation.continuation`: it refers back, or names nothing new),
         and `Answer.continues` says why it went on. Cancelling keeps what was generated
-        (stop_reason "cancelled"). Raises HalamanError when no document is open, the question is
-        empty, or a block of its archive is damaged (the archive is dropped: ask again).
+        (stop_reason "cancelled"). `progress`: told how far the chosen pages are re-read before
+        the first word, where the document has no archive yet (`Phase.REREADING`, tokens).
+        Raises HalamanError when no document is open, the question is empty, or a block of its
+        archive is damaged (the archive is dropped: ask again).
         """
         opened = self._open
         if opened is None:
@@ -224,7 +227,7 @@ class DocumentSession:
         decoding = self.decoding(max_new_tokens)
         asked = Asked(question, suffix_ids, cache, opened.report.document_tokens + len(suffix_ids),
                       opened.take_prefix_hit(), began, opened.prompt_lookup(suffix_ids) if decoding.drafts else None)
-        recall, turn = question_recall(opened, self.model, self.settings, question, history)
+        recall, turn = question_recall(opened, self.model, self.settings, question, history, progress)
         try:
             answer, passages = answer_frame(self.model.decoder, self.model.tokenizer, asked, recall, decoding,
                                             threads=self._threads(), on_text=on_text, cancel=cancel)
