@@ -80,22 +80,25 @@ ATTENDED_TIP = ("Pages or files whose recalled tokens received the most attentio
 
 
 def sources_line(text: str, labels: set[str] | None, message_id: int | None = None,
-                 read: set[str] | None = None) -> str:
+                 read: set[str] | None = None, shown: dict[str, str] | None = None) -> str:
     """HTML: 'Cited: page 1 · src/app.py' (links, `cite_href`), labels the document does not have
     marked, and those the answer did not read (not in `read`; None: unknown) marked as such: the
-    model wrote them without having read them. '' when nothing is cited."""
+    model wrote them without having read them. '' when nothing is cited. `shown`: a page's label
+    -> its printed name, as in `attended_line` (the link keeps what the answer wrote)."""
     cited = citations(text)
     if not cited:
         return ""
+    shown = shown or {}
     parts = []
     for label in cited:
+        name = shown.get(normalise_label(label), label)
         if labels is not None and label not in labels and normalise_label(label) not in labels:
             parts.append(f"<span style='color:#B03030'>{escape(label)} (not in the document)</span>")
         elif read is not None and label not in read and normalise_label(label) not in read:
-            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(label)}</a>"
+            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(name)}</a>"
                          f"<span style='color:#B03030'> ({UNREAD_CITATION})</span>")
         else:
-            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(label)}</a>")
+            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(name)}</a>")
     return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
 
 
@@ -371,7 +374,7 @@ class ChatView(QTextBrowser):
         if evidence:
             cursor.insertHtml("<br>".join(evidence))
             cursor.insertBlock()
-        lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels),
+        lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels, self.shown),
                                    attended_line(message.sources, message.id, self.shown)) if line]
         lines.append(escape(footer_text(message)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")

@@ -127,3 +127,15 @@ def test_the_window_names_the_attended_page_as_printed_and_its_pane_too(make_win
     pane = window.source_pane
     qtbot.waitUntil(pane.isVisible, timeout=5_000)
     assert pane.page == NEEDLE_PAGE and printed in pane.title.text(), pane.title.text()
+
+
+def test_the_chat_names_cited_attended_and_quoted_pages_as_printed():
+    from app.chat import attended_line, sources_line
+    from engine.answer import Source
+
+    shown = {"page 4": "page 1 (PDF page 4)", "page 3": "page iii (PDF page 3)"}
+    cited = sources_line("Nine hundred [page 4] and [p. 3].", {"page 3", "page 4"}, 7, None, shown)
+    assert ">page 1 (PDF page 4)</a>" in cited and ">page iii (PDF page 3)</a>" in cited
+    assert "cite:page%204#7" in cited  # the link still names the physical page
+    attended = attended_line([Source("page 4", 0.6, page=4)], 7, shown)
+    assert ">page 1 (PDF page 4)</a> (60 %)" in attended and "cite:page%204#7" in attended
