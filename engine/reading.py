@@ -97,6 +97,7 @@ class Reader:
         check_unicode(document.render() + document.title, document.title)
         return document
 
+    @halaman_errors_only("opening the document")
     def open(
         self,
         path: str | Document,
