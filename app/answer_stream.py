@@ -23,6 +23,7 @@ from app.worker import Job, JobError
 from engine.answer import StopReason
 from engine.errors import ErrorKind
 from engine.library import Library
+from engine.progress import Phase, Progress
 from engine.workspace import AnswerOutcome
 
 SAVE_PARTIAL_EVERY_S = 2.0
@@ -67,6 +68,7 @@ class AnswerStream(QObject):
     the user declined to send to the cloud, or on error), `error` the JobError or None."""
 
     ended = Signal(object, object, object)
+    rereading = Signal(int)   # percent of the chosen pages re-read before the answer's first word
 
     def __init__(self, library: Library, chat: ChatView, progress: ProgressPanel, *,
                  max_new_tokens: Callable[[], int], parent: QObject | None = None) -> None:
@@ -80,6 +82,7 @@ class AnswerStream(QObject):
         """Route `job`'s text and result here; the caller submits it."""
         self.live = LiveAnswer(job, document_id, message_id, question, source, saved_at=time.monotonic())
         job.on_text = self.on_text
+        job.on_progress = lambda event: self._progress(job, event)
         job.on_done = lambda outcome: self._finish(job, outcome, None)
         job.on_error = lambda error: self._finish(job, None, error)
         self.chat.begin_answer("Halaman · cloud" if source == "cloud" else "Halaman")
@@ -107,6 +110,15 @@ class AnswerStream(QObject):
         if now - live.saved_at > SAVE_PARTIAL_EVERY_S:
             self.library.update_message(live.message_id, text=live.text)
             live.saved_at = now
+
+    def _progress(self, job: Job, event: Progress) -> None:
+        """Before the first word, a local answer re-reads the pages it chose (a document not read
+        whole yet): shown in the progress panel instead of a silent "Answering…"."""
+        live = self.live
+        if live is None or live.job is not job or event.phase is not Phase.REREADING or live.pieces:
+            return
+        self.progress.show_rereading(event)
+        self.rereading.emit(100 * event.done // max(event.total, 1))
 
     def save_partial(self) -> None:
         """Save what has arrived so far (before the worker is stopped)."""

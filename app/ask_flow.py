@@ -39,8 +39,8 @@ class AskFlow:
         if conversation.ask_all.isChecked():
             self.ask_library(question)
             return
-        if follow_up is None:  # unticked: the engine decides from the question's words
-            follow_up = True if conversation.follow_up.isChecked() else None
+        if follow_up is None:  # neither ticked: the engine decides from the question's words
+            follow_up = conversation.follow_up_choice()
         self._ask(question, cloud=False, follow_up=follow_up)
 
     def ask_library(self, question: str) -> None:
@@ -78,6 +78,7 @@ class AskFlow:
         doc_id = state.open_id
         if not escalation:
             w.conversation.take_question()
+            w.conversation.reset_new_question()
             w.library.add_message(doc_id, "user", question)
             w.chat.add_question(question)
         settings, model = w.settings, w.client.model
@@ -102,9 +103,9 @@ class AskFlow:
         w.changed.emit(Changes(history=True))
         if w.closed:
             return
-        if outcome is not None and outcome.answer.continues and outcome.answer.continues != "asked as a follow-up":
-            w.statusBar().showMessage(f"Continued from your last question ({outcome.answer.continues}); tick "
-                                      "Follow-up to always continue, or ask it in other words to start afresh.", 15000)
+        said = self._which_way(live, outcome) if outcome is not None and not outcome.documents else ""
+        if said:
+            w.statusBar().showMessage(said, 15000)
         if outcome is not None and outcome.escalation:
             self._ask(live.question, cloud=True, reason=outcome.escalation, escalation=True)
         elif error is not None and error.kind is ErrorKind.OOM:
@@ -113,6 +114,20 @@ class AskFlow:
                                   document_id=live.document_id)
         elif error is not None and error.kind is not ErrorKind.CANCELLED:
             w.banner.show_message("error", f"Could not answer: {error.message}", document_id=live.document_id)
+
+    def _which_way(self, live: LiveAnswer, outcome: AnswerOutcome) -> str:
+        """The status text that says whether an answer went on from the last question, and why, or
+        started afresh ('' for a first question, and for a cloud answer, which is sent no conversation)."""
+        continues = outcome.answer.continues
+        if continues == "asked as a follow-up":
+            return "Continued from your last question (Follow-up is ticked)."
+        if continues:
+            return (f"Continued from your last question ({continues}); tick New question to start afresh, "
+                    "or Follow-up to always continue.")
+        answers = [m for m in self.window.library.messages(live.document_id) if m.role == "assistant"]
+        if live.source != "local" or len(answers) < 2:
+            return ""
+        return "Answered as a new question: it did not continue your last one (tick Follow-up to continue it)."
 
     def _keep_with(self, path: str, live: LiveAnswer, question_id: int) -> None:
         """Move a library answer and its question to the history of the document at `path` (the

@@ -81,33 +81,40 @@ ATTENDED_TIP = ("Pages or files whose recalled tokens received the most attentio
 
 
 def sources_line(text: str, labels: set[str] | None, message_id: int | None = None,
-                 read: set[str] | None = None) -> str:
+                 read: set[str] | None = None, shown: dict[str, str] | None = None) -> str:
     """HTML: 'Cited: page 1 · src/app.py' (links, `cite_href`), labels the document does not have
     marked, and those the answer did not read (not in `read`; None: unknown) marked as such: the
-    model wrote them without having read them. '' when nothing is cited."""
+    model wrote them without having read them. '' when nothing is cited. `shown`: a page's label
+    -> its printed name, as in `attended_line` (the link keeps what the answer wrote)."""
     cited = citations(text)
     if not cited:
         return ""
+    shown = shown or {}
     parts = []
     for label in cited:
+        name = shown.get(normalise_label(label), label)
         if labels is not None and label not in labels and normalise_label(label) not in labels:
             parts.append(f"<span style='color:#B03030'>{escape(label)} (not in the document)</span>")
         elif read is not None and label not in read and normalise_label(label) not in read:
-            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(label)}</a>"
+            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(name)}</a>"
                          f"<span style='color:#B03030'> ({UNREAD_CITATION})</span>")
         else:
-            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(label)}</a>")
+            parts.append(f"<a href='{cite_href(label, message_id)}'>{escape(name)}</a>")
     return f"<span title=\"{CITED_TIP}\">Cited:</span> " + " · ".join(parts)
 
 
-def attended_line(sources: list[Source], message_id: int | None = None) -> str:
+def attended_line(sources: list[Source], message_id: int | None = None, shown: dict[str, str] | None = None) -> str:
     """HTML: 'Attended: page 12 (41 %) · src/app.py (22 %)', each label a `cite:` link like a
-    citation's; '' when there are none (no recall, or nothing attended above the engine's floor)."""
+    citation's; '' when there are none (no recall, or nothing attended above the engine's floor).
+    `shown`: label -> the name a reader knows ("page 68" -> "page 48 (PDF page 68)",
+    `Document.shown_labels`); the link keeps the label."""
     if not sources:
         return ""
+    shown = shown or {}
     # A library answer's sources are in several documents: each is named "[title, page 3]"
     # (`Source.cited_name`, by which `app.source_flow` resolves the link).
-    names = [(s.cited_name, f"[{s.cited_name}]") if s.document else (s.label, s.label) for s in sources]
+    names = [(s.cited_name, f"[{s.cited_name}]") if s.document else (s.label, shown.get(s.label, s.label))
+             for s in sources]
     parts = [f"<a href='{cite_href(label, message_id)}' title=\"{ATTENDED_TIP}\">{escape(shown)}</a> ({s.share * 100:.0f} %)"
              for s, (label, shown) in zip(sources, names)]
     return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
@@ -150,13 +157,15 @@ CAUTION_COLOR = "#B03030"
 LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them against the page"
 
 
-def evidence_lines(message: MessageRecord, question: str = "") -> list[str]:
+def evidence_lines(message: MessageRecord, question: str = "", shown: dict[str, str] | None = None) -> list[str]:
     """Rich-text lines quoting what `message` (an answer) attended to most, each with its page or
-    file as a citation link (`engine.evidence_quotes`), then the caution when the answer's number
-    is not in them. [] for an answer without stored passages (cloud, or from before they were kept)."""
+    file as a citation link (`engine.evidence_quotes`; named as `shown` gives, as in `attended_line`),
+    then the caution when the answer's number is not in them. [] for an answer without stored
+    passages (cloud, or from before they were kept)."""
     quoted = quoted_passages(message.passages)
+    shown = shown or {}
     lines = [f"<span style='color:#444'>“{escape(p.text)}” — <a href='{cite_href(p.label, message.id)}'>"
-             f"{escape(p.label)}</a> ({p.share:.0%})</span>" for p in quoted]
+             f"{escape(shown.get(p.label, p.label))}</a> ({p.share:.0%})</span>" for p in quoted]
     caution = number_caution(message.text, question, quoted)
     if caution:
         lines.append(f"<span style='color:{CAUTION_COLOR}'>⚠ {escape(caution)}</span>")
@@ -226,6 +235,7 @@ class ChatView(QTextBrowser):
         self.document().setDocumentMargin(14)
         self.labels: set[str] | None = None      # citation labels of the open document
         self.recognised_pages: list[int] = []    # its pages read by OCR (`Document.recognised_pages`)
+        self.shown: dict[str, str] = {}          # label -> its printed name, where they differ (`Document.shown_labels`)
         self.live_text = ""
         self._live_from: int | None = None
         self._render_timer = QTimer(self)
@@ -371,12 +381,12 @@ class ChatView(QTextBrowser):
         block = QTextBlockFormat()
         block.setTopMargin(4)
         cursor.setBlockFormat(block)
-        evidence = evidence_lines(message, self._last_question)
+        evidence = evidence_lines(message, self._last_question, self.shown)
         if evidence:
             cursor.insertHtml("<br>".join(evidence))
             cursor.insertBlock()
-        lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels),
-                                   attended_line(message.sources, message.id)) if line]
+        lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels, self.shown),
+                                   attended_line(message.sources, message.id, self.shown)) if line]
         recognised = recognised_line(message, self.recognised_pages)
         if recognised:
             lines.append(recognised)

@@ -63,7 +63,7 @@ class DropArea(QFrame):
 class Conversation(QWidget):
     """Chat (or drop area) + ask bar: question, Follow-up, Ask, Ask the cloud."""
 
-    ask_requested = Signal(str, object)   # question, True (Follow-up ticked) or None (the engine decides)
+    ask_requested = Signal(str, object)   # question, True (Follow-up ticked), False (New question ticked) or None (the engine decides)
     ask_cloud_requested = Signal(str)
     citation_clicked = Signal(str, object)
     open_file_requested = Signal()
@@ -92,6 +92,13 @@ class Conversation(QWidget):
         self.follow_up = QCheckBox("Follow-up")
         self.follow_up.setToolTip("Always continue from the previous answer. Unticked, Halaman decides from your words "
                                   "(“it”, “and …”, a short question) and the status bar says when it continued")
+        # The other way round: the next question does not go on from the last one, whatever its words
+        # ("it", "and …"); unticked again once it is asked (`reset_new_question`).
+        self.new_question = QCheckBox("New question")
+        self.new_question.setToolTip("The next question starts afresh: it does not continue your last question "
+                                     "(for this question only)")
+        self.follow_up.toggled.connect(lambda on: on and self.new_question.setChecked(False))
+        self.new_question.toggled.connect(lambda on: on and self.follow_up.setChecked(False))
         self.ask_all = QCheckBox("Ask all documents")
         self.ask_all.setToolTip("Answer from the best matching documents of the library; sources name the document")
         # The question and its buttons on one row, the options under it: on one row, a chat beside
@@ -104,6 +111,7 @@ class Conversation(QWidget):
         options = QHBoxLayout()
         options.setContentsMargins(12, 0, 12, 8)
         options.addWidget(self.follow_up)
+        options.addWidget(self.new_question)
         options.addWidget(self.ask_all)
         options.addStretch(1)
         layout = QVBoxLayout(self)
@@ -122,6 +130,7 @@ class Conversation(QWidget):
         follow-up continues the conversation shown, so another document's starts unticked."""
         if document_id != self.document_id:
             self.follow_up.setChecked(False)
+            self.new_question.setChecked(False)
         self.document_id = document_id
 
     def set_ready(self, ready: bool, hint: str, *, cloud: bool, typing: bool = False) -> None:
@@ -138,6 +147,7 @@ class Conversation(QWidget):
             widget.setEnabled(ready)
         # A library question has no previous answer to follow, and the cloud is sent one document.
         self.follow_up.setEnabled(ready and not self.ask_all.isChecked())
+        self.new_question.setEnabled(ready and not self.ask_all.isChecked())
         self.cloud_button.setEnabled(ready and not self.ask_all.isChecked())
         enabled = ready or typing
         if not enabled and self.question.hasFocus():
@@ -160,4 +170,13 @@ class Conversation(QWidget):
     def _ask(self) -> None:
         question = self.question.text().strip()
         if question and self.ask_button.isEnabled():  # Enter in a question typed ahead waits for Ask
-            self.ask_requested.emit(question, True if self.follow_up.isChecked() else None)
+            self.ask_requested.emit(question, self.follow_up_choice())
+
+    def follow_up_choice(self) -> bool | None:
+        """What the user said of the next question: True (Follow-up ticked: continue the last one),
+        False (New question ticked: start afresh), None (neither: the engine decides from its words)."""
+        return True if self.follow_up.isChecked() else False if self.new_question.isChecked() else None
+
+    def reset_new_question(self) -> None:
+        """A question was asked: "New question" was for that one only."""
+        self.new_question.setChecked(False)

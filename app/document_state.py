@@ -40,6 +40,8 @@ class DocumentState:
     report: OpenReport | None = None
     document: Document | None = None
     segments: dict[str, str] = field(default_factory=dict)  # citation label -> text of the open document
+    # What was open before the read now under way replaced it (`kept_open`): (open_id, open_path, report, document, segments).
+    _kept: tuple | None = field(default=None, repr=False)
 
     # -------------------------------------------------------------- reports
     def show(self, record: DocumentRecord | None) -> None:
@@ -48,16 +50,31 @@ class DocumentState:
 
     def reading(self, path: str, record: DocumentRecord | None, job: Job) -> None:
         """`job` reads `path` (`record`: its library row, if it has one): it replaces whatever was
-        open or being read, and the chat shows it."""
+        open or being read, and the chat shows it. What was open is remembered until the read ends
+        (`kept_open`): the engine closes it only once the new file has been read."""
+        if self.open_id is not None:
+            self._kept = (self.open_id, self.open_path, self.report, self.document, self.segments)
+        elif self.opening is not None:  # a read replaced mid-way may have closed it in the engine already
+            self._kept = None
         self.opening, self.open_job, self.current = path, job, record
         self.open_id = self.open_path = self.document = None
         self.segments = {}
+
+    def kept_open(self) -> bool:
+        """The read that replaced the open document failed before the engine closed that one
+        (`engine.session.DocumentSession.open` reads the new file first): it is the open document
+        again, as it was. False when nothing was open before (or it was already given back)."""
+        kept, self._kept = self._kept, None
+        if kept is None or self.opening is not None or self.open_id is not None:
+            return False
+        self.open_id, self.open_path, self.report, self.document, self.segments = kept
+        return True
 
     def opened(self, job: Job, doc_id: int, path: str, report: OpenReport, document: Document) -> bool:
         """`job` has read its document (library id `doc_id`). False when a newer read replaced it."""
         if job is not self.open_job:
             return False
-        self.opening = self.open_job = None
+        self.opening = self.open_job = self._kept = None
         self.open_id, self.open_path, self.report, self.document = doc_id, path, report, document
         self.segments = {s.label: s.text for s in document.segments}
         return True
@@ -86,6 +103,8 @@ class DocumentState:
 
     def removed(self, doc_id: int) -> None:
         """The library document `doc_id` is gone."""
+        if self._kept is not None and self._kept[0] == doc_id:
+            self._kept = None
         if doc_id == self.open_id:
             self.open_id = self.open_path = self.document = None
             self.segments = {}

@@ -164,6 +164,17 @@ class ProgressPanel(QFrame):
             if event.done < event.total:
                 self._last_prefill = (event, time.monotonic())
 
+    def show_rereading(self, event: Progress) -> str:
+        """An answer re-reads its chosen pages before its first word (`Phase.REREADING`): "Reading
+        the chosen pages… 40 %", as a bar. Returns the text shown."""
+        self._last_prefill = self._loading_since = None
+        percent = 100 * event.done // max(event.total, 1)
+        text = f"Reading the chosen pages… {percent} %"
+        if event.eta_s is not None and event.done < event.total:
+            text += f" · about {fmt_duration(event.eta_s)} left"
+        self.set_progress(text, event.done, event.total)
+        return text
+
     def show_answering(self, text: str) -> None:
         self._last_prefill = self._loading_since = None
         self.set_busy(text)

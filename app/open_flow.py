@@ -17,7 +17,7 @@ from app import operations as ops
 from app.changes import Changes
 from app.units import fmt_duration
 from app.worker import ConfirmRequest, Job, JobError
-from engine.documents import WrongPasswordError
+from engine.documents import DocumentError, WrongPasswordError
 from engine.errors import ErrorKind
 from engine.progress import Phase, Progress
 from engine.workspace import OpenResult
@@ -149,6 +149,13 @@ class OpenFlow:
         w.library_panel.set_reading(None)
         w.changed.emit(Changes(reading=True, library=True))  # a library document's row shows its own details again
         name = Path(path).name
+        if error.kind is not ErrorKind.CANCELLED and isinstance(error.exception, DocumentError) and self._keep_open():
+            # The engine reads a new file before it closes the open one: that one is open again, its chat kept.
+            if error.kind is ErrorKind.PASSWORD:
+                self._ask_password_again(path, password, error)
+            else:
+                w.banner.show_message("error", f"Could not open {name}: {error.message}")
+            return
         if w.state.current is None:
             w.setWindowTitle("Halaman")
         if error.kind is ErrorKind.CANCELLED and previous is not None and Path(previous).exists():
@@ -159,12 +166,7 @@ class OpenFlow:
             w.header.set_info("Opening was cancelled." if w.state.current else "Reading was cancelled: nothing was kept.")
             w.statusBar().showMessage(f"Cancelled reading {name}.", 8000)
         elif error.kind is ErrorKind.PASSWORD:
-            typed = self.ask_password(name, isinstance(error.exception, WrongPasswordError) or password is not None)
-            if typed is not None:
-                self.open_path(path, password=typed)
-            else:
-                w.banner.show_message("error", f"{name} needs a password to open.", "Enter password…",
-                                      lambda: self._retry_password(path))
+            self._ask_password_again(path, password, error)
         elif error.kind is ErrorKind.OOM:
             w.header.set_info("Could not open this document.")
             w.banner.show_message("error", error.message, "Lower the budget and retry",
@@ -172,6 +174,30 @@ class OpenFlow:
         else:
             w.header.set_info("Could not open this document.")
             w.banner.show_message("error", f"Could not open {name}: {error.message}")
+
+    def _keep_open(self) -> bool:
+        """After a read that failed before the engine closed the open document: show that one again
+        as open (its chat, its header, its background read going on). False when none was open."""
+        w = self.window
+        if not w.state.kept_open():
+            return False
+        w.state.show(w.library.document(w.state.open_id))
+        w.setWindowTitle(f"Halaman — {Path(w.state.open_path).name}")
+        w.changed.emit(Changes(shown=True, reading=True, library=True))
+        report = w.state.report
+        if report is not None and report.unread:
+            w.background_read.start(w.state.open_path, report)
+        return True
+
+    def _ask_password_again(self, path: str, password: str | None, error: JobError) -> None:
+        """A PDF needs a (the right) password: ask for it; a banner offers it again when the user cancels."""
+        name = Path(path).name
+        typed = self.ask_password(name, isinstance(error.exception, WrongPasswordError) or password is not None)
+        if typed is not None:
+            self.open_path(path, password=typed)
+        else:
+            self.window.banner.show_message("error", f"{name} needs a password to open.", "Enter password…",
+                                            lambda: self._retry_password(path))
 
     def _retry_password(self, path: str) -> None:
         typed = self.ask_password(Path(path).name, False)

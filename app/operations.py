@@ -53,7 +53,8 @@ def ask_local(question: str, *, follow_up: bool | None, **callbacks) -> Job:
     """Answer with the local model over the open document's KV cache; the result is an
     `AnswerOutcome` (the answer, its library record, its escalation to the cloud)."""
     def run(workspace, ctx):
-        return workspace.outcome(workspace.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel))
+        return workspace.outcome(workspace.ask(question, follow_up=follow_up, on_text=ctx.text, cancel=ctx.cancel,
+                                               progress=ctx.progress))
 
     return Job("ask", run, title="Answering…", **callbacks)
 

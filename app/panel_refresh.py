@@ -59,6 +59,7 @@ def document_view(window, changes: Changes) -> None:
     if not window.chat.streaming:  # a streaming answer is drawn by the answer stream, piece by piece
         window.chat.labels = set(state.segments) if is_open else None
         window.chat.recognised_pages = list(state.document.recognised_pages) if is_open and state.document else []
+        window.chat.shown = state.document.shown_labels() if is_open and state.document is not None else {}
         window.chat.show_messages(window.library.messages(record.id))
     document_header(window)
 

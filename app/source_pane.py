@@ -207,9 +207,11 @@ class SourcePane(QWidget):
             try:
                 self.show_pdf_page(document.source, segment.page, own, segment.text,
                                    recognised=segment.page in document.recognised_pages)
+                # The page as printed, where the PDF numbers its pages otherwise ("page 48 (PDF page 68)").
+                self.title.setText(f"<b>{escape(Path(document.source).name)}</b> — {escape(segment.shown)}")
             except (pdfium.PdfiumError, OSError, ValueError) as error:
                 self.show_text_file(document.source, segment.text, own, numbered=False)
-                self.title.setText(f"<b>{escape(segment.label)}</b> — the PDF could not be rendered ({escape(str(error))}); its text:")
+                self.title.setText(f"<b>{escape(segment.shown)}</b> — the PDF could not be rendered ({escape(str(error))}); its text:")
         else:
             path = Path(document.source) / segment.path if segment.path else Path(document.source)
             # A unit of an office document, e-book or table ("slide 7", "sheet Revenue, rows 2–40"):

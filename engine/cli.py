@@ -322,7 +322,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
             print(f"halaman: the answer was not kept in the history ({exc})", file=err)
     _print_report(report, answer, settings, workspace)
     if answer.sources:
-        print("sources         " + "; ".join(f"[{s.label}] {s.share:.0%}" for s in answer.sources))
+        shown = document.shown_labels()  # "page 48 (PDF page 68)" where the PDF prints another number
+        print("sources         " + "; ".join(f"[{shown.get(s.label, s.label)}] {s.share:.0%}" for s in answer.sources))
     recognised = recognised_note(document.recognised_pages, [s.page for s in answer.sources])
     for caution in answer_cautions(answer, settings) + ([recognised] if recognised else []):
         print(f"check           {caution}")
@@ -416,7 +417,8 @@ def _cmd_find(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(row) for row in found.rows], indent=1, ensure_ascii=False))
         return 0
     for row in found.rows:
-        where = row.label if row.whole else f"{row.label} lines {row.line_start}–{row.line_end}"
+        name = row.shown or row.label  # the page as printed, where the PDF numbers it otherwise
+        where = name if row.whole else f"{name} lines {row.line_start}–{row.line_end}"
         mark = "read" if row.chosen else "    "
         print(f"{row.rank:>3}. {mark}  {where}  ({row.tokens:,} tokens)  {row.why}")
     return 0

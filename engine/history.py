@@ -42,8 +42,10 @@ def resolve(label: str, labels: set[str] | None) -> list[str] | None:
 UNREAD_CITATION = "not among the pages the answer read"
 
 
-def cite(text: str, title: str, labels: set[str] | None, read: set[str] | None = None) -> str:
-    """`text` (an answer, Markdown) with each citation outside code written as `reference`s, each
+def cite(text: str, title: str, labels: set[str] | None, read: set[str] | None = None,
+         shown: dict[str, str] | None = None) -> str:
+    """`text` (an answer, Markdown) with each citation outside code written as `reference`s (a page
+    named as printed where `shown` maps its label: `Document.shown_labels`), each
     one the document does not have as '(cites “x”, which is not in the document)', and each page or
     file the answer did not read (not in `read`; None: unknown, nothing marked) followed by
     '(not among the pages the answer read)': the model wrote it without having read it."""
@@ -55,7 +57,8 @@ def cite(text: str, title: str, labels: set[str] | None, read: set[str] | None =
         if named is None:
             return f"(cites “{label}”, which is not in the document)"
         unread = read is not None and any(name not in read for name in named)
-        return ", ".join(reference(title, name) for name in named) + (f" ({UNREAD_CITATION})" if unread else "")
+        names = [(shown or {}).get(name, name) for name in named]
+        return ", ".join(reference(title, name) for name in names) + (f" ({UNREAD_CITATION})" if unread else "")
 
     return "".join(part if part.startswith("`") else CITATION.sub(write, part) for part in CODE.split(text))
 
@@ -89,6 +92,7 @@ def conversation_markdown(record: DocumentRecord, messages: list[MessageRecord],
     citations and quoting the attended passages); None when it cannot be read any more: the
     citations are then written unchecked and nothing is quoted, which the file says."""
     labels = {segment.label for segment in document.segments} if document is not None else None
+    shown = document.shown_labels() if document is not None else {}  # pages as printed: "page 48 (PDF page 68)"
     title = unbracketed(record.title)
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() if exported_s is None else exported_s))
     lines = [f"# {title}", "", f"`{record.path}` · {record.size_text} · exported from Halaman on {when}", ""]
@@ -98,7 +102,7 @@ def conversation_markdown(record: DocumentRecord, messages: list[MessageRecord],
         if message.role == "user":  # a rule before each question: one exchange per part
             lines += ["---", "", f"**Question:** {message.text}", ""]
             continue
-        answer = cite(message.text or "_(no answer)_", title, labels, message.read_labels)
+        answer = cite(message.text or "_(no answer)_", title, labels, message.read_labels, shown)
         if sum(line.lstrip().startswith("```") for line in answer.splitlines()) % 2:
             answer += "\n```"  # an answer cut inside a code block: closed, or the rest of the file is code
         lines += [f"**Answer** ({answered_by(message)}):", "", answer, ""]
@@ -110,7 +114,7 @@ def conversation_markdown(record: DocumentRecord, messages: list[MessageRecord],
             lines.append("Where its attention went:")
             lines.append("")
             for passage in attended:
-                lines.append(f"> “{quote(passage.text(document))}” — {reference(title, passage.label)} "
+                lines.append(f"> “{quote(passage.text(document))}” — {reference(title, shown.get(passage.label, passage.label))} "
                              f"({passage.share * 100:.0f} %)")
                 lines.append(">")
             lines[-1] = ""

@@ -21,6 +21,7 @@ class Phase(enum.Enum):
     TOKENIZING = "tokenizing"
     PREFILL = "prefill"
     LOADING_CACHE = "loading cache"
+    REREADING = "re-reading the chosen pages"  # an answer's chosen spans prefilled again before its first word
 
 
 @dataclass(frozen=True)

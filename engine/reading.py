@@ -85,6 +85,19 @@ class Reader:
         self.filling: CompressedCache | None = None  # the cache a running prefill is filling (the live gauge)
 
     @halaman_errors_only("opening the document")
+    def load(self, path: str, *, password: str | None = None, progress: Callable[[Progress], None] | None = None,
+             cancel: threading.Event | None = None) -> Document:
+        """The document at `path` read and checked (`load_document`, then its text checked for the
+        tokenizer), without touching the model or any open document: the first step of `open`,
+        which `DocumentSession.open` takes before it closes the document open now, so a file that
+        cannot be read leaves that one open. Raises DocumentError, Cancelled."""
+        notify = progress or (lambda _p: None)
+        document = load_document(path, password=password, cancel=cancel, progress=reading_progress(notify, path),
+                                 include_generated=self.settings.include_generated_files)
+        check_unicode(document.render() + document.title, document.title)
+        return document
+
+    @halaman_errors_only("opening the document")
     def open(
         self,
         path: str | Document,
@@ -107,9 +120,8 @@ class Reader:
         """
         began = time.perf_counter()
         notify = progress or (lambda _p: None)
-        document = path if isinstance(path, Document) else load_document(
-            path, password=password, cancel=cancel, progress=reading_progress(notify, path),
-            include_generated=self.settings.include_generated_files)
+        document = path if isinstance(path, Document) else self.load(path, password=password, progress=progress,
+                                                                     cancel=cancel)
         notify(Progress(Phase.TOKENIZING, 0, 1, "documents"))
         check_unicode(document.render() + document.title, document.title)  # before any model work
         encoding = self.encode_document(document)

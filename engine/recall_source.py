@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,6 +32,7 @@ from engine.kvcache.recall import RecallHook, Recaller
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.models.decoder import CompressedDecoder
 from engine.open_document import OpenDocument
+from engine.progress import Phase, Progress
 from engine.recall_plan import RecallSource
 from engine.settings import CachePolicy, EngineSettings
 from engine.threads import ThreadGovernor
@@ -41,16 +42,25 @@ if TYPE_CHECKING:
 
 
 def reread_keys_values(decoder: CompressedDecoder, ids: torch.Tensor, policy: CachePolicy, *,
-                       governor: ThreadGovernor | None = None, cancel: threading.Event | None = None
+                       governor: ThreadGovernor | None = None, cancel: threading.Event | None = None,
+                       progress: Callable[[Progress], None] | None = None
                        ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """Every layer's keys (before RoPE) and values of the token ids `ids` `[R]`, prefilled on
     their own at positions 0..R-1 in a cache of `policy` widened to hold them all (span recall
     without an archive: `SpanRecaller.reread`). `governor` re-decides the CPU threads between
-    chunks. Returns layer -> (keys, values) `[kv_heads, R, head_dim]`. Raises Cancelled when
-    `cancel` is set (checked between chunks)."""
+    chunks. `progress` is told after each chunk (`Phase.REREADING`, tokens re-read of R, and the
+    rate), the last time at R of R. Returns layer -> (keys, values) `[kv_heads, R, head_dim]`.
+    Raises Cancelled when `cancel` is set (checked between chunks)."""
     policy = policy.replace(budget_tokens=max(policy.budget_tokens, len(ids) + policy.chunk_tokens), position_mode="original")
     capture = SpanCapture()
-    decoder.prefill(ids, decoder.new_cache(policy, "original"), archive=capture, governor=governor, cancel=cancel)
+
+    def chunk_done(done: int, total: int, seconds: float) -> None:
+        rate = done / seconds if seconds > 0 else 0.0
+        progress(Progress(Phase.REREADING, done, total, "tokens", tokens_per_s=rate,
+                          eta_s=(total - done) / rate if rate > 0 else None))
+
+    decoder.prefill(ids, decoder.new_cache(policy, "original"), archive=capture, governor=governor, cancel=cancel,
+                    progress=chunk_done if progress is not None else None)
     return capture.keys_values()
 
 
@@ -125,9 +135,10 @@ class SpanRecall(BlockRecall):
     archive: prefilled again from their token ids before the first answer token)."""
 
     def __init__(self, opened: OpenDocument, model: LoadedModel, selection: Selection, *, focus: bool,
-                 began: float) -> None:
+                 began: float, progress: Callable[[Progress], None] | None = None) -> None:
         super().__init__(opened, model, 0)
         self.selection, self.focus, self.began = selection, focus, began  # began: the selection's start
+        self.progress = progress  # told how far the re-read is, before the answer's first word
 
     def hook(self, cache: CompressedCache, governor, cancel) -> RecallHook | None:
         opened = self.opened
@@ -136,7 +147,7 @@ class SpanRecall(BlockRecall):
             hook = SpanRecaller(opened.archive, positions, focus=self.focus)
         else:
             keys_values = reread_keys_values(self.model.decoder, torch.tensor(opened.ids)[positions], opened.snapshot.policy,
-                                             governor=governor, cancel=cancel)
+                                             governor=governor, cancel=cancel, progress=self.progress)
             hook = SpanRecaller.reread(keys_values, positions, opened.spans.n_tokens)
             hook.stats.reread = True
         reasons = self.selection.reasons()
@@ -148,10 +159,13 @@ class SpanRecall(BlockRecall):
 
 
 def question_recall(opened: OpenDocument, model: LoadedModel, settings: EngineSettings, question: str,
-                    history: Sequence[Turn]) -> tuple[NoRecall, Turn]:
+                    history: Sequence[Turn], progress: Callable[[Progress], None] | None = None
+                    ) -> tuple[NoRecall, Turn]:
     """How `question` about `opened` recalls, by its `recall_plan` (see the module docstring), and
     the conversation's turn it makes (the spans it chose; none when it chose none). `history`:
-    the conversation's earlier turns, for a follow-up. Raises nothing of its own."""
+    the conversation's earlier turns, for a follow-up. `progress`: told how far the chosen spans
+    are re-read (`Phase.REREADING`) where there is no archive to recall them from. Raises nothing
+    of its own."""
     recall, plan, turn = settings.recall, opened.recall_plan, Turn(question, ())
     if recall.recall_tokens < 1 or not plan.recalls:
         return (WholeRecall(opened) if plan.source is RecallSource.WHOLE else NoRecall(opened)), turn
@@ -160,7 +174,7 @@ def question_recall(opened: OpenDocument, model: LoadedModel, settings: EngineSe
         selection = select_spans(opened, settings, model.profile.max_positions, question, history,
                                  reread=opened.archive is None)
         if selection.chosen:
-            return (SpanRecall(opened, model, selection, focus=recall.focus, began=began),
+            return (SpanRecall(opened, model, selection, focus=recall.focus, began=began, progress=progress),
                     Turn(question, selection.chosen_index))
     if opened.archive is None:
         return NoRecall(opened), turn

@@ -101,9 +101,15 @@ class DocumentSession:
         """Read, tokenize and prefill (or restore) a document (`engine.reading.Reader.open`, which
         says what `before_prefill`, `read_now` and `on_read_plan` do) and start a new conversation
         about it. Raises DocumentError, Cancelled, and any other failure as a one-line
-        HalamanError. Any failure leaves the session with no document, so a later `ask` says so."""
+        HalamanError. The new file is read and checked first (`Reader.load`): one that cannot be
+        (corrupt, refused, a wrong password, cancelled while reading it) leaves the open document
+        and its conversation as they were; a failure after that (tokenizing, the read) leaves the
+        session with no document, so a later `ask` says so."""
+        # The old document's caches are freed only once the new one is known to be readable.
+        document = path if isinstance(path, Document) else self.reader.load(path, password=password, progress=progress,
+                                                                            cancel=cancel)
         self.close()
-        self._open = self.reader.open(path, password=password, progress=progress, cancel=cancel,
+        self._open = self.reader.open(document, progress=progress, cancel=cancel,
                                       before_prefill=before_prefill, read_now=read_now, on_read_plan=on_read_plan)
         return self._open.report
 
@@ -192,6 +198,7 @@ class DocumentSession:
         on_text: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         max_new_tokens: int | None = None,
+        progress: Callable[[Progress], None] | None = None,
     ) -> Answer:
         """Answer `question` about the open document, streaming text pieces to `on_text`
         (`engine.generate.answer_frame`, recalling by `engine.recall_source.question_recall`).
@@ -200,8 +207,10 @@ class DocumentSession:
         unless `follow_up` continues the previous answer; `follow_up=None` lets the question's words
         decide (`engine.evidence.conversation.continuation`: it refers back, or names nothing new),
         and `Answer.continues` says why it went on. Cancelling keeps what was generated
-        (stop_reason "cancelled"). Raises HalamanError when no document is open, the question is
-        empty, or a block of its archive is damaged (the archive is dropped: ask again).
+        (stop_reason "cancelled"). `progress`: told how far the chosen pages are re-read before
+        the first word, where the document has no archive yet (`Phase.REREADING`, tokens).
+        Raises HalamanError when no document is open, the question is empty, or a block of its
+        archive is damaged (the archive is dropped: ask again).
         """
         opened = self._open
         if opened is None:
@@ -218,7 +227,7 @@ class DocumentSession:
         decoding = self.decoding(max_new_tokens)
         asked = Asked(question, suffix_ids, cache, opened.report.document_tokens + len(suffix_ids),
                       opened.take_prefix_hit(), began, opened.prompt_lookup(suffix_ids) if decoding.drafts else None)
-        recall, turn = question_recall(opened, self.model, self.settings, question, history)
+        recall, turn = question_recall(opened, self.model, self.settings, question, history, progress)
         try:
             answer, passages = answer_frame(self.model.decoder, self.model.tokenizer, asked, recall, decoding,
                                             threads=self._threads(), on_text=on_text, cancel=cancel)

@@ -413,12 +413,13 @@ class Workspace:
         return self.session.report if read else None
 
     def ask(self, question: str, *, follow_up: bool | None = False, on_text: Callable[[str], None] | None = None,
-            cancel: threading.Event | None = None) -> Answer:
-        """Answer `question` with the local model (see `DocumentSession.ask`), with the names it
+            cancel: threading.Event | None = None, progress: Callable[[Progress], None] | None = None) -> Answer:
+        """Answer `question` with the local model (see `DocumentSession.ask`, which tells `progress`
+        how far the chosen pages are re-read before the first word), with the names it
         states that the document does not contain in `Answer.unsupported` (`engine.grounding`).
         Raises HalamanError when no document is open or the question is empty."""
         self.ensure_model()
-        return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel)
+        return self.session.ask(question, follow_up=follow_up, on_text=on_text, cancel=cancel, progress=progress)
 
     def assume_asked(self, questions: Sequence[str]) -> None:
         """Take `questions` (oldest first) as the open document's conversation so far, unanswered

@@ -20,7 +20,7 @@ from window_driver import window_without_model  # noqa: E402
 def controls_whole(window) -> list[str]:
     """The ask bar's controls that are hidden or narrower than they need to show their text."""
     c = window.conversation
-    return [widget.objectName() or widget.text() for widget in (c.ask_button, c.follow_up, c.ask_all)
+    return [widget.objectName() or widget.text() for widget in (c.ask_button, c.follow_up, c.new_question, c.ask_all)
             if not widget.isVisible() or widget.width() < widget.minimumSizeHint().width()]
 
 

@@ -75,6 +75,11 @@ def pointer_file_error(path: Path, tool: str, fetch: str) -> PointerFileError:
                             f"downloaded; run `{fetch}` in its repository, then open it again")
 
 
+MAX_LABEL_CHARS = 24
+"""A PDF's printed page label longer than this is cut: real ones are a few characters ("xiv",
+"A-12"), and a hostile file could make one as long as a page."""
+
+
 @dataclass(frozen=True)
 class Segment:
     """One citable unit of a document: a PDF page or a repository file.
@@ -84,12 +89,24 @@ class Segment:
     page: 1-based physical page number for PDFs (not the printed page label), the unit's 1-based
     number for the formats of `engine.documents.formats` (slide 7 is 7), else None.
     path: repository-relative POSIX path for repository files, else None.
+    printed: a PDF page's printed label from the file's /PageLabels ("iii", "48"), else None. Display
+    only (`shown`): `label` and `page` stay the physical page, the key everywhere and the marker
+    the model reads.
     """
 
     text: str
     label: str
     page: int | None
     path: str | None
+    printed: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """How a reader is shown this unit: "page 48 (PDF page 68)" where the printed label differs
+        from the physical number, "page iii (PDF page 3)" for a roman one, else `label`."""
+        if not self.printed or self.page is None or self.printed == str(self.page):
+            return self.label
+        return f"page {self.printed} (PDF page {self.page})"
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,11 @@ class Document:
     pages: int | None = None
     outline: list[OutlineEntry] = field(default_factory=list)
     recognised_pages: list[int] = field(default_factory=list)
+
+    def shown_labels(self) -> dict[str, str]:
+        """{segment label: how a reader is shown it} for the units whose printed name differs
+        (`Segment.shown`: "page 68" -> "page 48 (PDF page 68)"); empty for most documents."""
+        return {s.label: s.shown for s in self.segments if s.shown != s.label}
 
     def marker(self, segment: Segment) -> str:
         """The line before `segment` in `render()`: "[page 12]" or "=== src/app.py ===". """

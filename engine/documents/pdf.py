@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from engine.documents.document import (
-    DamagedPdfError, Document, EmptyFileError, FileNotReadableError, NoTextLayerError,
+    MAX_LABEL_CHARS, DamagedPdfError, Document, EmptyFileError, FileNotReadableError, NoTextLayerError,
     NotPdfError, OutlineEntry, PasswordRequiredError, ProgressCallback, Segment, SuspiciousPdfError,
     PDF_HEADER_WINDOW_BYTES, UnreadableTextError, UnsupportedEncryptionError, WrongPasswordError,
     os_reason, page_ranges,
@@ -121,6 +121,7 @@ class _Collected:
         self.title = ""
         self.next_page = 1  # 1-based number of the page the worker is expected to send next
         self.segments: list[Segment] = []
+        self.printed: dict[int, str] = {}  # page -> its printed label (/PageLabels), where it has one
         self.scanned: list[int] = []
         self.stamped: dict[int, str] = {}  # page -> its stamp's text, kept if OCR cannot run
         self.recognised: dict[int, str] = {}  # page -> recognised text (OCR)
@@ -153,6 +154,9 @@ class _Collected:
         elif kind == "page":
             self._add_page(int(event["page"]), event["text"], int(event.get("images", 0)),
                            float(event.get("image_share", 0.0)))
+            printed = " ".join(normalize_text(str(event.get("label") or "")).split())[:MAX_LABEL_CHARS]
+            if printed:
+                self.printed[int(event["page"])] = printed
             for reason in event.get("hidden") or {}:
                 self.hidden.setdefault(str(reason), []).append(int(event["page"]))
             self.next_page = int(event["page"]) + 1
@@ -269,7 +273,8 @@ class _Collected:
         # Joined once all pages are in: whether a line-end hyphen is a compound's is told by the
         # whole document (B28).
         texts = join_hyphenated_lines([segment.text for segment in page_segments])
-        segments = [replace(segment, text=text) for segment, text in zip(page_segments, texts)]
+        segments = [replace(segment, text=text, printed=self.printed.get(segment.page))
+                    for segment, text in zip(page_segments, texts)]
         form, note = form_text(self.xfa)  # a dynamic form's values are in its XML, not on its pages
         if form:
             segments[0] = replace(segments[0], text=f"{segments[0].text}\n\n{form}")

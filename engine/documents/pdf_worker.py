@@ -12,6 +12,8 @@ Events:   {"event": "open", "pages": int, "title": str, "repaired": bool,
            "outline": [[level, title, 0-based page]]}
           {"event": "page", "page": int (1-based), "text": str,
            "extractor": "pdfium" | "pypdf" | "pdfminer", "images": int,
+           "label": the page's printed label (/PageLabels: "iii", "48", "A-3"; at most
+           MAX_LABEL_CHARS characters) or "" where the PDF gives none,
            "hidden": {reason: characters left out because no viewer shows them},
            "image_share": share of the page's area under images (0..1; computed only when the
            page has at most STAMP_MAX_CHARS characters of text, else 0)}
@@ -49,6 +51,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
+from engine.documents.document import MAX_LABEL_CHARS
 from engine.documents.pdf_attachments import attachments
 from engine.documents.pdf_layers import HIDDEN_REASON, LayersUnchecked, MarkedLayers, mark_hidden_layers
 from engine.documents.pdf_xfa import xfa_values
@@ -326,6 +329,17 @@ def _is_xfa(pdfium: Any, document: Any) -> bool:
         return False
 
 
+def _page_label(document: Any, index: int) -> str:
+    """Page `index`'s (0-based) printed label from the PDF's /PageLabels number tree (PDFium's
+    FPDF_GetPageLabel), on one line and capped; "" where there is none or PDFium cannot tell.
+    Display text only: nothing is done with it."""
+    try:
+        label = str(document.get_page_label(index) or "")
+    except Exception:  # noqa: BLE001 - a broken number tree must not cost the page's text
+        return ""
+    return " ".join(label.split())[:MAX_LABEL_CHARS]
+
+
 def _title(document: Any) -> str:
     try:
         return str(document.get_metadata_value("Title") or "")
@@ -393,7 +407,7 @@ def extract(path: str, password: str | None, start_page: int,
         share = _image_share(page, pdfium) if 0 < len(text.strip()) <= STAMP_MAX_CHARS else 0.0
         page.close()
         emit({"event": "page", "page": index + 1, "text": text, "extractor": extractor,
-              "images": images, "hidden": hidden, "image_share": round(share, 3)})
+              "images": images, "label": _page_label(opened, index), "hidden": hidden, "image_share": round(share, 3)})
     emit({"event": "attachments", "files": attachments(opened, pdfium)})
     emit({"event": "done"})
 

@@ -209,7 +209,8 @@ class FoundSpan:
     "src/app.py"), `page` / `path` (one of them None), `char_start` / `char_end` in its segment's
     text, `line_start` / `line_end` (1-based, inclusive, in that text), `whole` (the span is its
     whole page or file), `tokens`, `signal` and `why` (what chose it), `score`, `chosen` (whether
-    the question reads it)."""
+    the question reads it), `shown`: how a reader is shown its unit (`Segment.shown`: "page 48
+    (PDF page 68)" where the PDF prints another number; else the label)."""
 
     rank: int
     label: str
@@ -225,6 +226,7 @@ class FoundSpan:
     why: str
     score: float
     chosen: bool
+    shown: str = ""
 
 
 def found_spans(selection: Selection, spans: DocumentSpans, document, limit: int = 10) -> list[FoundSpan]:
@@ -243,5 +245,5 @@ def found_spans(selection: Selection, spans: DocumentSpans, document, limit: int
         whole = span.char_start == 0 and span.char_end == len(segment.text)
         rows.append(FoundSpan(len(rows) + 1, segment.label, segment.page, segment.path, span.char_start, span.char_end,
                               line_start, line_end, whole, span.tokens, candidate.signal, candidate.why,
-                              round(candidate.score, 3), candidate.span in chosen))
+                              round(candidate.score, 3), candidate.span in chosen, segment.shown))
     return rows
