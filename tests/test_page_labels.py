@@ -18,7 +18,8 @@ import pytest  # noqa: E402
 
 from engine.attended import AttendedSpan  # noqa: E402
 from engine.cli import main as cli_main  # noqa: E402
-from engine.documents import MAX_LABEL_CHARS, load_document  # noqa: E402
+from engine.documents import load_document  # noqa: E402
+from engine.documents.document import MAX_LABEL_CHARS  # noqa: E402
 from pdf_fixtures import helvetica_book  # noqa: E402
 from test_cli import run  # noqa: E402
 from test_span_recall import NEEDLE_PAGE, QUESTION, book, settings  # noqa: E402
