@@ -30,6 +30,12 @@ weight-only kernel (`aten._weight_int8pack_mm`, bfloat16 activations) for inputs
 `KERNEL_ROWS` rows: 2.2 ms. The same copy of the int4 layers was no faster in a real step (twice
 their bytes, and a step streams them from memory: 9.4 ms against 9.5) and cost more agreement
 with the int4 weights, so they keep the kernel (docs/BENCHMARKS.md §5f).
+
+Where onnxruntime is installed, an `Int4Linear` without a dense copy runs instead on its
+`MatMulNBits` with int8 activations (`engine.models.ort_matmul`, built from this layer's codes on
+first use): on the EPYC without AVX-512 1.5-1.9x this kernel's rate at a decode step's row and
+1.3-1.5x at a chunk's 512 (bench/int_projections.py, docs/BENCHMARKS.md §5j). HALAMAN_ORT_MATMUL=0
+keeps this kernel.
 """
 
 from __future__ import annotations
@@ -109,6 +115,8 @@ class Int4Linear(torch.nn.Module):
             y = torch.ops.aten._weight_int8pack_mm(flat, self.step_codes, self.step_scales)
         elif self.dense is not None and rows > KERNEL_ROWS:
             y = torch.nn.functional.linear(self._kernel_input(x), self.dense)
+        elif (ort := self._ort_kernel()) is not None:
+            y = ort(x.reshape(rows, self.in_features))
         else:
             flat = self._kernel_input(x)
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP_SIZE, self.scales_and_zeros)
@@ -116,6 +124,23 @@ class Int4Linear(torch.nn.Module):
         if x.dim() != 2:
             y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
+
+
+    def _ort_kernel(self):
+        """ONNX Runtime's `MatMulNBits` with int8 activations on this layer's codes (module docstring),
+        built on first use for torch's thread count; None keeps the torch kernel (Int8Linear, no
+        onnxruntime, HALAMAN_ORT_MATMUL=0, a shape it does not take)."""
+        threads = torch.get_num_threads()
+        held = getattr(self, "_ort", None)
+        if held is None or held[0] != threads:
+            from engine.models import ort_matmul
+
+            # measured on AVX2 only (docs/BENCHMARKS.md §5j): a CPU with AVX-512 BF16 keeps its dense copy and the kernel
+            usable = type(self) is Int4Linear and self.dense is None and self.packed.device.type == "cpu" and ort_matmul.enabled()
+            held = (threads, ort_matmul.from_torch_int4(self.packed, self.scales_and_zeros, self.in_features,
+                                                        self.out_features, threads) if usable else None)
+            self._ort = held
+        return held[1]
 
 
 class Int8Linear(Int4Linear):
