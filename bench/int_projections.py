@@ -1,7 +1,8 @@
 """The projection kernels alone, on the Qwen2.5-1.5B shape's matrices (random weights): our torch
 int4 kernel (`Int4Linear`, `Int8Linear` for the LM head), a float32 matmul, and ONNX Runtime's
 `MatMulNBits` at accuracy levels 0 (float32 activations) and 4 (int8 activations, integer dot
-products), at rows 1 (a decode step) and 512 (a prefill chunk), threads 1 and 2.
+products), at rows 1 (a decode step) and 512 (a prefill chunk), threads 1 and 2; on a CPU with
+AVX-512 BF16 also the bfloat16 copy of the layer a prefill chunk runs there (`ours_bf16_copy`).
 
     python bench/int_projections.py                 # docs/bench/int_projections.{json,csv}
     python bench/int_projections.py --reps 9 --shapes q gate_up
@@ -15,7 +16,8 @@ rounds, so a load change hits all of them alike; the ratios to float32 are per r
 Part `quality`: the embedded model's next-token distributions over 4,096 tokens of P05 with full
 attention (bench/weights_quality.py's quality part, BENCHMARKS §3), KL(float32 || int4) and top-1
 agreement with the int4 layers on ONNX Runtime (the default where it is installed) and on the torch
-kernel (HALAMAN_ORT_MATMUL=0's path), in one process.
+kernel (HALAMAN_ORT_MATMUL=0's path), in one process; both without the bfloat16 reading copy a CPU
+with AVX-512 BF16 keeps, so every row runs on the kernel compared, as a decode step's does.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def build(name: str, threads: int) -> dict:
     import torch
 
     from engine.models import ort_matmul as om
-    from engine.models.int4_cpu import Int4Linear, Int8Linear
+    from engine.models.int4_cpu import Int4Linear, Int8Linear, dense_chunks
 
     k, n, bits = SHAPES[name]
     torch.manual_seed(0)
@@ -49,11 +51,14 @@ def build(name: str, threads: int) -> dict:
     if bits == 4:
         codes, scales, zeros = om.q4_1_parts(linear.weight)
         ours = Int4Linear(linear, dense=False)
+        dense = Int4Linear(linear, dense=True) if dense_chunks() else None
     else:
         (codes, scales), zeros = om.q8_0_parts(linear.weight), None
-        ours = Int8Linear(linear, step_copy=False)
+        ours, dense = Int8Linear(linear, step_copy=False), None
     weight = om.dequantized(bits, codes, scales, zeros)
     variants = {"ours": ours, "float32": lambda x, w=weight: torch.nn.functional.linear(x, w)}
+    if dense is not None:  # what a chunk runs on a CPU with AVX-512 BF16: the bfloat16 copy (rows > KERNEL_ROWS)
+        variants["ours_bf16_copy"] = lambda x, d=dense.dense: torch.nn.functional.linear(x.to(torch.bfloat16), d).float()
     for level in (0, 4):
         variants[f"ort_level{level}"] = om.OrtProjection(k, n, bits, codes, scales, zeros, threads=threads, accuracy_level=level)
     return {"variants": variants, "weight": weight, "k": k, "n": n}
@@ -126,9 +131,12 @@ def quality(tokens: int, threads: int) -> list[dict]:
 
     models = {name: load_model("default", device="cpu", weights=w, threads=threads)
               for name, w in (("float32", "full"), ("int4 onnxruntime", "int4"), ("int4 torch kernel", "int4"))}
-    for module in models["int4 torch kernel"].decoder.model.modules():
-        if isinstance(module, Int4Linear):
-            module._ort = (threads, None)  # pin the torch kernel for this model only
+    for name in ("int4 onnxruntime", "int4 torch kernel"):
+        for module in models[name].decoder.model.modules():
+            if isinstance(module, Int4Linear):
+                module.dense = None  # every row through the kernel, as a decode step runs it (no bfloat16 reading copy)
+                if name == "int4 torch kernel":
+                    module._ort = (threads, None)  # pin the torch kernel for this model only
     rows = weights_quality.quality(models, tokens)
     for row in rows:
         row["ort_layers"] = sum(1 for m in models[row["weights"]].decoder.model.modules() if getattr(m, "_ort", (0, None))[1] is not None)
@@ -166,9 +174,10 @@ def main() -> None:
                 for r in args.rows:
                     if name == "lm_head" and r > 1:
                         continue  # a prefill runs the LM head on its last row only
-                    rows += measure(name, threads, r, args.reps)
+                    got = measure(name, threads, r, args.reps)
+                    rows += got
                     print(f"{name} rows {r} threads {threads}: " + ", ".join(
-                        f"{x['variant']} {x['gop_s']:.1f} GOP/s ({x['vs_float32']:.2f}x)" for x in rows[-4:]), flush=True)
+                        f"{x['variant']} {x['gop_s']:.1f} GOP/s ({x['vs_float32']:.2f}x)" for x in got), flush=True)
     calls = [o for t in args.threads for o in overhead(t, args.reps)]
     print("per call:", ", ".join(f"{c['variant']}@{c['threads']} {c['call_us']:.0f} us" for c in calls))
     meta["load_avg_end"] = " / ".join(f"{v:.2f}" for v in os.getloadavg())

@@ -31,11 +31,11 @@ weight-only kernel (`aten._weight_int8pack_mm`, bfloat16 activations) for inputs
 their bytes, and a step streams them from memory: 9.4 ms against 9.5) and cost more agreement
 with the int4 weights, so they keep the kernel (docs/BENCHMARKS.md §5f).
 
-Where onnxruntime is installed, an `Int4Linear` without a dense copy runs instead on its
-`MatMulNBits` with int8 activations (`engine.models.ort_matmul`, built from this layer's codes on
-first use): on the EPYC without AVX-512 1.5-1.9x this kernel's rate at a decode step's row and
-1.3-1.5x at a chunk's 512 (bench/int_projections.py, docs/BENCHMARKS.md §5j). HALAMAN_ORT_MATMUL=0
-keeps this kernel.
+Where onnxruntime is installed, whatever an `Int4Linear` ran on this kernel (decode steps; chunks
+too where it keeps no dense copy) runs instead on its `MatMulNBits` with int8 activations
+(`engine.models.ort_matmul`, built from this layer's codes on first use): 1.4-1.9x this kernel's
+rate at a decode step's row and 1.3-1.5x at a chunk's 512 rows, measured on an AMD EPYC with
+AVX-512 (bench/int_projections.py, docs/BENCHMARKS.md §5j). HALAMAN_ORT_MATMUL=0 keeps this kernel.
 """
 
 from __future__ import annotations
@@ -135,8 +135,7 @@ class Int4Linear(torch.nn.Module):
         if held is None or held[0] != threads:
             from engine.models import ort_matmul
 
-            # measured on AVX2 only (docs/BENCHMARKS.md §5j): a CPU with AVX-512 BF16 keeps its dense copy and the kernel
-            usable = type(self) is Int4Linear and self.dense is None and self.packed.device.type == "cpu" and ort_matmul.enabled()
+            usable = type(self) is Int4Linear and self.packed.device.type == "cpu" and ort_matmul.enabled()
             held = (threads, ort_matmul.from_torch_int4(self.packed, self.scales_and_zeros, self.in_features,
                                                         self.out_features, threads) if usable else None)
             self._ort = held
