@@ -177,8 +177,7 @@ def part_llamacpp(book, args) -> list[dict]:
     from engine.models.source import default_gguf_path
 
     if not args.llama_bench or not Path(args.llama_bench).is_file():
-        print("llamacpp part skipped: no llama-bench binary (give one with --llama-bench PATH; how to build it: "
-              "docs/BENCHMARKS.md §5j)")
+        print("llamacpp part skipped: no llama-bench binary; give llama.cpp's llama-bench with --llama-bench PATH")
         return []
     folder = shape_folder()
     shape_q4_0 = common.WORK / "qwen2.5-1.5b-shape-q4_0.gguf"
