@@ -13,6 +13,12 @@ from engine.models.int4_cpu import GROUP_SIZE, Int4Linear, fuse
 pytestmark = pytest.mark.skipif(not om.available(), reason="onnxruntime without MatMulNBits")
 
 
+@pytest.fixture(autouse=True)
+def ort_on(monkeypatch):
+    """The operator is opt-in (HALAMAN_ORT_MATMUL=1): these tests switch it on."""
+    monkeypatch.setenv("HALAMAN_ORT_MATMUL", "1")
+
+
 def applied_by_torch_kernel(layer: Int4Linear) -> torch.Tensor:
     """The float32 weight [out, in] torch's int4 kernel applies, read back with a float32 identity
     (the kernel's exact float32 path: each output is one code times its scale plus its zero)."""
@@ -62,6 +68,14 @@ def test_q8_0_weights_are_exact_with_the_default_zero_point():
     assert float((y.double() - x.double() @ w.double().T).abs().max()) < 1e-4
 
 
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv("HALAMAN_ORT_MATMUL")
+    layer = Int4Linear(torch.nn.Linear(64, 128))
+    with torch.inference_mode():
+        layer(torch.randn(1, 64))
+    assert not om.enabled() and layer._ort[1] is None
+
+
 def test_an_int4_layer_runs_on_onnxruntime_and_stays_close_to_the_torch_kernel(monkeypatch):
     g = torch.Generator().manual_seed(3)
     linear = torch.nn.Linear(1536, 256)
@@ -100,7 +114,7 @@ def test_without_the_operator_the_torch_kernel_runs(monkeypatch):
     with torch.inference_mode():
         monkeypatch.setenv("HALAMAN_ORT_MATMUL", "0")
         expected = Int4Linear(linear)(x)
-        monkeypatch.delenv("HALAMAN_ORT_MATMUL")
+        monkeypatch.setenv("HALAMAN_ORT_MATMUL", "1")
         monkeypatch.setattr(om, "_AVAILABLE", None)
         monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails
         assert not om.available() and not om.enabled()

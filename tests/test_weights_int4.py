@@ -9,8 +9,8 @@ from engine.models.int4_cpu import GROUP_SIZE, KERNEL_ROWS, Int4Linear, Int8Line
 
 @pytest.fixture
 def torch_kernel(monkeypatch):
-    """Pin torch's int4 kernel (these tests state its contract); int4 layers otherwise run on ONNX
-    Runtime's MatMulNBits where it is installed (tests/test_ort_matmul.py)."""
+    """Pin torch's int4 kernel (these tests state its contract), also where HALAMAN_ORT_MATMUL=1
+    would run int4 layers on ONNX Runtime's MatMulNBits (tests/test_ort_matmul.py)."""
     monkeypatch.setenv("HALAMAN_ORT_MATMUL", "0")
 
 

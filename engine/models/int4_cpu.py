@@ -31,11 +31,11 @@ weight-only kernel (`aten._weight_int8pack_mm`, bfloat16 activations) for inputs
 their bytes, and a step streams them from memory: 9.4 ms against 9.5) and cost more agreement
 with the int4 weights, so they keep the kernel (docs/BENCHMARKS.md §5f).
 
-Where onnxruntime is installed, whatever an `Int4Linear` ran on this kernel (decode steps; chunks
-too where it keeps no dense copy) runs instead on its `MatMulNBits` with int8 activations
-(`engine.models.ort_matmul`, built from this layer's codes on first use): 1.4-1.9x this kernel's
-rate at a decode step's row and 1.3-1.5x at a chunk's 512 rows, measured on an AMD EPYC with
-AVX-512 (bench/int_projections.py, docs/BENCHMARKS.md §5j). HALAMAN_ORT_MATMUL=0 keeps this kernel.
+With HALAMAN_ORT_MATMUL=1 (and onnxruntime installed), whatever an `Int4Linear` ran on this kernel
+(decode steps; chunks too where it keeps no dense copy) runs instead on ONNX Runtime's
+`MatMulNBits` with int8 activations (`engine.models.ort_matmul`, built from this layer's codes on
+first use). Off by default: alone and in cache it ran a decode step's row 1.4-1.9x this kernel, but
+not faster streamed from memory, nor in a real decode step (docs/BENCHMARKS.md §5j).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class Int4Linear(torch.nn.Module):
     def _ort_kernel(self):
         """ONNX Runtime's `MatMulNBits` with int8 activations on this layer's codes (module docstring),
         built on first use for torch's thread count; None keeps the torch kernel (Int8Linear, no
-        onnxruntime, HALAMAN_ORT_MATMUL=0, a shape it does not take)."""
+        onnxruntime, HALAMAN_ORT_MATMUL not 1, a shape it does not take)."""
         threads = torch.get_num_threads()
         held = getattr(self, "_ort", None)
         if held is None or held[0] != threads:

@@ -19,7 +19,8 @@ The ONNX model is written here as protobuf bytes (the few message fields it need
 so the `onnx` package is not a dependency. Each layer is one session on `threads` intra-op threads,
 spinning off (torch's threads share the cores between calls); inputs and outputs are bound to
 torch tensors' memory (IOBinding), no copies. `available()` is False when onnxruntime is missing or
-its CPU build lacks the operator; callers then keep the torch kernels.
+its CPU build lacks the operator; callers then keep the torch kernels. Opt-in for now
+(HALAMAN_ORT_MATMUL=1, `enabled`).
 """
 
 from __future__ import annotations
@@ -228,8 +229,10 @@ def from_torch_int4(packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_fea
 
 
 def enabled() -> bool:
-    """Whether int4 layers run on `MatMulNBits`: onnxruntime has it, and HALAMAN_ORT_MATMUL is not
-    "0" (benchmarks set it to compare with the torch kernel)."""
+    """Whether int4 layers run on `MatMulNBits`: HALAMAN_ORT_MATMUL=1 and onnxruntime has it. Off by
+    default: alone and in cache the operator ran a decode step's row 1.4-1.9x torch's int4 kernel,
+    but streaming 24 layers from memory it ran at the same rate, and a real decode step of the 1.5B
+    shape was slower with it (docs/BENCHMARKS.md §5j); to be decided on a quiet machine."""
     import os
 
-    return os.environ.get("HALAMAN_ORT_MATMUL", "1") != "0" and available()
+    return os.environ.get("HALAMAN_ORT_MATMUL", "0") == "1" and available()
