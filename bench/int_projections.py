@@ -15,8 +15,8 @@ rounds, so a load change hits all of them alike; the ratios to float32 are per r
 
 Part `quality`: the embedded model's next-token distributions over 4,096 tokens of P05 with full
 attention (bench/weights_quality.py's quality part, BENCHMARKS §3), KL(float32 || int4) and top-1
-agreement with the int4 layers on ONNX Runtime (the default where it is installed) and on the torch
-kernel (HALAMAN_ORT_MATMUL=0's path), in one process; both without the bfloat16 reading copy a CPU
+agreement with the int4 layers on ONNX Runtime (HALAMAN_ORT_MATMUL=1) and on the torch
+kernel (the default), in one process; both without the bfloat16 reading copy a CPU
 with AVX-512 BF16 keeps, so every row runs on the kernel compared, as a decode step's does.
 """
 
@@ -129,6 +129,7 @@ def quality(tokens: int, threads: int) -> list[dict]:
     from engine.models.int4_cpu import Int4Linear
     from engine.models.loader import load_model
 
+    os.environ["HALAMAN_ORT_MATMUL"] = "1"  # opt-in; the torch kernel's model is pinned below
     models = {name: load_model("default", device="cpu", weights=w, threads=threads)
               for name, w in (("float32", "full"), ("int4 onnxruntime", "int4"), ("int4 torch kernel", "int4"))}
     for name in ("int4 onnxruntime", "int4 torch kernel"):
