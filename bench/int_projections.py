@@ -163,6 +163,7 @@ def main() -> None:
                              ["weights", "tokens", "ppl", "ppl_vs_float32_pct", "kl_nats", "top1_agree", "ort_layers"], meta)
     if "kernels" not in args.parts:
         return
+    os.environ["HALAMAN_ORT_MATMUL"] = "0"  # "ours" is the torch kernel; the operator runs as its own variants
 
     import onnxruntime
 
