@@ -7,11 +7,16 @@ AVX-512 BF16 also the bfloat16 copy of the layer a prefill chunk runs there (`ou
     python bench/int_projections.py                 # docs/bench/int_projections.{json,csv}
     python bench/int_projections.py --reps 9 --shapes q gate_up
     python bench/int_projections.py --parts quality   # docs/bench/int_projections_quality.{json,csv}
+    python bench/int_projections.py --parts stream    # docs/bench/int_projections_stream.{json,csv}
 
 Variants are interleaved (A B C D, A B C D, ...) and each reported time is the median of --reps
 rounds, so a load change hits all of them alike; the ratios to float32 are per run. GOP/s counts
 2 · rows · in · out operations. `call_us`: one call on a 32 × 16 matrix (per-call overhead).
 `max_err`: max |y - x · Wᵀ| against the dequantized float32 weights (float64 product), at rows 1.
+
+Part `stream`: gate_up at one row through `--copies` distinct copies in turn (165 MB of int4 codes
+at 24, beyond the last-level cache, as a decode step streams its layers), torch kernel against
+MatMulNBits level 4, 1 thread.
 
 Part `quality`: the embedded model's next-token distributions over 4,096 tokens of P05 with full
 attention (bench/weights_quality.py's quality part, BENCHMARKS §3), KL(float32 || int4) and top-1
@@ -144,6 +149,33 @@ def quality(tokens: int, threads: int) -> list[dict]:
     return rows
 
 
+def stream(name: str, copies: int, reps: int) -> list[dict]:
+    """A decode step's row through `copies` distinct copies of one projection in turn (their int4
+    bytes beyond the last-level cache, as a real step streams its layers from memory): the torch
+    kernel against MatMulNBits level 4, interleaved, 1 thread."""
+    import torch
+
+    from engine.models import ort_matmul as om
+    from engine.models.int4_cpu import Int4Linear
+
+    torch.set_num_threads(1)
+    k, n, _bits = SHAPES[name]
+    torch.manual_seed(0)
+    layers = [Int4Linear(torch.nn.Linear(k, n, bias=False)) for _ in range(copies)]
+    sessions = [om.from_torch_int4(m.packed, m.scales_and_zeros, k, n, 1) for m in layers]
+    x = torch.randn(1, k)
+    runs = {"ours": lambda: [torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), m.packed, 32, m.scales_and_zeros) for m in layers],
+            "ort_level4": lambda: [s(x) for s in sessions]}
+    times = {v: [] for v in runs}
+    for _ in range(reps):
+        for v, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            times[v].append((time.perf_counter() - t0) / copies)
+    return [{"projection": name, "copies": copies, "rows": 1, "threads": 1, "variant": v, "ms": 1000 * common.median(t),
+             "gop_s": 2 * k * n / common.median(t) / 1e9, "held_mb": copies * k * n * 0.625 / 1e6} for v, t in times.items()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
@@ -151,7 +183,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--name", default="int_projections")
-    ap.add_argument("--parts", nargs="*", default=["kernels"], choices=["kernels", "quality"])
+    ap.add_argument("--parts", nargs="*", default=["kernels"], choices=["kernels", "quality", "stream"])
+    ap.add_argument("--copies", type=int, default=24, help="distinct copies of gate_up in the stream part")
     ap.add_argument("--tokens", type=int, default=4096, help="tokens of P05 in the quality part")
     args = ap.parse_args()
     common.setup(1)
@@ -161,6 +194,12 @@ def main() -> None:
         meta = {**common.machine_info(), "model": "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", "threads": 1}
         common.write_results(args.name + "_quality", quality(args.tokens, 1),
                              ["weights", "tokens", "ppl", "ppl_vs_float32_pct", "kl_nats", "top1_agree", "ort_layers"], meta)
+    if "stream" in args.parts:
+        meta = {**common.machine_info(), "load_avg_start": " / ".join(f"{v:.2f}" for v in os.getloadavg())}
+        with torch.inference_mode():
+            rows = stream("gate_up", args.copies, args.reps)
+        meta["load_avg_end"] = " / ".join(f"{v:.2f}" for v in os.getloadavg())
+        common.write_results(args.name + "_stream", rows, ["projection", "copies", "held_mb", "variant", "ms", "gop_s"], meta)
     if "kernels" not in args.parts:
         return
     os.environ["HALAMAN_ORT_MATMUL"] = "0"  # "ours" is the torch kernel; the operator runs as its own variants
