@@ -35,7 +35,8 @@ With HALAMAN_ORT_MATMUL=1 (and onnxruntime installed), whatever an `Int4Linear` 
 (decode steps; chunks too where it keeps no dense copy) runs instead on ONNX Runtime's
 `MatMulNBits` with int8 activations (`engine.models.ort_matmul`, built from this layer's codes on
 first use). Off by default: alone and in cache it ran a decode step's row 1.4-1.9x this kernel, but
-not faster streamed from memory, nor in a real decode step (docs/BENCHMARKS.md §5j).
+not faster streamed from memory, nor in a real decode step, and its int8 activations cost 4.2x
+this kernel's KL against float32 (docs/BENCHMARKS.md §5j).
 """
 
 from __future__ import annotations

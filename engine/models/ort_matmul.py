@@ -231,8 +231,9 @@ def from_torch_int4(packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_fea
 def enabled() -> bool:
     """Whether int4 layers run on `MatMulNBits`: HALAMAN_ORT_MATMUL=1 and onnxruntime has it. Off by
     default: alone and in cache the operator ran a decode step's row 1.4-1.9x torch's int4 kernel,
-    but streaming 24 layers from memory it ran at the same rate, and a real decode step of the 1.5B
-    shape was slower with it (docs/BENCHMARKS.md §5j); to be decided on a quiet machine."""
+    but streaming 24 layers from memory it ran at the same rate, a real decode step of the 1.5B
+    shape was slower with it, and its int8 activations gave the default model 4.2x the KL of the
+    torch kernel against float32 (docs/BENCHMARKS.md §5j)."""
     import os
 
     return os.environ.get("HALAMAN_ORT_MATMUL", "0") == "1" and available()
