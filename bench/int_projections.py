@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 SHAPES = {  # name: (in, out, bits); the 1.5B shape: hidden 1536, intermediate 8960, 2 KV heads of 128
     "q": (1536, 1536, 4), "kv": (1536, 256, 4), "gate_up": (1536, 8960, 4), "down": (8960, 1536, 4),

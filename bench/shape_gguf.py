@@ -84,7 +84,7 @@ def write(folder: Path, out: Path, qtype: str = "Q4_0", tokenizer_gguf: Path | N
     files = sorted(folder.glob("*.safetensors"))
     for file in files:
         with safe_open(str(file), framework="pt") as handle:
-            for hf in handle.keys():
+            for hf in handle.keys():  # noqa: SIM118 - a safetensors handle, not a dict
                 name = gguf_name(hf)
                 if name is None:
                     continue

@@ -170,9 +170,9 @@ def llama_bench(binary: str, gguf: Path, prompt: int, gen: int) -> list[dict]:
 
 
 def part_llamacpp(book, args) -> list[dict]:
+    import shape_gguf
     import torch
 
-    import shape_gguf
     from engine.models.loader import load_model
     from engine.models.source import default_gguf_path
 

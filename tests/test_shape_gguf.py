@@ -13,7 +13,7 @@ from engine.models.source import default_gguf_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 gguf = pytest.importorskip("gguf")
-import shape_gguf  # noqa: E402
+import shape_gguf
 
 
 def test_the_tiny_qwen2_folder_becomes_a_q4_0_gguf_llama_cpp_can_name(tmp_path):
