@@ -24,6 +24,12 @@ Parts (each writes docs/bench/speed_<part>.{csv,json}; `lengths` also docs/bench
            them on a CPU: ours vs transformers' DynamicCache over the same weights at `--shape-tokens`,
            read and decode tokens/s, weights and peak memory, and the roofline of this CPU (memory
            bandwidth and float32 matmul rate measured here) that bounds them.
+  llamacpp llama.cpp's `llama-bench` (a binary given by `--llama-bench PATH`; skipped without one):
+           pp512 and tg128 (`--llama-prompt` / `--llama-gen`) at threads 1 and 2, 3 repetitions, on the
+           shape's weights written as a GGUF (bench/shape_gguf.py: Q4_0 layers, Q8_0 embedding and
+           tied head) and on the embedded model's GGUF as is (Q4_1); beside them ours on the same
+           weights in the same run: the first 512 tokens of the book read (the app's path, as in
+           `lengths`), then `--decode-steps` steps, at threads 1 and 2.
   before   `--before REV` against this checkout: each in its own process (a git worktree of REV in
            bench/.work), the app's default weights at that commit, 8,192 tokens through the decoder
            and 16 decode steps, same threads: model load, prefill, chunk and decode rates.
@@ -151,6 +157,51 @@ def part_shape(book, args, threads) -> list[dict]:
              "decode_vs_transformers": ours["decode_tok_s"] / theirs["decode_tok_s"]},
             {**common_cols, "engine": "transformers DynamicCache", **theirs,
              "decode_of_bound": theirs["decode_tok_s"] / decode_bound, "prefill_of_bound": theirs["prefill_tok_s"] / prefill_bound}]
+
+
+# ------------------------------------------------------------------------------------ llamacpp
+def llama_bench(binary: str, gguf: Path, prompt: int, gen: int) -> list[dict]:
+    """llama-bench's JSON rows for one GGUF at threads 1 and 2 (3 repetitions each)."""
+    import subprocess
+
+    cmd = [binary, "-m", str(gguf), "-p", str(prompt), "-n", str(gen), "-t", "1,2", "-r", "3", "-o", "json"]
+    print(" ".join(cmd), flush=True)
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+def part_llamacpp(book, args) -> list[dict]:
+    import shape_gguf
+    import torch
+
+    from engine.models.loader import load_model
+    from engine.models.source import default_gguf_path
+
+    if not args.llama_bench or not Path(args.llama_bench).is_file():
+        print("llamacpp part skipped: no llama-bench binary; give llama.cpp's llama-bench with --llama-bench PATH")
+        return []
+    folder = shape_folder()
+    shape_q4_0 = common.WORK / "qwen2.5-1.5b-shape-q4_0.gguf"
+    if not shape_q4_0.exists():
+        shape_gguf.write(folder, shape_q4_0, "Q4_0")
+    models = {"Qwen2.5-1.5B shape": (folder, shape_q4_0, "Q4_0 (Q8_0 embedding = head)"),
+              "SmolLM2-135M (embedded)": ("default", default_gguf_path(), "Q4_1 (embedded GGUF)")}
+    rows = []
+    for label, (source, gguf, quant) in models.items():
+        for r in llama_bench(args.llama_bench, gguf, args.llama_prompt, args.llama_gen):
+            test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+            rows.append({"model": label, "engine": f"llama.cpp {r.get('build_commit', '?')}", "weights": quant, "test": test,
+                         "threads": r["n_threads"], "tok_s": r["avg_ts"], "stddev": r["stddev_ts"]})
+        lm = load_model(str(source), device="cpu", weights="int4", threads=2)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)  # int4 layers rebuild their ONNX Runtime sessions for it
+            with tempfile.TemporaryDirectory() as tmp:
+                ours = trace_ours(lm, torch.tensor(book[: args.llama_prompt]), [args.llama_prompt], args.decode_steps, Path(tmp))
+            rate = ours[args.llama_prompt]
+            for test, key in ((f"pp{args.llama_prompt}", "prefill_tok_s"), (f"tg{args.decode_steps}", "decode_tok_s")):
+                rows.append({"model": label, "engine": "ours", "weights": lm.weights_label, "test": test, "threads": threads,
+                             "tok_s": rate[key], "stddev": None})
+        del lm
+    return rows
 
 
 # ------------------------------------------------------------------------------------ lengths
@@ -397,7 +448,7 @@ def part_drafts(lm, max_new_tokens: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts", "before", "shape"])
+    ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts", "before", "shape", "llamacpp"])
     ap.add_argument("--before", default="77a8516", help="commit the 'before' part compares this checkout with")
     ap.add_argument("--lengths", type=int, nargs="*", default=[2048, 4096, 8192, 32768])
     ap.add_argument("--no-whole-book", dest="whole_book", action="store_false", help="stop at the longest --lengths")
@@ -407,6 +458,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1, help="whole runs of the lengths part, one after another")
     ap.add_argument("--name", default="speed_lengths", help="result name of the lengths part (docs/bench/NAME.*)")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="answer length in the drafts part")
+    ap.add_argument("--llama-bench", default=None, help="llama.cpp's llama-bench binary (the llamacpp part)")
+    ap.add_argument("--llama-prompt", type=int, default=512, help="tokens read in the llamacpp part (a multiple of 512)")
+    ap.add_argument("--llama-gen", type=int, default=128, help="llama-bench's generated tokens in the llamacpp part")
     ap.add_argument("--threads", type=int, default=0, help="0 = the engine's choice (idle cores, measured)")
     args = ap.parse_args()
     from engine.threads import choose_threads
@@ -426,6 +480,11 @@ def main() -> None:
                                                    "decode_vs_transformers", "weight_bytes", "peak_rss_bytes",
                                                    "bandwidth_gb_s", "matmul_gflop_s", "decode_bound_tok_s",
                                                    "decode_of_bound", "prefill_bound_tok_s", "prefill_of_bound"], meta)
+    if "llamacpp" in args.parts:
+        rows = part_llamacpp(book, args)
+        meta["load_avg_end"] = load_avg()
+        if rows:
+            common.write_results("speed_llamacpp", rows, ["model", "engine", "weights", "test", "threads", "tok_s", "stddev"], meta)
     if "lengths" in args.parts:
         rows, loads = [], []
         for run in range(1, args.runs + 1):  # whole runs one after another: the ratio is judged in each
