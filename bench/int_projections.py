@@ -20,7 +20,7 @@ MatMulNBits level 4, 1 thread.
 
 Part `quality`: the embedded model's next-token distributions over 4,096 tokens of P05 with full
 attention (bench/weights_quality.py's quality part, BENCHMARKS §3), KL(float32 || int4) and top-1
-agreement with the int4 layers on ONNX Runtime (HALAMAN_ORT_MATMUL=1) and on the torch
+agreement with the int4 layers on ONNX Runtime (`ort_matmul.int4_layers_on_ort`) and on the torch
 kernel (the default), in one process; both without the bfloat16 reading copy a CPU
 with AVX-512 BF16 keeps, so every row runs on the kernel compared, as a decode step's does.
 """
@@ -47,7 +47,7 @@ def build(name: str, threads: int) -> dict:
     """The variants of one projection, as callables on float32 x [rows, in]."""
     import torch
 
-    from engine.models import ort_matmul as om
+    import ort_matmul as om
     from engine.models.int4_cpu import Int4Linear, Int8Linear, dense_chunks
 
     k, n, bits = SHAPES[name]
@@ -109,7 +109,7 @@ def overhead(threads: int, reps: int) -> list[dict]:
     """Per-call cost on a tiny 32 → 16 projection at rows 1 (Python, binding, dispatch)."""
     import torch
 
-    from engine.models import ort_matmul as om
+    import ort_matmul as om
     from engine.models.int4_cpu import Int4Linear
 
     torch.set_num_threads(threads)
@@ -129,23 +129,21 @@ def overhead(threads: int, reps: int) -> list[dict]:
 
 
 def quality(tokens: int, threads: int) -> list[dict]:
+    import ort_matmul as om
     import weights_quality
 
     from engine.models.int4_cpu import Int4Linear
     from engine.models.loader import load_model
 
-    os.environ["HALAMAN_ORT_MATMUL"] = "1"  # opt-in; the torch kernel's model is pinned below
     models = {name: load_model("default", device="cpu", weights=w, threads=threads)
               for name, w in (("float32", "full"), ("int4 onnxruntime", "int4"), ("int4 torch kernel", "int4"))}
-    for name in ("int4 onnxruntime", "int4 torch kernel"):
-        for module in models[name].decoder.model.modules():
-            if isinstance(module, Int4Linear):
-                module.dense = None  # every row through the kernel, as a decode step runs it (no bfloat16 reading copy)
-                if name == "int4 torch kernel":
-                    module._ort = (threads, None)  # pin the torch kernel for this model only
+    for module in models["int4 torch kernel"].decoder.model.modules():
+        if isinstance(module, Int4Linear):
+            module.dense = None  # every row through the kernel, as a decode step runs it (no bfloat16 reading copy)
+    moved = om.int4_layers_on_ort(models["int4 onnxruntime"].decoder.model, threads)
     rows = weights_quality.quality(models, tokens)
     for row in rows:
-        row["ort_layers"] = sum(1 for m in models[row["weights"]].decoder.model.modules() if getattr(m, "_ort", (0, None))[1] is not None)
+        row["ort_layers"] = moved if row["weights"] == "int4 onnxruntime" else 0
     return rows
 
 
@@ -155,7 +153,7 @@ def stream(name: str, copies: int, reps: int) -> list[dict]:
     kernel against MatMulNBits level 4, interleaved, 1 thread."""
     import torch
 
-    from engine.models import ort_matmul as om
+    import ort_matmul as om
     from engine.models.int4_cpu import Int4Linear
 
     torch.set_num_threads(1)
@@ -202,7 +200,6 @@ def main() -> None:
         common.write_results(args.name + "_stream", rows, ["projection", "copies", "held_mb", "variant", "ms", "gop_s"], meta)
     if "kernels" not in args.parts:
         return
-    os.environ["HALAMAN_ORT_MATMUL"] = "0"  # "ours" is the torch kernel; the operator runs as its own variants
 
     import onnxruntime
 

@@ -7,13 +7,6 @@ import torch
 from engine.models.int4_cpu import GROUP_SIZE, KERNEL_ROWS, Int4Linear, Int8Linear, dense_chunks
 
 
-@pytest.fixture
-def torch_kernel(monkeypatch):
-    """Pin torch's int4 kernel (these tests state its contract), also where HALAMAN_ORT_MATMUL=1
-    would run int4 layers on ONNX Runtime's MatMulNBits (tests/test_ort_matmul.py)."""
-    monkeypatch.setenv("HALAMAN_ORT_MATMUL", "0")
-
-
 def linear_with(weight: torch.Tensor) -> torch.nn.Linear:
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     linear.weight.data.copy_(weight)
@@ -26,7 +19,6 @@ def as_matrix(layer: torch.nn.Module, in_features: int) -> torch.Tensor:
         return layer(torch.eye(in_features)).T
 
 
-@pytest.mark.usefixtures("torch_kernel")
 def test_int4_gets_the_codes_of_a_q4_1_grid_back_exactly():
     """A weight on Q4_1's grid (w = q · d + m per 32 inputs) whose d and m bfloat16 holds exactly is
     applied bit for bit: the min/max quantization finds every code again."""
@@ -40,7 +32,6 @@ def test_int4_gets_the_codes_of_a_q4_1_grid_back_exactly():
     assert torch.equal(as_matrix(Int4Linear(linear_with(weight)), groups * GROUP_SIZE), weight)
 
 
-@pytest.mark.usefixtures("torch_kernel")
 def test_int8_gets_the_codes_of_a_q8_0_grid_back_exactly():
     """Likewise for Q8_0 (w = q · d, q in -127..127), held as two 4-bit planes."""
     g = torch.Generator().manual_seed(1)
@@ -52,7 +43,6 @@ def test_int8_gets_the_codes_of_a_q8_0_grid_back_exactly():
     assert torch.equal(as_matrix(Int8Linear(linear_with(weight)), groups * GROUP_SIZE), weight)
 
 
-@pytest.mark.usefixtures("torch_kernel")
 def test_chunks_through_the_bfloat16_copy_apply_the_same_weights_as_the_kernel():
     """Prefill chunks (more than KERNEL_ROWS rows) take the dense copy, decode steps the kernel:
     both must apply one weight, or a document read and its answer would see different models."""
@@ -69,7 +59,6 @@ def test_chunks_through_the_bfloat16_copy_apply_the_same_weights_as_the_kernel()
     assert torch.equal(as_matrix(layer, 96), as_matrix(Int4Linear(linear), 96))  # the identity reads the weights back
 
 
-@pytest.mark.usefixtures("torch_kernel")
 def test_off_grid_weights_are_rounded_to_the_nearest_step_and_biases_kept():
     weight = torch.randn(48, 64, generator=torch.Generator().manual_seed(2))
     linear = linear_with(weight)
@@ -114,7 +103,6 @@ def test_the_embedded_model_in_int4_agrees_with_float32_on_real_text(smol, corpu
     assert nll(ours) < nll(ref) + 0.01  # perplexity within 1 %
 
 
-@pytest.mark.usefixtures("torch_kernel")
 @pytest.mark.parametrize("dense", [False, True])
 def test_fused_layers_give_each_parts_output_bit_for_bit(dense):
     """q|k|v fused into one int4 layer (`fuse`, one kernel call per decode step): its output is the
@@ -139,7 +127,6 @@ def test_fused_layers_give_each_parts_output_bit_for_bit(dense):
         fuse([Int4Linear(torch.nn.Linear(128, 96)), Int4Linear(torch.nn.Linear(128, 32))])
 
 
-@pytest.mark.usefixtures("torch_kernel")
 def test_the_lm_heads_step_copy_applies_its_weights_within_half_an_int8_step():
     """Decode steps (at most KERNEL_ROWS rows) run the LM head on its int8 step copy, a prefill's
     rows on the two 4-bit planes: the copy holds the weights the planes apply, each within half its

@@ -30,13 +30,6 @@ weight-only kernel (`aten._weight_int8pack_mm`, bfloat16 activations) for inputs
 `KERNEL_ROWS` rows: 2.2 ms. The same copy of the int4 layers was no faster in a real step (twice
 their bytes, and a step streams them from memory: 9.4 ms against 9.5) and cost more agreement
 with the int4 weights, so they keep the kernel (docs/BENCHMARKS.md §5f).
-
-With HALAMAN_ORT_MATMUL=1 (and onnxruntime installed), whatever an `Int4Linear` ran on this kernel
-(decode steps; chunks too where it keeps no dense copy) runs instead on ONNX Runtime's
-`MatMulNBits` with int8 activations (`engine.models.ort_matmul`, built from this layer's codes on
-first use). Off by default: alone and in cache it ran a decode step's row 1.4-1.9x this kernel, but
-not faster streamed from memory, nor in a real decode step, and its int8 activations cost 4.2x
-this kernel's KL against float32 (docs/BENCHMARKS.md §5j).
 """
 
 from __future__ import annotations
@@ -116,8 +109,6 @@ class Int4Linear(torch.nn.Module):
             y = torch.ops.aten._weight_int8pack_mm(flat, self.step_codes, self.step_scales)
         elif self.dense is not None and rows > KERNEL_ROWS:
             y = torch.nn.functional.linear(self._kernel_input(x), self.dense)
-        elif (ort := self._ort_kernel()) is not None:
-            y = ort(x.reshape(rows, self.in_features))
         else:
             flat = self._kernel_input(x)
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP_SIZE, self.scales_and_zeros)
@@ -125,22 +116,6 @@ class Int4Linear(torch.nn.Module):
         if x.dim() != 2:
             y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
-
-
-    def _ort_kernel(self):
-        """ONNX Runtime's `MatMulNBits` with int8 activations on this layer's codes (module docstring),
-        built on first use for torch's thread count; None keeps the torch kernel (Int8Linear, no
-        onnxruntime, HALAMAN_ORT_MATMUL not 1, a shape it does not take)."""
-        threads = torch.get_num_threads()
-        held = getattr(self, "_ort", None)
-        if held is None or held[0] != threads:
-            from engine.models import ort_matmul
-
-            usable = type(self) is Int4Linear and self.packed.device.type == "cpu" and ort_matmul.enabled()
-            held = (threads, ort_matmul.from_torch_int4(self.packed, self.scales_and_zeros, self.in_features,
-                                                        self.out_features, threads) if usable else None)
-            self._ort = held
-        return held[1]
 
 
 class Int8Linear(Int4Linear):

@@ -19,8 +19,11 @@ The ONNX model is written here as protobuf bytes (the few message fields it need
 so the `onnx` package is not a dependency. Each layer is one session on `threads` intra-op threads,
 spinning off (torch's threads share the cores between calls); inputs and outputs are bound to
 torch tensors' memory (IOBinding), no copies. `available()` is False when onnxruntime is missing or
-its CPU build lacks the operator; callers then keep the torch kernels. Opt-in for now
-(HALAMAN_ORT_MATMUL=1, `enabled`).
+its CPU build lacks the operator.
+
+Measured and not kept in the engine (docs/BENCHMARKS.md §5j): faster than torch's int4 kernel on one
+projection in cache, not in a real decode step, and its int8 activations cost 4.2x the KL against
+float32. `int4_layers_on_ort` puts a loaded model's int4 layers on it for bench/int_projections.py.
 """
 
 from __future__ import annotations
@@ -228,12 +231,23 @@ def from_torch_int4(packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_fea
         return None
 
 
-def enabled() -> bool:
-    """Whether int4 layers run on `MatMulNBits`: HALAMAN_ORT_MATMUL=1 and onnxruntime has it. Off by
-    default: alone and in cache the operator ran a decode step's row 1.4-1.9x torch's int4 kernel,
-    but streaming 24 layers from memory it ran at the same rate, a real decode step of the 1.5B
-    shape was slower with it, and its int8 activations gave the default model 4.2x the KL of the
-    torch kernel against float32 (docs/BENCHMARKS.md §5j)."""
-    import os
+def int4_layers_on_ort(model: torch.nn.Module, threads: int) -> int:
+    """Run every `Int4Linear` of `model` (not `Int8Linear`) that the operator takes on it, for
+    every row count (its bfloat16 reading copy dropped); returns how many layers moved."""
+    from engine.models.int4_cpu import Int4Linear
 
-    return os.environ.get("HALAMAN_ORT_MATMUL", "0") == "1" and available()
+    moved = 0
+    for module in model.modules():
+        if type(module) is not Int4Linear:
+            continue
+        projection = from_torch_int4(module.packed, module.scales_and_zeros, module.in_features, module.out_features, threads)
+        if projection is None:
+            continue
+
+        def forward(x: torch.Tensor, layer=module, run=projection) -> torch.Tensor:
+            y = run(x.reshape(-1, layer.in_features)).to(x.dtype).view(*x.shape[:-1], layer.out_features)
+            return y if layer.bias is None else y + layer.bias
+
+        module.dense, module.forward = None, forward
+        moved += 1
+    return moved
