@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -170,18 +171,31 @@ def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> lis
     return rows
 
 
+def _path_at(rev: str, *paths: str) -> str:
+    """The first of `paths` that exists at commit `rev`."""
+    for path in paths:
+        if subprocess.run(["git", "cat-file", "-e", f"{rev}:{path}"], cwd=common.REPO, capture_output=True).returncode == 0:
+            return path
+    raise FileNotFoundError(f"none of {paths} at {rev}")
+
+
 class Before:
     """The selection of an older commit: its spans.py and text_index.py side by side with today's."""
 
     def __init__(self, rev: str, budget_tokens: int = 1024, max_spans: int = 2) -> None:
-        import engine.evidence.text_index as current_index
-
-        old_index = common.module_at(rev, "engine/evidence/text_index.py")
-        sys.modules["engine.evidence.text_index"] = old_index
+        # both modules lived in engine/ before they moved into engine/evidence/
+        index_path = _path_at(rev, "engine/evidence/text_index.py", "engine/text_index.py")
+        spans_path = _path_at(rev, "engine/evidence/spans.py", "engine/spans.py")
+        name = index_path.removesuffix(".py").replace("/", ".")
+        current = sys.modules.get(name)
+        sys.modules[name] = common.module_at(rev, index_path)  # what the old spans.py imports
         try:
-            self.module = common.module_at(rev, "engine/evidence/spans.py")
+            self.module = common.module_at(rev, spans_path)
         finally:
-            sys.modules["engine.evidence.text_index"] = current_index
+            if current is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = current
         self.budget_tokens, self.max_spans = budget_tokens, max_spans
 
     def build(self, document, token_chars, head_tokens, text_tokens, n_tokens):
