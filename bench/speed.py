@@ -193,7 +193,7 @@ def part_llamacpp(book, args) -> list[dict]:
                          "threads": r["n_threads"], "tok_s": r["avg_ts"], "stddev": r["stddev_ts"]})
         lm = load_model(str(source), device="cpu", weights="int4", threads=2)
         for threads in (1, 2):
-            torch.set_num_threads(threads)  # int4 layers rebuild their ONNX Runtime sessions for it
+            torch.set_num_threads(threads)  # the thread counts llama-bench runs
             with tempfile.TemporaryDirectory() as tmp:
                 ours = trace_ours(lm, torch.tensor(book[: args.llama_prompt]), [args.llama_prompt], args.decode_steps, Path(tmp))
             rate = ours[args.llama_prompt]
