@@ -26,6 +26,7 @@ from engine.errors import HalamanError, SettingsError
 from engine.estimate import KNOWN_SHAPES, estimate
 from engine.models.catalog import CatalogModel, DeviceMemory
 from engine.models.profile import ModelProfile
+from engine.models.source import resolve
 from engine.settings import EngineSettings, save_settings
 from engine.units import format_bytes
 from engine.workspace import SettingsChange
@@ -160,6 +161,8 @@ class SettingsDialog(QDialog):
         Anything invalid is shown in the dialog, which stays open."""
         try:
             settings = self.values()
+            if settings.model != self.original.model:
+                resolve(settings.model)  # a path that does not exist is said here, not after the model unloads
             key = self.cloud.typed_key()
             if key:
                 if not settings.cloud.base_url:

@@ -116,3 +116,25 @@ def test_a_change_that_reads_the_open_document_again_says_so_before_save(qtbot, 
     qtbot.addWidget(nothing_open)
     nothing_open.cache.budget.setValue(nothing_open.cache.budget.value() - 512)
     assert nothing_open.error.text() == ""
+
+
+def test_a_model_path_that_does_not_exist_is_refused_at_save_and_nothing_is_written(qtbot, tmp_path, memory_keyring):
+    """A fresh tester saved Model = GGUF file /nonexistent/model.gguf: the dialog closed, the file
+    kept it, the model unloaded and the open document closed with a banner blaming the document.
+    Now Save says so beside the button and keeps the dialog open."""
+    from app.settings_dialog import SettingsDialog
+
+    file = tmp_path / "settings.toml"
+    dialog = SettingsDialog(EngineSettings(), settings_file=file)
+    qtbot.addWidget(dialog)
+    dialog.model.kind.setCurrentIndex(dialog.model.kind.findData("gguf"))
+    dialog.model.path.setText(str(tmp_path / "nonexistent" / "model.gguf"))
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert dialog.saved is None and not file.exists()
+    assert "does not exist" in dialog.error.text() and "model.gguf" in dialog.error.text()
+
+    real = tmp_path / "real.gguf"
+    real.write_bytes(b"GGUF")  # the dialog checks that it is there; loading it is the worker's job
+    dialog.model.path.setText(str(real))
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert dialog.saved is not None and load_settings(file).model == str(real)
