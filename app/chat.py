@@ -120,7 +120,7 @@ def attended_line(sources: list[Source], message_id: int | None = None, shown: d
     return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
 
 
-def recall_text(message: MessageRecord) -> str:
+def recall_text(message: MessageRecord, shown: dict[str, str] | None = None) -> str:
     """The footer's recall part: 'recall 1,024 tokens in 12 ms', 'recall off', or '' (not recorded:
     cloud answers and answers from before recall). Tokens are per layer and KV head, the unit of
     the recall_tokens setting."""
@@ -133,15 +133,18 @@ def recall_text(message: MessageRecord) -> str:
     # The selection at the question is what recall adds to the time to first token; the refreshes
     # during the answer are part of its tokens/s.
     cost = f"{float(recall.get('question_s') or recall.get('seconds') or 0.0) * 1000:,.0f} ms"
-    spans = read_spans(recall.get("spans") or (), recall.get("reasons") or ())
+    spans = read_spans(recall.get("spans") or (), recall.get("reasons") or (), shown)
     what = f"read {spans} · recall " if spans else "recall "
     return f"{what}{tokens:,} tokens in {cost}" if tokens is not None else f"{what}{cost}"
 
 
-def read_spans(spans, reasons) -> str:
+def read_spans(spans, reasons, shown: dict[str, str] | None = None) -> str:
     """'page 105, page 106 (chapter 8); page 15 (matching words)': the spans an answer read with
     why each was chosen, neighbours with the same reason under one; the spans alone for answers
-    stored before reasons were."""
+    stored before reasons were. `shown`: labels to their printed names ("page 68" -> "page 48 (PDF
+    page 68)"), for a span's label before any part of it ("page 68 (characters …)")."""
+    if shown:
+        spans = [_shown_span(span, shown) for span in spans]
     if len(reasons) != len(spans):
         return ", ".join(spans)
     groups: list[tuple[str, list[str]]] = []
@@ -151,6 +154,11 @@ def read_spans(spans, reasons) -> str:
         else:
             groups.append((reason, [span]))
     return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in groups)
+
+
+def _shown_span(span: str, shown: dict[str, str]) -> str:
+    label, gap, rest = span.partition(" (")
+    return f"{shown[label]}{gap}{rest}" if label in shown else span
 
 
 CAUTION_COLOR = "#B03030"
@@ -181,7 +189,7 @@ def recognised_line(message: MessageRecord, recognised_pages: list[int]) -> str:
     return f"<span style='color:{CAUTION_COLOR}'>⚠ {escape(note)}</span>" if note else ""
 
 
-def footer_text(message: MessageRecord) -> str:
+def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> str:
     """'answered here by SmolLM2 · first words after 0.30 s · 3.2 tokens/s · saved reading reused ·
     12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
     model, endpoint, why); a low-confidence local answer says so (`LOW_CONFIDENCE`), and so does one
@@ -201,8 +209,8 @@ def footer_text(message: MessageRecord) -> str:
         parts.append("saved reading of the document reused" if message.prefix_hit else "document read for this answer")
     if message.tokens is not None:
         parts.append(f"{message.tokens} tokens")
-    if message.source != "cloud" and recall_text(message):
-        parts.append(recall_text(message))
+    if message.source != "cloud" and recall_text(message, shown):
+        parts.append(recall_text(message, shown))
     if message.source != "cloud" and message.low_confidence:
         parts.append(LOW_CONFIDENCE)
     if message.source != "cloud" and message.unsupported:
@@ -390,7 +398,7 @@ class ChatView(QTextBrowser):
         recognised = recognised_line(message, self.recognised_pages)
         if recognised:
             lines.append(recognised)
-        lines.append(escape(footer_text(message)))
+        lines.append(escape(footer_text(message, self.shown)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")
         self._new_block(cursor)
 

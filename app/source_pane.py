@@ -416,7 +416,8 @@ class SourcePane(QWidget):
             note = ("No highlights: this answer recorded no attended passages (a cloud answer, an answer from "
                     "before highlights were kept, or one that read the document without recall).")
         else:
-            places = list(dict.fromkeys(p.label for p in ordered))
+            shown = self.document.shown_labels() if self.document is not None else {}
+            places = list(dict.fromkeys(shown.get(p.label, p.label) for p in ordered))
             where = ", ".join(places)
             if self.passages:
                 note = (f"Passage {ordered.index(self.passages[self.current]) + 1} of {len(ordered)} this answer "

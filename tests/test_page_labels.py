@@ -9,6 +9,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
 
+import json  # noqa: E402
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 from urllib.parse import quote  # noqa: E402
@@ -128,6 +129,10 @@ def test_the_window_names_the_attended_page_as_printed_and_its_pane_too(make_win
     pane = window.source_pane
     qtbot.waitUntil(pane.isVisible, timeout=5_000)
     assert pane.page == NEEDLE_PAGE and printed in pane.title.text(), pane.title.text()
+    if "attended most (on" in pane.note.text():  # the pages of the passages, as printed too
+        assert printed in pane.note.text() and f"on page {NEEDLE_PAGE}," not in pane.note.text() + ",", pane.note.text()
+    footer = window.chat.toPlainText()
+    assert f"read page {NEEDLE_PAGE} " not in footer and f"read page {NEEDLE_PAGE}," not in footer, footer[-400:]
 
 
 def test_the_chat_names_cited_attended_and_quoted_pages_as_printed():
@@ -140,3 +145,19 @@ def test_the_chat_names_cited_attended_and_quoted_pages_as_printed():
     assert "cite:page%204#7" in cited  # the link still names the physical page
     attended = attended_line([Source("page 4", 0.6, page=4)], 7, shown)
     assert ">page 1 (PDF page 4)</a> (60 %)" in attended and "cite:page%204#7" in attended
+
+
+def test_the_footer_s_read_pages_and_the_source_pane_s_passages_name_pages_as_printed():
+    """A fresh tester's trial: the answer footer said "read page 14 …; page 67, page 68 (chapter
+    5)" in PDF numbers while the Cited line said "page 48 (PDF page 68)"."""
+    from app.chat import footer_text, read_spans
+    from engine.library import MessageRecord
+
+    shown = {"page 68": "page 48 (PDF page 68)", "page 14": "page xiv (PDF page 14)"}
+    assert read_spans(["page 14", "page 67", "page 68 (characters 0–900)"], ["contents", "chapter 5", "chapter 5"], shown) == (
+        "page xiv (PDF page 14) (contents); page 67, page 48 (PDF page 68) (characters 0–900) (chapter 5)")
+    assert read_spans(["page 68"], [], shown) == "page 48 (PDF page 68)"  # stored before reasons were
+    message = MessageRecord(1, 1, "assistant", "x", "done", 0.0, source="local", model="SmolLM2",
+                            recall_json=json.dumps({"tokens_per_head": 10, "spans": ["page 68"], "reasons": ["chapter 5"]}))
+    assert "read page 48 (PDF page 68) (chapter 5)" in footer_text(message, shown)
+    assert "read page 68 (chapter 5)" in footer_text(message)
