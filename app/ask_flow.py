@@ -19,6 +19,7 @@ from app.answer_stream import LiveAnswer
 from app.changes import Changes
 from app.worker import JobError
 from engine.errors import ErrorKind
+from engine.evidence.conversation import ASKED_AS_FOLLOW_UP
 from engine.workspace import AnswerOutcome
 
 
@@ -119,7 +120,7 @@ class AskFlow:
         """The status text that says whether an answer went on from the last question, and why, or
         started afresh ('' for a first question, and for a cloud answer, which is sent no conversation)."""
         continues = outcome.answer.continues
-        if continues == "asked as a follow-up":
+        if continues == ASKED_AS_FOLLOW_UP:
             return "Continued from your last question (Follow-up is ticked)."
         if continues:
             return (f"Continued from your last question ({continues}); tick New question to start afresh, "

@@ -26,7 +26,7 @@ from engine.answer import Answer, StopReason
 from engine.documents import Document
 from engine.errors import HalamanError
 from engine.estimate import kv_peak_bytes
-from engine.evidence.conversation import continuation, conversation_turns, select_after
+from engine.evidence.conversation import continues_why, conversation_turns, select_after
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import Asked, Decoding, answer_frame, decoding_for, recall_budget, stop_token_ids
 from engine.kvcache.archive import ArchiveError
@@ -261,12 +261,9 @@ class DocumentSession:
     def _continues(self, question: str, follow_up: bool | None) -> str:
         """Why `question` goes on from the previous one ("" when it starts afresh): asked as a
         follow-up, or, for `follow_up=None`, what its words show (`continuation`)."""
-        if follow_up is not None:
-            return "asked as a follow-up" if follow_up else ""
-        if not self._turns:
-            return ""
-        spans = self._open.spans
-        return continuation(question, self._turns[-1].question, spans.structure if spans is not None else None) or ""
+        spans = self._open.spans if self._open is not None else None
+        previous = self._turns[-1].question if self._turns else None
+        return continues_why(question, previous, spans.structure if spans is not None else None, follow_up)
 
     def _threads(self) -> int | None:
         """The settings' CPU threads for a `ThreadGovernor`; None on a GPU (no governor)."""

@@ -56,6 +56,19 @@ def continuation(question: str, previous: str | None, structure: DocumentStructu
     return None
 
 
+ASKED_AS_FOLLOW_UP = "asked as a follow-up"
+"""Why a question goes on from the last one when the user said so (Follow-up ticked, `--follow-up`)."""
+
+
+def continues_why(question: str, previous: str | None, structure: DocumentStructure | None = None,
+                  follow_up: bool | None = None) -> str:
+    """Why `question` goes on from `previous` ("" when it starts afresh): `follow_up` True says so
+    (`ASKED_AS_FOLLOW_UP`), False starts afresh, None lets its words decide (`continuation`)."""
+    if follow_up is not None:
+        return ASKED_AS_FOLLOW_UP if follow_up else ""
+    return continuation(question, previous, structure) or ""
+
+
 def conversation_turns(questions: Sequence[str], choose: Callable[[str, Sequence[Turn]], Selection],
                        structure: DocumentStructure | None = None) -> list[Turn]:
     """The turns a conversation of `questions` (oldest first) leaves, each question asked as the
@@ -79,12 +92,8 @@ def select_after(question: str, after: Sequence[str], choose: Callable[[str, Seq
     `follow_up`: True continues the last question whatever its words, False starts afresh, None
     decides. Returns the selection and why it continues ("" when it is a new question)."""
     history = conversation_turns(after, choose, structure)
-    previous = after[-1] if after else None
-    if follow_up is None:
-        why = continuation(question, previous, structure) or ""
-    else:
-        why = "asked as a follow-up" if follow_up and previous else ""
+    why = continues_why(question, after[-1], structure, follow_up) if after else ""
     return choose(question, history if why else []), why
 
 
-__all__ = ["SHORT_WORDS", "continuation", "conversation_turns", "select_after"]
+__all__ = ["ASKED_AS_FOLLOW_UP", "SHORT_WORDS", "continuation", "continues_why", "conversation_turns", "select_after"]
