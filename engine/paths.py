@@ -49,13 +49,18 @@ def data_dir() -> Path:
     return path
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: a temp file beside it (unique to this process, so two
     Halaman processes never share one), then `os.replace`. Raises OSError, with the temp file gone."""
     temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
-        temp.write_text(text, encoding="utf-8")
+        temp.write_bytes(data)
         os.replace(temp, path)
     except OSError:
         temp.unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`write_bytes_atomic` of `text` in UTF-8. Raises OSError, with the temp file gone."""
+    write_bytes_atomic(path, text.encode("utf-8"))

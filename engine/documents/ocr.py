@@ -187,10 +187,10 @@ def cached_page(path: Path, index: int) -> RecognisedPage | None:
 
 def _store(file_key: str, event: dict[str, Any]) -> None:
     target = _cache_file(file_key, int(event["index"]))
+    from engine.paths import write_text_atomic
+
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(event, ensure_ascii=False), encoding="utf-8")
-    os.replace(temporary, target)  # whole or not at all: a reader never sees half a page
+    write_text_atomic(target, json.dumps(event, ensure_ascii=False))  # a reader never sees half a page
 
 
 # -------------------------------------------------------------------------------------- running

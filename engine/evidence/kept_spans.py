@@ -91,16 +91,13 @@ def _write(folder: Path, path: Path, encoded: Encoded) -> None:
     values = array("I", chars)
     if sys.byteorder == "big":
         values.byteswap()
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        temp.write_bytes(_HEADER.pack(head, text, total) + values.tobytes())
-        os.replace(temp, path)
+        paths.write_bytes_atomic(path, _HEADER.pack(head, text, total) + values.tobytes())
         path.with_suffix(".index").unlink(missing_ok=True)  # an index of other spans would be rebuilt anyway
         _forget_oldest(folder)
     except OSError:
-        with contextlib.suppress(OSError):
-            temp.unlink()
+        pass  # not kept: the next run tokenizes again
 
 
 def _forget_oldest(folder: Path) -> None:
