@@ -85,6 +85,13 @@ def stated_figures(text: str) -> list[str]:
     return found
 
 
+def _every_number(text: str) -> set[str]:
+    """The digits of every number in `text`, small ones and years too, with "1 234 567"'s spaces."""
+    found = {_digits(m.group()) for m in _FIGURE.finditer(text)} | {_digits(n) for n in numbers_in(text)}
+    found.discard("")
+    return found
+
+
 def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) -> str | None:
     """A caution when every figure the answer states (`stated_figures`) is missing from the
     `quoted` passages while they hold numbers (a table row, a figure's sentence): the answer may
@@ -96,11 +103,9 @@ def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) 
 
     How often it and the grounding note mark wrong and right answers: docs/BENCHMARKS.md, "Marks
     under answers" (§9a, bench/answer_marks.py)."""
-    asked = {_digits(m.group()) for m in _FIGURE.finditer(question)} | {_digits(n) for n in numbers_in(question)}
+    asked = _every_number(question)
     stated = [n for n in stated_figures(answer) if _digits(n) not in asked]
-    held = {_digits(m.group()) for passage in quoted for m in _FIGURE.finditer(passage.text)}
-    held |= {_digits(n) for passage in quoted for n in numbers_in(passage.text)}  # "1 234 567"
-    held.discard("")
+    held = set().union(*(_every_number(passage.text) for passage in quoted))
     if not stated or not held:
         return None
     missing = [n for n in stated if _digits(n) not in held]
