@@ -120,10 +120,12 @@ class Reader:
         """
         began = time.perf_counter()
         notify = progress or (lambda _p: None)
-        document = path if isinstance(path, Document) else self.load(path, password=password, progress=progress,
-                                                                     cancel=cancel)
+        if isinstance(path, Document):
+            document = path
+            check_unicode(document.render() + document.title, document.title)  # before any model work
+        else:
+            document = self.load(path, password=password, progress=progress, cancel=cancel)  # read and checked
         notify(Progress(Phase.TOKENIZING, 0, 1, "documents"))
-        check_unicode(document.render() + document.title, document.title)  # before any model work
         encoding = self.encode_document(document)
         n = len(encoding.ids)
         policy = self._resolve_policy(n)
