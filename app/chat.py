@@ -36,10 +36,10 @@ from PySide6.QtWidgets import QTextBrowser, QToolTip
 from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
+from engine.documents.ocr import recognised_note
 from engine.evidence_quotes import number_caution, quoted_passages
 from engine.grounding import instructions_note, unsupported_note
 from engine.history import UNREAD_CITATION
-from engine.documents.ocr import recognised_note
 from engine.library import MessageRecord
 from engine.workspace import RecallOff
 
@@ -115,8 +115,8 @@ def attended_line(sources: list[Source], message_id: int | None = None, shown: d
     # (`Source.cited_name`, by which `app.source_flow` resolves the link).
     names = [(s.cited_name, f"[{s.cited_name}]") if s.document else (s.label, shown.get(s.label, s.label))
              for s in sources]
-    parts = [f"<a href='{cite_href(label, message_id)}' title=\"{ATTENDED_TIP}\">{escape(shown)}</a> ({s.share * 100:.0f} %)"
-             for s, (label, shown) in zip(sources, names)]
+    parts = [f"<a href='{cite_href(label, message_id)}' title=\"{ATTENDED_TIP}\">{escape(name)}</a> ({s.share * 100:.0f} %)"
+             for s, (label, name) in zip(sources, names)]
     return f"<span title=\"{ATTENDED_TIP}\">Attended:</span> " + " · ".join(parts)
 
 

@@ -22,7 +22,7 @@ are tested without it (engine.documents.ocr_worker feeds them).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -45,8 +45,6 @@ MAX_IMAGE_PIXELS = 100_000_000
 `engine.documents.image` refuses larger frames from their header before starting this process)."""
 
 
-
-
 def load_engine(threads: int) -> Callable[[Any], list]:
     """The recogniser: image (H × W × 3 uint8 RGB numpy array) → rapidocr's rows
     [[4 corner points (x, y) in pixels], text, score]. Threads bounded to `threads` in ONNX Runtime
