@@ -55,6 +55,7 @@ def library_source(label: str, sources: list[Source]) -> Source | None:
 
 CHAT_MIN_WIDTH = 480   # px the chat keeps beside the source pane: the question box stays readable
 PANE_MIN_WIDTH = 300   # px below which a page is too small to read
+PANE_FAIR_SHARE = 0.5  # of the window's width the pane opens at, where the chat keeps CHAT_MIN_WIDTH
 
 
 class SourceFlow(QObject):
@@ -73,6 +74,9 @@ class SourceFlow(QObject):
         # of another document: it still belongs beside the chat that holds the answer).
         self.shown_id: int | None = None
         self._read.connect(self._on_read)
+        # The pane grows and shrinks with the window as the chat does: with no stretch it kept the
+        # ~310 px it opened at while a window grew to 1,920 px, the page too small to read.
+        window.splitter.setStretchFactor(window.splitter.indexOf(window.source_pane), 1)
         window.source_pane.closed.connect(window.sidebar.show)  # the list stepped aside for the pane
 
     def follow(self, document_id: int | None) -> None:
@@ -150,13 +154,15 @@ class SourceFlow(QObject):
         self.shown.emit(citation)
 
     def open_pane(self) -> None:
-        """Show the source pane beside the chat, as wide as it was last (else half the chat), never
-        growing the window: the chat keeps `CHAT_MIN_WIDTH`, and where the window is too narrow for
+        """Show the source pane beside the chat, as wide as it was last but at least its fair share
+        (`PANE_FAIR_SHARE` of the window: a width kept from a smaller window left the page small in
+        a large one), never growing the window: the chat keeps `CHAT_MIN_WIDTH`, and where the window is too narrow for
         the library list, the chat and the pane together (an 800 px window), the list steps aside
         until the pane closes."""
         w = self.window
         if not w.source_pane.isHidden():
             return
+        w.splitter.refresh()  # a library list shown just now (the pane closed) counts its width
         side, chat, pane = w.splitter.sizes()
         room = side + chat + pane
         if room - side - PANE_MIN_WIDTH < CHAT_MIN_WIDTH:
@@ -166,6 +172,6 @@ class SourceFlow(QObject):
             w.sidebar.hide()
         w.source_pane.show()
         w.splitter.refresh()  # the pane's minimum known now, not after the next event loop turn
-        wanted = w.store.pane_width or (room - side) // 2
+        wanted = max(w.store.pane_width or 0, round(PANE_FAIR_SHARE * room), (room - side) // 2)
         width = max(PANE_MIN_WIDTH, min(wanted, room - side - CHAT_MIN_WIDTH))
         w.splitter.setSizes([side, room - side - width, width])

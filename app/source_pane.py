@@ -27,7 +27,7 @@ from PySide6.QtCore import QRect, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QHBoxLayout, QScrollArea, QStackedWidget, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
-from app.code_view import CodeColours, CodeView, lexer_for
+from app.code_view import CodeColours, CodeView, is_prose, lexer_for
 from app.untrusted import escape, plain_label, rich_label
 from engine.attended import AttendedSpan
 from engine.documents import Document
@@ -175,11 +175,13 @@ class SourcePane(QWidget):
         self._scale = 1.0
         self._lines: list[tuple[int, int]] = []  # per passage: first and last line (0-based)
         self._colours: CodeColours | None = None
+        self._zoomed_source: str | None = None  # the document `zoom` was chosen in (`show_segment`)
         self.clear()
 
     def clear(self) -> None:
         """Show nothing (at start, or when the chat moves to another document), open or not."""
         self.empty = True
+        self._zoomed_source = None  # the next document shown, even the same again, opens at fit-width
         self.document, self.segment_index, self.answer_passages, self.passages = None, None, [], []
         self.page, self.rectangles, self.marked_lines, self.current = None, [], [], 0
         self.title.setText("Nothing shown yet")
@@ -200,6 +202,8 @@ class SourcePane(QWidget):
         strongest shown). A PDF that PDFium cannot read any more (moved, replaced) is shown as its
         page's text instead."""
         segment = document.segments[index]
+        if document.source != self._zoomed_source:
+            self.zoom = 1.0  # a zoom the user chose stays with its document: another opens at fit-width
         answer = [p for p in passages if 0 <= p.segment_index < len(document.segments)
                   and document.segments[p.segment_index].label == p.label]  # stored with another reading: not shown
         own = [p for p in answer if p.segment_index == index]
@@ -221,6 +225,7 @@ class SourcePane(QWidget):
             if unit:
                 self.title.setText(f"<b>{escape(path.name)}</b> — {escape(segment.label)}")
         self.document, self.segment_index, self.answer_passages = document, index, answer
+        self._zoomed_source = document.source
         if focus in own:
             self.current = own.index(focus)
             self._scroll_to_current()
@@ -338,7 +343,10 @@ class SourcePane(QWidget):
         self.title.setText(f"<b>{escape(Path(path).name)}</b> — {escape(str(path))}")
         if self._colours is not None:
             self._colours.setDocument(None)
-        self.code.show_text(text, file_line_numbers(path, text) if numbered else None)
+        # A unit of an office document or a PDF page's text (not `numbered`) is prose, as is a .txt or
+        # .md file: wrapped at the pane's width; code keeps its lines and scrolls sideways.
+        self.code.show_text(text, file_line_numbers(path, text) if numbered else None,
+                            wrap=not numbered or is_prose(path))
         lexer = lexer_for(path) if text.count("\n") <= COLOUR_MAX_LINES else None
         self._colours = CodeColours(self.code.document(), lexer) if lexer is not None else None
         if self._colours is not None:
