@@ -102,3 +102,55 @@ def test_each_document_opens_at_fit_width_and_a_zoom_stays_with_its_document(qtb
     pane.clear()
     pane.show_segment(first, 0, [])
     assert pane.zoom == 1.0, "back in the first document: fit-width again, as any newly shown document"
+
+
+def test_a_cited_table_page_highlights_its_strongest_rows_not_the_whole_table(qtbot, corpus):
+    """The Netflix 10-K's income statement (page 42): an answer read it, every row a little (a
+    recalled page), its strongest passage elsewhere, so the page was a source with no passage of
+    its own; the run of its rows the engine gave it was the whole table, highlighted evenly. Now
+    its strongest rows alone (`engine.attended.COVER_RUNS_MAX`), each drawn over its own line."""
+    from engine.attended import COVER_RUNS_MAX, attended_spans, segment_text_starts, units
+
+    pdf = corpus / "financebench-dev" / "pdfs" / "NETFLIX_2017_10K.pdf"
+    document = load_document(pdf)
+    table = next(i for i, s in enumerate(document.segments)
+                 if "CONSOLIDATED STATEMENTS OF OPERATIONS" in s.text[:300] and "Revenues $ 11,692,713" in s.text)
+    summary = next(i for i, s in enumerate(document.segments) if i != table and "Revenues $ 11,692,713" in s.text)
+    starts = segment_text_starts(document)
+    chars, mass = [], []
+    for seg in (summary, table):  # "tokens" of mass 1 at a row's first character in the rendered text
+        text = document.segments[seg].text
+        for unit in units(text):
+            row = text[unit:text.find("\n", unit)]
+            strong = row.startswith("Revenues $") and seg == summary   # the answer's passage: 12 tokens
+            tokens = 12 if strong else 2 if seg == table and row.startswith(("Revenues $", "Net income $")) else \
+                1 if seg == table else 0                                # every row of the table a little
+            chars += [starts[seg] + unit] * tokens
+            mass += [1.0] * tokens
+    passages = attended_spans(mass, chars, 0, document, cover=[table])
+    on_table = [p for p in passages if p.segment_index == table]
+    assert on_table and len(on_table) <= COVER_RUNS_MAX, on_table
+
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.resize(700, 900)
+    pane.show()
+    pane.show_segment(document, table, passages)
+    centres = sorted((r.box[1] + r.box[3]) / 2 for r in pane.rectangles)
+    rows = [c for i, c in enumerate(centres) if i == 0 or c - centres[i - 1] > 4]  # a row's boxes within 4 pt
+    width, height = pdfium_size(pdf, document.segments[table].page)
+    area = sum((r.box[2] - r.box[0]) * (r.box[3] - r.box[1]) for r in pane.rectangles) / (width * height)
+    assert pane.rectangles and len(rows) <= COVER_RUNS_MAX, rows
+    assert area < 0.02, f"{area:.1%} of the page highlighted"
+    quoted = " ".join(p.quote for p in on_table)
+    assert "Revenues $ 11,692,713" in quoted and "Cost of revenues" not in quoted
+
+
+def pdfium_size(pdf, page: int) -> tuple[float, float]:
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(str(pdf))
+    try:
+        return document[page - 1].get_size()
+    finally:
+        document.close()
