@@ -16,7 +16,7 @@ an attended label emits `citation_clicked(label, message_id)`: the link carries 
 (`cite:page%2012#42`), so that the source pane shows that answer's attended passages.
 
 An answer is untrusted text: it is Markdown without HTML, its images become text that names them
-(`images_as_text`), its links and URLs are plain text (`ChatView._unlink`: only citations are
+(`images_as_text`), its headings stay the characters the model wrote (`headings_as_text`), its links and URLs are plain text (`ChatView._unlink`: only citations are
 links, and a click opens nothing else), and the view loads no resource at all
 (`ChatView.loadResource`). An image an
 answer named used to be read from disk: `![chart](/dev/zero)` read until the app died, a named pipe
@@ -73,6 +73,22 @@ def images_as_text(text: str) -> str:
 
     return "".join(part if part.startswith("`") else _IMAGE.sub(placeholder, part).replace("![", "!\\[")
                    for part in CODE.split(text))
+
+
+_HEADING = re.compile(r"(?m)^( {0,3})(#{1,6})(?=[ \t]|$)")
+_UNDERLINE = re.compile(r"(?m)(?<=\S)(\n {0,3})([=-])(?=[=-]*[ \t]*$)")
+
+
+def headings_as_text(text: str) -> str:
+    """Markdown with each heading written as its characters ("# Title" stays "# Title", in the
+    answer's own size), code spans and blocks untouched: an answer is the model's text, and a line
+    it starts with "#" (a document's Markdown title, a comment) is not the window's heading. An
+    underline ("===" or "---" under a line) is kept as characters too."""
+    def escaped(part: str) -> str:
+        part = _HEADING.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", part)
+        return _UNDERLINE.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", part)
+
+    return "".join(part if part.startswith("`") else escaped(part) for part in CODE.split(text))
 
 
 CITED_TIP = "Pages or files the answer's text cites, checked against the document"
@@ -336,7 +352,7 @@ class ChatView(QTextBrowser):
     def _markdown(self, text: str, message_id: int | None = None) -> None:
         cursor = self._end_cursor()
         start = cursor.position()
-        cursor.insertMarkdown(link_citations(images_as_text(text), message_id), MARKDOWN)
+        cursor.insertMarkdown(link_citations(headings_as_text(images_as_text(text)), message_id), MARKDOWN)
         self._unlink(start, self._end_cursor().position())
         block = self.document().findBlock(start)
         code_format = None
@@ -456,5 +472,5 @@ def _code_block_format() -> QTextBlockFormat:
     return fmt
 
 
-__all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
+__all__ = ["ChatView", "cite_href", "headings_as_text", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
            "read_spans", "footer_text", "recognised_line", "evidence_lines", "LOW_CONFIDENCE"]

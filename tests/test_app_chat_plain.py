@@ -1,0 +1,76 @@
+"""Issue 44 (a fresh trial in a real window): a model's line starting with "#" was drawn as a
+heading in the chat. The answer is the model's text: its headings stay the characters it wrote,
+and an image it names is shown as text, never fetched (a real HTTP server counts the requests)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
+
+import threading  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from engine.documents import load_document  # noqa: E402
+from test_app import home  # noqa: E402,F401  (fixture)
+from window_driver import add_document, pick, stream_answer, window_without_model  # noqa: E402
+
+
+class Counting(BaseHTTPRequestHandler):
+    requests: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - the standard library's name
+        Counting.requests.append(self.path)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    Counting.requests = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def headings(chat) -> list[str]:
+    found, block = [], chat.document().firstBlock()
+    while block.isValid():
+        if block.blockFormat().headingLevel():
+            found.append(block.text())
+        block = block.next()
+    return found
+
+
+def test_a_model_line_starting_with_a_hash_is_text_and_an_image_is_not_fetched(qtbot, home, tmp_path, server):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Revenue rose 12 % in 2024.\n", encoding="utf-8")
+    window = window_without_model(qtbot)
+    document_id = add_document(window, notes, load_document(notes))
+    pick(window, document_id)
+    port = server.server_address[1]
+    answer = (f"# Title\nbody\n\n## Second\nmore\n\n![x](http://127.0.0.1:1/x.png)\n\n![chart](http://127.0.0.1:{port}/chart.png)\n\n"
+              "Summary\n===\n")
+    stream_answer(qtbot, window, document_id, "What does it say?", answer)
+    qtbot.wait(300)
+    shown = window.chat.toPlainText()
+    assert headings(window.chat) == [], "no line of the answer is a heading"
+    assert "# Title" in shown and "## Second" in shown and "body" in shown
+    assert "[image not shown: x]" in shown and "[image not shown: chart]" in shown
+
+    window.chat.show_messages(window.library.messages(document_id))  # the stored answer, shown again
+    qtbot.wait(300)
+    assert headings(window.chat) == [] and "# Title" in window.chat.toPlainText()
+    assert Counting.requests == [], "nothing the answer names is fetched"
+    window.close()
