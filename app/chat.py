@@ -38,6 +38,7 @@ from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.documents.ocr import recognised_note
 from engine.evidence_quotes import number_caution, quoted_passages
+from engine.grounding import checked_unit as grounding_unit
 from engine.grounding import instructions_note, unsupported_note
 from engine.history import UNREAD_CITATION
 from engine.library import MessageRecord
@@ -178,7 +179,20 @@ def _shown_span(span: str, shown: dict[str, str]) -> str:
 
 
 CAUTION_COLOR = "#B03030"
-LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them against the page"
+LOW_CONFIDENCE = "low confidence: the model was unsure of its words"
+CANCELLED_EARLY = "cancelled before the first word"
+
+
+def checked_unit(message: MessageRecord) -> str:
+    """What a reader checks `message` (an answer) against (`engine.grounding.checked_unit` of its
+    stored sources and passages): "the page", "the slide", "the file", "the passage"…"""
+    return grounding_unit([*message.sources, *message.passages])
+
+
+def _no_words(message: MessageRecord) -> bool:
+    """A cancelled answer stopped before its first word (no text, no token)."""
+    cancelled = message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED
+    return cancelled and (not (message.text or "").strip() or message.tokens == 0)
 
 
 def evidence_lines(message: MessageRecord, question: str = "", shown: dict[str, str] | None = None) -> list[str]:
@@ -208,7 +222,9 @@ def recognised_line(message: MessageRecord, recognised_pages: list[int]) -> str:
 def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> str:
     """'answered here by SmolLM2 · first words after 0.30 s · 3.2 tokens/s · saved reading reused ·
     12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
-    model, endpoint, why); a low-confidence local answer says so (`LOW_CONFIDENCE`), and so does one
+    model, endpoint, why); a cancelled answer that had no word yet says so (`CANCELLED_EARLY`), not
+    "first words after 0.00 s"; a low-confidence local answer says so (`LOW_CONFIDENCE`, to be
+    checked against the page, passage or file: `checked_unit`), and so does one
     that names things its document does not contain (`engine.grounding.unsupported_note`)."""
     parts: list[str] = []
     if message.source == "cloud":
@@ -217,7 +233,7 @@ def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> 
             parts.append(f"why: {message.reason}")
     else:
         parts.append("answered here" + (f" by {message.model}" if message.model else ""))
-    if message.ttft_s is not None:
+    if message.ttft_s is not None and not _no_words(message):  # else 0.00 s: no word came
         parts.append(f"first words after {message.ttft_s:.2f} s")
     if message.tokens_per_s is not None:
         parts.append(f"{message.tokens_per_s:.1f} tokens/s")
@@ -228,12 +244,14 @@ def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> 
     if message.source != "cloud" and recall_text(message, shown):
         parts.append(recall_text(message, shown))
     if message.source != "cloud" and message.low_confidence:
-        parts.append(LOW_CONFIDENCE)
+        parts.append(f"{LOW_CONFIDENCE}, check them against {checked_unit(message)}")
     if message.source != "cloud" and message.unsupported:
         parts.append("check this answer: " + unsupported_note(message.unsupported))
     if message.instructions:  # local or cloud: the document spoke to the model
-        parts.append("check this answer: " + instructions_note(message.instructions))
-    if message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
+        parts.append("check this answer: " + instructions_note(message.instructions, checked_unit(message)))
+    if _no_words(message):
+        parts.append(CANCELLED_EARLY)
+    elif message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
         parts.append("cancelled")
     elif message.state == "interrupted":
         parts.append("interrupted (the app was closed)")
@@ -473,4 +491,5 @@ def _code_block_format() -> QTextBlockFormat:
 
 
 __all__ = ["ChatView", "cite_href", "headings_as_text", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
-           "read_spans", "footer_text", "recognised_line", "evidence_lines", "LOW_CONFIDENCE"]
+           "read_spans", "footer_text", "recognised_line", "evidence_lines", "checked_unit",
+           "LOW_CONFIDENCE", "CANCELLED_EARLY"]

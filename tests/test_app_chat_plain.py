@@ -74,3 +74,62 @@ def test_a_model_line_starting_with_a_hash_is_text_and_an_image_is_not_fetched(q
     assert headings(window.chat) == [] and "# Title" in window.chat.toPlainText()
     assert Counting.requests == [], "nothing the answer names is fetched"
     window.close()
+
+
+def cancelled_before_a_word(qtbot, window, document_id: int, question: str) -> None:
+    """Ask `question` and have the worker stop before the model's first word, as a cancel there does
+    (`engine.answer.StopReason.CANCELLED`, no text, no token)."""
+    from engine.answer import Answer, StopReason
+    from app.worker import Job
+
+    window.library.add_message(document_id, "user", question)
+    window.chat.add_question(question)
+    message_id = window.library.add_message(document_id, "assistant", "", state="streaming", source="local")
+
+    def write(workspace, ctx):
+        return workspace.outcome(Answer(question, "", token_ids=[], prompt_tokens=0, time_to_first_token_s=0.0,
+                                        decode_tokens_per_s=0.0, prefix_hit=False, stop_reason=StopReason.CANCELLED,
+                                        mean_logprob=0.0))
+
+    job = Job("ask", write, title="Answering…")
+    window.answers.start(job, document_id=document_id, message_id=message_id, question=question, source="local")
+    window.client.submit(job)
+    qtbot.waitUntil(lambda: window.state.live is None, timeout=30_000)
+
+
+def test_a_cancelled_answer_says_it_stopped_before_its_first_word(qtbot, home, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Revenue rose 12 % in 2024.\n", encoding="utf-8")
+    window = window_without_model(qtbot)
+    document_id = add_document(window, notes, load_document(notes))
+    pick(window, document_id)
+    cancelled_before_a_word(qtbot, window, document_id, "How much did revenue rise?")
+    footer = window.chat.toPlainText().strip().splitlines()[-1]
+    assert "cancelled before the first word" in footer and "first words after" not in footer, footer
+    window.close()
+
+
+def test_a_caution_names_the_unit_its_document_has(qtbot, home, tmp_path):
+    """A .docx has no pages: its low-confidence caution said "check them against the page"."""
+    import docx
+    from engine.attended import AttendedSpan
+    from pdf_fixtures import helvetica_book
+
+    path = tmp_path / "minutes.docx"
+    report = docx.Document()
+    report.add_paragraph("The meeting is on Tuesday in room 9.")
+    report.save(path)
+    pdf = helvetica_book(tmp_path / "atlas.pdf", [["The meeting is on Tuesday in room 9."]])
+    window = window_without_model(qtbot)
+    threshold = window.settings.cloud.escalation_threshold
+    for source, unit in ((path, "the passage"), (pdf, "the page")):
+        document = load_document(source)
+        segment = document.segments[0]
+        document_id = add_document(window, source, document)
+        pick(window, document_id)
+        at = segment.text.index("The meeting")
+        stream_answer(qtbot, window, document_id, "When is the meeting?", "On Tuesday.", mean_logprob=threshold - 0.5,
+                      passages=[AttendedSpan(0, segment.label, segment.page, segment.path, at, at + 20, 0.6)])
+        footer = window.chat.toPlainText().strip().splitlines()[-1]
+        assert "low confidence" in footer and f"check them against {unit}" in footer, (source.suffix, footer)
+    window.close()
