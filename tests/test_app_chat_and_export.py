@@ -1,6 +1,8 @@
-"""Issue 44 (a fresh trial in a real window): a model's line starting with "#" was drawn as a
-heading in the chat. The answer is the model's text: its headings stay the characters it wrote,
-and an image it names is shown as text, never fetched (a real HTTP server counts the requests)."""
+"""Issue 44, what a fresh trial in a real window still found in the chat and the export: a model's
+line starting with "#" drawn as a heading (the answer is the model's text: its headings stay the
+characters it wrote, and an image it names is shown as text, never fetched: a real HTTP server
+counts the requests); a cancelled answer's "first words after 0.00 s"; a .docx answer's caution
+saying "check them against the page"; an export suggested in the previous document's folder."""
 
 from __future__ import annotations
 
@@ -132,4 +134,28 @@ def test_a_caution_names_the_unit_its_document_has(qtbot, home, tmp_path):
                       passages=[AttendedSpan(0, segment.label, segment.page, segment.path, at, at + 20, 0.6)])
         footer = window.chat.toPlainText().strip().splitlines()[-1]
         assert "low confidence" in footer and f"check them against {unit}" in footer, (source.suffix, footer)
+    window.close()
+
+
+def test_export_suggests_the_shown_documents_folder_and_name(qtbot, home, tmp_path, monkeypatch):
+    """The trial opened a document from one folder, then exported another's conversation: the
+    dialog started in the first document's folder."""
+    from PySide6.QtWidgets import QFileDialog
+
+    first_folder, second_folder = tmp_path / "reports", tmp_path / "letters"
+    first_folder.mkdir()
+    second_folder.mkdir()
+    first, second = first_folder / "annual.txt", second_folder / "lease.txt"
+    first.write_text("Revenue rose 12 % in 2024.\n", encoding="utf-8")
+    second.write_text("The rent is due on the first.\n", encoding="utf-8")
+    window = window_without_model(qtbot)
+    add_document(window, first, load_document(first))
+    window.store.last_folder = str(first_folder)  # the folder of the last document opened
+    second_id = add_document(window, second, load_document(second))
+    pick(window, second_id)
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        staticmethod(lambda parent, title, start, filters: asked.append(start) or ("", "")))
+    window.action_export.trigger()
+    assert asked == [str(second_folder / "lease (conversation).md")]
     window.close()
