@@ -12,19 +12,21 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
 
 import threading  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+from typing import ClassVar  # noqa: E402
 
 import pytest  # noqa: E402
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from engine.documents import load_document  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
 from window_driver import add_document, pick, stream_answer, window_without_model  # noqa: E402
 
+from engine.documents import load_document  # noqa: E402
+
 
 class Counting(BaseHTTPRequestHandler):
-    requests: list[str] = []
+    requests: ClassVar[list[str]] = []
 
     def do_GET(self):  # noqa: N802 - the standard library's name
         Counting.requests.append(self.path)
@@ -81,8 +83,8 @@ def test_a_model_line_starting_with_a_hash_is_text_and_an_image_is_not_fetched(q
 def cancelled_before_a_word(qtbot, window, document_id: int, question: str) -> None:
     """Ask `question` and have the worker stop before the model's first word, as a cancel there does
     (`engine.answer.StopReason.CANCELLED`, no text, no token)."""
-    from engine.answer import Answer, StopReason
     from app.worker import Job
+    from engine.answer import Answer, StopReason
 
     window.library.add_message(document_id, "user", question)
     window.chat.add_question(question)
@@ -114,8 +116,9 @@ def test_a_cancelled_answer_says_it_stopped_before_its_first_word(qtbot, home, t
 def test_a_caution_names_the_unit_its_document_has(qtbot, home, tmp_path):
     """A .docx has no pages: its low-confidence caution said "check them against the page"."""
     import docx
-    from engine.attended import AttendedSpan
     from pdf_fixtures import helvetica_book
+
+    from engine.attended import AttendedSpan
 
     path = tmp_path / "minutes.docx"
     report = docx.Document()

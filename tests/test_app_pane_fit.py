@@ -13,11 +13,12 @@ import pytest  # noqa: E402
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from app.source_pane import SourcePane  # noqa: E402
-from engine.documents import load_document  # noqa: E402
 from pdf_fixtures import helvetica_book  # noqa: E402
 from test_app import home  # noqa: E402,F401  (fixture)
 from window_driver import window_without_model  # noqa: E402
+
+from app.source_pane import SourcePane  # noqa: E402
+from engine.documents import load_document  # noqa: E402
 
 LONG_PARAGRAPH = ("The kestrel hovers over the meadow while the wind turns, and the farmers in the valley "
                   "watch it from the road that runs along the river to the old mill and the bridge beyond. ") * 3
@@ -109,7 +110,12 @@ def test_a_cited_table_page_highlights_its_strongest_rows_not_the_whole_table(qt
     recalled page), its strongest passage elsewhere, so the page was a source with no passage of
     its own; the run of its rows the engine gave it was the whole table, highlighted evenly. Now
     its strongest rows alone (`engine.attended.COVER_RUNS_MAX`), each drawn over its own line."""
-    from engine.attended import COVER_RUNS_MAX, attended_spans, segment_text_starts, units
+    from engine.attended import (
+        COVER_RUNS_MAX,
+        attended_spans,
+        segment_text_starts,
+        units,
+    )
 
     pdf = corpus / "financebench-dev" / "pdfs" / "NETFLIX_2017_10K.pdf"
     document = load_document(pdf)
