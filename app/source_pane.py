@@ -367,6 +367,8 @@ class SourcePane(QWidget):
                 selection.format.setBackground(color)
                 selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
                 selection.cursor = QTextCursor(document.findBlockByNumber(line))
+                # The whole line of the text: wrapped prose shows it as several lines, each marked.
+                selection.cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
                 selections.append(selection)
         self.code.setExtraSelections(selections)
         self.marked_lines = sorted(marked)

@@ -18,6 +18,7 @@ from test_app import home  # noqa: E402,F401  (fixture)
 from window_driver import window_without_model  # noqa: E402
 
 from app.source_pane import SourcePane  # noqa: E402
+from engine.attended import AttendedSpan  # noqa: E402
 from engine.documents import load_document  # noqa: E402
 
 LONG_PARAGRAPH = ("The kestrel hovers over the meadow while the wind turns, and the farmers in the valley "
@@ -37,12 +38,24 @@ def test_a_docx_paragraph_wraps_at_the_pane_and_code_scrolls_sideways(qtbot, tmp
     qtbot.addWidget(pane)
     pane.resize(420, 600)
     pane.show()
-    pane.show_segment(read, 0, [])
+    segment = read.segments[0]
+    at = segment.text.index("The kestrel hovers")
+    passage = AttendedSpan(0, segment.label, segment.page, segment.path, at, at + len(LONG_PARAGRAPH.strip()), 0.7)
+    pane.show_segment(read, 0, [passage])
     qtbot.wait(50)
     view = pane.code
     block = next(b for b in _blocks(view) if b.text().startswith("The kestrel hovers"))
     assert block.layout().lineCount() > 3, "the paragraph wraps at the pane's width"
     assert view.horizontalScrollBar().maximum() == 0, "nothing to scroll sideways: no line is cut"
+    view.centerCursor()
+    qtbot.wait(50)
+    image = view.viewport().grab().toImage()
+    geometry = view.blockBoundingGeometry(block).translated(view.contentOffset())
+    last_line = block.layout().lineAt(block.layout().lineCount() - 1).rect()
+    y = round(geometry.top() + last_line.center().y())
+    marked = [image.pixelColor(x, y).blue() < 150 for x in range(round(geometry.left() + last_line.left()) + 2,
+                                                                   round(geometry.left() + last_line.right()) - 2)]
+    assert marked and sum(marked) > 0.5 * len(marked), "the paragraph's last line is marked too"
 
     code = tmp_path / "wide.py"
     code.write_text("def wide():\n    return '" + "x" * 300 + "'\n", encoding="utf-8")
