@@ -33,8 +33,8 @@ from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.documents.hyphenation import HYPHENS
 from engine.documents.image import is_image
-from engine.documents.ocr import cached_page
 from engine.documents.lines import file_line_numbers
+from engine.documents.ocr import cached_page
 
 HIGHLIGHT = QColor(255, 200, 0)
 ZOOM_STEP = 1.25
