@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QHBoxLayout, QScrollArea, QStackedWidget, QTextEdi
 
 from app.code_view import CodeColours, CodeView, is_prose, lexer_for
 from app.untrusted import escape, plain_label, rich_label
-from engine.attended import AttendedSpan
+from engine.attended import AttendedSpan, units
 from engine.documents import Document
 from engine.documents.hyphenation import HYPHENS
 from engine.documents.image import is_image
@@ -40,6 +40,7 @@ HIGHLIGHT = QColor(255, 200, 0)
 ZOOM_STEP = 1.25
 COLOUR_MAX_LINES = 2_000  # longer files are shown uncoloured: Pygments colours them too slowly for a click
 SHORTEST_MATCH = 12  # characters (white space left out) a partial match of a passage needs
+PAGE_PASSAGE_UNITS_MAX = 6  # sentences or rows of a page one highlight covers at most (`too_long`)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,14 @@ def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | Non
             return kept[at], kept[at + length - 1] + 1
         length //= 2 if length > 2 * SHORTEST_MATCH else length + 1  # halve, then give up
     return None
+
+
+def too_long(passage: str) -> bool:
+    """Whether a page's passage spans more than `PAGE_PASSAGE_UNITS_MAX` sentences or rows
+    (`engine.attended.units`): a run that answers stored before passages on a page were single
+    sentences or rows may hold (a whole table, which was highlighted evenly). Not drawn: which of
+    its rows the answer attended is not known."""
+    return len(units(passage.strip())) > PAGE_PASSAGE_UNITS_MAX
 
 
 def utf16_offset(text: str, index: int) -> int:
@@ -170,6 +179,7 @@ class SourcePane(QWidget):
         self.rectangles: list[Highlight] = []
         self.marked_lines: list[int] = []
         self._pdf_path: str | None = None
+        self._page_text = ""                  # the segment text of the page shown (passages index it)
         self._page_height = 0.0
         self._recognised = False
         self._scale = 1.0
@@ -302,6 +312,8 @@ class SourcePane(QWidget):
         strongest = max((p.share for p in self.passages), default=1.0)
         found = []
         for number, passage in enumerate(self.passages):
+            if too_long(self._page_text[passage.char_start:passage.char_end]):
+                continue
             where = locate(text, self._page_text[passage.char_start:passage.char_end], passage.char_start)
             if where is not None:
                 alpha = alpha_for(passage.share, strongest)
@@ -315,6 +327,8 @@ class SourcePane(QWidget):
             strongest = max((p.share for p in self.passages), default=1.0)
             found = []
             for number, passage in enumerate(self.passages):
+                if too_long(self._page_text[passage.char_start:passage.char_end]):
+                    continue
                 where = locate(text, self._page_text[passage.char_start:passage.char_end], passage.char_start)
                 if where is None:
                     continue
@@ -436,6 +450,10 @@ class SourcePane(QWidget):
                 note = f"This answer attended nothing here; its {len(ordered)} passage{'s' if len(ordered) > 1 else ''}: {where}."
             if len(ordered) == 1 and self.passages:
                 note += " Only one: nothing to step through."
+            long = [p for p in self.passages if self.page is not None and too_long(self._page_text[p.char_start:p.char_end])]
+            if long:
+                note += (f" Not highlighted here: {len(long)} over {PAGE_PASSAGE_UNITS_MAX} lines long (which of "
+                         "its lines the answer attended is not known).")
         self.note.setText(note)
         for button, what in ((self.previous_button, "The previous attended passage"),
                              (self.next_button, "The next attended passage, by share, on this page or another")):

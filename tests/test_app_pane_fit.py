@@ -173,3 +173,28 @@ def pdfium_size(pdf, page: int) -> tuple[float, float]:
         return document[page - 1].get_size()
     finally:
         document.close()
+
+
+def test_a_stored_run_over_a_whole_table_is_not_highlighted_evenly(qtbot, corpus):
+    """An answer stored before: its passage on the income statement is a run of all its rows.
+    Which rows it attended is not known, so none is drawn, and the note says why."""
+    from app.source_pane import PAGE_PASSAGE_UNITS_MAX
+
+    pdf = corpus / "financebench-dev" / "pdfs" / "NETFLIX_2017_10K.pdf"
+    document = load_document(pdf)
+    table = next(i for i, s in enumerate(document.segments)
+                 if "CONSOLIDATED STATEMENTS OF OPERATIONS" in s.text[:300] and "Revenues $ 11,692,713" in s.text)
+    segment = document.segments[table]
+    start = segment.text.index("Revenues $")
+    end = segment.text.index("Net income $")
+    end = segment.text.index("\n", end)
+    revenue_row = segment.text.index("\n", start)
+    whole = AttendedSpan(table, segment.label, segment.page, None, start, end, 0.2)
+    row = AttendedSpan(table, segment.label, segment.page, None, start, revenue_row, 0.1)
+    pane = SourcePane()
+    qtbot.addWidget(pane)
+    pane.resize(700, 900)
+    pane.show()
+    pane.show_segment(document, table, [whole, row])
+    assert pane.rectangles and {r.passage for r in pane.rectangles} == {1}, "only the row, not the run"
+    assert f"over {PAGE_PASSAGE_UNITS_MAX} lines" in pane.note.text(), pane.note.text()
