@@ -16,7 +16,7 @@ an attended label emits `citation_clicked(label, message_id)`: the link carries 
 (`cite:page%2012#42`), so that the source pane shows that answer's attended passages.
 
 An answer is untrusted text: it is Markdown without HTML, its images become text that names them
-(`images_as_text`), its links and URLs are plain text (`ChatView._unlink`: only citations are
+(`images_as_text`), its headings stay the characters the model wrote (`headings_as_text`), its links and URLs are plain text (`ChatView._unlink`: only citations are
 links, and a click opens nothing else), and the view loads no resource at all
 (`ChatView.loadResource`). An image an
 answer named used to be read from disk: `![chart](/dev/zero)` read until the app died, a named pipe
@@ -38,6 +38,7 @@ from engine.answer import Source, StopReason
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.documents.ocr import recognised_note
 from engine.evidence_quotes import number_caution, quoted_passages
+from engine.grounding import checked_unit as grounding_unit
 from engine.grounding import instructions_note, unsupported_note
 from engine.history import UNREAD_CITATION
 from engine.library import MessageRecord
@@ -73,6 +74,22 @@ def images_as_text(text: str) -> str:
 
     return "".join(part if part.startswith("`") else _IMAGE.sub(placeholder, part).replace("![", "!\\[")
                    for part in CODE.split(text))
+
+
+_HEADING = re.compile(r"(?m)^( {0,3})(#{1,6})(?=[ \t]|$)")
+_UNDERLINE = re.compile(r"(?m)(?<=\S)(\n {0,3})([=-])(?=[=-]*[ \t]*$)")
+
+
+def headings_as_text(text: str) -> str:
+    """Markdown with each heading written as its characters ("# Title" stays "# Title", in the
+    answer's own size), code spans and blocks untouched: an answer is the model's text, and a line
+    it starts with "#" (a document's Markdown title, a comment) is not the window's heading. An
+    underline ("===" or "---" under a line) is kept as characters too."""
+    def escaped(part: str) -> str:
+        part = _HEADING.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", part)
+        return _UNDERLINE.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", part)
+
+    return "".join(part if part.startswith("`") else escaped(part) for part in CODE.split(text))
 
 
 CITED_TIP = "Pages or files the answer's text cites, checked against the document"
@@ -162,7 +179,20 @@ def _shown_span(span: str, shown: dict[str, str]) -> str:
 
 
 CAUTION_COLOR = "#B03030"
-LOW_CONFIDENCE = "low confidence: the model was unsure of its words, check them against the page"
+LOW_CONFIDENCE = "low confidence: the model was unsure of its words"
+CANCELLED_EARLY = "cancelled before the first word"
+
+
+def checked_unit(message: MessageRecord) -> str:
+    """What a reader checks `message` (an answer) against (`engine.grounding.checked_unit` of its
+    stored sources and passages): "the page", "the slide", "the file", "the passage"…"""
+    return grounding_unit([*message.sources, *message.passages])
+
+
+def _no_words(message: MessageRecord) -> bool:
+    """A cancelled answer stopped before its first word (no text, no token)."""
+    cancelled = message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED
+    return cancelled and (not (message.text or "").strip() or message.tokens == 0)
 
 
 def evidence_lines(message: MessageRecord, question: str = "", shown: dict[str, str] | None = None) -> list[str]:
@@ -192,7 +222,9 @@ def recognised_line(message: MessageRecord, recognised_pages: list[int]) -> str:
 def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> str:
     """'answered here by SmolLM2 · first words after 0.30 s · 3.2 tokens/s · saved reading reused ·
     12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
-    model, endpoint, why); a low-confidence local answer says so (`LOW_CONFIDENCE`), and so does one
+    model, endpoint, why); a cancelled answer that had no word yet says so (`CANCELLED_EARLY`), not
+    "first words after 0.00 s"; a low-confidence local answer says so (`LOW_CONFIDENCE`, to be
+    checked against the page, passage or file: `checked_unit`), and so does one
     that names things its document does not contain (`engine.grounding.unsupported_note`)."""
     parts: list[str] = []
     if message.source == "cloud":
@@ -201,7 +233,7 @@ def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> 
             parts.append(f"why: {message.reason}")
     else:
         parts.append("answered here" + (f" by {message.model}" if message.model else ""))
-    if message.ttft_s is not None:
+    if message.ttft_s is not None and not _no_words(message):  # else 0.00 s: no word came
         parts.append(f"first words after {message.ttft_s:.2f} s")
     if message.tokens_per_s is not None:
         parts.append(f"{message.tokens_per_s:.1f} tokens/s")
@@ -212,12 +244,14 @@ def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> 
     if message.source != "cloud" and recall_text(message, shown):
         parts.append(recall_text(message, shown))
     if message.source != "cloud" and message.low_confidence:
-        parts.append(LOW_CONFIDENCE)
+        parts.append(f"{LOW_CONFIDENCE}, check them against {checked_unit(message)}")
     if message.source != "cloud" and message.unsupported:
         parts.append("check this answer: " + unsupported_note(message.unsupported))
     if message.instructions:  # local or cloud: the document spoke to the model
-        parts.append("check this answer: " + instructions_note(message.instructions))
-    if message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
+        parts.append("check this answer: " + instructions_note(message.instructions, checked_unit(message)))
+    if _no_words(message):
+        parts.append(CANCELLED_EARLY)
+    elif message.state == "cancelled" or message.stop_reason == StopReason.CANCELLED:
         parts.append("cancelled")
     elif message.state == "interrupted":
         parts.append("interrupted (the app was closed)")
@@ -336,7 +370,7 @@ class ChatView(QTextBrowser):
     def _markdown(self, text: str, message_id: int | None = None) -> None:
         cursor = self._end_cursor()
         start = cursor.position()
-        cursor.insertMarkdown(link_citations(images_as_text(text), message_id), MARKDOWN)
+        cursor.insertMarkdown(link_citations(headings_as_text(images_as_text(text)), message_id), MARKDOWN)
         self._unlink(start, self._end_cursor().position())
         block = self.document().findBlock(start)
         code_format = None
@@ -456,5 +490,6 @@ def _code_block_format() -> QTextBlockFormat:
     return fmt
 
 
-__all__ = ["ChatView", "cite_href", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
-           "read_spans", "footer_text", "recognised_line", "evidence_lines", "LOW_CONFIDENCE"]
+__all__ = ["ChatView", "cite_href", "headings_as_text", "images_as_text", "link_citations", "sources_line", "attended_line", "recall_text",
+           "read_spans", "footer_text", "recognised_line", "evidence_lines", "checked_unit",
+           "LOW_CONFIDENCE", "CANCELLED_EARLY"]

@@ -56,6 +56,20 @@ def lexer_for(path: str | Path):
     return None if lexer.name == "Text only" else lexer
 
 
+PROSE_LEXERS = {"Markdown", "GitHub Flavored Markdown", "reStructuredText", "TeX", "Org Mode"}
+"""Lexers of text written as paragraphs, one long line each: wrapped, not scrolled sideways."""
+PROSE_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".org", ".tex", ""}
+
+
+def is_prose(path: str | Path) -> bool:
+    """Whether the file at `path` is prose (wrapped at the view's width) rather than code (its
+    lines kept): a known prose suffix, a prose markup, or no code lexer for its name."""
+    if Path(path).suffix.lower() in PROSE_SUFFIXES:
+        return True
+    lexer = lexer_for(path)
+    return lexer is None or lexer.name in PROSE_LEXERS
+
+
 class LineNumbers(QWidget):
     """The line-number margin of a `CodeView` (Qt's code editor example)."""
 
@@ -84,10 +98,13 @@ class CodeView(QPlainTextEdit):
         self.updateRequest.connect(self._update_numbers)
         self.setViewportMargins(self.margin_width(), 0, 0, 0)
 
-    def show_text(self, text: str, file_lines: list[int] | None) -> None:
+    def show_text(self, text: str, file_lines: list[int] | None, *, wrap: bool = False) -> None:
         """Show `text`; `file_lines`: the file's line number of each of its lines (None: unknown,
-        the text's own are shown)."""
+        the text's own are shown). `wrap`: prose, wrapped at the view's width (a .docx paragraph
+        is one line of the text, and was cut at the right edge); code keeps its lines as written
+        and scrolls sideways (the horizontal scroll bar shows when a line is wider than the view)."""
         self.file_lines = file_lines if file_lines is not None and len(file_lines) == text.count("\n") + 1 else None
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth if wrap else QPlainTextEdit.LineWrapMode.NoWrap)
         self.setPlainText(text)
         self.setViewportMargins(self.margin_width(), 0, 0, 0)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog
 
@@ -25,6 +25,19 @@ def export_name(path: str) -> str:
     return name or "conversation"
 
 
+def export_suggestion(path: str) -> Path:
+    """Where the export of the conversation about the document at `path` is suggested: beside the
+    document (a file's folder; a folder's parent, not inside what Halaman reads), named after it
+    (`export_name`); the user's documents folder (else home) when that folder is gone. Not the
+    folder of the last document opened: that was another document's."""
+    source = Path(path)
+    folder = source.parent
+    if not folder.is_dir():
+        documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+        folder = Path(documents) if documents and Path(documents).is_dir() else Path.home()
+    return folder / f"{export_name(path)} (conversation).md"
+
+
 def export_conversation(window, path: str | None = None) -> Path | None:
     """Write the conversation about the document `window` (a `MainWindow`) shows to `path` (None:
     ask where, in a file dialog). Returns where it was written, None when nothing was (no
@@ -34,7 +47,7 @@ def export_conversation(window, path: str | None = None) -> Path | None:
         window.statusBar().showMessage("Choose a document in the library first: its conversation is what is exported.", 8000)
         return None
     if path is None:
-        suggested = Path(window.store.last_folder) / f"{export_name(record.path)} (conversation).md"
+        suggested = export_suggestion(record.path)
         path, _ = QFileDialog.getSaveFileName(window, "Export the conversation", str(suggested),
                                               "Markdown (*.md);;All files (*)")
         if not path:

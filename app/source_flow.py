@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 
 from engine.answer import Source
 from engine.citations import normalise_label
@@ -55,6 +55,7 @@ def library_source(label: str, sources: list[Source]) -> Source | None:
 
 CHAT_MIN_WIDTH = 480   # px the chat keeps beside the source pane: the question box stays readable
 PANE_MIN_WIDTH = 300   # px below which a page is too small to read
+CHAT_WIDE_WIDTH = 720  # px of chat beside the pane that a wide window gives the pane beyond (a chat line of ~100 characters)
 
 
 class SourceFlow(QObject):
@@ -73,6 +74,10 @@ class SourceFlow(QObject):
         # of another document: it still belongs beside the chat that holds the answer).
         self.shown_id: int | None = None
         self._read.connect(self._on_read)
+        # The pane grows and shrinks with the window as the chat does: with no stretch it kept the
+        # ~310 px it opened at while a window grew to 1,920 px, the page too small to read.
+        window.splitter.setStretchFactor(window.splitter.indexOf(window.source_pane), 1)
+        window.splitter.installEventFilter(self)  # and a window made wide gives it what the chat does not need
         window.source_pane.closed.connect(window.sidebar.show)  # the list stepped aside for the pane
 
     def follow(self, document_id: int | None) -> None:
@@ -149,14 +154,33 @@ class SourceFlow(QObject):
         self.shown_id = message.document_id if message is not None else citation.document_id
         self.shown.emit(citation)
 
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.window.splitter and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._widen_pane)  # once the splitter has shared out its new width
+        return False
+
+    def _widen_pane(self) -> None:
+        """A window grown with the pane open: the splitter shares the growth by the panels' widths,
+        and a pane opened at 380 px of an 1,100 px window was 657 px of 1,920; it gets at least all
+        the chat leaves beyond `CHAT_WIDE_WIDTH`, as at an open."""
+        w = self.window
+        if w.closed or w.source_pane.isHidden():
+            return
+        side, chat, pane = w.splitter.sizes()
+        floor = chat + pane - CHAT_WIDE_WIDTH
+        if pane < floor:
+            w.splitter.setSizes([side, chat + pane - floor, floor])
+
     def open_pane(self) -> None:
-        """Show the source pane beside the chat, as wide as it was last (else half the chat), never
-        growing the window: the chat keeps `CHAT_MIN_WIDTH`, and where the window is too narrow for
+        """Show the source pane beside the chat, as wide as it was last (else half the chat) but at
+        least all the chat leaves beyond `CHAT_WIDE_WIDTH` (a width kept from a smaller window left
+        the page at ~310 px in a 1,920 px one; now it takes ≥ 45 % there), never growing the window: the chat keeps `CHAT_MIN_WIDTH`, and where the window is too narrow for
         the library list, the chat and the pane together (an 800 px window), the list steps aside
         until the pane closes."""
         w = self.window
         if not w.source_pane.isHidden():
             return
+        w.splitter.refresh()  # a library list shown just now (the pane closed) counts its width
         side, chat, pane = w.splitter.sizes()
         room = side + chat + pane
         if room - side - PANE_MIN_WIDTH < CHAT_MIN_WIDTH:
@@ -166,6 +190,6 @@ class SourceFlow(QObject):
             w.sidebar.hide()
         w.source_pane.show()
         w.splitter.refresh()  # the pane's minimum known now, not after the next event loop turn
-        wanted = w.store.pane_width or (room - side) // 2
+        wanted = max(w.store.pane_width or (room - side) // 2, room - side - CHAT_WIDE_WIDTH)
         width = max(PANE_MIN_WIDTH, min(wanted, room - side - CHAT_MIN_WIDTH))
         w.splitter.setSizes([side, room - side - width, width])

@@ -27,19 +27,20 @@ from PySide6.QtCore import QRect, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPixmap, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QHBoxLayout, QScrollArea, QStackedWidget, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
-from app.code_view import CodeColours, CodeView, lexer_for
+from app.code_view import CodeColours, CodeView, is_prose, lexer_for
 from app.untrusted import escape, plain_label, rich_label
-from engine.attended import AttendedSpan
+from engine.attended import AttendedSpan, units
 from engine.documents import Document
 from engine.documents.hyphenation import HYPHENS
 from engine.documents.image import is_image
-from engine.documents.ocr import cached_page
 from engine.documents.lines import file_line_numbers
+from engine.documents.ocr import cached_page
 
 HIGHLIGHT = QColor(255, 200, 0)
 ZOOM_STEP = 1.25
 COLOUR_MAX_LINES = 2_000  # longer files are shown uncoloured: Pygments colours them too slowly for a click
 SHORTEST_MATCH = 12  # characters (white space left out) a partial match of a passage needs
+PAGE_PASSAGE_UNITS_MAX = 6  # sentences or rows of a page one highlight covers at most (`too_long`)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,14 @@ def locate(page_text: str, passage: str, near: int = 0) -> tuple[int, int] | Non
             return kept[at], kept[at + length - 1] + 1
         length //= 2 if length > 2 * SHORTEST_MATCH else length + 1  # halve, then give up
     return None
+
+
+def too_long(passage: str) -> bool:
+    """Whether a page's passage spans more than `PAGE_PASSAGE_UNITS_MAX` sentences or rows
+    (`engine.attended.units`): a run that answers stored before passages on a page were single
+    sentences or rows may hold (a whole table, which was highlighted evenly). Not drawn: which of
+    its rows the answer attended is not known."""
+    return len(units(passage.strip())) > PAGE_PASSAGE_UNITS_MAX
 
 
 def utf16_offset(text: str, index: int) -> int:
@@ -170,16 +179,19 @@ class SourcePane(QWidget):
         self.rectangles: list[Highlight] = []
         self.marked_lines: list[int] = []
         self._pdf_path: str | None = None
+        self._page_text = ""                  # the segment text of the page shown (passages index it)
         self._page_height = 0.0
         self._recognised = False
         self._scale = 1.0
         self._lines: list[tuple[int, int]] = []  # per passage: first and last line (0-based)
         self._colours: CodeColours | None = None
+        self._zoomed_source: str | None = None  # the document `zoom` was chosen in (`show_segment`)
         self.clear()
 
     def clear(self) -> None:
         """Show nothing (at start, or when the chat moves to another document), open or not."""
         self.empty = True
+        self._zoomed_source = None  # the next document shown, even the same again, opens at fit-width
         self.document, self.segment_index, self.answer_passages, self.passages = None, None, [], []
         self.page, self.rectangles, self.marked_lines, self.current = None, [], [], 0
         self.title.setText("Nothing shown yet")
@@ -200,6 +212,8 @@ class SourcePane(QWidget):
         strongest shown). A PDF that PDFium cannot read any more (moved, replaced) is shown as its
         page's text instead."""
         segment = document.segments[index]
+        if document.source != self._zoomed_source:
+            self.zoom = 1.0  # a zoom the user chose stays with its document: another opens at fit-width
         answer = [p for p in passages if 0 <= p.segment_index < len(document.segments)
                   and document.segments[p.segment_index].label == p.label]  # stored with another reading: not shown
         own = [p for p in answer if p.segment_index == index]
@@ -221,6 +235,7 @@ class SourcePane(QWidget):
             if unit:
                 self.title.setText(f"<b>{escape(path.name)}</b> — {escape(segment.label)}")
         self.document, self.segment_index, self.answer_passages = document, index, answer
+        self._zoomed_source = document.source
         if focus in own:
             self.current = own.index(focus)
             self._scroll_to_current()
@@ -297,6 +312,8 @@ class SourcePane(QWidget):
         strongest = max((p.share for p in self.passages), default=1.0)
         found = []
         for number, passage in enumerate(self.passages):
+            if too_long(self._page_text[passage.char_start:passage.char_end]):
+                continue
             where = locate(text, self._page_text[passage.char_start:passage.char_end], passage.char_start)
             if where is not None:
                 alpha = alpha_for(passage.share, strongest)
@@ -310,6 +327,8 @@ class SourcePane(QWidget):
             strongest = max((p.share for p in self.passages), default=1.0)
             found = []
             for number, passage in enumerate(self.passages):
+                if too_long(self._page_text[passage.char_start:passage.char_end]):
+                    continue
                 where = locate(text, self._page_text[passage.char_start:passage.char_end], passage.char_start)
                 if where is None:
                     continue
@@ -338,7 +357,10 @@ class SourcePane(QWidget):
         self.title.setText(f"<b>{escape(Path(path).name)}</b> — {escape(str(path))}")
         if self._colours is not None:
             self._colours.setDocument(None)
-        self.code.show_text(text, file_line_numbers(path, text) if numbered else None)
+        # A unit of an office document or a PDF page's text (not `numbered`) is prose, as is a .txt or
+        # .md file: wrapped at the pane's width; code keeps its lines and scrolls sideways.
+        self.code.show_text(text, file_line_numbers(path, text) if numbered else None,
+                            wrap=not numbered or is_prose(path))
         lexer = lexer_for(path) if text.count("\n") <= COLOUR_MAX_LINES else None
         self._colours = CodeColours(self.code.document(), lexer) if lexer is not None else None
         if self._colours is not None:
@@ -359,6 +381,8 @@ class SourcePane(QWidget):
                 selection.format.setBackground(color)
                 selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
                 selection.cursor = QTextCursor(document.findBlockByNumber(line))
+                # The whole line of the text: wrapped prose shows it as several lines, each marked.
+                selection.cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
                 selections.append(selection)
         self.code.setExtraSelections(selections)
         self.marked_lines = sorted(marked)
@@ -426,6 +450,10 @@ class SourcePane(QWidget):
                 note = f"This answer attended nothing here; its {len(ordered)} passage{'s' if len(ordered) > 1 else ''}: {where}."
             if len(ordered) == 1 and self.passages:
                 note += " Only one: nothing to step through."
+            long = [p for p in self.passages if self.page is not None and too_long(self._page_text[p.char_start:p.char_end])]
+            if long:
+                note += (f" Not highlighted here: {len(long)} over {PAGE_PASSAGE_UNITS_MAX} lines long (which of "
+                         "its lines the answer attended is not known).")
         self.note.setText(note)
         for button, what in ((self.previous_button, "The previous attended passage"),
                              (self.next_button, "The next attended passage, by share, on this page or another")):

@@ -93,7 +93,9 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
     attention is spread over many lines (two functions of a file, half each) may have no unit above
     the floors; it then gets its strongest runs of attended units (neighbours, one unattended unit
     between them allowed), at most `COVER_RUNS_MAX`, each above `PASSAGE_MIN_OF_STRONGEST` of its
-    first, so that a click on that source shows where in it the attention went.
+    first, so that a click on that source shows where in it the attention went. A page (a PDF's:
+    sentences and table rows) gets its strongest units alone instead of runs: on a recalled page
+    every row is attended a little, and a run was the whole table.
     """
     starts = segment_text_starts(document)
     end = first_text_token + len(token_chars)
@@ -133,7 +135,14 @@ def attended_spans(mass: list[float], token_chars: list[int], first_text_token: 
     for seg in dict.fromkeys(cover):
         if seg in shown or seg not in unit_starts:
             continue
-        runs = _runs(sorted(unit for s, unit in per_unit if s == seg), lambda unit: per_unit[seg, unit])
+        own = sorted(unit for s, unit in per_unit if s == seg)
+        if document.segments[seg].page is not None:
+            # A page's units are its sentences and a table's rows: a run of them on a recalled page
+            # (every row gets some attention) was the whole table, highlighted evenly. Its
+            # strongest rows instead, each with its own share.
+            runs = sorted(((unit, unit, per_unit[seg, unit]) for unit in own), key=lambda run: -run[2])
+        else:  # a file's lines: a function's body is a run of weak lines, each too weak alone
+            runs = _runs(own, lambda unit: per_unit[seg, unit])
         for first, last, weight in runs[:COVER_RUNS_MAX]:
             if weight < PASSAGE_MIN_OF_STRONGEST * runs[0][2]:
                 break

@@ -17,7 +17,7 @@ def answer_cautions(answer, settings: EngineSettings) -> list[str]:
     does not contain (`engine.grounding.unsupported_note`), its documents hold text written as
     instructions to the model (`engine.grounding.instructions_note`). [] for a sound answer."""
     from engine.cloud.policy import low_confidence
-    from engine.grounding import instructions_note, unsupported_note
+    from engine.grounding import checked_unit, instructions_note, unsupported_note
 
     cautions = []
     if low_confidence(answer, settings):
@@ -25,7 +25,8 @@ def answer_cautions(answer, settings: EngineSettings) -> list[str]:
     if answer.unsupported:
         cautions.append(unsupported_note(answer.unsupported))
     if answer.instructions:
-        cautions.append(instructions_note(answer.instructions))
+        # Checked against what the document has: "the page" of a PDF, "the passage" of a .docx.
+        cautions.append(instructions_note(answer.instructions, checked_unit([*answer.sources, *answer.passages])))
     return cautions
 
 

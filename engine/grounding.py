@@ -155,13 +155,35 @@ def instruction_like(text: str) -> list[str]:
     return list(found.values())
 
 
-def instructions_note(phrases: list[str]) -> str:
+UNIT_WORDS = ("page", "slide", "sheet")
+"""A segment label's first word that names a unit the reader sees in the file too."""
+
+
+def checked_unit(places) -> str:
+    """What a reader checks an answer against, named as its document has it, from its sources and
+    passages `places` (`engine.answer.Source` / `engine.attended.AttendedSpan`: a `label` and a
+    `path`): "the page" (a PDF's, an image's), "the slide" or "the sheet" (a presentation's, a
+    workbook's), "the file" (a folder's), "the passage" (a text, a word-processor document, an
+    e-book: no pages a reader sees; a .docx is one segment numbered page 1, so the label decides,
+    not the page number), "the document" when there is none (no source recorded)."""
+    places = list(places)
+    for unit in UNIT_WORDS:
+        if any(p.label.startswith(f"{unit} ") for p in places):
+            return f"the {unit}"
+    if any(p.path for p in places):
+        return "the file"
+    return "the passage" if places else "the document"
+
+
+def instructions_note(phrases: list[str], unit: str = "the page") -> str:
     """One plain line for a reader when the document holds text addressed to the model: 'the
     document contains text written as instructions to the model ("ignore all previous
     instructions"): the answer may follow it instead of the document; check it against the
-    page'; "" when `phrases` is empty. The phrases are the document's: whoever shows it escapes it."""
+    page'; "" when `phrases` is empty. `unit`: what the reader checks it against, as the document
+    has it ("the page" of a PDF, "the passage" of a text). The phrases are the document's: whoever
+    shows it escapes it."""
     if not phrases:
         return ""
     quoted = ", ".join(f"\u201c{phrase}\u201d" for phrase in phrases)
     return (f"the document contains text written as instructions to the model ({quoted}): the answer may follow "
-            "it instead of the document; check it against the page")
+            f"it instead of the document; check it against {unit}")

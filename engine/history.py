@@ -14,7 +14,7 @@ import time
 from engine.citations import CITATION, CODE, cited_labels, looks_like_citation
 from engine.documents import Document
 from engine.evidence_quotes import quote_text
-from engine.grounding import instructions_note, unsupported_note
+from engine.grounding import checked_unit, instructions_note, unsupported_note
 from engine.library import DocumentRecord, MessageRecord
 
 QUOTE_CHARACTERS = 300
@@ -75,12 +75,13 @@ def answered_by(message: MessageRecord) -> str:
            else "answered here" + (f" by {message.model}" if message.model else ""))
     if message.state in ("cancelled", "interrupted", "error"):
         who += f", {message.state}"
+    unit = checked_unit([*message.sources, *message.passages])
     if message.low_confidence:
-        who += "; low confidence: the model was unsure of its words"
+        who += f"; low confidence: the model was unsure of its words, check them against {unit}"
     if message.source != "cloud" and message.unsupported:
         who += "; check this answer: " + unsupported_note(message.unsupported)
     if message.instructions:
-        who += "; check this answer: " + instructions_note(message.instructions)
+        who += "; check this answer: " + instructions_note(message.instructions, unit)
     return who
 
 

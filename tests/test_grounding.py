@@ -175,7 +175,8 @@ def test_the_window_footer_and_the_export_carry_the_instruction_caution(tmp_path
     library.close()
     stored = Library(tmp_path / "library.sqlite").message(message_id)
     assert stored.instructions == phrases
-    assert "check this answer: " + instructions_note(phrases) in footer_text(stored)
+    # A text with no source recorded: checked against "the document" (a PDF's page: "the page").
+    assert "check this answer: " + instructions_note(phrases, "the document") in footer_text(stored)
     from engine.history import answered_by
 
-    assert "check this answer: " + instructions_note(phrases) in answered_by(stored)  # the exported history too
+    assert "check this answer: " + instructions_note(phrases, "the document") in answered_by(stored)  # the exported history too
