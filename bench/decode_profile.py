@@ -222,19 +222,21 @@ def ab(lm, cache, steps: int, rounds: int) -> dict:
 
 
 def head_step_copy(head) -> tuple:
-    """An int8 step copy (`int4_cpu._step_copy`) of an `Int8Linear` that has none, from the weights its
+    """An int8 step copy (as `Int8Linear(step_copy=True)` holds it) of an `Int8Linear` that has none, from the weights its
     two 4-bit planes apply, read back through the kernel on identity rows (rounded to bfloat16 on
     the way: good for timing, not bit for bit the loader's copy)."""
     import torch
 
-    from engine.models.int4_cpu import GROUP_SIZE, _step_copy
+    from engine.models.int4_cpu import GROUP_SIZE
 
     rows = []
     for first in range(0, head.in_features, 256):
         eye = torch.eye(head.in_features)[first : first + 256]
         rows.append(torch.ops.aten._weight_int4pack_mm_for_cpu(head._kernel_input(eye), head.packed, GROUP_SIZE,
                                                                head.scales_and_zeros).float())
-    return _step_copy(torch.cat(rows).T.contiguous())
+    applied = torch.cat(rows).T.contiguous()  # [out, in]; then int4_cpu's step copy: int8 per output feature
+    scales = (applied.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
+    return torch.round(applied / scales.float()[:, None]).clamp(-127, 127).to(torch.int8), scales
 
 
 def head_ab(lm, cache, steps: int, rounds: int) -> dict:
