@@ -1,0 +1,298 @@
+"""Where one decode step's time goes, and what a one-row int4 projection could do instead.
+
+    python bench/decode_profile.py --model shape --threads 2          # the 1.5B shape (bench/speed.py's)
+    python bench/decode_profile.py --model default --threads 2        # the embedded SmolLM2-135M
+    python bench/decode_profile.py --model shape --parts ab --rounds 7
+    python bench/decode_profile.py --model default --parts head --rounds 9
+
+profile: the model loaded as the app loads it on this CPU (`load_model(weights="int4")`), `--context`
+tokens of P05 read in 512-token chunks, then `--steps` decode steps under torch.profiler, each part
+labelled with `record_function`: the int4 projections (`Int4Linear`, fused q|k|v and gate|up
+included), the LM head (`Int8Linear`: its int8 step copy or its two 4-bit planes), attention over
+the cache (`LayerKV.attend` with its workspace update, and `compress`), and the rest (norms,
+RoPE's inputs, residual adds, the activation, the embedding lookup). Counts every operator torch
+ran per step (`ops_per_step`) and the operators called from Python (`top_level_ops_per_step`).
+The int4 projections' rate is the bytes they read (codes + scales and zeros, each layer once) per
+second, against a 512 MiB copy measured in the same run (`copy_gb_s`, read + write counted).
+
+ab: the same decode steps with the int4 layers on torch's int4 kernel (today) against their
+bfloat16 copy at one row too (`Int4Linear.dense`, kept on a CPU with AVX-512 BF16), interleaved
+round by round (ABAB), median of `--rounds`; the logits of both are compared.
+
+head: the LM head on its two 4-bit planes (today where the CPU has AVX-512 BF16) against an int8
+step copy run by `aten._weight_int8pack_mm` (today's path without it; the copy here is read back
+through the kernel, good for timing only), interleaved the same way.
+
+Writes docs/bench/decode_profile_<model>.{json,csv} with the machine and the load average at
+start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+PARTS = ("int4 projections", "LM head", "attention + cache", "rest")
+
+
+def load(model: str, threads: int):
+    from engine.models.loader import load_model
+
+    if model == "shape":
+        import speed
+
+        return load_model(str(speed.shape_folder()), device="cpu", weights="int4", threads=threads)
+    return load_model("default", device="cpu", weights="int4", threads=threads)
+
+
+def book_ids(lm, n: int) -> list[int]:
+    from engine.documents import load_document
+
+    doc = load_document(common.corpus_dir() / "pdf" / "P05_dmca.pdf")
+    return lm.tokenizer("\n\n".join(s.text for s in doc.segments), add_special_tokens=False)["input_ids"][:n]
+
+
+def snapshot(lm, ids: list[int]):
+    import torch
+
+    from engine.settings import CachePolicy
+
+    cache = lm.decoder.new_cache(CachePolicy(), "compact")
+    for first in range(0, len(ids), 512):
+        lm.decoder.forward(torch.tensor(ids[first : first + 512]), cache)
+    return cache
+
+
+def decode(lm, cache, steps: int) -> tuple[list[float], list]:
+    """`steps` greedy decode steps on a fork of `cache`: seconds per step and the logits."""
+    import torch
+
+    from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS
+
+    twin, token, seconds, logits = cache.fork(), 42, [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        out = lm.decoder.forward(torch.tensor([token]), twin, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, reuse_workspace=True)
+        seconds.append(time.perf_counter() - t0)
+        logits.append(out)
+        token = int(out[-1].argmax())
+    return seconds, logits
+
+
+@contextlib.contextmanager
+def labelled(spent: dict | None = None):
+    """Wrap the int4 layers, the LM head and the cache's attend/compress: in `record_function` labels,
+    or, with `spent`, timed (seconds added to `spent[label]`; no profiler overhead)."""
+    import torch
+
+    from engine.kvcache.cache import LayerKV
+    from engine.models.int4_cpu import Int4Linear, Int8Linear
+
+    saved = {(cls, name): getattr(cls, name) for cls, name in
+             ((Int4Linear, "forward"), (Int8Linear, "forward"), (LayerKV, "attend"), (LayerKV, "compress"))}
+
+    def wrap(cls, name, label):
+        inner = saved[cls, name]
+
+        def labelled_call(self, *a, **k):
+            if spent is None:
+                with torch.profiler.record_function(label):
+                    return inner(self, *a, **k)
+            t0 = time.perf_counter()
+            try:
+                return inner(self, *a, **k)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
+        setattr(cls, name, labelled_call)
+
+    wrap(Int4Linear, "forward", "int4 projections")
+    wrap(Int8Linear, "forward", "LM head")
+    wrap(LayerKV, "attend", "attention + cache")
+    wrap(LayerKV, "compress", "attention + cache")
+    try:
+        yield
+    finally:
+        for (cls, name), fn in saved.items():
+            setattr(cls, name, fn)
+
+
+def int4_bytes(model) -> int:
+    """Bytes an int4 decode step reads from the `Int4Linear` layers (codes + scales and zeros), each
+    storage once (fused layers share their parts' codes)."""
+    from engine.models.int4_cpu import Int4Linear, Int8Linear
+
+    seen, total = set(), 0
+    for module in model.modules():
+        if type(module) is Int4Linear and not isinstance(module, Int8Linear):
+            for t in (module.packed, module.scales_and_zeros):
+                key = t.untyped_storage().data_ptr()
+                if key not in seen:
+                    seen.add(key)
+                    total += t.untyped_storage().nbytes()
+    return total
+
+
+def copy_gb_s() -> float:
+    import torch
+
+    src = torch.ones(128 * 1024 * 1024)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return 2 * src.nbytes / common.median(times) / 1e9
+
+
+def profile(lm, cache, steps: int) -> dict:
+    """Per-step milliseconds by part (timed, no profiler) and operator counts (profiled), module docstring."""
+    import torch
+
+    decode(lm, cache, 2)  # warm: the workspace's first build, allocator
+    spent: dict = {}
+    with labelled(spent):
+        seconds, _ = decode(lm, cache, steps)
+    with labelled(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        decode(lm, cache, steps)
+    events = [e for e in prof.events() if e.name.startswith("aten::")]
+    ops = {p: 0 for p in PARTS}
+    for e in events:
+        parent = e.cpu_parent
+        while parent is not None and parent.name not in PARTS:
+            parent = parent.cpu_parent
+        ops["rest" if parent is None else parent.name] += 1
+    top = {p: {} for p in PARTS}  # operators called from Python, by name, per part
+    for e in events:
+        if e.cpu_parent is None or e.cpu_parent.name in PARTS:
+            part = top["rest" if e.cpu_parent is None else e.cpu_parent.name]
+            part[e.name] = part.get(e.name, 0) + 1
+    for p in PARTS:
+        print(p, sorted(((n / steps, name) for name, n in top[p].items()), reverse=True)[:12], flush=True)
+    step_ms = 1000 * sum(seconds) / steps
+    out = {"step_ms": step_ms, "ops_per_step": len(events) / steps,
+           "top_level_ops_per_step": sum(1 for e in events if e.cpu_parent is None or e.cpu_parent.name in PARTS) / steps}
+    for p in PARTS[:-1]:
+        out[f"{p} ms"] = 1000 * spent.get(p, 0.0) / steps
+    out["rest ms"] = step_ms - sum(out[f"{p} ms"] for p in PARTS[:-1])
+    for p in PARTS:
+        out[f"{p} ops"] = ops[p] / steps
+    return out
+
+
+def dense_forward(self, x):
+    """`Int4Linear.forward` with the bfloat16 copy at every row count (the ab part's variant B)."""
+    import torch
+
+    y = torch.nn.functional.linear(self._kernel_input(x), self.dense).to(x.dtype)
+    if x.dim() != 2:
+        y = y.view(*x.shape[:-1], self.out_features)
+    return y if self.bias is None else y + self.bias
+
+
+def ab(lm, cache, steps: int, rounds: int) -> dict:
+
+    from engine.models.int4_cpu import Int4Linear
+
+    if not any(type(m) is Int4Linear and m.dense is not None for m in lm.decoder.model.modules()):
+        return {"ab": "no bfloat16 copy on this CPU"}
+    kernel = Int4Linear.forward
+    times, logits = {"kernel": [], "dense": []}, {}
+    decode(lm, cache, 2)
+    for r in range(rounds):
+        for variant in ("kernel", "dense") if r % 2 == 0 else ("dense", "kernel"):
+            Int4Linear.forward = kernel if variant == "kernel" else dense_forward
+            try:
+                seconds, logits[variant] = decode(lm, cache, steps)
+            finally:
+                Int4Linear.forward = kernel
+            times[variant].append(1000 * common.median(seconds))
+        print(f"round {r}: kernel {times['kernel'][-1]:.1f} ms, dense {times['dense'][-1]:.1f} ms, load {os.getloadavg()[0]:.2f}", flush=True)
+    diff = max(float((a - b).abs().max()) for a, b in zip(logits["kernel"], logits["dense"], strict=True))
+    return {"kernel_ms": common.median(times["kernel"]), "dense_ms": common.median(times["dense"]),
+            "dense_speedup": common.median(times["kernel"]) / common.median(times["dense"]), "max_logit_diff": diff,
+            "rounds": rounds}
+
+
+def head_step_copy(head) -> tuple:
+    """An int8 step copy (as `Int8Linear(step_copy=True)` holds it) of an `Int8Linear` that has none, from the weights its
+    two 4-bit planes apply, read back through the kernel on identity rows (rounded to bfloat16 on
+    the way: good for timing, not bit for bit the loader's copy)."""
+    import torch
+
+    from engine.models.int4_cpu import GROUP_SIZE
+
+    rows = []
+    for first in range(0, head.in_features, 256):
+        eye = torch.eye(head.in_features)[first : first + 256]
+        rows.append(torch.ops.aten._weight_int4pack_mm_for_cpu(head._kernel_input(eye), head.packed, GROUP_SIZE,
+                                                               head.scales_and_zeros).float())
+    applied = torch.cat(rows).T.contiguous()  # [out, in]; then int4_cpu's step copy: int8 per output feature
+    scales = (applied.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
+    return torch.round(applied / scales.float()[:, None]).clamp(-127, 127).to(torch.int8), scales
+
+
+def head_ab(lm, cache, steps: int, rounds: int) -> dict:
+    """Decode steps with the LM head on its two 4-bit planes (today on AVX-512 BF16) against an int8
+    step copy (`_weight_int8pack_mm`, today without AVX-512 BF16), interleaved (module docstring)."""
+    head = lm.decoder.model.lm_head
+    if head.step_codes is not None:
+        return {"head_ab": "the LM head already decodes on its step copy here"}
+    codes, scales = head_step_copy(head)
+    times = {"planes": [], "int8": []}
+    decode(lm, cache, 2)
+    for r in range(rounds):
+        for variant in ("planes", "int8") if r % 2 == 0 else ("int8", "planes"):
+            head.step_codes, head.step_scales = (codes, scales) if variant == "int8" else (None, None)
+            try:
+                seconds, _ = decode(lm, cache, steps)
+            finally:
+                head.step_codes = head.step_scales = None
+            times[variant].append(1000 * common.median(seconds))
+        print(f"round {r}: head planes {times['planes'][-1]:.1f} ms, int8 {times['int8'][-1]:.1f} ms, "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+    return {"head_planes_ms": common.median(times["planes"]), "head_int8_ms": common.median(times["int8"]),
+            "head_int8_speedup": common.median(times["planes"]) / common.median(times["int8"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="shape", choices=["shape", "default"])
+    parser.add_argument("--context", type=int, default=512, help="tokens read before decoding (a multiple of 512)")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--parts", nargs="+", default=["profile", "ab"], choices=["profile", "ab", "head"])
+    args = parser.parse_args()
+    common.setup(args.threads)
+    meta = common.machine_info()
+    t0 = time.perf_counter()
+    lm = load(args.model, args.threads)
+    print(f"loaded in {time.perf_counter() - t0:.0f} s", flush=True)
+    cache = snapshot(lm, book_ids(lm, args.context))
+    row = {"model": args.model, "threads": args.threads, "context": args.context, "steps": args.steps,
+           "int4_mb": int4_bytes(lm.decoder.model) / 1e6, "copy_gb_s": copy_gb_s()}
+    if "profile" in args.parts:
+        row.update(profile(lm, cache, args.steps))
+        row["int4_gb_s"] = row["int4_mb"] / row["int4 projections ms"]
+        print(row, flush=True)
+    if "ab" in args.parts:
+        row.update(ab(lm, cache, args.steps, args.rounds))
+        print(row, flush=True)
+    if "head" in args.parts:
+        row.update(head_ab(lm, cache, args.steps, args.rounds))
+        print(row, flush=True)
+    meta.update(weights=lm.weights_label, load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
+    rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+    common.write_results(f"decode_profile_{args.model}", [rounded], list(rounded), meta)
+
+
+if __name__ == "__main__":
+    main()
