@@ -80,6 +80,8 @@ class AskFlow:
         if not escalation:
             w.conversation.take_question()
             w.conversation.reset_new_question()
+            if not cloud:  # the last answer's "Continued from …" must not stand beside this one
+                w.statusBar().showMessage(asking_text(follow_up))
             w.library.add_message(doc_id, "user", question)
             w.chat.add_question(question)
         settings, model = w.settings, w.client.model
@@ -151,3 +153,15 @@ class AskFlow:
             if message.role == "user":
                 return message.text
         return ""
+
+
+def asking_text(follow_up: bool | None) -> str:
+    """The status line from the moment a local question is asked until its answer says which way
+    it went (`AskFlow._which_way`): what the user chose, or that its words decide. The last
+    answer's "Continued from your last question" stayed there while a New question was answered."""
+    if follow_up is True:
+        return "Answering as a follow-up: it continues your last question (Follow-up is ticked)."
+    if follow_up is False:
+        return "Answering as a new question: it does not continue your last one (New question was ticked)."
+    return ("Answering: whether it continues your last question is decided from its words; "
+            "this line says which once it is answered.")
