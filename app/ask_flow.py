@@ -95,7 +95,20 @@ class AskFlow:
                         source="cloud" if cloud else "local")
         w.changed.emit(Changes(history=True))
         w.background_read.pause_for_question()  # the answer comes next; the read goes on after it
+        if not cloud and not escalation and follow_up is None:  # its words decide: the engine says which way first
+            w.client.submit(ops.follow_up_decision(question, follow_up=None,
+                                                   on_done=lambda why: self._decided(message_id, why)))
         w.client.submit(job)
+
+    def _decided(self, message_id: int, why: str) -> None:
+        """The engine decided whether the question being answered (`message_id`'s) continues the
+        last one: the status line says which, while it is answered."""
+        live, w = self.window.state.live, self.window
+        if live is None or live.message_id != message_id or w.closed:
+            return
+        answered = [m for m in w.library.messages(live.document_id) if m.role == "assistant" and m.id != message_id]
+        if why or answered:
+            w.statusBar().showMessage(asking_text(None, why))
 
     def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:
         """What follows an answer: the escalation to the cloud the workspace decided, or a banner."""
@@ -155,13 +168,18 @@ class AskFlow:
         return ""
 
 
-def asking_text(follow_up: bool | None) -> str:
+def asking_text(follow_up: bool | None, why: str | None = None) -> str:
     """The status line from the moment a local question is asked until its answer says which way
-    it went (`AskFlow._which_way`): what the user chose, or that its words decide. The last
-    answer's "Continued from your last question" stayed there while a New question was answered."""
+    it went (`AskFlow._which_way`): what the user chose, or, with neither box ticked, what the
+    engine decided from its words (`why`: its reason to continue, "" afresh, None not known yet).
+    The last answer's "Continued from your last question" stayed there while a New question was
+    answered."""
     if follow_up is True:
         return "Answering as a follow-up: it continues your last question (Follow-up is ticked)."
     if follow_up is False:
         return "Answering as a new question: it does not continue your last one (New question was ticked)."
-    return ("Answering: whether it continues your last question is decided from its words; "
-            "this line says which once it is answered.")
+    if why:
+        return f"Answering as a follow-up to your last question ({why}); tick New question to start afresh."
+    if why == "":
+        return "Answering as a new question: it does not continue your last one (tick Follow-up to continue it)."
+    return "Answering: whether it continues your last question is decided from its words."

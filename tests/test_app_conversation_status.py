@@ -53,7 +53,10 @@ def test_the_status_follows_the_question_asked_even_after_a_cancelled_answer(mak
     window.cancel_work()
     qtbot.waitUntil(lambda: window.state.live is None and not window.client.busy, timeout=30_000)
 
-    ask(qtbot, window, REFERS_BACK)  # after the cancelled answer: its words refer back to that question
+    ask(qtbot, window, REFERS_BACK, wait=False)  # after the cancelled answer: its words refer back to that question
+    qtbot.waitUntil(lambda: "follow-up" in status() or window.state.live is None, timeout=60_000)
+    assert status().startswith("Answering as a follow-up to your last question ("), status()
+    qtbot.waitUntil(lambda: window.state.live is None, timeout=180_000)
     assert status().startswith("Continued from your last question ("), status()
 
     window.conversation.new_question.setChecked(True)
