@@ -95,7 +95,8 @@ class AskFlow:
                         source="cloud" if cloud else "local")
         w.changed.emit(Changes(history=True))
         w.background_read.pause_for_question()  # the answer comes next; the read goes on after it
-        if not cloud and not escalation and follow_up is None:  # its words decide: the engine says which way first
+        if not cloud and not escalation and follow_up is None and self._asked_before(doc_id, message_id):
+            # its words decide whether it continues the last question: the engine says which way first
             w.client.submit(ops.follow_up_decision(question, follow_up=None,
                                                    on_done=lambda why: self._decided(message_id, why)))
         w.client.submit(job)
@@ -104,11 +105,13 @@ class AskFlow:
         """The engine decided whether the question being answered (`message_id`'s) continues the
         last one: the status line says which, while it is answered."""
         live, w = self.window.state.live, self.window
-        if live is None or live.message_id != message_id or w.closed:
-            return
-        answered = [m for m in w.library.messages(live.document_id) if m.role == "assistant" and m.id != message_id]
-        if why or answered:
+        if live is not None and live.message_id == message_id and not w.closed:
             w.statusBar().showMessage(asking_text(None, why))
+
+    def _asked_before(self, document_id: int, message_id: int) -> bool:
+        """Whether the chat of `document_id` holds an answer before `message_id`'s (a first question
+        continues nothing: no decision to wait for)."""
+        return any(m.role == "assistant" and m.id != message_id for m in self.window.library.messages(document_id))
 
     def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:
         """What follows an answer: the escalation to the cloud the workspace decided, or a banner."""
