@@ -80,6 +80,8 @@ class AskFlow:
         if not escalation:
             w.conversation.take_question()
             w.conversation.reset_new_question()
+            if not cloud:  # the last answer's "Continued from …" must not stand beside this one
+                w.statusBar().showMessage(asking_text(follow_up))
             w.library.add_message(doc_id, "user", question)
             w.chat.add_question(question)
         settings, model = w.settings, w.client.model
@@ -93,7 +95,23 @@ class AskFlow:
                         source="cloud" if cloud else "local")
         w.changed.emit(Changes(history=True))
         w.background_read.pause_for_question()  # the answer comes next; the read goes on after it
+        if not cloud and not escalation and follow_up is None and self._asked_before(doc_id, message_id):
+            # its words decide whether it continues the last question: the engine says which way first
+            w.client.submit(ops.follow_up_decision(question, follow_up=None,
+                                                   on_done=lambda why: self._decided(message_id, why)))
         w.client.submit(job)
+
+    def _decided(self, message_id: int, why: str) -> None:
+        """The engine decided whether the question being answered (`message_id`'s) continues the
+        last one: the status line says which, while it is answered."""
+        live, w = self.window.state.live, self.window
+        if live is not None and live.message_id == message_id and not w.closed:
+            w.statusBar().showMessage(asking_text(None, why))
+
+    def _asked_before(self, document_id: int, message_id: int) -> bool:
+        """Whether the chat of `document_id` holds an answer before `message_id`'s (a first question
+        continues nothing: no decision to wait for)."""
+        return any(m.role == "assistant" and m.id != message_id for m in self.window.library.messages(document_id))
 
     def _answer_ended(self, live: LiveAnswer, outcome: AnswerOutcome | None, error: JobError | None) -> None:
         """What follows an answer: the escalation to the cloud the workspace decided, or a banner."""
@@ -151,3 +169,20 @@ class AskFlow:
             if message.role == "user":
                 return message.text
         return ""
+
+
+def asking_text(follow_up: bool | None, why: str | None = None) -> str:
+    """The status line from the moment a local question is asked until its answer says which way
+    it went (`AskFlow._which_way`): what the user chose, or, with neither box ticked, what the
+    engine decided from its words (`why`: its reason to continue, "" afresh, None not known yet).
+    The last answer's "Continued from your last question" stayed there while a New question was
+    answered."""
+    if follow_up is True:
+        return "Answering as a follow-up: it continues your last question (Follow-up is ticked)."
+    if follow_up is False:
+        return "Answering as a new question: it does not continue your last one (New question was ticked)."
+    if why:
+        return f"Answering as a follow-up to your last question ({why}); tick New question to start afresh."
+    if why == "":
+        return "Answering as a new question: it does not continue your last one (tick Follow-up to continue it)."
+    return "Answering: whether it continues your last question is decided from its words."

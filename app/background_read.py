@@ -34,8 +34,14 @@ class BackgroundRead:
         self.path: str | None = None
         self._pause: threading.Event | None = None
         self.share = 0.0  # how much of the document the read has done (0..1): `stop` says it
-        self.left_s: float | None = None  # its time left as last measured: the header says the same
         self.stopped = False  # the open document's read was cancelled or failed: it is not read whole
+        window.progress.ticked.connect(self._redraw_time_left)
+
+    @property
+    def left_s(self) -> float | None:
+        """The read's time left, seconds (None before it is measured): the progress line's own
+        figure (`ProgressPanel.time_left`), which the header and the library row show too."""
+        return self.window.progress.time_left.seconds if self.job is not None else None
 
     @property
     def running(self) -> bool:
@@ -45,7 +51,8 @@ class BackgroundRead:
         """Read the open document (`path`, opened index first) whole, in the background; its
         progress starts where an earlier read of it stopped (`report.read_from`)."""
         self.stop()
-        self.path, self.share, self.left_s = path, 0.0, None
+        self.path, self.share = path, 0.0
+        self.window.progress.time_left.clear()
         self._submit()
         if report is not None and report.read_from:
             self.show_progress(self.job, Progress(Phase.PREFILL, report.read_from, report.document_tokens, "tokens"))
@@ -84,15 +91,20 @@ class BackgroundRead:
         line, the library row and the header's time left."""
         if job is not self.job:
             return
-        w = self.window
-        w.progress.show_event(event)
-        share = self.share = event.done / event.total if event.total else 0.0
-        if event.eta_s is not None and event.eta_s != self.left_s:
-            self.left_s = event.eta_s
-            document_header(w)
-        left = f", about {fmt_duration(event.eta_s)} left" if event.eta_s is not None else ""
+        self.window.progress.show_event(event)
+        self.share = event.done / event.total if event.total else 0.0
+        self._redraw_time_left()
+
+    def _redraw_time_left(self) -> None:
+        """The header and the library row with the progress line's time left (at each event and
+        each tick of its countdown), so the three say the same."""
+        if self.job is None:
+            return
+        w, left_s = self.window, self.left_s
+        document_header(w)
+        left = f", about {fmt_duration(left_s)} left" if left_s is not None else ""
         w.library_panel.set_reading(self.path, Path(self.path).name,
-                                    f"answering from the parts it chooses; reading it whole: {share:.0%}{left}")
+                                    f"answering from the parts it chooses; reading it whole: {self.share:.0%}{left}")
 
     def _done(self, job: Job, report: OpenReport | None) -> None:
         if job is not self.job:

@@ -15,7 +15,7 @@ from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from app.untrusted import literal_rich_text, plain_label
-from engine.library import CACHED, MISSING, STALE, Library
+from engine.library import CACHED, MISSING, NOT_CACHED, STALE, DocumentRecord, Library
 from engine.settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -41,14 +41,27 @@ class LibraryRow:
 
 def library_rows(library: Library, cache: CacheStatus | None, settings: EngineSettings,
                  open_id: int | None) -> list[LibraryRow]:
-    """The library's documents, newest first, as rows ("12 pages · 5,231 tokens · cached")."""
+    """The library's documents, newest first, as rows ("12 pages · 5,231 tokens · cached"; a
+    document whose read stopped half-way: "read 33 %")."""
     rows = []
     for record in library.documents():
         status = library.status(record, cache, settings)
+        share = read_share(record, status, cache)
+        said = f"read {share:.0%}".replace("%", " %") if share is not None else STATUS_TEXT[status]
         details = " · ".join(x for x in (
-            record.size_text, f"{record.tokens:,} tokens" if record.tokens else "", STATUS_TEXT[status]) if x)
+            record.size_text, f"{record.tokens:,} tokens" if record.tokens else "", said) if x)
         rows.append(LibraryRow(record.id, record.path, record.title, details, status, record.id == open_id))
     return rows
+
+
+def read_share(record: DocumentRecord, status: str, cache: CacheStatus | None) -> float | None:
+    """How much of a document not cached whole a stopped read has kept (0..1, from its checkpoint's
+    tokens, `CacheStatus.read_tokens`), or None when nothing was kept or it is cached. A partly read
+    document said "not cached", as one never read does."""
+    if status != NOT_CACHED or cache is None or not record.tokens:
+        return None
+    tokens = cache.read_tokens(record.prefix_key)
+    return min(tokens / record.tokens, 0.99) if tokens else None  # "100 %" only once the read is saved whole
 
 
 class LibraryPanel(QWidget):
@@ -86,29 +99,52 @@ class LibraryPanel(QWidget):
         layout.addLayout(head)
         layout.addWidget(self.list, 1)
         self._reading: tuple[str, str, str] | None = None   # (path, title, text) of the document being read
+        self._order: tuple[frozenset[int], int | None] | None = None  # the rows' ids and the open one, as sorted
         self.list.currentItemChanged.connect(self._current_changed)
         self.list.itemDoubleClicked.connect(self._double_clicked)
         self.list.customContextMenuRequested.connect(self._menu)
 
     def show_documents(self, rows: list[LibraryRow], select: int | None) -> None:
         """Redraw the list; `select` becomes the current row (no `selected` signal for it). The row
-        of a document being read (`set_reading`) is kept."""
+        of a document being read (`set_reading`) is kept.
+
+        The rows keep their places while the same documents are listed and the same one is open:
+        a status that changes (a read's progress, its cache saved) redraws the rows in place, and
+        the list re-sorts only when a document is opened, added or removed. Rebuilt at each
+        change, it moved rows under the mouse while a read went on."""
+        order = (frozenset(row.id for row in rows), next((row.id for row in rows if row.is_open), None))
         with QSignalBlocker(self.list):
-            self.list.clear()
-            for row in rows:
-                item = QListWidgetItem(f"{row.title}\n{row.details}")
-                item.setData(TEXT_ROLE, item.text())
-                item.setData(ID_ROLE, row.id)
-                item.setData(PATH_ROLE, row.path)
-                item.setToolTip(literal_rich_text(f"{row.title}\n{row.path}\nprefix cache: {row.status}"))
-                if row.is_open:
-                    font = item.font()
-                    font.setBold(True)
-                    item.setFont(font)
-                self.list.addItem(item)
-                if row.id == select:
-                    self.list.setCurrentItem(item)
+            if order == self._order:
+                self._redraw_in_place(rows)
+            else:
+                self._rebuild(rows)
+            self._order = order
+            if select is None:
+                self.list.setCurrentItem(None)
+            else:
+                self._select_id(select)
             self._update_reading_row()
+
+    def _rebuild(self, rows: list[LibraryRow]) -> None:
+        self.list.clear()
+        for row in rows:
+            item = QListWidgetItem()
+            item.setData(ID_ROLE, row.id)
+            _draw(item, row)
+            self.list.addItem(item)
+
+    def _redraw_in_place(self, rows: list[LibraryRow]) -> None:
+        by_id = {row.id: row for row in rows}
+        for index in range(self.list.count()):
+            item = self.list.item(index)
+            if item.data(ID_ROLE) in by_id:
+                _draw(item, by_id[item.data(ID_ROLE)])
+
+    def _select_id(self, document_id: int) -> None:
+        for index in range(self.list.count()):
+            if self.list.item(index).data(ID_ROLE) == document_id:
+                self.list.setCurrentRow(index)
+                return
 
     def set_reading(self, path: str | None, title: str = "", text: str = "") -> None:
         """Show that `path` is being read ("reading 40 %"): on its row, or on a row of its own at the
@@ -173,3 +209,14 @@ class LibraryPanel(QWidget):
         menu.addAction("Open", lambda: self.open_requested.emit(doc_id))
         menu.addAction("Remove from library (and its chat)", lambda: self.remove_requested.emit(doc_id))
         menu.exec(self.list.viewport().mapToGlobal(pos))
+
+
+def _draw(item: QListWidgetItem, row: LibraryRow) -> None:
+    """`row`'s two lines, path, tooltip and boldness (the open document) on `item`."""
+    item.setText(f"{row.title}\n{row.details}")
+    item.setData(TEXT_ROLE, item.text())
+    item.setData(PATH_ROLE, row.path)
+    item.setToolTip(literal_rich_text(f"{row.title}\n{row.path}\nprefix cache: {row.status}"))
+    font = item.font()
+    font.setBold(row.is_open)
+    item.setFont(font)

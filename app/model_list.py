@@ -48,7 +48,7 @@ def weights_tip(verdict: Fit) -> str:
 def here_text(speed: ExpectedSpeed | None, is_recommended: bool) -> str:
     """The Here cell: how fast answers come on this machine ("~6 tokens/s answering"; "may be slow
     here" below `RECOMMENDED_ANSWER_TOKENS_PER_S`), and the recommended mark."""
-    mark = f"{RECOMMENDED} · " if is_recommended else ""
+    mark = f"{RECOMMENDED}\n" if is_recommended else ""  # its own line: beside the speed it was cut ("★ recommende…")
     if speed is None:
         return f"{mark}not estimated on a GPU"
     slow = " (may be slow here)" if speed.answer_tokens_per_s < 3.0 else ""
@@ -103,8 +103,13 @@ class ModelList(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # two-line cells
         self.table.setMinimumHeight(130)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        # Every column as wide as its text, none stretched to what is left: at 800x600 the last one
+        # ("Here") was squeezed and elided ("★ recommende…"); the table scrolls sideways instead.
+        self.table.horizontalHeader().setStretchLastSection(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.table.setWordWrap(False)
         self.download_button = QPushButton("Download")
         self.cancel_button = QPushButton("Cancel download")
         self.cancel_button.setEnabled(False)

@@ -16,6 +16,41 @@ TICK_MS = 500
 """How often the ETA counts down between two progress events (a prefill chunk can take a minute)."""
 
 
+class TimeLeft:
+    """The one time estimate of a read in progress, counted down between two progress events. The
+    progress line, the header and the library row all show `seconds` (the value of the last
+    `tick`), so they say the same at the same moment: the header kept an event's figure ("about
+    12 min 19 s") while the progress line counted down to another.
+
+    `update(eta_s)`: a progress event's ETA (seconds, None when not measured yet). `tick()`: count
+    down to now (the panel's timer, every `TICK_MS`). `freeze()`: the read paused (a question runs):
+    the figure stays where it was until the next event."""
+
+    def __init__(self) -> None:
+        self._eta_s: float | None = None
+        self._at = 0.0
+        self._running = False
+        self.seconds: float | None = None  # what every view shows, whole seconds
+
+    def update(self, eta_s: float | None) -> None:
+        self._eta_s, self._at, self._running = eta_s, time.monotonic(), eta_s is not None
+        self.tick()
+
+    def tick(self) -> None:
+        if self._running and self._eta_s is not None:
+            self.seconds = float(max(0, round(self._eta_s - (time.monotonic() - self._at))))
+        elif self._eta_s is None:
+            self.seconds = None
+
+    def freeze(self) -> None:
+        if self._running:
+            self.tick()
+            self._eta_s, self._running = self.seconds, False
+
+    def clear(self) -> None:
+        self._eta_s, self._running, self.seconds = None, False, None
+
+
 class Banner(QFrame):
     """A one-line message above the chat: errors (red), warnings (amber), info (blue), with an
     optional action button that runs `callback` (and hides the banner)."""
@@ -79,6 +114,8 @@ class ProgressPanel(QFrame):
     of them a timer counts the ETA down and the model load's elapsed time up."""
 
     cancel_clicked = Signal()
+    ticked = Signal()
+    """The time left (`time_left`) was counted down: the header and the library row redraw it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -99,9 +136,10 @@ class ProgressPanel(QFrame):
         layout.addLayout(top)
         layout.addWidget(self.bar)
         self.model_name = "the model"
-        self._last_prefill: tuple[Progress, float] | None = None
+        self._last_prefill: Progress | None  # the read whose time left the timer counts down = None
         self._loading_since: float | None = None
         self._converting = False             # the model being loaded is converted first
+        self.time_left = TimeLeft()          # the running read's time left, shared with the header
         self.timer = QTimer(self)
         self.timer.setInterval(TICK_MS)
         self.timer.timeout.connect(self._tick)
@@ -122,7 +160,7 @@ class ProgressPanel(QFrame):
 
     def job_started(self, title: str | None) -> None:
         """A job began: show its title, or hide for a quiet background job (title None)."""
-        self._last_prefill = self._loading_since = None
+        self._stop_prefill()
         if title:
             self.set_busy(title)
             self.timer.start()
@@ -131,18 +169,18 @@ class ProgressPanel(QFrame):
 
     def finish(self) -> None:
         """Nothing runs any more."""
-        self._last_prefill = self._loading_since = None
+        self._stop_prefill()
         self.timer.stop()
         self.hide()
 
     def cancelling(self) -> None:
-        self._last_prefill = self._loading_since = None  # the ETA tick would overwrite it
+        self._stop_prefill()  # the ETA tick would overwrite it
         self.label.setText("Cancelling…")
 
     # ---------------------------------------------------------- engine events
     def show_event(self, event: Progress) -> None:
         """Render a progress event of opening a document or loading the model."""
-        self._last_prefill = self._loading_since = None
+        self._stop_prefill()
         if event.phase is Phase.LOADING_MODEL:
             self._loading_since = time.monotonic()
             self._converting = event.unit == CONVERTING_MODEL_UNIT
@@ -160,14 +198,15 @@ class ProgressPanel(QFrame):
             else:
                 self.set_busy("Looking for a saved reading of this document…")
         elif event.phase is Phase.PREFILL:
+            self.time_left.update(event.eta_s if event.done < event.total else None)
             self._show_prefill(event)
             if event.done < event.total:
-                self._last_prefill = (event, time.monotonic())
+                self._last_prefill = event
 
     def show_rereading(self, event: Progress) -> str:
         """An answer re-reads its chosen pages before its first word (`Phase.REREADING`): "Reading
         the chosen pages… 40 %", as a bar. Returns the text shown."""
-        self._last_prefill = self._loading_since = None
+        self._stop_prefill()
         percent = 100 * event.done // max(event.total, 1)
         text = f"Reading the chosen pages… {percent} %"
         if event.eta_s is not None and event.done < event.total:
@@ -176,18 +215,25 @@ class ProgressPanel(QFrame):
         return text
 
     def show_answering(self, text: str) -> None:
-        self._last_prefill = self._loading_since = None
+        self._stop_prefill()
         self.set_busy(text)
 
-    def _show_prefill(self, event: Progress, since_s: float = 0.0) -> None:
-        left = f"{fmt_duration(max(0.0, event.eta_s - since_s))} left" if event.eta_s is not None else "estimating the time left…"
+    def _stop_prefill(self) -> None:
+        """Another phase or job is shown: the read's time left stays where it was (`TimeLeft.freeze`)."""
+        self._last_prefill = self._loading_since = None
+        self.time_left.freeze()
+
+    def _show_prefill(self, event: Progress) -> None:
+        seconds = self.time_left.seconds
+        left = f"{fmt_duration(seconds)} left" if seconds is not None else "estimating the time left…"
         self.set_progress(f"Reading the document: {event.done:,} of {event.total:,} tokens · "
                           f"{event.tokens_per_s:,.1f} tokens/s · {left}", event.done, event.total)
 
     def _tick(self) -> None:
         if self._last_prefill is not None:
-            event, at = self._last_prefill
-            self._show_prefill(event, time.monotonic() - at)
+            self.time_left.tick()
+            self._show_prefill(self._last_prefill)
+            self.ticked.emit()
         if self._loading_since is not None:
             elapsed = time.monotonic() - self._loading_since
             first = " (its first start converts it, once)" if self._converting else ""

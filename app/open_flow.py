@@ -124,10 +124,11 @@ class OpenFlow:
         if report.prefix_hit:
             w.statusBar().showMessage(f"{report.title} was ready in {report.seconds:.1f} s: its saved reading was reused.", 10000)
         elif report.unread:
-            took = (f"Reading it whole takes about {fmt_duration(report.read_plan.seconds)} here, in the background"
-                    if report.read_plan is not None else "It is read whole in the background")
+            # no time here: the header gives the read's one time estimate, which the status bar's
+            # figure (the plan's) contradicted once the read had measured itself
             w.statusBar().showMessage(f"{report.title} is ready in {report.seconds:.1f} s: ask now, questions re-read the "
-                                      f"pages they choose. {took}; Cancel (Esc) stops that read.", 20000)
+                                      "pages they choose. It is read whole in the background (time left above); "
+                                      "Cancel (Esc) stops that read.", 20000)
         else:
             w.statusBar().showMessage(
                 f"Read {report.title}: {report.document_tokens:,} tokens in {fmt_duration(report.prefill_seconds)} "

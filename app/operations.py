@@ -59,6 +59,15 @@ def ask_local(question: str, *, follow_up: bool | None, **callbacks) -> Job:
     return Job("ask", run, title="Answering…", **callbacks)
 
 
+def follow_up_decision(question: str, *, follow_up: bool | None, **callbacks) -> Job:
+    """Whether `question`, asked next, goes on from the last question (`DocumentSession.continues`:
+    why, "" when it starts afresh), decided before its answer so the window says so from the start."""
+    def run(workspace, ctx):
+        return workspace.session.continues(question, follow_up) if workspace.session is not None else ""
+
+    return Job("follow-up decision", run, title="Answering…", **callbacks)
+
+
 def ask_library(question: str, paths: list[str], **callbacks) -> Job:
     """Answer from the documents of `paths` the question picks (`Workspace.ask_library`); the
     result is an `AnswerOutcome` whose `documents` are those it read, the best first."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.changes import Changes
 from app.document_header import document_info, info_tooltip
-from app.library_panel import library_rows
+from app.library_panel import library_rows, read_share
 from app.window_layout import GAUGE_IDLE_MS
 
 GAUGE_BUSY_MS = 250      # gauge refresh while work runs (at least twice a second; GAUGE_IDLE_MS otherwise)
@@ -72,6 +72,9 @@ def document_header(window) -> None:
         return
     is_open, being_read = state.is_open(record), state.being_read(record)
     status = None if is_open or being_read else window.library.status(record, window.cache_status, window.settings)
+    share = read_share(record, status, window.cache_status) if status else None
+    if share is not None:
+        status = f"read {share:.0%}".replace("%", " %") + " before its read stopped: opening it goes on from there"
     read = window.background_read
     info = document_info(record, state.report if is_open else None,
                          estimate=window.estimate_text(record.tokens) if record.tokens else "", not_open_status=status,

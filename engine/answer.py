@@ -47,7 +47,9 @@ class Source:
     layers, heads, the question and the answer's tokens. From the model's attention, not from text
     matching. page / path as in `engine.documents.Segment`. document / document_source: the title
     and the file or folder (`Document.source`) of the document it is in, for an answer over several
-    (`engine.open_library`); None for one document's answer.
+    (`engine.open_library`); None for one document's answer. shown: how a reader knows the page
+    where its printed label differs ("page 48 (PDF page 68)", `Segment.shown`), for an answer over
+    several, whose citations name it so; None where it is the label.
     """
 
     label: str
@@ -56,18 +58,20 @@ class Source:
     path: str | None = None
     document: str | None = None
     document_source: str | None = None
+    shown: str | None = None
 
     @property
     def cited_name(self) -> str:
         """How a citation names it: its label ("page 3"), or for a library answer's source its
         document's title with it ("Think Python, page 3"), once for a single file whose one
         segment is named as the document is ("notes.md", or "a/minutes.txt" when the library
-        tells two minutes.txt apart: `engine.citations.distinct_titles`)."""
+        tells two minutes.txt apart: `engine.citations.distinct_titles`). A page whose printed
+        label differs is named as printed: "Think Python, page 48 (PDF page 68)" (`shown`)."""
         if not self.document or self.label == self.document:
             return self.label
         if self.document.endswith("/" + self.label):
             return self.document
-        return f"{self.document}, {self.label}"
+        return f"{self.document}, {self.shown or self.label}"
 
 
 @dataclass

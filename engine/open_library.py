@@ -393,9 +393,9 @@ class OpenLibrary:
         for d, doc_mass in local.items():
             opened = self.documents[d]
             found, passages[d] = opened.sources(doc_mass.clone())
-            weight = totals[d] / grand
-            sources += [replace(s, share=s.share * weight, document=titles[d],
-                                 document_source=opened.document.source) for s in found]
+            weight, shown = totals[d] / grand, opened.document.shown_labels()  # pages named as printed
+            sources += [replace(s, share=s.share * weight, document=titles[d], document_source=opened.document.source,
+                                shown=shown.get(s.label)) for s in found]
         sources.sort(key=lambda s: -s.share)
         return [s for s in sources if s.share >= SOURCE_MIN_SHARE][:SOURCES_MAX], passages
 

@@ -237,7 +237,10 @@ class DocumentSession:
         answer.continues = continues if goes_on or history else ""
         if answer.stop_reason is not StopReason.CANCELLED:
             self._conversation = cache  # a follow-up continues from here
-            self._turns = [*history, turn]
+        # A cancelled answer's question is still the last one asked: the user re-asks or refines it
+        # ("and in 2018?"), so the next question is weighed against it and keeps its spans. Only its
+        # cut answer's cache is not continued (the next starts from the snapshot).
+        self._turns = [*history, turn]
         return answer
 
     def assume_asked(self, questions: Sequence[str]) -> None:

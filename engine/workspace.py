@@ -28,8 +28,8 @@ import gc
 import json
 import math
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -52,7 +52,7 @@ from engine.memory import MemoryReport
 from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
 from engine.prompt import check_question
-from engine.prefix_store import PrefixEntry, PrefixStore, clear_files, open_store
+from engine.prefix_store import PrefixEntry, PrefixStore, checkpoint_key, clear_files, open_store
 from engine.read_time import ReadPlan
 from engine.recall_plan import RecallPlan, RecallSource
 from engine.open_document import OpenReport
@@ -121,16 +121,23 @@ class CacheStatus:
 
     keys: frozenset[str]
     signatures: dict[int, str | None] | None = None
+    entry_tokens: Mapping[str, int] = field(default_factory=dict)
+    """Prefix tokens of each stored entry, by key: a read stopped half-way keeps its checkpoint under
+    `checkpoint_key(document's key)` (`read_tokens`)."""
 
     def adding(self, key: str | None, n_tokens: int, signature: str | None) -> CacheStatus:
         """This status with a document just opened (its key stored, its signature known)."""
         keys = self.keys | {key} if key else self.keys
         signatures = {**self.signatures, n_tokens: signature} if self.signatures is not None else None
-        return CacheStatus(keys, signatures)
+        return CacheStatus(keys, signatures, self.entry_tokens)
 
     def cleared(self) -> CacheStatus:
         """This status after the store was cleared."""
         return CacheStatus(frozenset(), self.signatures)
+
+    def read_tokens(self, key: str | None) -> int:
+        """Tokens a read of the document keyed `key` stopped half-way has kept (0: none)."""
+        return self.entry_tokens.get(checkpoint_key(key), 0) if key else 0
 
 
 class SettingsChange(enum.Enum):
@@ -597,10 +604,11 @@ class Workspace:
         """The stored keys, and the signature documents of `token_counts` prefix tokens would be
         keyed with now (`CacheStatus`; no signatures before a model is loaded: loading one to
         answer would take seconds)."""
+        entries = {entry.key: entry.n_tokens for entry in self.prefix_entries() or []}
         if self.model is None:
-            return CacheStatus(frozenset(self.cached_keys()))
+            return CacheStatus(frozenset(entries), entry_tokens=entries)
         self.ensure_model()  # the session, after a settings change replaced it
-        return CacheStatus(frozenset(self.cached_keys()), {n: self.session.prefix_signature(n) for n in token_counts})
+        return CacheStatus(frozenset(entries), {n: self.session.prefix_signature(n) for n in token_counts}, entries)
 
     def prefix_cache_usage(self) -> tuple[int, int]:
         """(entries, bytes) in the prefix store; (0, 0) without a usable store."""

@@ -74,3 +74,34 @@ def test_the_windows_header_follows_the_background_reads_progress(qtbot, home, t
     read.show_progress(read.job, Progress(Phase.PREFILL, 12_000, 129_000, "tokens", tokens_per_s=20.0, eta_s=5_820.0))
     assert "about 1 h 37 min left" in window.header.info.text() and "15 min" not in window.header.info.text()
     assert "1 h 37 min left" in _panel_text(window.progress)
+
+
+def test_the_header_the_progress_line_and_the_library_row_count_down_together(qtbot, home, tmp_path):
+    """Issue 44's trial: the header said "about 12 min 19 s" while the progress line, counting down
+    between two progress events, said another time. Both (and the library row) show one value:
+    after the countdown has ticked, the three give the same duration at the same moment."""
+    import threading
+
+    from app import operations as ops
+    from app.changes import Changes
+    from engine.documents import load_document
+    from window_driver import notes_and_other
+
+    window, notes_id, _other = notes_and_other(qtbot, tmp_path)
+    path = str(tmp_path / "notes.txt")
+    job = ops.open_document(path, name="notes.txt")
+    window.state.reading(path, window.library.document(notes_id), job)
+    window.state.opened(job, notes_id, path, unread_report(), load_document(path))
+    window.state.show(window.library.document(notes_id))
+    window.changed.emit(Changes(shown=True))
+    read = window.background_read
+    read.path, read.job = path, ops.read_document(pause=threading.Event())
+    read.show_progress(read.job, Progress(Phase.PREFILL, 12_000, 129_000, "tokens", tokens_per_s=20.0, eta_s=740.0))
+    window.progress.timer.start()
+    qtbot.wait(2600)  # the countdown ticks (every 500 ms): 740 s becomes 737 or 738 s
+    line = _panel_text(window.progress).split("tokens/s")[-1]
+    shown = DURATION.search(line).group(1)
+    assert shown != "12 min 20 s"  # it counted down
+    assert f"about {shown} left" in window.header.info.text()
+    row = window.library_panel.list.item(0).text() + window.library_panel.list.item(1).text()
+    assert f"about {shown} left" in row
