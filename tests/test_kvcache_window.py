@@ -8,7 +8,7 @@ the keys, summed per KV group, average-pooled over 5 keys, scaled to the chunk).
 import pytest
 import torch
 
-from engine.kvcache.attention import SNAP_POOL_KERNEL, chunk_attention, window_scores
+from engine.kvcache.attention import SNAP_POOL_KERNEL, SNAP_WINDOW_QUERIES, chunk_attention, window_scores
 from engine.settings import CachePolicy, SettingsError
 from tests.test_kvcache_attention import reference
 
@@ -71,13 +71,13 @@ def test_window_scores_equal_brute_force(window, with_mask):
 def test_window_path_output_is_todays_and_scores_are_snapkv(with_mask, attention_dtype):
     query, keys, values, masks, scaling = case(1, with_mask=with_mask)
     out, scores = chunk_attention(query, keys, values, scaling=scaling, masks=masks, attention_dtype=attention_dtype,
-                                  window_queries=8)
+                                  scoring="window")
     today, h2o = chunk_attention(query, keys, values, scaling=scaling, masks=masks, attention_dtype=attention_dtype)
     ref_out, _ = reference(query, keys, values, scaling, masks)
     tolerance = 1e-5 if attention_dtype is None else 1e-2  # bfloat16 rounds inputs to 8 mantissa bits
     assert float((out.double() - ref_out).norm() / ref_out.norm()) < tolerance
     assert float((out - today).norm() / today.norm()) < tolerance
-    expected = reference_window(query, keys, masks, scaling, 8)
+    expected = reference_window(query, keys, masks, scaling, SNAP_WINDOW_QUERIES)  # 32 of the chunk's 40
     torch.testing.assert_close(scores.double(), expected, atol=1e-3 if attention_dtype else 1e-5, rtol=1e-2 if attention_dtype else 1e-5)
     assert not torch.allclose(scores, h2o, rtol=0.05, atol=0.05)  # really another scoring than H2O's
 
@@ -85,7 +85,7 @@ def test_window_path_output_is_todays_and_scores_are_snapkv(with_mask, attention
 def test_decode_steps_keep_their_own_probabilities():
     """group·chunk < head_dim (a decode step): the window is ignored, the step's exact sums stay."""
     query, keys, values, masks, scaling = case(2, group=3, chunk=2)
-    out, scores = chunk_attention(query, keys, values, scaling=scaling, masks=masks, window_queries=8)
+    out, scores = chunk_attention(query, keys, values, scaling=scaling, masks=masks, scoring="window")
     ref_out, ref_scores = reference(query, keys, values, scaling, masks)
     torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(scores.double(), ref_scores, atol=1e-5, rtol=1e-5)

@@ -138,9 +138,8 @@ def chunk_attention(
     scaling: float,
     masks: tuple[torch.Tensor | None, ...] | None = None,
     scratch: Scratch | None = None,
-    per_query: bool = False,
+    scoring: str = "sum",
     attention_dtype: torch.dtype | None = None,
-    window_queries: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of a chunk over cached keys followed by the chunk's own keys.
 
@@ -156,14 +155,12 @@ def chunk_attention(
     chunk, summed over the query heads of its group (H2O's accumulated attention).
     scratch: where the float32 probabilities are computed (see `Scratch`); a fresh tensor if None
         or if the compute dtype is not float32.
-    per_query: return scores `[kv_heads, chunk, n_cached + chunk]`, not yet summed over the chunk's
-        queries (speculative decoding commits only the queries of accepted tokens).
+    scoring: "sum" (default): the scores above. "per_query": `[kv_heads, chunk, n_cached + chunk]`,
+        not summed over the queries (speculative decoding commits only accepted tokens). "window":
+        a prefill chunk is scored by its last queries only (`window_attention`, SnapKV), with no
+        `[chunk, total]` probabilities; a decode step (group·chunk < head_dim) as with "sum".
     attention_dtype: bfloat16 on a CPU sends a prefill chunk down the fused path (`fused_prefill`);
         otherwise the probabilities are materialised in float32.
-    window_queries: > 0 scores a prefill chunk (group·chunk ≥ head_dim, not `per_query`) by its last
-        `window_queries` queries only (SnapKV's observation window, `window_attention`): the output
-        comes from a fused kernel and no `[chunk, total]` probabilities exist. 0 (default): H2O's
-        exact sum over every query. A decode step is always scored by its own probabilities.
 
     Cost: for a prefill chunk the probabilities `[kv_heads, group·chunk, total]` float32 are the
     only large tensor (85 MB per layer for a 512-token chunk over 4.6k tokens with 9 query heads),
@@ -171,10 +168,12 @@ def chunk_attention(
     joined first (a copy 72× smaller than the logits), the scaling is folded into the queries, masks
     are filled in place. Joining logits per part and scaling them afterwards took 30 % of a
     prefill. For a decode step (group·chunk < head_dim) it is the other way round (`_step_attention`).
-    Materialising the probabilities was still 75 % of a prefill chunk with int4 weights: the fused
-    path (`_fused_attention`) halves that cost with exact H2O scores.
+    The probabilities were still 75 % of a chunk with int4 weights: `_fused_attention` halves that.
     """
     kv_heads, group, chunk, head_dim = query.shape
+    if scoring not in ("sum", "per_query", "window"):  # a typo would silently mean "sum"
+        raise ValueError(f"scoring must be 'sum', 'per_query' or 'window', got {scoring!r}")
+    per_query = scoring == "per_query"
     joined = group * chunk >= head_dim  # a prefill chunk: logits dwarf keys, so join the keys
     if not joined:
         return _step_attention(query, keys, values, scaling=scaling, masks=masks, per_query=per_query)
@@ -182,9 +181,10 @@ def chunk_attention(
         dense = [part.dense() if isinstance(part, Bf16Int8Workspace) else (part, v)
                  for part, v in zip(keys, values, strict=True)]
         keys, values = tuple(k for k, _ in dense), tuple(v for _, v in dense)
-    if window_queries and not per_query:
+    if scoring == "window":
         compute = torch.bfloat16 if fused_prefill(attention_dtype, query.device) else query.dtype
-        return window_attention(query, keys, values, scaling=scaling, masks=masks, window=window_queries, compute=compute)
+        return window_attention(query, keys, values, scaling=scaling, masks=masks, window=SNAP_WINDOW_QUERIES,
+                                compute=compute)
     if not per_query and fused_prefill(attention_dtype, query.device):
         return _fused_attention(query, keys, values, scaling=scaling, masks=masks)
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
