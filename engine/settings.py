@@ -45,9 +45,9 @@ class CachePolicy:
     heavy_hitter_score: how heavy hitters are ranked: "mean" attention per query that could see
         the token (kvpress ObservedAttention, default), the plain "sum" (H2O), or "window": as
         "mean", but a prefill chunk is scored by its last 32 queries only (SnapKV's observation
-        window), which spares a second attention pass (docs/BENCHMARKS.md, section 2f). On the
-        embedded model "mean" was 1.3-1.8x closer to the full cache than "sum" (KL, 6 contexts at
-        50/75/90 % dropped; section 2d).
+        window): half a chunk's attention time, 1.4-2.2x further from the full cache than "mean"
+        (docs/BENCHMARKS.md, section 2f). On the embedded model "mean" was 1.3-1.8x closer to the
+        full cache than "sum" (KL, 6 contexts at 50/75/90 % dropped; section 2d).
 
     With the defaults on SmolLM2-135M (30 layers, 3 KV heads, head dim 64) an 8192-token document
     is held in 33 MiB (scores and positions included) against 180 MiB for a full 16-bit cache; on

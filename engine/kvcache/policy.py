@@ -61,7 +61,9 @@ class HeavyHitters:
     scorer's own default stays the paper's sum. "window" ranks as "mean" does, but a prefill chunk
     adds only the attention of its last queries (SnapKV's observation window, Li et al. 2024, arXiv
     2404.14469: `engine.kvcache.attention.window_scores`), scaled to the chunk's size: the chunk's
-    output then needs no probabilities, and no second attention pass is paid for the scores.
+    output then needs no probabilities, and no second attention pass is paid for the scores; with
+    eviction after every chunk it was 1.4-2.2x further from the full cache than "mean"
+    (docs/BENCHMARKS.md, section 2f), so it is an option, not the default.
     """
 
     score: str = "sum"
