@@ -60,6 +60,7 @@ class Codes:
         import engine.kvcache.cache as cache
 
         self.cache = cache
+        self.current = cache.chunk_attention
         self.scores = scores
         if scores:
             self.functions = {score: cache.chunk_attention for score in scores}
@@ -68,6 +69,10 @@ class Codes:
 
     def use(self, code: str) -> None:
         self.cache.chunk_attention = self.functions[code]
+
+    def reset(self) -> None:
+        """The current code again (after a comparison)."""
+        self.cache.chunk_attention = self.current
 
     def policy(self, code: str, policy):
         """`policy` with this contender's heavy-hitter score (unchanged when comparing code)."""
@@ -112,7 +117,7 @@ def quality(args, codes: Codes, meta: dict) -> None:
                            "code": code, "dropped": ratio, "sample": s, **metrics}
                     rows.append(row)
                     print(row, flush=True)
-    codes.use("now")
+    codes.reset()
     summary = []
     for weights in dict.fromkeys(r["weights"] for r in rows):
         for ratio in args.ratios:
@@ -153,7 +158,7 @@ def speed(args, codes: Codes, meta: dict) -> None:
             samples[code]["full_budget"].append((full[-1][0] - full[0][0]) / (full[-1][1] - full[0][1]))
             print(f"run {i} {code}: {samples[code]['prefill'][-1]:.0f} tok/s, "
                   f"at a full budget {samples[code]['full_budget'][-1]:.0f}", flush=True)
-    codes.use("now")
+    codes.reset()
     rows = [{"code": code, "weights": lm.weights_label, "threads": torch.get_num_threads(), "tokens": len(ids), "runs": args.runs,
              "prefill_tok_s": round(common.median(s["prefill"]), 1), "full_budget_tok_s": round(common.median(s["full_budget"]), 1)}
             for code, s in samples.items()]
