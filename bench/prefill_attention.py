@@ -194,7 +194,7 @@ def micro(args, meta: dict) -> None:
                      "scores": f"window {SNAP_WINDOW_QUERIES}" if scoring == "window" else "H2O (all queries)",
                      "threads": torch.get_num_threads(), "reps": args.reps, "median_ms": round(common.median(times), 1)})
     for row in rows:
-        same = [r for r in rows if r["attention"] == row["attention"] and r["scores"].startswith("H2O")][0]
+        same = next(r for r in rows if r["attention"] == row["attention"] and r["scores"].startswith("H2O"))
         row["vs_h2o"] = round(row["median_ms"] / same["median_ms"], 2)
     meta.update(load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
     common.write_results("prefill_attention_micro", rows, ["attention", "scores", "threads", "reps", "median_ms", "vs_h2o"], meta)

@@ -45,7 +45,7 @@ class CachePolicy:
     heavy_hitter_score: how heavy hitters are ranked: "mean" attention per query that could see
         the token (kvpress ObservedAttention, default), the plain "sum" (H2O), or "window": as
         "mean", but a prefill chunk is scored by its last 32 queries only (SnapKV's observation
-        window): half a chunk's attention time, 1.4-2.2x further from the full cache than "mean"
+        window): half a chunk's attention time, 1.35-2.2x further from the full cache than "mean"
         (docs/BENCHMARKS.md, section 2f). On the embedded model "mean" was 1.3-1.8x closer to the
         full cache than "sum" (KL, 6 contexts at 50/75/90 % dropped; section 2d).
 

@@ -8,7 +8,12 @@ the keys, summed per KV group, average-pooled over 5 keys, scaled to the chunk).
 import pytest
 import torch
 
-from engine.kvcache.attention import SNAP_POOL_KERNEL, SNAP_WINDOW_QUERIES, chunk_attention, window_scores
+from engine.kvcache.attention import (
+    SNAP_POOL_KERNEL,
+    SNAP_WINDOW_QUERIES,
+    chunk_attention,
+    window_scores,
+)
 from engine.settings import CachePolicy, SettingsError
 from tests.test_kvcache_attention import reference
 
@@ -56,7 +61,7 @@ def case(seed, group=3, chunk=40, with_mask=False):
 @pytest.mark.parametrize("window", [8, 40, 64])  # fewer queries than the chunk, all of them, more
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_window_scores_equal_brute_force(window, with_mask):
-    query, keys, values, masks, scaling = case(0, with_mask=with_mask)
+    query, keys, _, masks, scaling = case(0, with_mask=with_mask)
     keep = torch.cat([torch.ones(p.shape[:2], dtype=torch.bool) if m is None else m for p, m in zip(keys, masks)], dim=1)
     scores = window_scores(query, torch.cat(keys, dim=1), keep if with_mask else None, window=window, scaling=scaling)
     expected = reference_window(query, keys, masks, scaling, window)

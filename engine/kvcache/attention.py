@@ -240,7 +240,7 @@ def window_attention(query, keys, values, *, scaling, masks, window, compute) ->
         output, _, _ = _flash_output((query * scaling).to(compute), k.to(compute), v.to(compute), keep)
     else:  # a GPU: [kv_heads, 1, chunk, total] True = attended, broadcast over the group
         attended = keep if keep is not None else torch.ones(k.shape[:2], dtype=torch.bool, device=k.device)
-        group_view = lambda t: t.to(compute)[:, None].expand(-1, group, -1, -1)  # noqa: E731
+        group_view = lambda t: t.to(compute)[:, None].expand(-1, group, -1, -1)
         output = torch.nn.functional.scaled_dot_product_attention(
             query.to(compute), group_view(k), group_view(v), attn_mask=~_hidden_mask(attended, chunk)[:, None], scale=scaling)
     scores = window_scores(query, k, keep, window=window, scaling=scaling)
@@ -394,8 +394,7 @@ def _flash_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     group (stride 0), never copied per query head. Without masks the cached keys (unmasked) and the
     chunk's own keys (causal: the kernel skips the blocks above the diagonal) are two calls joined
     by their log-sum-exps, so no `[chunk, total]` mask is built or read."""
-    kv_heads, group, chunk, _ = q.shape
-    total = k.shape[1]
+    group, chunk, total = q.shape[1], q.shape[2], k.shape[1]
     flash = lambda first, last, **mask: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(  # noqa: E731
         q, k[:, None, first:last].expand(-1, group, -1, -1), v[:, None, first:last].expand(-1, group, -1, -1),
         0.0, scale=1.0, **mask)[:2]

@@ -62,7 +62,7 @@ class HeavyHitters:
     adds only the attention of its last queries (SnapKV's observation window, Li et al. 2024, arXiv
     2404.14469: `engine.kvcache.attention.window_scores`), scaled to the chunk's size: the chunk's
     output then needs no probabilities, and no second attention pass is paid for the scores; with
-    eviction after every chunk it was 1.4-2.2x further from the full cache than "mean"
+    eviction after every chunk it was 1.35-2.2x further from the full cache than "mean"
     (docs/BENCHMARKS.md, section 2f), so it is an option, not the default.
     """
 
