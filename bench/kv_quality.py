@@ -47,6 +47,8 @@ def our_configs(n: int, ratio: float | None) -> dict:
         "h2o-fp16": (policy.replace(kv_bits=16), "original"),
         "h2o-int4": (policy, "original"),
         "h2o-int4-mean": (policy.replace(heavy_hitter_score="mean"), "original"),
+        "h2o-int4-sum": (policy.replace(heavy_hitter_score="sum"), "original"),
+        "h2o-int4-window": (policy.replace(heavy_hitter_score="window"), "original"),  # SnapKV's window, section 2f
         "h2o-int4-compact": (policy, "compact"),
     }
 

@@ -1,12 +1,16 @@
 """A prefill chunk's attention on the fused path (flash kernel + exact H2O scores from its log-sum-exp),
-against the code before it (every probability materialised in float32).
+against the code before it (every probability materialised in float32); or one heavy-hitter score
+against another with the current code (`--scores window mean`: SnapKV's observation window against
+the default, docs/BENCHMARKS.md section 2f).
 
     python bench/prefill_attention.py --against f10faed                 # quality and speed, ~12 min alone
     python bench/prefill_attention.py --against f10faed --parts speed   # speed only
+    python bench/prefill_attention.py --scores window mean --parts quality speed micro
 
 `--against` names a commit whose `engine/kvcache/attention.py` (`chunk_attention`: every probability
 of a chunk materialised in float32) runs in the same process as the current one, the rest of the
-engine being current. Both run the same model and weights.
+engine being current. Both run the same model and weights. `--scores A B` instead runs the current
+code twice, with `CachePolicy.heavy_hitter_score` A and then B (B is the reference of the ratios).
 
 quality  The continuation probe of `bench/kv_quality.py` (section 2b): `--context` tokens of Think
          Python prefilled with H2O at 50 / 75 / 90 % dropped (INT4, window budget/4, original
@@ -17,8 +21,12 @@ quality  The continuation probe of `bench/kv_quality.py` (section 2b): `--contex
 speed    `--tokens` tokens of Think Python through the default policy (budget 4,096, compact
          positions), old and new code alternating run by run, `--runs` each: tokens/s over the whole
          prefill and over the chunks at a full budget, with the CPU default weights.
+micro    (with --scores) one layer's `chunk_attention` of a 512-token chunk over 4,608 keys (a full
+         budget), SmolLM2's shape (3 KV heads, group 3, head dim 64), random tensors: H2O's exact
+         scores against the observation window, float32 and the bfloat16 fused path, alternating,
+         median ms of `--reps` each; a shared machine slows both alike, so the ratio is the number.
 
-Writes docs/bench/prefill_attention_{quality,speed}.{json,csv} (machine, commit, load average).
+Writes docs/bench/prefill_attention_{quality,speed,micro}[_scores].{json,csv} (machine, commit, load average).
 """
 
 from __future__ import annotations
@@ -44,16 +52,35 @@ def old_chunk_attention(rev: str):
 
 
 class Codes:
-    """Switches `engine.kvcache.cache.chunk_attention` between the current and the old function."""
+    """The two contenders: the current and an old `engine.kvcache.cache.chunk_attention` (`rev`), or
+    the current code with two heavy-hitter scores (`scores`: the first is measured, the second the
+    reference). `functions` names them in that order; `use` switches the code, `policy` the score."""
 
-    def __init__(self, rev: str) -> None:
+    def __init__(self, rev: str | None, scores: list[str] | None = None) -> None:
         import engine.kvcache.cache as cache
 
         self.cache = cache
-        self.functions = {"now": cache.chunk_attention, rev: old_chunk_attention(rev)}
+        self.current = cache.chunk_attention
+        self.scores = scores
+        if scores:
+            self.functions = {score: cache.chunk_attention for score in scores}
+        else:
+            self.functions = {"now": cache.chunk_attention, rev: old_chunk_attention(rev)}
 
     def use(self, code: str) -> None:
         self.cache.chunk_attention = self.functions[code]
+
+    def reset(self) -> None:
+        """The current code again (after a comparison)."""
+        self.cache.chunk_attention = self.current
+
+    def policy(self, code: str, policy):
+        """`policy` with this contender's heavy-hitter score (unchanged when comparing code)."""
+        return policy.replace(heavy_hitter_score=code) if self.scores else policy
+
+    def suffix(self) -> str:
+        """Appended to the result files' names: "_scores" when comparing scores."""
+        return "_scores" if self.scores else ""
 
 
 def quality(args, codes: Codes, meta: dict) -> None:
@@ -82,7 +109,7 @@ def quality(args, codes: Codes, meta: dict) -> None:
                 policy = CachePolicy(budget_tokens=budget, window_tokens=window, residual_tokens=min(128, window), kv_bits=4)
                 for code in codes.functions:
                     codes.use(code)
-                    cache = lm.decoder.new_cache(policy, "original")
+                    cache = lm.decoder.new_cache(codes.policy(code, policy), "original")
                     lm.decoder.prefill(torch.tensor(ctx), cache)
                     logits = lm.decoder.forward(torch.tensor(cont), cache, all_logits=True, slack_tokens=len(cont))
                     metrics = common.logit_metrics(ref[:-1], logits[:-1], torch.tensor(cont[1:]))
@@ -90,21 +117,21 @@ def quality(args, codes: Codes, meta: dict) -> None:
                            "code": code, "dropped": ratio, "sample": s, **metrics}
                     rows.append(row)
                     print(row, flush=True)
-    codes.use("now")
+    codes.reset()
     summary = []
     for weights in dict.fromkeys(r["weights"] for r in rows):
         for ratio in args.ratios:
             cell = {code: [r for r in rows if r["weights"] == weights and r["dropped"] == ratio and r["code"] == code]
                     for code in codes.functions}
             for code, runs in cell.items():
-                summary.append({"weights": weights, "attention": runs[0]["attention"] if code == "now" else "float32 (old)",
+                summary.append({"weights": weights, "attention": runs[0]["attention"] if code == "now" or codes.scores else "float32 (old)",
                                 "code": code, "dropped": f"{ratio:.0%}", "samples": len(runs),
                                 "kl": sum(r["kl"] for r in runs) / len(runs), "agree": sum(r["agree"] for r in runs) / len(runs),
                                 "delta_nll": sum(r["nll"] - r["ref_nll"] for r in runs) / len(runs)})
             old, new = (summary[-len(cell) + i] for i in (1, 0))
             new["kl_vs_old"] = round(new["kl"] / old["kl"], 3)
     meta.update(context=args.context, cont_tokens=args.cont_tokens, load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
-    common.write_results("prefill_attention_quality", summary,
+    common.write_results("prefill_attention_quality" + codes.suffix(), summary,
                          ["weights", "attention", "code", "dropped", "samples", "kl", "agree", "delta_nll", "kl_vs_old"], meta)
 
 
@@ -122,7 +149,7 @@ def speed(args, codes: Codes, meta: dict) -> None:
         for code in list(codes.functions) if i % 2 == 0 else list(codes.functions)[::-1]:
             codes.use(code)
             marks = []
-            cache = lm.decoder.new_cache(policy, "compact")
+            cache = lm.decoder.new_cache(codes.policy(code, policy), "compact")
             began = time.perf_counter()
             lm.decoder.prefill(ids, cache, progress=lambda done, total, s: marks.append((done, s)))
             total = time.perf_counter() - began
@@ -131,7 +158,7 @@ def speed(args, codes: Codes, meta: dict) -> None:
             samples[code]["full_budget"].append((full[-1][0] - full[0][0]) / (full[-1][1] - full[0][1]))
             print(f"run {i} {code}: {samples[code]['prefill'][-1]:.0f} tok/s, "
                   f"at a full budget {samples[code]['full_budget'][-1]:.0f}", flush=True)
-    codes.use("now")
+    codes.reset()
     rows = [{"code": code, "weights": lm.weights_label, "threads": torch.get_num_threads(), "tokens": len(ids), "runs": args.runs,
              "prefill_tok_s": round(common.median(s["prefill"]), 1), "full_budget_tok_s": round(common.median(s["full_budget"]), 1)}
             for code, s in samples.items()]
@@ -139,14 +166,47 @@ def speed(args, codes: Codes, meta: dict) -> None:
     for row in rows:
         row["speedup"] = round(row["full_budget_tok_s"] / old["full_budget_tok_s"], 2)
     meta.update(load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
-    common.write_results("prefill_attention_speed", rows,
+    common.write_results("prefill_attention_speed" + codes.suffix(), rows,
                          ["code", "weights", "threads", "tokens", "runs", "prefill_tok_s", "full_budget_tok_s", "speedup"], meta)
+
+
+def micro(args, meta: dict) -> None:
+    import torch
+
+    from engine.kvcache.attention import SNAP_WINDOW_QUERIES, chunk_attention
+
+    torch.manual_seed(0)
+    kv_heads, group, chunk, head_dim, held = 3, 3, 512, 64, 4096
+    query = torch.randn(kv_heads, group, chunk, head_dim)
+    keys = (torch.randn(kv_heads, held, head_dim), torch.randn(kv_heads, chunk, head_dim))
+    values = (torch.randn(kv_heads, held, head_dim), torch.randn(kv_heads, chunk, head_dim))
+    paths = {(dtype, scoring): [] for dtype in (None, torch.bfloat16) for scoring in ("sum", "window")}
+    for rep in range(args.reps + 1):  # the first round warms the kernels and the allocator up
+        for dtype, scoring in paths if rep % 2 == 0 else list(paths)[::-1]:
+            began = time.perf_counter()
+            chunk_attention(query, keys, values, scaling=head_dim**-0.5, masks=(None, None), attention_dtype=dtype,
+                            scoring=scoring)
+            if rep:
+                paths[(dtype, scoring)].append(1000 * (time.perf_counter() - began))
+    rows = []
+    for (dtype, scoring), times in paths.items():
+        rows.append({"attention": "bfloat16 (fused)" if dtype else "float32",
+                     "scores": f"window {SNAP_WINDOW_QUERIES}" if scoring == "window" else "H2O (all queries)",
+                     "threads": torch.get_num_threads(), "reps": args.reps, "median_ms": round(common.median(times), 1)})
+    for row in rows:
+        same = next(r for r in rows if r["attention"] == row["attention"] and r["scores"].startswith("H2O"))
+        row["vs_h2o"] = round(row["median_ms"] / same["median_ms"], 2)
+    meta.update(load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
+    common.write_results("prefill_attention_micro", rows, ["attention", "scores", "threads", "reps", "median_ms", "vs_h2o"], meta)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--against", required=True, help="the commit whose chunk_attention runs side by side")
-    parser.add_argument("--parts", nargs="+", default=["quality", "speed"], choices=["quality", "speed"])
+    parser.add_argument("--against", help="the commit whose chunk_attention runs side by side")
+    parser.add_argument("--scores", nargs=2, choices=["sum", "mean", "window"],
+                        help="instead of --against: the current code with these two heavy-hitter scores (measured, reference)")
+    parser.add_argument("--parts", nargs="+", default=["quality", "speed"], choices=["quality", "speed", "micro"])
+    parser.add_argument("--reps", type=int, default=7, help="micro: timed calls per path")
     parser.add_argument("--threads", type=int, default=2, help="run alone on the cores at 2 (bench/common.py)")
     parser.add_argument("--weights", nargs="+", default=["int4"])
     parser.add_argument("--context", type=int, default=4096)
@@ -156,12 +216,17 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    if bool(args.against) == bool(args.scores):
+        parser.error("give either --against or --scores")
     common.setup(args.threads)
-    codes = Codes(args.against)
+    codes = Codes(args.against, args.scores)
+    against = {"against": args.against} if args.against else {"scores": args.scores}
     if "quality" in args.parts:
-        quality(args, codes, {**common.machine_info(), "against": args.against})
+        quality(args, codes, {**common.machine_info(), **against})
     if "speed" in args.parts:
-        speed(args, codes, {**common.machine_info(), "against": args.against})
+        speed(args, codes, {**common.machine_info(), **against})
+    if "micro" in args.parts:
+        micro(args, {**common.machine_info(), **against})
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ class Runner:
     def __init__(self, args) -> None:
         from engine.models.loader import load_model
 
-        self.model = load_model("default", device="cpu")  # the app's weights (NF4), the app's path
-        self.log_path = common.WORK / "recall_log.jsonl"
+        self.model = load_model("default", device="cpu")  # the app's weights, the app's path
+        self.score = args.score
+        self.log_path = common.WORK / f"recall_log{args.tag}.jsonl"
         self.done = {}
         if self.log_path.is_file():
             for line in self.log_path.read_text().splitlines():
@@ -101,7 +102,7 @@ class Runner:
         else:
             window = min(1024, budget // 4)
             policy = CachePolicy(budget_tokens=budget, window_tokens=window, residual_tokens=min(128, window),
-                                 position_mode=position_mode)
+                                 position_mode=position_mode, heavy_hitter_score=self.score)
         settings = EngineSettings(max_new_tokens=24, prefix_cache=False, cache=policy,
                                   recall=RecallSettings(archive=recall_tokens > 0 or budget is not None,
                                                         archive_bits=bits, recall_tokens=recall_tokens))
@@ -154,6 +155,7 @@ class Runner:
 LENGTHS = (4096, 8192)
 DROPPED = (0.90, 0.97)
 FULL_CACHE = True
+RECALLS: tuple[int, ...] | None = None  # --recall: the recall budgets a needle run asks with
 
 
 def ratio_configs(n: int, recall_default: int = 1024) -> dict:
@@ -162,6 +164,8 @@ def ratio_configs(n: int, recall_default: int = 1024) -> dict:
         budget = int(n * (1 - dropped))
         budget -= budget % 32
         recalls = {"snapshot only": 0, f"recall {recall_default}": recall_default, "recall = budget": budget}
+        if RECALLS is not None:
+            recalls = {name: r for name, r in recalls.items() if (r if name != "recall = budget" else -1) in RECALLS}
         configs[f"{dropped:.0%} dropped"] = (budget, 4, "auto", recalls)
     return configs
 
@@ -292,7 +296,7 @@ def summarise(rows: list[dict], keys: list[str]) -> list[dict]:
 
 
 def main() -> None:
-    global LENGTHS, DROPPED, FULL_CACHE
+    global LENGTHS, DROPPED, FULL_CACHE, RECALLS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", default=["needle", "long", "multi", "bits", "latency"])
     parser.add_argument("--prompts", type=int, default=10)
@@ -302,9 +306,14 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="needle: document lengths")
     parser.add_argument("--dropped", type=float, nargs="+", default=list(DROPPED), help="needle: shares dropped")
     parser.add_argument("--no-full-cache", action="store_true", help="needle: skip the full-cache reference")
-    parser.add_argument("--tag", default="", help="appended to the result files' names (recall_needle_TAG.csv)")
+    parser.add_argument("--tag", default="", help="appended to the result files' and the row log's names (recall_needle_TAG.csv)")
+    parser.add_argument("--score", default="mean", choices=["sum", "mean", "window"],
+                        help="heavy-hitter score of the compressed rows (CachePolicy.heavy_hitter_score; section 2f)")
+    parser.add_argument("--recall", type=int, nargs="+", default=None,
+                        help="needle: only these recall budgets (0 = snapshot only, -1 = the budget; default: 0, 1024 and -1)")
     args = parser.parse_args()
     LENGTHS, DROPPED, FULL_CACHE = tuple(args.lengths), tuple(args.dropped), not args.no_full_cache
+    RECALLS = tuple(args.recall) if args.recall is not None else None
     common.setup(args.threads)
     meta = common.machine_info()
     run = Runner(args)

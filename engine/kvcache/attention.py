@@ -138,7 +138,7 @@ def chunk_attention(
     scaling: float,
     masks: tuple[torch.Tensor | None, ...] | None = None,
     scratch: Scratch | None = None,
-    per_query: bool = False,
+    scoring: str = "sum",
     attention_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of a chunk over cached keys followed by the chunk's own keys.
@@ -155,8 +155,10 @@ def chunk_attention(
     chunk, summed over the query heads of its group (H2O's accumulated attention).
     scratch: where the float32 probabilities are computed (see `Scratch`); a fresh tensor if None
         or if the compute dtype is not float32.
-    per_query: return scores `[kv_heads, chunk, n_cached + chunk]`, not yet summed over the chunk's
-        queries (speculative decoding commits only the queries of accepted tokens).
+    scoring: "sum" (default): the scores above. "per_query": `[kv_heads, chunk, n_cached + chunk]`,
+        not summed over the queries (speculative decoding commits only accepted tokens). "window":
+        a prefill chunk is scored by its last queries only (`window_attention`, SnapKV), with no
+        `[chunk, total]` probabilities; a decode step (group·chunk < head_dim) as with "sum".
     attention_dtype: bfloat16 on a CPU sends a prefill chunk down the fused path (`fused_prefill`);
         otherwise the probabilities are materialised in float32.
 
@@ -166,10 +168,12 @@ def chunk_attention(
     joined first (a copy 72× smaller than the logits), the scaling is folded into the queries, masks
     are filled in place. Joining logits per part and scaling them afterwards took 30 % of a
     prefill. For a decode step (group·chunk < head_dim) it is the other way round (`_step_attention`).
-    Materialising the probabilities was still 75 % of a prefill chunk with int4 weights: the fused
-    path (`_fused_attention`) halves that cost with exact H2O scores.
+    The probabilities were still 75 % of a chunk with int4 weights: `_fused_attention` halves that.
     """
     kv_heads, group, chunk, head_dim = query.shape
+    if scoring not in ("sum", "per_query", "window"):  # a typo would silently mean "sum"
+        raise ValueError(f"scoring must be 'sum', 'per_query' or 'window', got {scoring!r}")
+    per_query = scoring == "per_query"
     joined = group * chunk >= head_dim  # a prefill chunk: logits dwarf keys, so join the keys
     if not joined:
         return _step_attention(query, keys, values, scaling=scaling, masks=masks, per_query=per_query)
@@ -177,6 +181,10 @@ def chunk_attention(
         dense = [part.dense() if isinstance(part, Bf16Int8Workspace) else (part, v)
                  for part, v in zip(keys, values, strict=True)]
         keys, values = tuple(k for k, _ in dense), tuple(v for _, v in dense)
+    if scoring == "window":
+        compute = torch.bfloat16 if fused_prefill(attention_dtype, query.device) else query.dtype
+        return window_attention(query, keys, values, scaling=scaling, masks=masks, window=SNAP_WINDOW_QUERIES,
+                                compute=compute)
     if not per_query and fused_prefill(attention_dtype, query.device):
         return _fused_attention(query, keys, values, scaling=scaling, masks=masks)
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
@@ -202,6 +210,69 @@ def chunk_attention(
     output = torch.matmul(weights if v.dtype == torch.float32 else weights.to(v.dtype), v)
     output = (output * inverse.to(output.dtype)).to(query.dtype)
     return output.view(kv_heads, group, chunk, head_dim), scores
+
+
+SNAP_WINDOW_QUERIES = 32
+"""Queries at the end of a prefill chunk whose attention scores the keys (`window_attention`):
+SnapKV's observation window (kvpress's `SnapKVPress` uses 64 of a whole context; a chunk is 512)."""
+
+SNAP_POOL_KERNEL = 5
+"""Keys per average-pooling window over the observation window's scores (SnapKV's and kvpress's
+default kernel): a key near attended keys keeps its neighbours' context with it."""
+
+
+def window_attention(query, keys, values, *, scaling, masks, window, compute) -> tuple[torch.Tensor, torch.Tensor]:
+    """`chunk_attention` of a prefill chunk scored by its observation window (SnapKV, Li et al. 2024,
+    arXiv 2404.14469; kvpress `SnapKVPress`).
+
+    The output comes from a fused kernel that never writes the probabilities (`_flash_output` on a
+    CPU, in `compute`: bfloat16 on the fused path, else the query's dtype; torch's
+    `scaled_dot_product_attention` elsewhere); the scores from `window_scores`, a
+    `[group·window, total]` product per KV head: `window / chunk` of a second attention pass.
+    Shapes as `chunk_attention`; returns `(output [kv_heads, group, chunk, head_dim] in the query's
+    dtype, scores [kv_heads, total] float32)`.
+    """
+    kv_heads, group, chunk, head_dim = query.shape
+    k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
+    v = values[0] if len(values) == 1 else torch.cat(values, dim=1)
+    keep = _keep_mask(keys, masks)
+    if query.device.type == "cpu":
+        output, _, _ = _flash_output((query * scaling).to(compute), k.to(compute), v.to(compute), keep)
+    else:  # a GPU: [kv_heads, 1, chunk, total] True = attended, broadcast over the group
+        attended = keep if keep is not None else torch.ones(k.shape[:2], dtype=torch.bool, device=k.device)
+        group_view = lambda t: t.to(compute)[:, None].expand(-1, group, -1, -1)
+        output = torch.nn.functional.scaled_dot_product_attention(
+            query.to(compute), group_view(k), group_view(v), attn_mask=~_hidden_mask(attended, chunk)[:, None], scale=scaling)
+    scores = window_scores(query, k, keep, window=window, scaling=scaling)
+    return output.to(query.dtype).reshape(kv_heads, group, chunk, head_dim), scores
+
+
+def window_scores(query: torch.Tensor, keys: torch.Tensor, keep: torch.Tensor | None, *, window: int, scaling: float,
+                  kernel: int = SNAP_POOL_KERNEL) -> torch.Tensor:
+    """SnapKV's key scores of one chunk: `[kv_heads, total]` float32.
+
+    query `[kv_heads, group, chunk, head_dim]` (RoPE applied), keys `[kv_heads, total, head_dim]`
+    (the last `chunk` the chunk's own), keep `[kv_heads, total]` bool or None. With w = min(window,
+    chunk): `s[kv, j] = Σ_g Σ_{i ≥ chunk - w} P[kv, g, i, j]` (softmax in float32 over the keys
+    query i attends: kept ones, the chunk's own up to i), averaged over `kernel` neighbouring keys
+    (zero-padded at the ends, as torch's `avg_pool1d` and kvpress do), zero where `keep` is False,
+    and multiplied by chunk / w so that a chunk adds as much mass as H2O's sum over all its queries
+    would (the `"mean"` ranking, decode steps and `attention_since` add to the same scores).
+    """
+    kv_heads, group, chunk, head_dim = query.shape
+    total, w = keys.shape[1], min(window, chunk)
+    q = query[:, :, chunk - w :].reshape(kv_heads, group * w, head_dim).float() * scaling
+    logits = torch.matmul(q, keys.float().transpose(1, 2))  # [kv_heads, group·w, total]
+    if keep is not None:
+        logits.masked_fill_(~keep[:, None, :], float("-inf"))
+    # Window query i sits at chunk position chunk - w + i: the chunk's keys after it are hidden.
+    later = torch.ones(w, chunk, dtype=torch.bool, device=logits.device).triu_(chunk - w + 1)
+    logits.view(kv_heads, group, w, total)[..., total - chunk :].masked_fill_(later, float("-inf"))
+    mass = torch.softmax(logits, dim=-1).sum(dim=1)  # [kv_heads, total]
+    pooled = torch.nn.functional.avg_pool1d(mass[:, None], kernel, stride=1, padding=kernel // 2)[:, 0]
+    if keep is not None:
+        pooled.masked_fill_(~keep, 0.0)
+    return pooled.mul_(chunk / w)
 
 
 def _hide_future(logits: torch.Tensor, chunk: int) -> None:
@@ -288,27 +359,7 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
     device = query.device
     keep = _keep_mask(keys, masks)
     q = (query * scaling).to(bf16)
-    # The KV heads as the batch and the group as the heads: keys, values and mask are broadcast over
-    # the group (stride 0), never copied per query head.
-    flash = lambda first, last, **mask: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(  # noqa: E731
-        q, k[:, None, first:last].expand(-1, group, -1, -1), v[:, None, first:last].expand(-1, group, -1, -1),
-        0.0, scale=1.0, **mask)[:2]
-    if keep is None:
-        # No mask to build or read: the cached keys unmasked and the chunk's own keys causally (the
-        # kernel skips the blocks above the diagonal), joined by their log-sum-exps.
-        output, lse = flash(total - chunk, total, is_causal=True)
-        if total > chunk:
-            cached, cached_lse = flash(0, total - chunk)
-            joint_lse = torch.logaddexp(lse, cached_lse)
-            output = (output.float() * (lse - joint_lse).exp_()[..., None]).addcmul_(
-                cached.float(), (cached_lse - joint_lse).exp_()[..., None])
-            lse = joint_lse
-    else:  # [kv_heads, chunk, total]: shared by the group's query heads
-        hidden = (~keep[:, None, :]).repeat(1, chunk, 1)
-        later = torch.ones(chunk, chunk, dtype=torch.bool, device=device).triu_(1)  # query i: the chunk's keys after i
-        hidden[..., total - chunk :] |= later
-        bias = torch.zeros(hidden.shape, dtype=bf16, device=device).masked_fill_(hidden, float("-inf"))
-        output, lse = flash(0, total, attn_mask=bias[:, None])
+    output, lse, hidden = _flash_output(q, k, v, keep)
     output = output.to(query.dtype).reshape(kv_heads, group, chunk, head_dim)
     minus = -lse.reshape(kv_heads, group, chunk, 1)
     high = minus.to(bf16)
@@ -327,6 +378,49 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
         log_p.masked_fill_(hidden[:, queries], float("-inf"))
         scores += torch.matmul(ones[..., : log_p.shape[1]], log_p.exp_()).squeeze(1)
     return output, scores
+
+
+def _flash_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """A chunk's attention output from the CPU flash kernel (FlashAttention-2, Dao 2023;
+    `_scaled_dot_product_flash_attention_for_cpu`, float32 or bfloat16), no probabilities written.
+
+    q: `[kv_heads, group, chunk, head_dim]` scaled (the kernel runs at scale 1); k, v `[kv_heads,
+    total, head_dim]` joined, the last `chunk` being the chunk itself; keep `[kv_heads, total]` or
+    None. Returns `(output [kv_heads, group, chunk, head_dim] float32 or q's dtype, log-sum-exp
+    [kv_heads, group, chunk] float32, hidden)`, hidden: the `[kv_heads, chunk, total]` bool mask
+    built when `keep` is given (True = not attended), else None.
+    The KV heads are the batch and the group the heads: keys, values and mask are broadcast over the
+    group (stride 0), never copied per query head. Without masks the cached keys (unmasked) and the
+    chunk's own keys (causal: the kernel skips the blocks above the diagonal) are two calls joined
+    by their log-sum-exps, so no `[chunk, total]` mask is built or read."""
+    group, chunk, total = q.shape[1], q.shape[2], k.shape[1]
+    flash = lambda first, last, **mask: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(  # noqa: E731
+        q, k[:, None, first:last].expand(-1, group, -1, -1), v[:, None, first:last].expand(-1, group, -1, -1),
+        0.0, scale=1.0, **mask)[:2]
+    if keep is None:
+        output, lse = flash(total - chunk, total, is_causal=True)
+        if total > chunk:
+            cached, cached_lse = flash(0, total - chunk)
+            joint_lse = torch.logaddexp(lse, cached_lse)
+            output = (output.float() * (lse - joint_lse).exp_()[..., None]).addcmul_(
+                cached.float(), (cached_lse - joint_lse).exp_()[..., None])
+            lse = joint_lse
+        return output, lse, None
+    hidden = _hidden_mask(keep, chunk)  # [kv_heads, chunk, total]: shared by the group's query heads
+    bias = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device).masked_fill_(hidden, float("-inf"))
+    output, lse = flash(0, total, attn_mask=bias[:, None])
+    return output, lse, hidden
+
+
+def _hidden_mask(keep: torch.Tensor, chunk: int) -> torch.Tensor:
+    """`[kv_heads, chunk, total]` bool, True where query i of the chunk does not attend key j: the
+    keys `keep` `[kv_heads, total]` hides, and the chunk's own keys after i."""
+    total = keep.shape[1]
+    hidden = (~keep[:, None, :]).repeat(1, chunk, 1)
+    later = torch.ones(chunk, chunk, dtype=torch.bool, device=keep.device).triu_(1)
+    hidden[..., total - chunk :] |= later
+    return hidden
 
 
 def _column_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int) -> torch.Tensor:

@@ -324,8 +324,9 @@ class LayerKV:
                                                 packed_workspace(options.attention_dtype, query.device, options.int8_steps))
         query_rope = rope.joint(pos.query, bound=pos.bound)  # [kv_heads, chunk, 2 · head_dim] or [chunk, …]
         q = rotate(query.view(heads, self.shape.group, chunk, -1), query_rope[:, None] if query_rope.dim() == 3 else query_rope)
+        scoring = "per_query" if options.pending else "window" if self.policy.heavy_hitter_score == "window" else "sum"
         out, scores = chunk_attention(q, keys, values, scaling=scaling, masks=masks, scratch=scratch,
-                                      per_query=options.pending, attention_dtype=options.attention_dtype)
+                                      scoring=scoring, attention_dtype=options.attention_dtype)
         scores, recalled_mass = self._held_scores(scores, pos)
         new_index = torch.arange(start, start + chunk, device=query.device, dtype=torch.int32)
         if options.pending:

@@ -43,7 +43,7 @@ class RecentWindow:
         return token_index >= seen_tokens - self.tokens
 
 
-HEAVY_HITTER_SCORES = ("sum", "mean")
+HEAVY_HITTER_SCORES = ("sum", "mean", "window")
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,18 @@ class HeavyHitters:
     score: "sum" ranks by S_j (H2O); "mean" by S_j / (seen_tokens - j), the mass per query that
     could see token j (kvpress ObservedAttentionPress): the plain sum favours old tokens, which
     simply had more queries to collect from. The cache's default is "mean" (`CachePolicy`); this
-    scorer's own default stays the paper's sum.
+    scorer's own default stays the paper's sum. "window" ranks as "mean" does, but a prefill chunk
+    adds only the attention of its last queries (SnapKV's observation window, Li et al. 2024, arXiv
+    2404.14469: `engine.kvcache.attention.window_scores`), scaled to the chunk's size: the chunk's
+    output then needs no probabilities, and no second attention pass is paid for the scores; with
+    eviction after every chunk it was 1.35-2.2x further from the full cache than "mean"
+    (docs/BENCHMARKS.md, section 2f), so it is an option, not the default.
     """
 
     score: str = "sum"
 
     def rank(self, scores: torch.Tensor, token_index: torch.Tensor, seen_tokens: int) -> torch.Tensor:
-        if self.score == "mean":
+        if self.score in ("mean", "window"):
             return scores / (seen_tokens - token_index).clamp_min(1).to(scores.dtype)
         return scores
 
