@@ -15,7 +15,7 @@ from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
 from app.untrusted import literal_rich_text, plain_label
-from engine.library import CACHED, MISSING, NOT_CACHED, STALE, DocumentRecord, Library
+from engine.library import CACHED, MISSING, STALE, Library, read_share
 from engine.settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -52,16 +52,6 @@ def library_rows(library: Library, cache: CacheStatus | None, settings: EngineSe
             record.size_text, f"{record.tokens:,} tokens" if record.tokens else "", said) if x)
         rows.append(LibraryRow(record.id, record.path, record.title, details, status, record.id == open_id))
     return rows
-
-
-def read_share(record: DocumentRecord, status: str, cache: CacheStatus | None) -> float | None:
-    """How much of a document not cached whole a stopped read has kept (0..1, from its checkpoint's
-    tokens, `CacheStatus.read_tokens`), or None when nothing was kept or it is cached. A partly read
-    document said "not cached", as one never read does."""
-    if status != NOT_CACHED or cache is None or not record.tokens:
-        return None
-    tokens = cache.read_tokens(record.prefix_key)
-    return min(tokens / record.tokens, 0.99) if tokens else None  # "100 %" only once the read is saved whole
 
 
 class LibraryPanel(QWidget):

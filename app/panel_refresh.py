@@ -12,7 +12,8 @@ from pathlib import Path
 
 from app.changes import Changes
 from app.document_header import document_info, info_tooltip
-from app.library_panel import library_rows, read_share
+from app.library_panel import library_rows
+from engine.library import read_share
 from app.window_layout import GAUGE_IDLE_MS
 
 GAUGE_BUSY_MS = 250      # gauge refresh while work runs (at least twice a second; GAUGE_IDLE_MS otherwise)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import Cancelled, HalamanError
-from engine.library import STALE, Library
+from engine.library import STALE, Library, read_share
 from engine.units import format_duration
 
 if TYPE_CHECKING:
@@ -151,13 +151,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         for record in records:
             status = library.status(record, cache, settings)
+            share = read_share(record, status, cache)
             if args.json:
                 print(json.dumps({"title": record.title, "path": record.path, "kind": record.kind, "pages": record.pages,
-                                  "files": record.files, "tokens": record.tokens, "status": status}))
+                                  "files": record.files, "tokens": record.tokens, "status": status,
+                                  "read_share": share}))
             else:
                 size = (f"{record.pages} pages" if record.pages else f"{record.files} files" if record.files else record.kind)
                 tokens = f", {record.tokens:,} tokens" if record.tokens else ""
-                print(f"{status:<11} {record.title} ({size}{tokens})  {record.path}")
+                said = f"read {share:.0%}".replace("%", " %") if share is not None else status
+                print(f"{said:<11} {record.title} ({size}{tokens})  {record.path}")
     finally:
         library.close()
         workspace.shutdown()

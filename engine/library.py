@@ -386,3 +386,13 @@ class Library:
                     if name not in have:
                         self.db["messages"].add_column(name, kind)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def read_share(record: DocumentRecord, status: str, cache: CacheStatus | None) -> float | None:
+    """How much of a document not cached whole a stopped read has kept (0..1, from its checkpoint's
+    tokens, `CacheStatus.read_tokens`), or None when nothing was kept or it is cached. A partly read
+    document said "not cached", as one never read does."""
+    if status != NOT_CACHED or cache is None or not record.tokens:
+        return None
+    tokens = cache.read_tokens(record.prefix_key)
+    return min(tokens / record.tokens, 0.99) if tokens else None  # "100 %" only once the read is saved whole

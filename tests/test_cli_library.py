@@ -105,3 +105,30 @@ def test_a_library_source_names_a_single_file_once():
 
     assert source_text(Source("page 5", 0.5, page=5, document="Think Python")) == "[Think Python, page 5]"
     assert source_text(Source("notes.md", 1.0, document="notes.md")) == "[notes.md]"
+
+
+def test_list_says_how_much_of_a_document_a_stopped_read_kept(tmp_path, monkeypatch):
+    """A stopped read's checkpoint (330 of 1,000 tokens): `library list` says "read 33 %" (and
+    `--json` gives read_share 0.33), as the window's list does, not "not cached"."""
+    from engine.library import Library
+    from engine.prefix_store import PrefixStore, checkpoint_key
+    from engine.workspace import prefix_store_dir
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HALAMAN_HOME", str(home))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The budget review meeting is on Tuesday at 10 in room 4.\n")
+    library = Library(interrupt_streaming=False)
+    try:
+        library.upsert_document(path=str(notes), title="notes.txt", kind="text", tokens=1000, prefix_key="a" * 64)
+    finally:
+        library.close()
+    store = PrefixStore(prefix_store_dir(), disk_budget_bytes=1 << 30)
+    store.put(checkpoint_key("a" * 64), {}, {}, n_tokens=330, label="notes.txt (read in part: 330 of 1,000 tokens)")
+
+    plain = run("library", "list", home=home)
+    assert plain.returncode == 0, plain.stderr
+    line = next(line for line in plain.stdout.splitlines() if str(notes) in line)
+    assert line.startswith("read 33 %") and "not cached" not in line
+    rows = [json.loads(line) for line in run("library", "list", "--json", home=home).stdout.splitlines()]
+    assert [row["read_share"] for row in rows] == [0.33] and rows[0]["status"] == "not cached"
