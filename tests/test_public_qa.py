@@ -1,0 +1,89 @@
+"""bench/public_qa.py's marks: whether a question's evidence is among what it reads, among the first
+pages `find` lists and in the BM25 windows, on a made-up example worked out by hand; and where
+bench/public_qa_data.py places evidence in a real .docx read by the engine."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def load_bench(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_marks_on_a_made_up_question():
+    public_qa = load_bench("public_qa")
+    wanted = [(2, 100, 200)]  # the answer's paragraph: characters 100-200 of unit 2
+    chosen = [(5, 0, 900), (2, 0, 80)]  # reads unit 5 and the start of unit 2, which stops short
+    ranked = [(5, 0, 900), (5, 900, 1500), (7, 0, 400), (2, 0, 80), (2, 150, 300), (9, 0, 10)]
+    windows = [(7, 0, 3000), (2, 90, 3090), (2, 3090, 6000)]
+    marks = public_qa.score(wanted, chosen, ranked, windows)
+    assert marks == {"read": False, "read_unit": True, "find_8": True, "find_3": True, "find_1": False,
+                     "bm25_1": False, "bm25_2": True, "pages_read": 2, "pages_bm25_2": 2}
+    # the same span reaching into the paragraph is a read; a range that ends where it starts is not
+    assert public_qa.score(wanted, [(2, 0, 101)], ranked, windows)["read"]
+    assert not public_qa.score(wanted, [(2, 0, 100)], ranked, windows)["read"]
+    # find's list counts distinct units: unit 5 twice is one place, so unit 2 is the third
+    assert public_qa.first_units(ranked, 3) == [(5, 0, sys.maxsize), (7, 0, sys.maxsize), (2, 0, sys.maxsize)]
+
+
+def test_summary_shares_per_set_and_overall():
+    public_qa = load_bench("public_qa")
+    marks = {"read_unit": True, "find_8": True, "find_3": False, "find_1": False, "bm25_1": False, "bm25_2": False,
+             "pages_bm25_2": 2, "tokens": 100}
+    rows = [{"set": "a", "kind": "text", "spread": "single", "document": "x.pdf", "read": True, "pages_read": 1, **marks},
+            {"set": "a", "kind": "text", "spread": "multi", "document": "x.pdf", "read": False, "pages_read": 3, **marks},
+            {"set": "b", "kind": "table/figure", "spread": "single", "document": "y.pdf", "read": False, "pages_read": 2,
+             **marks},
+            {"set": "b-docx", "kind": "text", "spread": "single", "document": "y.docx", "read": True, "pages_read": 1,
+             **marks}]
+    table = {(r["set"], r["part"]): r for r in public_qa.summary(rows)}
+    assert table["a", "all"]["read"] == 0.5 and table["a", "all"]["pages_read"] == 2.0
+    assert table["all PDF sets", "all"]["questions"] == 3 and table["all PDF sets", "all"]["read"] == 0.333
+    assert table["a", "evidence on multi unit(s)"]["read"] == 0.0
+
+
+def test_paragraphs_are_placed_in_their_section_of_a_real_docx(tmp_path):
+    data = load_bench("public_qa_data")
+    from engine.documents import load_document
+
+    paper = {"title": "A paper", "abstract": "We study things.",
+             "full_text": {"section_name": ["Introduction", "Method ::: Encoder", "Results"],
+                           "paragraphs": [["Intro words here."], ["The encoder  has\nsix layers of attention."],
+                                          ["Scores went up by four points on the test set."]]},
+             "figures_and_tables": {"caption": ["Table 1: Scores per model."]}}
+    path = tmp_path / "paper.docx"
+    data._write_docx(paper, path)
+    texts = [s.text for s in load_document(path).segments]
+    unit, start, end = data.locate_paragraph(texts, "the encoder has six layers of attention.")
+    assert "Encoder" in texts[unit] and "Results" not in texts[unit]
+    assert " ".join(texts[unit][start:end].split()) == "The encoder has six layers of attention."
+    caption = data.locate_paragraph(texts, "Table 1: Scores per model.")
+    assert caption is not None and "Figures and tables" in texts[caption[0]]
+    assert data.locate_paragraph(texts, "Nowhere in the paper.") is None
+
+
+def test_a_latex_paragraph_is_placed_on_the_pages_that_hold_its_words():
+    data = load_bench("public_qa_data")
+    pages = ["Introduction. Quasi-periodic eruptions were seen in the galaxy.",
+             "The best-fit blackbody temperature is 38,063 K and the power-law slope is much steeper than "
+             "that of AGNs, which have a typical index, further disfavoring the AGN scenario."]
+    source = (r"The best-fit blackbody temperature is $\rm38,063\pm107\,K$, and the power-law "
+              r"slope is much steeper than that of AGNs, which have a typical index \citep{Vanden2001}, "
+              r"further disfavoring the AGN scenario.")
+    assert data.locate_pages(pages, source) == [1]
+    assert data.locate_pages(pages, r"\begin{equation}P(k) \propto k^4\end{equation}") == []  # too few words
+    # a paragraph that runs on over a page break is on both pages
+    broken = [pages[0], pages[1][:80], pages[1][80:]]
+    assert data.locate_pages(broken, source) == [1, 2]
+    # a page that holds it all is the evidence; a part repeated elsewhere is not
+    assert data.locate_pages([*pages, pages[1][:80]], source) == [1]
