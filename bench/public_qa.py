@@ -3,17 +3,18 @@ answer among what the question reads, among the first pages `halaman find` lists
 retriever's best windows?
 
     python bench/public_qa.py --fill-cache PATH/TO/pdfQA PATH/TO/qasper-personal PATH/TO/EMNLP-2021-Findings
-    python bench/public_qa.py [--name public_qa]
+    python bench/public_qa.py [--name public_qa] [--reading large]
 
 No model runs, only its tokenizer: each document is read as the app reads it (bench/evidence.py's
 `load`), its spans and index built as `halaman find` builds them (`engine.find.document_spans`'s
-encoding, `engine.find._chooser`: the default model's budget and span limit), and each question's
+encoding; `chooser`: find's budget, span limit and reading budget for the default model), and each question's
 selection made. The sets and how their evidence is located: bench/public_qa_data.py.
 Per question: the evidence is found when a chosen span overlaps one of its ranges (a PDF page: any
 span on the page; a QASPER paragraph: a span that overlaps the paragraph).
   read      among the chosen spans (what the question reads); read_unit: a chosen span on the
             evidence's page or section (the same as read for a PDF page)
-  find_8/3/1  among the first 8 / 3 / 1 distinct pages or sections of the ranked list `find` shows
+  find_8/4/3/2/1  among the first 8 / 4 / 3 / 2 / 1 distinct pages or sections of the ranked list
+            `find` shows
   bm25_1/2  in the best one / two BM25 windows of 3,000 characters (bench/evidence.py's arms)
 and pages read (distinct units among the chosen spans) and pages in the two windows.
 Results: docs/bench/public_qa.{json,csv} (per question) and public_qa_summary.{json,csv}
@@ -33,7 +34,7 @@ import evidence
 import public_qa_data as data
 
 CACHE = common.WORK / "public_qa"
-FIND_PAGES = (8, 3, 1)
+FIND_PAGES = (8, 4, 3, 2, 1)
 
 
 def overlaps(wanted: list[tuple[int, int, int]], ranges: list[tuple[int, int, int]]) -> bool:
@@ -61,9 +62,35 @@ def score(wanted, chosen, ranked, windows) -> dict:
     return marks
 
 
-def run(questions: list[data.Question], documents: dict, settings) -> list[dict]:
+def chooser(spans, settings, tokenizer, reading: str = "default"):
+    """One question's selection as `halaman find` makes it (engine.find's chooser, rebuilt from
+    public names): the settings' recall budget within the model's positions, its span limit and,
+    where the engine has reading budgets (engine.evidence.reading_budget), the model's. `reading`
+    "large" takes the budget of a >= 1B model with 32k positions instead (SystemExit when the
+    engine has none). Returns (question, history) -> Selection."""
+    from engine.evidence.select import select
+    from engine.recall_plan import recall_budget
+
+    try:
+        from engine.evidence import reading_budget as budgets
+    except ImportError:
+        if reading == "large":
+            raise SystemExit("--reading large: this engine has no reading budgets (engine.evidence.reading_budget)") from None
+        budgets = None
+    positions = 32768 if reading == "large" else tokenizer.profile.max_positions
+    budget = recall_budget(settings, positions, reread=False)
+    extra = {}
+    if budgets is not None:
+        extra["reading"] = budgets.LARGE if reading == "large" else budgets.reading_budget(tokenizer.profile)
+    return lambda question, history: select(spans, question, budget_tokens=budget, max_spans=settings.recall.max_spans,
+                                            history=history, **extra)
+
+
+def run(questions: list[data.Question], documents: dict, settings, reading: str = "default") -> list[dict]:
+    """Each question's marks (`score`) and what it read, document by document; `reading`
+    "default" selects as `halaman find` does with the settings' model, "large" with a large
+    model's reading budget (`chooser`)."""
     from engine.evidence.spans import DocumentSpans
-    from engine.find import _chooser
     from engine.prompt import encode_document
     from engine.tokenizer_cache import text_tokenizer
 
@@ -74,7 +101,7 @@ def run(questions: list[data.Question], documents: dict, settings) -> list[dict]
         encoding = encode_document(tokenizer, tokenizer.layout, document)
         spans = DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
                                     len(encoding.ids), None)
-        choose = _chooser(spans, settings, tokenizer)
+        choose = chooser(spans, settings, tokenizer, reading)
         chunks, window_index = evidence.windows(document)
         for question in (q for q in questions if q.document == name):
             began = time.perf_counter()
@@ -91,6 +118,12 @@ def run(questions: list[data.Question], documents: dict, settings) -> list[dict]
                          "q": question.q if question.shown else "",
                          "evidence": "; ".join(document.segments[u].label for u in units),
                          **marks, "chosen": "; ".join(dict.fromkeys(document.segments[c[0]].label for c in chosen)),
+                         "why": "; ".join(f"{document.segments[span.segment].label}:{c.signal}"
+                                          for span, c in zip(selection.chosen, selection.reasons())),
+                         "listed": "; ".join(document.segments[u].label
+                                             for u in list(dict.fromkeys(r[0] for r in ranked))[:max(FIND_PAGES)]),
+                         "first_evidence_rank": next((k for k, u in enumerate(dict.fromkeys(r[0] for r in ranked), 1)
+                                                      if u in units), None),
                          "tokens": sum(s.tokens for s in selection.chosen), "select_s": round(select_s, 4),
                          "document_units": len(document.segments), "document_tokens": len(encoding.ids)})
             r = rows[-1]
@@ -113,13 +146,25 @@ def summary(rows: list[dict]) -> list[dict]:
     for (name, part), cell in groups.items():
         n = len(cell)
         row = {"set": name, "part": part, "questions": n, "documents": len({r["document"] for r in cell})}
-        for mark in ("read", "read_unit", "find_8", "find_3", "find_1", "bm25_1", "bm25_2"):
+        for mark in ("read", "read_unit", *(f"find_{n}" for n in FIND_PAGES), "bm25_1", "bm25_2"):
             row[mark] = round(sum(r[mark] for r in cell) / n, 3)
         row["pages_read"] = round(sum(r["pages_read"] for r in cell) / n, 2)
         row["pages_bm25_2"] = round(sum(r["pages_bm25_2"] for r in cell) / n, 2)
         row["median_tokens"] = common.median([r["tokens"] for r in cell])
+        row["median_document_units"] = common.median([r["document_units"] for r in cell])
         out.append(row)
     return out
+
+
+def engine_used() -> dict:
+    """The engine this run imported: its checkout's commit, and whether that checkout is this one
+    (with another checkout first on PYTHONPATH, it is not)."""
+    import subprocess
+
+    folder = Path(sys.modules["engine"].__file__).parent
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=folder, capture_output=True,
+                          text=True).stdout
+    return {"engine_head": head.strip(), "engine_of_this_checkout": folder.parent == common.REPO}
 
 
 def load_sets(documents: dict) -> tuple[list[data.Question], dict]:
@@ -144,6 +189,8 @@ def main() -> None:
     parser.add_argument("--fill-cache", nargs=3, metavar=("PDFQA_REPO", "QASPER_REPO", "EMANUAL_REPO"), type=Path,
                         help="write the sets' files into bench/.work/public_qa from clones of the three repositories")
     parser.add_argument("--name", default="public_qa")
+    parser.add_argument("--reading", choices=("default", "large"), default="default",
+                        help="the default model's selection (as `halaman find`), or a large model's reading budget")
     args = parser.parse_args()
     if args.fill_cache:
         data.fill_cache(CACHE, *args.fill_cache)
@@ -151,16 +198,16 @@ def main() -> None:
         return
     if not (CACHE / "qasper" / "qasper.json").exists():
         raise SystemExit(f"{CACHE}: no sets yet; run with --fill-cache first (see the module docstring)")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    common.setup(1)  # records the load and commit the run starts with
     from engine.settings import EngineSettings
 
     settings = EngineSettings()
     documents: dict = {}
     questions, unplaced = load_sets(documents)
-    rows = run(questions, documents, settings)
+    rows = run(questions, documents, settings, args.reading)
     meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
             "recall_tokens": settings.recall.recall_tokens, "max_spans": settings.recall.max_spans,
-            "engine_path": str(Path(sys.modules["engine"].__file__).parent), **unplaced}
+            "reading": args.reading, **engine_used(), **unplaced}
     columns = list(rows[0])
     common.write_results(args.name, rows, columns, meta)
     table = summary(rows)

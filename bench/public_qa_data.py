@@ -129,7 +129,7 @@ def render_pdf(title: str, blocks: list[tuple[int, str]], path: Path) -> None:
     from PySide6.QtCore import QMarginsF
     from PySide6.QtGui import QGuiApplication, QPageSize, QPdfWriter, QTextDocument
 
-    _app = QGuiApplication.instance() or QGuiApplication([])  # noqa: F841 (fonts need an application)
+    _app = QGuiApplication.instance() or QGuiApplication([])  # fonts and layout need an application
     body = "".join(f"<h{level}>{html.escape(text)}</h{level}>" if level else f"<p>{html.escape(text)}</p>"
                    for level, text in [(1, title), *blocks])
     document = QTextDocument()

@@ -27,7 +27,8 @@ def test_marks_on_a_made_up_question():
     ranked = [(5, 0, 900), (5, 900, 1500), (7, 0, 400), (2, 0, 80), (2, 150, 300), (9, 0, 10)]
     windows = [(7, 0, 3000), (2, 90, 3090), (2, 3090, 6000)]
     marks = public_qa.score(wanted, chosen, ranked, windows)
-    assert marks == {"read": False, "read_unit": True, "find_8": True, "find_3": True, "find_1": False,
+    assert marks == {"read": False, "read_unit": True, "find_8": True, "find_4": True, "find_3": True, "find_2": False,
+                     "find_1": False,
                      "bm25_1": False, "bm25_2": True, "pages_read": 2, "pages_bm25_2": 2}
     # the same span reaching into the paragraph is a read; a range that ends where it starts is not
     assert public_qa.score(wanted, [(2, 0, 101)], ranked, windows)["read"]
@@ -38,8 +39,8 @@ def test_marks_on_a_made_up_question():
 
 def test_summary_shares_per_set_and_overall():
     public_qa = load_bench("public_qa")
-    marks = {"read_unit": True, "find_8": True, "find_3": False, "find_1": False, "bm25_1": False, "bm25_2": False,
-             "pages_bm25_2": 2, "tokens": 100}
+    marks = {"read_unit": True, "find_8": True, "find_4": True, "find_3": False, "find_2": False, "find_1": False, "bm25_1": False, "bm25_2": False,
+             "pages_bm25_2": 2, "tokens": 100, "document_units": 10}
     rows = [{"set": "a", "kind": "text", "spread": "single", "document": "x.pdf", "read": True, "pages_read": 1, **marks},
             {"set": "a", "kind": "text", "spread": "multi", "document": "x.pdf", "read": False, "pages_read": 3, **marks},
             {"set": "b", "kind": "table/figure", "spread": "single", "document": "y.pdf", "read": False, "pages_read": 2,
@@ -75,8 +76,8 @@ def test_paragraphs_are_placed_in_their_section_of_a_real_docx(tmp_path):
 def test_a_latex_paragraph_is_placed_on_the_pages_that_hold_its_words():
     data = load_bench("public_qa_data")
     pages = ["Introduction. Quasi-periodic eruptions were seen in the galaxy.",
-             "The best-fit blackbody temperature is 38,063 K and the power-law slope is much steeper than "
-             "that of AGNs, which have a typical index, further disfavoring the AGN scenario."]
+             ("The best-fit blackbody temperature is 38,063 K and the power-law slope is much steeper than "
+              "that of AGNs, which have a typical index, further disfavoring the AGN scenario.")]
     source = (r"The best-fit blackbody temperature is $\rm38,063\pm107\,K$, and the power-law "
               r"slope is much steeper than that of AGNs, which have a typical index \citep{Vanden2001}, "
               r"further disfavoring the AGN scenario.")
