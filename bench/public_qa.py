@@ -12,7 +12,8 @@ selection made. The sets and how their evidence is located: bench/public_qa_data
 Per question: the evidence is found when a chosen span overlaps one of its ranges (a PDF page: any
 span on the page; a QASPER paragraph: a span that overlaps the paragraph).
   read      among the chosen spans (what the question reads); read_unit: a chosen span on the
-            evidence's page or section (the same as read for a PDF page)
+            evidence's page or section (the same as read for a PDF page); read_passage: a chosen
+            span overlaps the passage itself, where it is found exactly on a PDF page
   find_8/4/3/2/1  among the first 8 / 4 / 3 / 2 / 1 distinct pages or sections of the ranked list
             `find` shows
   bm25_1/2  in the best one / two BM25 windows of 3,000 characters (bench/evidence.py's arms)
@@ -49,13 +50,16 @@ def first_units(ranges: list[tuple[int, int, int]], n: int) -> list[tuple[int, i
     return [(u, 0, sys.maxsize) for u in units]
 
 
-def score(wanted, chosen, ranked, windows) -> dict:
+def score(wanted, chosen, ranked, windows, passages=()) -> dict:
     """One question's marks: `wanted` its evidence ranges, `chosen` the ranges it reads, `ranked`
     the ranges `find` lists best first, `windows` the BM25 windows best first (all (unit, start,
-    end)). Returns read, read_unit (a chosen span anywhere on an evidence unit), find_8, find_3,
-    find_1, bm25_1, bm25_2 (bool) and pages_read, pages_bm25_2 (distinct units)."""
+    end); `passages` the evidence's own ranges where `wanted` are whole pages (may be empty).
+    Returns read, read_unit (a chosen span anywhere on an evidence unit), read_passage (a chosen
+    span overlaps a passage; None without passages), find_8 ... find_1, bm25_1, bm25_2 (bool) and
+    pages_read, pages_bm25_2 (distinct units)."""
     whole = [(u, 0, sys.maxsize) for u, _, _ in wanted]
-    marks = {"read": overlaps(wanted, chosen), "read_unit": overlaps(whole, chosen)}
+    marks = {"read": overlaps(wanted, chosen), "read_unit": overlaps(whole, chosen),
+             "read_passage": overlaps(list(passages), chosen) if passages else None}
     marks |= {f"find_{n}": overlaps(wanted, first_units(ranked, n)) for n in FIND_PAGES}
     marks |= {"bm25_1": overlaps(wanted, windows[:1]), "bm25_2": overlaps(wanted, windows[:2]),
               "pages_read": len({r[0] for r in chosen}), "pages_bm25_2": len({r[0] for r in windows[:2]})}
@@ -112,7 +116,7 @@ def run(questions: list[data.Question], documents: dict, settings, reading: str 
                       for c in selection.ranked]
             windows = [chunks[h.span] for h in window_index.search(question.q, 10)]
             units = sorted({e[0] for e in question.evidence})
-            marks = score(question.evidence, chosen, ranked, windows)
+            marks = score(question.evidence, chosen, ranked, windows, question.passages)
             rows.append({"set": question.set, "document": name, "kind": question.kind,
                          "spread": "multi" if len(units) > 1 else "single", "qid": question.qid,
                          "q": question.q if question.shown else "",
@@ -148,6 +152,9 @@ def summary(rows: list[dict]) -> list[dict]:
         row = {"set": name, "part": part, "questions": n, "documents": len({r["document"] for r in cell})}
         for mark in ("read", "read_unit", *(f"find_{n}" for n in FIND_PAGES), "bm25_1", "bm25_2"):
             row[mark] = round(sum(r[mark] for r in cell) / n, 3)
+        placed = [r["read_passage"] for r in cell if r["read_passage"] is not None]
+        row["read_passage"] = round(sum(placed) / len(placed), 3) if placed else None
+        row["passage_questions"] = len(placed)
         row["pages_read"] = round(sum(r["pages_read"] for r in cell) / n, 2)
         row["pages_bm25_2"] = round(sum(r["pages_bm25_2"] for r in cell) / n, 2)
         row["median_tokens"] = common.median([r["tokens"] for r in cell])

@@ -55,8 +55,10 @@ hyphenation, a formula's words)."""
 @dataclass
 class Question:
     """One question: `document` (a file name in the cache folder), its `kind` of evidence ("text",
-    "table/figure"), and `evidence`, (unit index, char start, char end) ranges in the document's
-    segments; a range (i, 0, len) stands for the whole unit (a PDF page)."""
+    "table/figure", "manual"), and `evidence`, (unit index, char start, char end) ranges in the
+    document's segments; a range (i, 0, len) stands for the whole unit (a PDF page). `passages`:
+    for evidence given as whole pages, the passages themselves where their text is found exactly
+    on the page (empty when none is)."""
 
     set: str
     document: str
@@ -65,6 +67,7 @@ class Question:
     qid: str = ""
     shown: bool = True  # whether the question's text may be written to the results (its set's licence)
     evidence: list[tuple[int, int, int]] = field(default_factory=list)
+    passages: list[tuple[int, int, int]] = field(default_factory=list)  # on a PDF page, where found exactly
 
 
 def _show(repo: Path, commit: str, path: str) -> bytes:
@@ -268,7 +271,10 @@ def qasper_questions(folder: Path, texts_of, suffix: str) -> tuple[list[Question
                 dropped += 1
                 continue
             kind = "table/figure" if any(e.startswith(FLOAT) for e in cited) else "text"
-            questions.append(Question(f"qasper-{suffix}", name, question, kind, qid[:10], True, list(dict.fromkeys(found))))
+            passages = [p for e in cited if (p := locate_paragraph(texts, e.removeprefix(FLOAT).strip()))] \
+                if suffix == "pdf" else []
+            questions.append(Question(f"qasper-{suffix}", name, question, kind, qid[:10], True, list(dict.fromkeys(found)),
+                                      passages))
     return questions, dropped
 
 
@@ -297,6 +303,7 @@ def emanual_questions(folder: Path, texts_of) -> tuple[list[Question], int]:
                 if not found:
                     dropped += 1
                     continue
+                exact = locate_paragraph(texts, row["answer"])
                 questions.append(Question(f"emanual-{manual}", name, row["question"], "manual", row["question_id"], True,
-                                          found))
+                                          found, [exact] if exact else []))
     return questions, dropped

@@ -27,19 +27,23 @@ def test_marks_on_a_made_up_question():
     ranked = [(5, 0, 900), (5, 900, 1500), (7, 0, 400), (2, 0, 80), (2, 150, 300), (9, 0, 10)]
     windows = [(7, 0, 3000), (2, 90, 3090), (2, 3090, 6000)]
     marks = public_qa.score(wanted, chosen, ranked, windows)
-    assert marks == {"read": False, "read_unit": True, "find_8": True, "find_4": True, "find_3": True, "find_2": False,
+    assert marks == {"read": False, "read_unit": True, "read_passage": None, "find_8": True, "find_4": True, "find_3": True, "find_2": False,
                      "find_1": False,
                      "bm25_1": False, "bm25_2": True, "pages_read": 2, "pages_bm25_2": 2}
     # the same span reaching into the paragraph is a read; a range that ends where it starts is not
     assert public_qa.score(wanted, [(2, 0, 101)], ranked, windows)["read"]
     assert not public_qa.score(wanted, [(2, 0, 100)], ranked, windows)["read"]
+    # on a PDF the page is the evidence; the passage on it is the stricter mark
+    page = [(2, 0, 5000)]
+    assert public_qa.score(page, chosen, ranked, windows, wanted)["read"]
+    assert public_qa.score(page, chosen, ranked, windows, wanted)["read_passage"] is False
     # find's list counts distinct units: unit 5 twice is one place, so unit 2 is the third
     assert public_qa.first_units(ranked, 3) == [(5, 0, sys.maxsize), (7, 0, sys.maxsize), (2, 0, sys.maxsize)]
 
 
 def test_summary_shares_per_set_and_overall():
     public_qa = load_bench("public_qa")
-    marks = {"read_unit": True, "find_8": True, "find_4": True, "find_3": False, "find_2": False, "find_1": False, "bm25_1": False, "bm25_2": False,
+    marks = {"read_unit": True, "read_passage": None, "find_8": True, "find_4": True, "find_3": False, "find_2": False, "find_1": False, "bm25_1": False, "bm25_2": False,
              "pages_bm25_2": 2, "tokens": 100, "document_units": 10}
     rows = [{"set": "a", "kind": "text", "spread": "single", "document": "x.pdf", "read": True, "pages_read": 1, **marks},
             {"set": "a", "kind": "text", "spread": "multi", "document": "x.pdf", "read": False, "pages_read": 3, **marks},
@@ -47,7 +51,10 @@ def test_summary_shares_per_set_and_overall():
              **marks},
             {"set": "b-docx", "kind": "text", "spread": "single", "document": "y.docx", "read": True, "pages_read": 1,
              **marks}]
+    rows[1] = {**rows[1], "read_passage": False}  # only this one's passage was found on its page
     table = {(r["set"], r["part"]): r for r in public_qa.summary(rows)}
+    assert table["a", "all"]["read_passage"] == 0.0 and table["a", "all"]["passage_questions"] == 1
+    assert table["b", "all"]["read_passage"] is None
     assert table["a", "all"]["read"] == 0.5 and table["a", "all"]["pages_read"] == 2.0
     assert table["all PDF sets", "all"]["questions"] == 3 and table["all PDF sets", "all"]["read"] == 0.333
     assert table["a", "evidence on multi unit(s)"]["read"] == 0.0
