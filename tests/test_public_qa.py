@@ -95,3 +95,21 @@ def test_a_latex_paragraph_is_placed_on_the_pages_that_hold_its_words():
     assert data.locate_pages(broken, source) == [1, 2]
     # a page that holds it all is the evidence; a part repeated elsewhere is not
     assert data.locate_pages([*pages, pages[1][:80]], source) == [1]
+
+
+def test_a_rendered_pdf_is_read_by_the_engine_and_a_passage_found_on_its_page(tmp_path, qapp):
+    # qapp: the QApplication the GUI tests need exists before render_pdf looks for one
+    data = load_bench("public_qa_data")
+    from engine.documents import load_document
+
+    filler = [(0, f"Filler paragraph {i} about the general settings screen and its many options.") for i in range(120)]
+    answer = "To reset the remote, press and hold the Return and Play buttons together for three seconds."
+    blocks = [(2, "Getting started"), *filler, (2, "Resetting the remote"), (0, answer)]
+    path = tmp_path / "manual.pdf"
+    data.render_pdf("A manual", blocks, path)
+    texts = [s.text for s in load_document(path).segments]
+    assert len(texts) >= 2  # the filler pushes the answer past the first page
+    pages = data.locate_pages(texts, answer)
+    assert pages == [len(texts) - 1] and "Resetting the remote" in texts[pages[0]]
+    unit, start, end = data.locate_paragraph(texts, answer)
+    assert unit == pages[0] and " ".join(texts[unit][start:end].split()) == answer
