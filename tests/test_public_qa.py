@@ -3,8 +3,11 @@ pages `find` lists and in the BM25 windows, on a made-up example worked out by h
 bench/public_qa_data.py places evidence in a real .docx read by the engine."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported (render_pdf, pytest-qt's qapp)
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
