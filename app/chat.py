@@ -35,9 +35,9 @@ from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
+from engine.answer_marks import answer_marks
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.documents.ocr import recognised_note
-from engine.answer_marks import answer_marks
 from engine.evidence_quotes import quoted_passages
 from engine.grounding import instructions_note
 from engine.history import UNREAD_CITATION

@@ -36,14 +36,14 @@ _LINE = re.compile(r"\n+")
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"\u201d')\]]))\s+(?=[A-Z\"\u201c(\[`])")
 _NOT_AN_END = re.compile(r"(?:^|\s)(?:\d{1,2}|[A-Za-z]|(?:[A-Za-z]\.)+[A-Za-z]|Inc|Corp|Co|Ltd|No|Nos|Mr|Mrs|Ms|Dr|St|vs|"
                          r"etc|approx|Fig|e\.g|i\.e)\.$")
-_CONCLUSION = re.compile(r"\s*(?:so|therefore|thus|hence|in conclusion|in summary|in short)\b", re.I)
+_CONCLUSION = re.compile(r"\s*(?:so|therefore|thus|hence|in conclusion|in summary|in short)\b", re.IGNORECASE)
 # A question that asks for a figure: how much or how many, a rounding or a unit asked for, or "what
 # is/was the" amount, ratio, rate, margin, percentage, total ("What drove the reduction in SG&A as
 # a percent of net sales" asks for a cause, not a figure).
 _ASKS_FIGURE = re.compile(r"\bhow (?:much|many)\b|\bround (?:your |the )?answer\b|\banswer in (?:usd|units|percent)",
-                          re.I)
+                          re.IGNORECASE)
 _ASKS_QUANTITY = re.compile(r"\bwhat (?:is|was|were|are)\b[^?]*\b(?:amount|ratio|rate|margin|percent(?:age)?|total|"
-                            r"number of|turnover|revenues?|liabilities|assets)\b", re.I)
+                            r"number of|turnover|revenues?|liabilities|assets)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

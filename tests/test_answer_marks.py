@@ -11,11 +11,11 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import pytest  # noqa: E402
+import pytest
 
-from engine.answer_marks import answer_marks, answer_sentences, direct_marks  # noqa: E402
-from engine.evidence.yes_no import answer_polarity, asks_yes_no, contradiction  # noqa: E402
-from engine.evidence_quotes import QuotedPassage  # noqa: E402
+from engine.answer_marks import answer_marks, answer_sentences, direct_marks
+from engine.evidence.yes_no import answer_polarity, asks_yes_no, contradiction
+from engine.evidence_quotes import QuotedPassage
 
 NETFLIX_ROW = QuotedPassage("page 42", "Revenues $ 11,692,713 $ 8,830,669 $ 6,779,511", 0.41)
 ZIPF = QuotedPassage("page 181", "Zipf ’s law describes a relationship between the ranks and frequencies of words in "

@@ -29,16 +29,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-_YES_NO_QUESTION = re.compile(r"(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b", re.I)
-_LEAD = re.compile(r"\s*(yes|no)\b[\s,.;:!-]*", re.I)
-_NEGATION = re.compile(r"\b(?:not|no|never|none|nor|cannot)\b|n't\b", re.I)
+_YES_NO_QUESTION = re.compile(r"(?:is|are|was|were|does|do|did|has|have|had|can|could|will|would|should)\b", re.IGNORECASE)
+_LEAD = re.compile(r"\s*(yes|no)\b[\s,.;:!-]*", re.IGNORECASE)
+_NEGATION = re.compile(r"\b(?:not|no|never|none|nor|cannot)\b|n't\b", re.IGNORECASE)
 _WORD = re.compile(r"[a-z][a-z0-9]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 # Words that carry no claim of their own (and the negation words, compared separately).
-_FUNCTION_WORDS = frozenset("""the a an and or of to in on at by for with from as that this these those is are was
-were be been being has have had do does did it its their there here which who what when than then so such
-not no never none nor cannot can could would should will may might must any all some also only very based data
-yes""".split())
+_FUNCTION_WORDS = frozenset(["the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "by", "for", "with", "from", "as", "that", "this", "these", "those", "is", "are", "was", "were", "be", "been", "being", "has", "have", "had", "do", "does", "did", "it", "its", "their", "there", "here", "which", "who", "what", "when", "than", "then", "so", "such", "not", "no", "never", "none", "nor", "cannot", "can", "could", "would", "should", "will", "may", "might", "must", "any", "all", "some", "also", "only", "very", "based", "data", "yes"])
 SHARED_CONTENT = 0.75
 """A quoted sentence is compared only when it holds this share of the claim's content words."""
 MIN_SHARED_WORDS = 3
@@ -122,8 +119,8 @@ def _sign_contradiction(question: str, says_yes: bool, claim: str, label: str, t
     for phrase, (minuend, subtrahend) in SIGN_RULES.items():
         if phrase not in question.lower():
             continue
-        first = re.search(re.escape(minuend) + _ROW_FIGURE, folded, re.I)
-        second = re.search(re.escape(subtrahend) + _ROW_FIGURE, folded, re.I)
+        first = re.search(re.escape(minuend) + _ROW_FIGURE, folded, re.IGNORECASE)
+        second = re.search(re.escape(subtrahend) + _ROW_FIGURE, folded, re.IGNORECASE)
         if first is None or second is None:
             continue
         positive = _figure(first.group(1)) > _figure(second.group(1))
@@ -150,4 +147,4 @@ def contradiction(question: str, answer: str, passages: Sequence[tuple[str, str]
     return None
 
 
-__all__ = ["Contradiction", "SIGN_RULES", "answer_polarity", "asks_yes_no", "contradiction"]
+__all__ = ["SIGN_RULES", "Contradiction", "answer_polarity", "asks_yes_no", "contradiction"]
