@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 from engine.evidence.yes_no import contradiction
 from engine.evidence_quotes import QuotedPassage, number_caution, quote_text
+from engine.grounding import IDENTIFIER
 
+_WEB_ENDINGS = frozenset(["com", "org", "net", "edu", "gov", "io", "html", "htm", "pdf", "txt", "py"])
 CLAIM_CHARACTERS = 120
 """A doubted sentence is quoted in a mark up to this many characters."""
 _LINE = re.compile(r"\n+")
@@ -125,6 +127,37 @@ def _number_mark(sentences: list[AnswerSentence], question: str, quoted: Sequenc
     return AnswerMark("number", claim, (figure,), True, f"{caution} — {_said_in(claim)}")
 
 
+def _code_names(text: str) -> list[str]:
+    """The code identifiers of `text` (`engine.grounding.IDENTIFIER`: dotted, snake_case, camelCase;
+    back-ticked or not), each once; not a capitalised brand ("PepsiCo"), an abbreviation ("e.g")
+    or a web address ("gutenberg.org")."""
+    found = []
+    for name in IDENTIFIER.findall(text):
+        name = name.removesuffix("()")
+        parts = re.split(r"\.|::", name)
+        if ("_" in name or len(parts) > 1 or name[0].islower()) and min(map(len, parts)) > 1 \
+                and parts[-1].lower() not in _WEB_ENDINGS:
+            found.append(name)
+    return list(dict.fromkeys(found))
+
+
+def _identifier_mark(sentences: list[AnswerSentence], question: str, quoted: Sequence[QuotedPassage]) -> AnswerMark | None:
+    """A mark when the direct answer names code identifiers (not the question's) and none of them
+    is in the quoted passages: the answer named something other than what it read (the Ackermann
+    exercise answered `is_power`, a function of another exercise)."""
+    if not quoted:
+        return None
+    held = " ".join(p.text for p in quoted)
+    for sentence in (s for s in sentences if s.direct):
+        names = [n for n in _code_names(sentence.text) if n not in question]
+        if names and not any(n in held for n in names):
+            where = quoted[0]
+            return AnswerMark("name", sentence.text, tuple(names), True,
+                              f"check the name: {_listed(names)} is not in what the answer read most ({where.label}: "
+                              f"\u201c{quote_text(where.text, 80)}\u201d) — {_said_in(sentence.text)}")
+    return None
+
+
 def _listed(names: Sequence[str]) -> str:
     return ", ".join(f"\u201c{n}\u201d" for n in names)
 
@@ -182,6 +215,9 @@ def answer_marks(answer: str, question: str, quoted: Sequence[QuotedPassage],
     number = _number_mark(sentences, question, quoted)
     if number is not None:
         marks.append(number)
+    identifier = _identifier_mark(sentences, question, quoted)
+    if identifier is not None:
+        marks.append(identifier)
     return marks + _name_marks(sentences, unsupported, number.claim if number is not None else "")
 
 

@@ -167,3 +167,35 @@ def test_the_chat_shows_a_caution_on_the_direct_answer_and_a_note_on_the_side_re
                           unsupported_json=json.dumps(["Benford", "Frank Benford"]))
     chat.show_messages([question, wrong])
     assert "⚠ check the name: “Benford” is nowhere in the document — said in “It is Benford's law.”" in chat.toPlainText()
+
+
+def test_a_reference_number_or_a_number_cut_by_the_quote_is_no_figure_the_evidence_holds():
+    # FOOTLOCKER_2022_8K page 1 and AMD_2015_10K page 56 as quoted (cut at 240 characters): "13"
+    # of "Section 13" and the "3" of a cut "$ 3,991" let "13 nominees" and "3%" through.
+    cover = QuotedPassage("page 1", "UNITED STATES SECURITIES AND EXCHANGE COMMISSION WASHINGTON, D.C. 20549 FORM 8-K "
+                                    "CURRENT REPORT Pursuant to Section 13 or 15(d) of the Securities Exchange Act of 1934", 0.3)
+    [mark] = answer_marks("Yes, there were 13 nominees who voted against joining the Board of Directors.",
+                          "Were there any board member nominees who had substantially more votes against joining?", [cover])
+    assert mark.kind == "number" and mark.doubted == ("13",)
+    amd = QuotedPassage("page 56", "ITEM 8. FINANCIAL STATEMENTS AND SUPPLEMENTARY DATA Advanced Micro Devices, Inc. "
+                                   "Consolidated Statements of Operations Year Ended December 26, 2015 December 27, 2014 December 28, "
+                                   "2013 (In millions, except per share amounts) Net revenue $ 3…", 0.2)
+    [mark] = answer_marks("The FY2015 D&A margin for AMD is 3% ($46).", "what is the FY2015 D&A % margin for AMD?", [amd])
+    assert mark.doubted == ("3%",)
+
+
+def test_a_code_name_the_direct_answer_gives_that_the_quoted_passage_does_not_hold_is_marked():
+    # P16_thinkpython2 page 93: the Ackermann exercise; the answer named another exercise's function.
+    exercise = QuotedPassage("page 93", "Exercise 6.2. The Ackermann function, A(m, n), is defined: A(m, n) = n + 1 if m = 0 "
+                                        "A(m − 1, 1) if m > 0 and n = 0. Write a function named ack that evaluates the "
+                                        "Ackermann function.", 0.4)
+    question = "What is the name of the function that the Ackermann exercise asks you to write?"
+    [mark] = answer_marks("The function that the exercise asks to write is called `is_power` and it uses a dictionary.",
+                          question, [exercise])
+    assert mark.kind == "name" and mark.direct and mark.doubted == ("is_power",)
+    assert mark.note.startswith("check the name: “is_power” is not in what the answer read most (page 93")
+    # The right name, a web address and the question's own names are no such mark.
+    assert answer_marks("The function is called `ack`.", question, [exercise]) == []
+    assert answer_marks("It suggests the website gutenberg.org.", "Which website does it suggest?", [exercise]) == []
+    kangaroo = QuotedPassage("page 224", "An __init__ method that initializes an attribute named pouch_contents to an empty list.", 0.5)
+    assert answer_marks("The attribute is called pouch_contents.", "What attribute does __init__ initialize?", [kangaroo]) == []
