@@ -35,11 +35,12 @@ from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.untrusted import escape, literal_rich_text
 from engine.answer import Source, StopReason
+from engine.answer_marks import answer_marks
 from engine.citations import CITATION, CODE, citations, looks_like_citation, normalise_label
 from engine.documents.ocr import recognised_note
-from engine.evidence_quotes import number_caution, quoted_passages
+from engine.evidence_quotes import quoted_passages
 from engine.grounding import checked_unit as grounding_unit
-from engine.grounding import instructions_note, unsupported_note
+from engine.grounding import instructions_note
 from engine.history import UNREAD_CITATION
 from engine.library import MessageRecord
 from engine.workspace import RecallOff
@@ -179,6 +180,7 @@ def _shown_span(span: str, shown: dict[str, str]) -> str:
 
 
 CAUTION_COLOR = "#B03030"
+NOTE_COLOR = "#8A5A00"
 LOW_CONFIDENCE = "low confidence: the model was unsure of its words"
 CANCELLED_EARLY = "cancelled before the first word"
 
@@ -198,15 +200,16 @@ def _no_words(message: MessageRecord) -> bool:
 def evidence_lines(message: MessageRecord, question: str = "", shown: dict[str, str] | None = None) -> list[str]:
     """Rich-text lines quoting what `message` (an answer) attended to most, each with its page or
     file as a citation link (`engine.evidence_quotes`; named as `shown` gives, as in `attended_line`),
-    then the caution when the answer's number is not in them. [] for an answer without stored
-    passages (cloud, or from before they were kept)."""
+    then the marks, each naming the sentence it doubts (`engine.answer_marks`): on the direct answer
+    a caution (⚠), on a side remark a note. [] for an answer with no stored passages and no mark."""
     quoted = quoted_passages(message.passages)
     shown = shown or {}
     lines = [f"<span style='color:#444'>“{escape(p.text)}” — <a href='{cite_href(p.label, message.id)}'>"
              f"{escape(shown.get(p.label, p.label))}</a> ({p.share:.0%})</span>" for p in quoted]
-    caution = number_caution(message.text, question, quoted)
-    if caution:
-        lines.append(f"<span style='color:{CAUTION_COLOR}'>⚠ {escape(caution)}</span>")
+    unsupported = message.unsupported if message.source != "cloud" else []
+    for mark in answer_marks(message.text, question, quoted, unsupported):
+        lines.append(f"<span style='color:{CAUTION_COLOR}'>⚠ {escape(mark.note)}</span>" if mark.direct
+                     else f"<span style='color:{NOTE_COLOR}'>note: {escape(mark.note)}</span>")
     return lines
 
 
@@ -224,8 +227,8 @@ def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> 
     12 tokens · read page 3 (matching words) · recall 1,024 tokens in 12 ms', in plain words (cloud:
     model, endpoint, why); a cancelled answer that had no word yet says so (`CANCELLED_EARLY`), not
     "first words after 0.00 s"; a low-confidence local answer says so (`LOW_CONFIDENCE`, to be
-    checked against the page, passage or file: `checked_unit`), and so does one
-    that names things its document does not contain (`engine.grounding.unsupported_note`)."""
+    checked against the page, passage or file: `checked_unit`). The names it states that its
+    document does not contain are marked on their sentences (`evidence_lines`)."""
     parts: list[str] = []
     if message.source == "cloud":
         parts.append(f"answered by the cloud: model {message.model or '?'} at {message.endpoint or '?'}")
@@ -245,8 +248,6 @@ def footer_text(message: MessageRecord, shown: dict[str, str] | None = None) -> 
         parts.append(recall_text(message, shown))
     if message.source != "cloud" and message.low_confidence:
         parts.append(f"{LOW_CONFIDENCE}, check them against {checked_unit(message)}")
-    if message.source != "cloud" and message.unsupported:
-        parts.append("check this answer: " + unsupported_note(message.unsupported))
     if message.instructions:  # local or cloud: the document spoke to the model
         parts.append("check this answer: " + instructions_note(message.instructions, checked_unit(message)))
     if _no_words(message):

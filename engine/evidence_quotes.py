@@ -31,6 +31,10 @@ _YEAR = re.compile(r"(?:19|20)\d\d")
 # a model name or a range ("A350", "F-35C", "1-2/3").
 _FIGURE = re.compile(r"(?<![\w.,\-])\$?\s?\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w\-])"
                      r"|(?<![\w.,\-])\$?\s?\d+(?:\.\d+)?%?(?![\w\-])")
+# A number that names a part of the text, not a quantity: "Section 13", "Item 5.07", "Note 5".
+_REFERENCE = re.compile(r"\b(?:Section|Item|Note|Rule|Form|Exhibit|Article|Chapter|Part|Schedule|Page)s?\s+"
+                        r"\d+(?:\.\d+)?[A-Za-z]?(?:\([a-z0-9]\))?", re.IGNORECASE)
+_CUT_NUMBER = re.compile(r"[\d.,]+\s*\u2026\s*$")
 _CITATION = re.compile(r"\[[^\]\n]{0,200}\]")
 _LIST_ITEM = re.compile(r"\d{1,2}[.)]\s")
 
@@ -92,6 +96,13 @@ def _every_number(text: str) -> set[str]:
     return found
 
 
+def held_text(quoted: str) -> str:
+    """`quoted` without what looks like a figure but is none: a reference number ("Section 13",
+    "Item 5.07", "Note 5", "page 42") and a number cut by the quote's end ("Net revenue $ 3…" of
+    $3,991): a chance match with either let a wrong figure through unmarked."""
+    return _CUT_NUMBER.sub("…", _REFERENCE.sub(" ", quoted))
+
+
 def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) -> str | None:
     """A caution when every figure the answer states (`stated_figures`) is missing from the
     `quoted` passages while they hold numbers (a table row, a figure's sentence): the answer may
@@ -105,7 +116,7 @@ def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) 
     under answers" (§9a, bench/answer_marks.py)."""
     asked = _every_number(question)
     stated = [n for n in stated_figures(answer) if _digits(n) not in asked]
-    held = set().union(*(_every_number(passage.text) for passage in quoted))
+    held = set().union(*(_every_number(held_text(passage.text)) for passage in quoted))
     if not stated or not held:
         return None
     missing = [n for n in stated if _digits(n) not in held]
@@ -116,4 +127,4 @@ def number_caution(answer: str, question: str, quoted: Sequence[QuotedPassage]) 
             f"“{quote_text(quoted[0].text, 80)}”)")
 
 
-__all__ = ["QUOTED_PASSAGES", "QuotedPassage", "number_caution", "numbers_in", "quote_text", "quoted_passages", "stated_figures"]
+__all__ = ["QUOTED_PASSAGES", "QuotedPassage", "held_text", "number_caution", "numbers_in", "quote_text", "quoted_passages", "stated_figures"]

@@ -69,7 +69,7 @@ def test_code_answers_that_invent_functions_are_marked(corpus):
 
 
 def test_the_library_keeps_the_names_and_the_footer_and_export_say_them_escaped(tmp_path):
-    from app.chat import footer_text
+    from app.chat import evidence_lines, footer_text
     from engine.history import answered_by
     from engine.library import Library
 
@@ -82,8 +82,12 @@ def test_the_library_keeps_the_names_and_the_footer_and_export_say_them_escaped(
     stored = Library(tmp_path / "library.sqlite").message(message_id)
     assert stored.unsupported == names
     note = "check this answer: " + unsupported_note(names)
-    assert note in footer_text(stored) and note in answered_by(stored)
+    assert note in answered_by(stored)
     assert "“send_post”" in note
+    # The window marks them on their sentence (app.chat.evidence_lines), escaped, not in the footer.
+    direct, elsewhere = evidence_lines(stored)
+    assert "check the name: “send_post” is nowhere in the document — said in “Call send_post.”" in direct
+    assert "“&lt;img src=x&gt;”" in elsewhere and "nowhere" not in footer_text(stored)
     broken = Library(tmp_path / "library.sqlite")
     broken.db.execute("UPDATE messages SET unsupported_json = '{\"a\": 1}' WHERE id = ?", [message_id])
     assert broken.message(message_id).unsupported == []  # a damaged column is no names, not a crash
