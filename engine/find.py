@@ -23,6 +23,7 @@ from engine.documents.parsed_cache import load_reusing
 from engine.errors import HalamanError
 from engine.evidence.conversation import select_after
 from engine.evidence.kept_spans import Encoded, kept_spans
+from engine.evidence.reading_budget import reading_budget
 from engine.evidence.select import FoundSpan, Selection, Turn, found_spans, select
 from engine.evidence.spans import DocumentSpans
 from engine.prompt import check_question, encode_document
@@ -77,11 +78,13 @@ def document_spans(document: Document, tokenizer: TextTokenizer) -> DocumentSpan
 
 def _chooser(spans: DocumentSpans, settings: EngineSettings,
              tokenizer: TextTokenizer) -> Callable[[str, Sequence[Turn]], Selection]:
-    """One question's selection, with the budget `DocumentSession.select` gives it (an archive's,
-    not a re-read's: find shows what the document read whole would recall)."""
+    """One question's selection, with the budgets `DocumentSession.select` gives it (an archive's,
+    not a re-read's: find shows what the document read whole would recall; the model's reading
+    budget from the tokenizer's kept profile, without loading the model)."""
     budget = recall_budget(settings, tokenizer.profile.max_positions, reread=False)
+    reading = reading_budget(tokenizer.profile)  # the model's, from its config: as the session's
     return lambda question, history: select(spans, question, budget_tokens=budget,
-                                            max_spans=settings.recall.max_spans, history=history)
+                                            max_spans=settings.recall.max_spans, history=history, reading=reading)
 
 
 __all__ = ["FindResult", "document_spans", "find_spans"]
