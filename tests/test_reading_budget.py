@@ -80,13 +80,15 @@ def test_a_page_whose_sentence_runs_on_brings_the_next_page_with_a_large_budget(
     document = load_document(helvetica_book(tmp_path / "cut.pdf", [*filler[:2], cut, after, *filler[2:]]))
     spans = document_spans(document, embedded)
     try:
-        large = [document.segments[s.segment].page for s in select(spans, QUESTION, budget_tokens=6144, max_spans=12,
-                                                                   reading=LARGE).chosen]
+        chosen = select(spans, QUESTION, budget_tokens=6144, max_spans=12, reading=LARGE)
+        large = [document.segments[s.segment].page for s in chosen.chosen]
+        why = {document.segments[s.segment].page: c.signal for s, c in zip(chosen.chosen, chosen.reasons(), strict=True)}
         small = [document.segments[s.segment].page for s in select(spans, QUESTION, budget_tokens=6144, max_spans=12,
                                                                    reading=SMALL).chosen]
     finally:
         spans.close()
     assert 3 in large and 4 in large, large  # the answer's second half is on page 4
+    assert why[4] == "continuation", why  # listed under its own reason (find shows it)
     assert small == [3], small
 
 

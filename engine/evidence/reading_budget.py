@@ -7,7 +7,7 @@ evidence page for 31 of 35 filing questions instead of 26, and cost it answers (
 docs/BENCHMARKS.md §7b); it keeps what answers best. A model of at least `LARGE_PARAMETERS`
 parameters with at least `LARGE_CONTEXT_TOKENS` positions (Qwen2.5-1.5B, Llama-3.2-1B/3B,
 SmolLM2-1.7B has 8k and stays small) reads up to `LARGE.words_at_most` words spans: 6–8 pages fit
-in the recall budget (6,144 tokens, 12 spans), and such models use them (LongBench, RULER at 32k).
+in the recall budget (6,144 tokens, 12 spans), and such models use them.
 
     budget = reading_budget(model.profile)      # ModelProfile: from the config or the GGUF metadata
     select(spans, question, budget_tokens=..., max_spans=..., reading=budget)
@@ -54,9 +54,12 @@ class ReadingBudget:
 
 SMALL = ReadingBudget()
 """The embedded 135M model's: the best words span and up to two more within 80 % of it."""
-LARGE = ReadingBudget(words_at_most=8, words_relative=0.5, beside_structure=4, beside_reference=3,
-                      several_at_least=2, neighbours=True, label="large model")
-"""A ≥ 1B-parameter model's with ≥ 32k positions: up to 8 words spans within half the best's score."""
+LARGE = ReadingBudget(words_at_most=6, words_relative=0.5, several_at_least=2, neighbours=True, label="large model")
+"""A ≥ 1B-parameter model's with ≥ 32k positions: up to 6 words spans within half the best's score
+(FinanceBench-dev: the evidence read for 32 of 35 questions at 3.8 pages on average; up to 8 spans
+found no more and read 4.4 pages; more words spans beside a section's or a chapter's pages found
+none either: docs/BENCHMARKS.md §7b), a question for several things at least 2, and a page's
+continuation when its text runs on."""
 
 
 def parameters(profile: ModelProfile) -> int:

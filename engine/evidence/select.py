@@ -64,7 +64,7 @@ _YEAR = re.compile(r"(?<!\d)(?:fy\s*)?((?:19|20)\d{2})(?!\d)", re.I)
 @dataclass(frozen=True)
 class Candidate:
     """One ranked span: `span` (index into `DocumentSpans.spans`), `signal` (structure, section,
-    conversation, words, map), `why` (what chose it: "chapter 8", "balance sheet", "words
+    conversation, words, map, continuation: the text of the span before runs on into it), `why` (what chose it: "chapter 8", "balance sheet", "words
     (BM25 12.3)") and `score` (the signal's own: BM25 for words, else 1.0 falling with rank)."""
 
     span: int
@@ -128,7 +128,23 @@ def select(spans: DocumentSpans, question: str, *, budget_tokens: int, max_spans
     else:
         reading = dataclasses.replace(reading, several_at_least=1)
     chosen = _choose(spans, ranked, budget_tokens, max_spans, reading)
-    return Selection(ranked, [span for _, span in chosen], tuple(i for i, _ in chosen))
+    return Selection(_with_continuations(spans, ranked, {i for i, _ in chosen}), [span for _, span in chosen],
+                     tuple(i for i, _ in chosen))
+
+
+def _with_continuations(spans: DocumentSpans, ranked: list[Candidate], chosen: set[int]) -> list[Candidate]:
+    """`ranked` with a "continuation" candidate after each chosen span whose next span was read
+    because its text runs on there (and that no signal proposed)."""
+    listed = {c.span for c in ranked}
+    out: list[Candidate] = []
+    for candidate in ranked:
+        out.append(candidate)
+        after = candidate.span + 1
+        if candidate.span in chosen and after in chosen and after not in listed:
+            label = "runs on from the page before"
+            out.append(Candidate(after, "continuation", label, candidate.score))
+            listed.add(after)
+    return out
 
 
 def _ranked(spans: DocumentSpans, question: str, history: Sequence[Turn]) -> list[Candidate]:
