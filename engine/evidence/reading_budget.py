@@ -7,7 +7,9 @@ evidence page for 31 of 35 filing questions instead of 26, and cost it answers (
 docs/BENCHMARKS.md §7b); it keeps what answers best. A model of at least `LARGE_PARAMETERS`
 parameters with at least `LARGE_CONTEXT_TOKENS` positions (Qwen2.5-1.5B, Llama-3.2-1B/3B,
 SmolLM2-1.7B has 8k and stays small) reads up to `LARGE.words_at_most` words spans: 6–8 pages fit
-in the recall budget (6,144 tokens, 12 spans), and such models use them.
+in the recall budget (6,144 tokens, 12 spans). Its page counts are measured (bench/evidence_rules.py);
+its answers are not: no such model's weights were at hand, so it rests on the premise that a 1.5B–3B
+model with a 32k window reads 6–8 pages well.
 
     budget = reading_budget(model.profile)      # ModelProfile: from the config or the GGUF metadata
     select(spans, question, budget_tokens=..., max_spans=..., reading=budget)
