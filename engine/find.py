@@ -55,7 +55,7 @@ def find_spans(path: str | os.PathLike[str], question: str, settings: EngineSett
     tokenizer = text_tokenizer(settings.model)
     spans = document_spans(document, tokenizer)
     try:
-        selection, continues = select_after(question, after, _chooser(spans, settings, tokenizer), spans.structure,
+        selection, continues = select_after(question, after, question_chooser(spans, settings, tokenizer), spans.structure,
                                             follow_up=follow_up)
         return FindResult(found_spans(selection, spans, document, limit), continues, document)
     finally:
@@ -76,9 +76,9 @@ def document_spans(document: Document, tokenizer: TextTokenizer) -> DocumentSpan
     return kept_spans(document, tokenizer.key, encode)
 
 
-def _chooser(spans: DocumentSpans, settings: EngineSettings,
-             tokenizer: TextTokenizer) -> Callable[[str, Sequence[Turn]], Selection]:
-    """One question's selection, with the budgets `DocumentSession.select` gives it (an archive's,
+def question_chooser(spans: DocumentSpans, settings: EngineSettings,
+                     tokenizer: TextTokenizer) -> Callable[[str, Sequence[Turn]], Selection]:
+    """(question, history) -> that question's selection of `spans`, with the budgets `DocumentSession.select` gives it (an archive's,
     not a re-read's: find shows what the document read whole would recall; the model's reading
     budget from the tokenizer's kept profile, without loading the model)."""
     budget = recall_budget(settings, tokenizer.profile.max_positions, reread=False)
@@ -87,4 +87,4 @@ def _chooser(spans: DocumentSpans, settings: EngineSettings,
                                             max_spans=settings.recall.max_spans, history=history, reading=reading)
 
 
-__all__ = ["FindResult", "document_spans", "find_spans"]
+__all__ = ["FindResult", "document_spans", "find_spans", "question_chooser"]

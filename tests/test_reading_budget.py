@@ -1,6 +1,6 @@
 """How much a question reads follows the model (engine.evidence.reading_budget, issue 42 item 1):
-the embedded 135M model keeps its small budget, a 1.5B-shape model with a 32k window reads up to 8
-pages; select() honours either; a page whose text runs on brings the next one with a large budget;
+the embedded 135M model keeps its small budget, a 1.5B-shape model with a 32k window reads up to 6
+pages (six words spans); select() honours either; a page whose text runs on brings the next one with a large budget;
 `halaman find` reads the budget from the tokenizer's kept profile, as the session does from the model."""
 
 from pathlib import Path
@@ -11,7 +11,7 @@ from transformers import Qwen2Config
 from engine.documents import load_document
 from engine.evidence.reading_budget import LARGE, SMALL, parameters, reading_budget
 from engine.evidence.select import asks_for_several, select
-from engine.find import _chooser, document_spans
+from engine.find import question_chooser, document_spans
 from engine.models.profile import ModelProfile
 from engine.settings import EngineSettings
 from engine.tokenizer_cache import TextTokenizer, text_tokenizer
@@ -28,7 +28,7 @@ def embedded():
     return text_tokenizer("default")
 
 
-def test_the_embedded_model_keeps_the_small_budget_and_a_1_5b_shape_reads_up_to_eight(embedded):
+def test_the_embedded_model_keeps_the_small_budget_and_a_1_5b_shape_reads_up_to_six(embedded):
     small = embedded.profile
     assert (small.hidden_size, small.intermediate_size) == (576, 1536)  # read from the GGUF's metadata
     assert parameters(small) == pytest.approx(134_515_008, rel=0.01)
@@ -55,17 +55,17 @@ def _words_pages(spans, document, reading) -> list[int]:
             if c.signal == "words"]
 
 
-def test_select_reads_three_pages_for_the_small_budget_and_eight_for_the_large(embedded, tmp_path):
+def test_select_reads_three_pages_for_the_small_budget_and_six_for_the_large(embedded, tmp_path):
     document = load_document(_office_book(tmp_path / "office.pdf"))
     spans = document_spans(document, embedded)
     try:
         assert len(_words_pages(spans, document, SMALL)) == 3
         assert len(_words_pages(spans, document, LARGE)) == LARGE.words_at_most
-        # find takes the budget from the tokenizer's profile: a 1.5B-shape profile reads eight
+        # find takes the budget from the tokenizer's profile: a 1.5B-shape profile reads six
         settings = EngineSettings()
         shaped = TextTokenizer(embedded.backend, embedded.layout, ModelProfile.from_config(QWEN_1_5B), "1.5B shape")
-        assert len(_chooser(spans, settings, shaped)(QUESTION, ()).chosen) == LARGE.words_at_most
-        assert len(_chooser(spans, settings, embedded)(QUESTION, ()).chosen) == 3
+        assert len(question_chooser(spans, settings, shaped)(QUESTION, ()).chosen) == LARGE.words_at_most
+        assert len(question_chooser(spans, settings, embedded)(QUESTION, ()).chosen) == 3
     finally:
         spans.close()
 
