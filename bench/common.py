@@ -57,21 +57,31 @@ def setup(threads: int = 1) -> None:
 
 
 def selection_flags(parser) -> None:
-    """--words-relative / --words-at-most: how many spans the words alone may add to a question's
-    reading (engine.evidence.select's RELATIVE_SCORE and WORDS_AT_MOST), to measure other limits."""
+    """How much a question reads (engine.evidence.reading_budget), to measure other limits: --reading
+    picks the budget the embedded model gets (small: its own; large: a >= 1B model's), the other
+    flags change single fields of it."""
+    parser.add_argument("--reading", choices=("small", "large"), default="small",
+                        help="the reading budget the embedded model is given (default: its own, small)")
     parser.add_argument("--words-relative", type=float, help="a further words span is read above this share of the best")
     parser.add_argument("--words-at-most", type=int, help="words spans read when nothing else chose any")
+    parser.add_argument("--several-at-least", type=int, help="words spans a question asking for several things reads")
+    parser.add_argument("--neighbours", type=int, choices=(0, 1), help="1: read the next page when the text runs on")
 
 
 def apply_selection_flags(args) -> dict:
-    """Set the limits `selection_flags` parsed; returns the limits in force, for the results' meta."""
-    import engine.evidence.select as select
+    """Install the budget `selection_flags` parsed as the embedded model's (reading_budget.SMALL,
+    which the session and the benches ask for); returns its fields, for the results' meta."""
+    import dataclasses
 
-    if args.words_relative is not None:
-        select.RELATIVE_SCORE = args.words_relative
-    if args.words_at_most is not None:
-        select.WORDS_AT_MOST = args.words_at_most
-    return {"words_relative": select.RELATIVE_SCORE, "words_at_most": select.WORDS_AT_MOST}
+    import engine.evidence.reading_budget as budgets
+
+    budget = budgets.LARGE if args.reading == "large" else budgets.SMALL
+    fields = {"words_relative": args.words_relative, "words_at_most": args.words_at_most,
+              "several_at_least": args.several_at_least,
+              "neighbours": None if args.neighbours is None else bool(args.neighbours)}
+    budget = dataclasses.replace(budget, **{k: v for k, v in fields.items() if v is not None})
+    budgets.SMALL = budget
+    return {"reading": args.reading, **{k: v for k, v in dataclasses.asdict(budget).items() if k != "label"}}
 
 
 def corpus_dir() -> Path:

@@ -105,6 +105,7 @@ def windows(document):
 
 
 def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> list[dict]:
+    from engine.evidence.reading_budget import reading_budget
     from engine.evidence.select import Turn, select
     from engine.prompt import encode_document
     from engine.evidence.spans import DocumentSpans
@@ -133,7 +134,7 @@ def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> lis
             follow = bool(question.get("follow_up"))
             t0 = time.perf_counter()
             selection = select(spans, question["q"], budget_tokens=budget, max_spans=recall.max_spans,
-                               history=history if follow else ())
+                               history=history if follow else (), reading=reading_budget(None))
             select_s = time.perf_counter() - t0
             history = [*history, Turn(question["q"], selection.chosen_index)] if follow else [Turn(question["q"], selection.chosen_index)]
             ranges = [(s.segment, s.char_start, s.char_end) for s in selection.chosen]
@@ -152,13 +153,14 @@ def run_set(name: str, before, tokenizer, layout, settings, doc_key: str) -> lis
                 "bm25-2": (window_ranges[:2], window_ranges, None, "; ".join(document.segments[r[0]].label for r in window_ranges[:2])),
             }
             for arm, (chosen, ranking, tokens, labels) in arms.items():
+                units = len({segment for segment, _, _ in chosen})
                 rows.append({
                     "set": name, "arm": arm, "document": path.rsplit("/", 1)[-1], "q": question["q"],
                     "kind": question.get("kind") or question.get("type", ""),
                     "evidence": "; ".join(document.segments[i].label for i, _ in evidence),
                     "found_any": any(covered(e, chosen) for e in evidence),
                     "found_all": all(covered(e, chosen) for e in evidence),
-                    "rank": first_rank(evidence, ranking), "tokens": tokens, "chosen": labels,
+                    "rank": first_rank(evidence, ranking), "tokens": tokens, "units_read": units, "chosen": labels,
                     "select_s": select_s if arm == "halaman" else None,
                     "index_build_s": build_s if arm == "halaman" else None, "document_tokens": len(encoding.ids),
                 })
@@ -229,6 +231,7 @@ def summary(rows: list[dict]) -> list[dict]:
                     "share_any": round(sum(r["found_any"] for r in cell) / len(cell), 3),
                     "rank_1": sum(r["rank"] == 1 for r in cell),
                     "median_tokens": common.median(tokens) if tokens else None,
+                    "mean_units_read": round(sum(r["units_read"] for r in cell) / len(cell), 2),
                     "median_select_ms": round(1000 * common.median(times), 1) if times else None,
                     "max_select_ms": round(1000 * max(times), 1) if times else None})
     return out
@@ -262,7 +265,7 @@ def main() -> None:
     meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
             "before": args.before, "recall_tokens": settings.recall.recall_tokens, "max_spans": settings.recall.max_spans,
             **limits}
-    columns = ["set", "arm", "document", "kind", "q", "evidence", "found_any", "found_all", "rank", "tokens", "chosen",
+    columns = ["set", "arm", "document", "kind", "q", "evidence", "found_any", "found_all", "rank", "tokens", "units_read", "chosen",
                "select_s", "index_build_s", "document_tokens"]
     common.write_results(args.name, rows, columns, meta)
     table = summary(rows)

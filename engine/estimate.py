@@ -21,13 +21,14 @@ from engine.models.profile import ModelProfile
 from engine.settings import CachePolicy, RecallSettings
 
 # Shapes from the public config.json of each model (num_hidden_layers, num_key_value_heads,
-# head_dim, num_attention_heads, max_position_embeddings), for estimates without downloading.
+# head_dim, num_attention_heads, max_position_embeddings, vocab_size, hidden_size, intermediate_size),
+# for estimates without downloading.
 KNOWN_SHAPES: dict[str, ModelProfile] = {
-    "smollm2-135m": ModelProfile("llama", 30, 3, 64, 9, 8192, 49152),
-    "llama-3.2-1b": ModelProfile("llama", 16, 8, 64, 32, 131072, 128256),
-    "llama-3.2-3b": ModelProfile("llama", 28, 8, 128, 24, 131072, 128256),
-    "qwen2.5-3b": ModelProfile("qwen2", 36, 2, 128, 16, 32768, 151936),
-    "qwen3-4b": ModelProfile("qwen3", 36, 8, 128, 32, 40960, 151936),
+    "smollm2-135m": ModelProfile("llama", 30, 3, 64, 9, 8192, 49152, 576, 1536),
+    "llama-3.2-1b": ModelProfile("llama", 16, 8, 64, 32, 131072, 128256, 2048, 8192),
+    "llama-3.2-3b": ModelProfile("llama", 28, 8, 128, 24, 131072, 128256, 3072, 8192),
+    "qwen2.5-3b": ModelProfile("qwen2", 36, 2, 128, 16, 32768, 151936, 2048, 11008),
+    "qwen3-4b": ModelProfile("qwen3", 36, 8, 128, 32, 40960, 151936, 2560, 9728),
 }
 
 

@@ -23,6 +23,7 @@ from engine.documents.parsed_cache import load_reusing
 from engine.errors import HalamanError
 from engine.evidence.conversation import select_after
 from engine.evidence.kept_spans import Encoded, kept_spans
+from engine.evidence.reading_budget import reading_budget
 from engine.evidence.select import FoundSpan, Selection, Turn, found_spans, select
 from engine.evidence.spans import DocumentSpans
 from engine.prompt import check_question, encode_document
@@ -54,7 +55,7 @@ def find_spans(path: str | os.PathLike[str], question: str, settings: EngineSett
     tokenizer = text_tokenizer(settings.model)
     spans = document_spans(document, tokenizer)
     try:
-        selection, continues = select_after(question, after, _chooser(spans, settings, tokenizer), spans.structure,
+        selection, continues = select_after(question, after, question_chooser(spans, settings, tokenizer), spans.structure,
                                             follow_up=follow_up)
         return FindResult(found_spans(selection, spans, document, limit), continues, document)
     finally:
@@ -75,13 +76,15 @@ def document_spans(document: Document, tokenizer: TextTokenizer) -> DocumentSpan
     return kept_spans(document, tokenizer.key, encode)
 
 
-def _chooser(spans: DocumentSpans, settings: EngineSettings,
-             tokenizer: TextTokenizer) -> Callable[[str, Sequence[Turn]], Selection]:
-    """One question's selection, with the budget `DocumentSession.select` gives it (an archive's,
-    not a re-read's: find shows what the document read whole would recall)."""
+def question_chooser(spans: DocumentSpans, settings: EngineSettings,
+                     tokenizer: TextTokenizer) -> Callable[[str, Sequence[Turn]], Selection]:
+    """(question, history) -> that question's selection of `spans`, with the budgets `DocumentSession.select` gives it (an archive's,
+    not a re-read's: find shows what the document read whole would recall; the model's reading
+    budget from the tokenizer's kept profile, without loading the model)."""
     budget = recall_budget(settings, tokenizer.profile.max_positions, reread=False)
+    reading = reading_budget(tokenizer.profile)  # the model's, from its config: as the session's
     return lambda question, history: select(spans, question, budget_tokens=budget,
-                                            max_spans=settings.recall.max_spans, history=history)
+                                            max_spans=settings.recall.max_spans, history=history, reading=reading)
 
 
-__all__ = ["FindResult", "document_spans", "find_spans"]
+__all__ = ["FindResult", "document_spans", "find_spans", "question_chooser"]

@@ -49,6 +49,7 @@ from engine.attended import AttendedSpan
 from engine.documents import Document
 from engine.errors import HalamanError
 from engine.citations import distinct_titles
+from engine.evidence.reading_budget import reading_budget
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import Asked, Decoding, answer_frame, decoding_for, recall_budget, stop_token_ids
 from engine.prompt import check_question
@@ -223,6 +224,7 @@ class OpenLibrary:
             spans = opened.spans
             own_frame = spans.head_tokens + spans.n_tokens - spans.text_end
             selection = select(spans, question, budget_tokens=own_frame + share, max_spans=self.settings.recall.max_spans,
+                               reading=reading_budget(self.model.profile),
                                history=history.get(d, ()))
             if selection.chosen:
                 picks.append(LibraryPick(d, titles[d], score, selection, matched or d in history))

@@ -25,12 +25,14 @@ import torch
 
 from engine.answer import Source
 from engine.attended import AttendedSpan
+from engine.evidence.reading_budget import reading_budget
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import recall_budget
 from engine.kvcache.cache import CompressedCache
 from engine.kvcache.recall import RecallHook, Recaller
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.models.decoder import CompressedDecoder
+from engine.models.profile import ModelProfile
 from engine.open_document import OpenDocument
 from engine.progress import Phase, Progress
 from engine.recall_plan import RecallSource
@@ -64,12 +66,13 @@ def reread_keys_values(decoder: CompressedDecoder, ids: torch.Tensor, policy: Ca
     return capture.keys_values()
 
 
-def select_spans(opened: OpenDocument, settings: EngineSettings, max_positions: int, question: str,
+def select_spans(opened: OpenDocument, settings: EngineSettings, profile: ModelProfile, question: str,
                  history: Sequence[Turn], *, reread: bool = False) -> Selection:
     """The spans of `opened` that `question` reads (`engine.evidence.select`) within the recall
-    budget (`engine.generate.recall_budget`; `reread`: they are re-read, not read from an archive)."""
-    return select(opened.spans, question, budget_tokens=recall_budget(settings, max_positions, reread=reread),
-                  max_spans=settings.recall.max_spans, history=history)
+    budget (`engine.generate.recall_budget`; `reread`: they are re-read, not read from an archive)
+    and the model's reading budget (`engine.evidence.reading_budget`, from `profile`)."""
+    return select(opened.spans, question, budget_tokens=recall_budget(settings, profile.max_positions, reread=reread),
+                  max_spans=settings.recall.max_spans, history=history, reading=reading_budget(profile))
 
 
 class NoRecall:
@@ -171,7 +174,7 @@ def question_recall(opened: OpenDocument, model: LoadedModel, settings: EngineSe
         return (WholeRecall(opened) if plan.source is RecallSource.WHOLE else NoRecall(opened)), turn
     if plan.by_spans:
         began = time.perf_counter()
-        selection = select_spans(opened, settings, model.profile.max_positions, question, history,
+        selection = select_spans(opened, settings, model.profile, question, history,
                                  reread=opened.archive is None)
         if selection.chosen:
             return (SpanRecall(opened, model, selection, focus=recall.focus, began=began, progress=progress),

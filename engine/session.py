@@ -27,6 +27,7 @@ from engine.documents import Document
 from engine.errors import HalamanError
 from engine.estimate import kv_peak_bytes
 from engine.evidence.conversation import continues_why, conversation_turns, select_after
+from engine.evidence.reading_budget import reading_budget
 from engine.evidence.select import Selection, Turn, select
 from engine.generate import Asked, Decoding, answer_frame, decoding_for, recall_budget, stop_token_ids
 from engine.kvcache.archive import ArchiveError
@@ -311,4 +312,4 @@ class DocumentSession:
 
     def _select(self, question: str, history: Sequence[Turn], spans: DocumentSpans) -> Selection:
         return select(spans, question, budget_tokens=recall_budget(self.settings, self.model.profile.max_positions, reread=False),
-                      max_spans=self.settings.recall.max_spans, history=history)
+                      max_spans=self.settings.recall.max_spans, history=history, reading=reading_budget(self.model.profile))

@@ -37,7 +37,7 @@ from engine.prompt import ChatLayout, chat_layout
 log = logging.getLogger(__name__)
 
 CACHE_FOLDER = "tokenizers"
-FORMAT = 1
+FORMAT = 2  # 2: the profile keeps hidden_size and intermediate_size (they size the reading budget)
 
 
 class TextTokenizer:

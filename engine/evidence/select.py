@@ -13,10 +13,15 @@ Signals, strongest first (`Candidate.signal`):
   reads its opening (title page, preface, README) and its contents, as does one that shares no word
   with it (before, such questions fell back to block recall at 1–3 tokens/s).
 
-How much: the structural and section candidates are taken whole (a section's first pages); the
-words add their best span and the next ones while they score within RELATIVE_SCORE of the best
-(more pages beside the one that answers cost the small default model as much as a missed page);
-everything within `budget_tokens`, and at most `max_spans` spans.
+How much follows the model (`engine.evidence.reading_budget`): the structural and section
+candidates are taken whole (a section's first pages); the words add their best span and the next
+ones, in the ranking's order, while they score within the budget's `words_relative` of the best
+and up to its `words_at_most` (the embedded 135M model: 3 within 80 %; more pages beside the one
+that answers cost it as much as a missed page; a ≥ 1B model with a 32k window: up to 8). A question
+that asks for several things ("compare", two years, "both") reads at least the budget's
+`several_at_least` words spans; with `neighbours`, a chosen page whose text runs on across the page
+break (`engine.evidence.page_break`) brings the next page. Everything within `budget_tokens`, and
+at most `max_spans` spans.
 """
 
 from __future__ import annotations
@@ -26,18 +31,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.evidence.reading_budget import SMALL, ReadingBudget
 from engine.evidence.spans import DocumentSpans, Span
 
-RELATIVE_SCORE = 0.8
-"""A further words candidate is read only when its BM25 score is at least this share of the best."""
 WORD_CANDIDATES = 50
 """Spans the full-text index is asked for (ranked; `halaman find` lists them)."""
-WORDS_AT_MOST = 3
-"""Words spans read when nothing else chose any (the best and those within RELATIVE_SCORE of it)."""
-WORDS_BESIDE_STRUCTURE = 2
-"""Words spans read beside section or conversation ones (the best, and a close second)."""
-WORDS_BESIDE_REFERENCE = 1
-"""Words spans read beside what the question names through the structure ("chapter 8"): its best."""
 SECTION_PAGES = 2
 """Pages read of each section a question names by its subject: its best page and a continuation."""
 CONTENTS_PAGES = 2
@@ -56,12 +54,17 @@ _WHOLE = re.compile(
     rf"|\b(summari[sz]e|summary of|overview of|outline of|gist of|tl;?dr)\s+(of\s+)?(this|the|it)\b\s*({_THING}|\?|\.|$)"
     rf"|\bmain\s+(idea|topic|point|purpose|theme|subject)s?\s+of\s+(this|the)\s+{_THING}"
     rf"|\b(purpose|goal|aim|subject|topic)\s+of\s+(this|the)\s+{_THING}", re.I)
+# A question asking for several things, each perhaps on its own page: a comparison, both or each of
+# two, a change between two periods (two different years are counted by `asks_for_several`).
+_SEVERAL = re.compile(r"\b(compar\w*|versus|vs\.?|differen\w*\s+between|both|each\s+of|respectively|"
+                      r"year[- ]over[- ]year|from\s+(fy\s*)?\d{4}\s+to|between\s+(fy\s*)?\d{4}\s+and)\b", re.I)
+_YEAR = re.compile(r"(?<!\d)(?:fy\s*)?((?:19|20)\d{2})(?!\d)", re.I)
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One ranked span: `span` (index into `DocumentSpans.spans`), `signal` (structure, section,
-    conversation, words, map), `why` (what chose it: "chapter 8", "balance sheet", "words
+    conversation, words, map, continuation: the text of the span before runs on into it), `why` (what chose it: "chapter 8", "balance sheet", "words
     (BM25 12.3)") and `score` (the signal's own: BM25 for words, else 1.0 falling with rank)."""
 
     span: int
@@ -105,15 +108,43 @@ def asks_about_whole(question: str) -> bool:
     return bool(_WHOLE.search(question))
 
 
+def asks_for_several(question: str) -> bool:
+    """Whether the question asks for several things that may sit on different pages: a
+    comparison, "both", "each of", a change between two years, or two different years named."""
+    return bool(_SEVERAL.search(question)) or len(set(_YEAR.findall(question))) >= 2
+
+
 def select(spans: DocumentSpans, question: str, *, budget_tokens: int, max_spans: int,
-           history: Sequence[Turn] = ()) -> Selection:
+           history: Sequence[Turn] = (), reading: ReadingBudget = SMALL) -> Selection:
     """The spans `question` reads (see the module docstring). `history`: earlier turns of the
     conversation, oldest first; the last one's spans are kept for a follow-up. `budget_tokens`
     counts the template's head and tail besides the spans (as `DocumentSpans.recall_positions`
-    recalls them). Raises nothing: an empty selection means nothing of the document fits."""
+    recalls them). `reading`: how many spans the words may add (the model's,
+    `engine.evidence.reading_budget.reading_budget`; default the embedded model's). Raises
+    nothing: an empty selection means nothing of the document fits."""
     ranked = _ranked(spans, question, history)
-    chosen = _choose(spans, ranked, budget_tokens, max_spans)
-    return Selection(ranked, [span for _, span in chosen], tuple(i for i, _ in chosen))
+    if asks_for_several(question) and reading.several_at_least > 1:
+        reading = dataclasses.replace(reading, words_at_most=max(reading.words_at_most, reading.several_at_least))
+    else:
+        reading = dataclasses.replace(reading, several_at_least=1)
+    chosen = _choose(spans, ranked, budget_tokens, max_spans, reading)
+    return Selection(_with_continuations(spans, ranked, {i for i, _ in chosen}), [span for _, span in chosen],
+                     tuple(i for i, _ in chosen))
+
+
+def _with_continuations(spans: DocumentSpans, ranked: list[Candidate], chosen: set[int]) -> list[Candidate]:
+    """`ranked` with a "continuation" candidate after each chosen span whose next span was read
+    because its text runs on there (and that no signal proposed)."""
+    listed = {c.span for c in ranked}
+    out: list[Candidate] = []
+    for candidate in ranked:
+        out.append(candidate)
+        after = candidate.span + 1
+        if candidate.span in chosen and after in chosen and after not in listed:
+            label = "runs on from the page before"
+            out.append(Candidate(after, "continuation", label, candidate.score))
+            listed.add(after)
+    return out
 
 
 def _ranked(spans: DocumentSpans, question: str, history: Sequence[Turn]) -> list[Candidate]:
@@ -160,8 +191,10 @@ def _with_continuation(pages: list[int], limit: int) -> list[int]:
     return chosen
 
 
-def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, max_spans: int) -> list[tuple[int, Span]]:
-    """(span index, span) of the candidates read, in document order."""
+def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, max_spans: int,
+            reading: ReadingBudget) -> list[tuple[int, Span]]:
+    """(span index, span) of the candidates read, in document order (`reading.several_at_least`
+    words spans are read whatever their score: `select` sets it for a question asking for several)."""
     room = budget_tokens - spans.head_tokens - (spans.n_tokens - spans.text_end)
     chosen: list[tuple[int, Span]] = []
     words_taken, best_words, others, referenced = 0, None, False, False
@@ -169,28 +202,41 @@ def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, m
     for candidate in ranked:
         if len(chosen) >= max_spans or room <= 0:
             break
+        if any(i == candidate.span for i, _ in chosen):
+            continue  # already read as a chosen page's continuation
         if prints and any(prints[candidate.span] == prints[i] for i, _ in chosen):
             continue  # the same text again (a binder's duplicate page, a copied file): read once
         if candidate.signal == "words":
             best_words = candidate.score if best_words is None else best_words
-            if words_taken and candidate.score < RELATIVE_SCORE * best_words:
+            if words_taken >= reading.several_at_least and candidate.score < reading.words_relative * best_words:
                 continue
-            if words_taken >= (WORDS_AT_MOST if not others else WORDS_BESIDE_REFERENCE if referenced else WORDS_BESIDE_STRUCTURE):
+            if words_taken >= (reading.words_at_most if not others else
+                               reading.beside_reference if referenced else reading.beside_structure):
                 continue
             words_taken += 1
         else:
             others = others or candidate.signal != "map"
             referenced = referenced or candidate.signal == "structure"
-        span = spans.spans[candidate.span]
-        if span.tokens > room:
-            if chosen:
-                continue  # a smaller later candidate may still fit
-            span = cut_to(spans, span, room)
-            if span is None:
-                break
-        chosen.append((candidate.span, span))
-        room -= span.tokens
+        for index in _with_run_on(spans, candidate.span, reading.neighbours):
+            if len(chosen) >= max_spans or any(i == index for i, _ in chosen):
+                continue
+            span = spans.spans[index]
+            if span.tokens > room:
+                if chosen:
+                    continue  # a smaller later candidate may still fit
+                span = cut_to(spans, span, room)
+                if span is None:
+                    break
+            chosen.append((index, span))
+            room -= span.tokens
     return sorted(chosen, key=lambda pair: pair[1].token_start)
+
+
+def _with_run_on(spans: DocumentSpans, index: int, neighbours: bool) -> list[int]:
+    """`index`, and with `neighbours` the span after it when its text runs on across the page break."""
+    if neighbours and index < len(spans.runs_on) and spans.runs_on[index]:
+        return [index, index + 1]
+    return [index]
 
 
 def cut_to(spans: DocumentSpans, span: Span, room: int) -> Span | None:

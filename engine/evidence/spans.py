@@ -20,6 +20,7 @@ from engine.documents import Document
 from engine.evidence.named_sections import NamedSections
 from engine.evidence.structure import DocumentStructure
 from engine.evidence.code_units import indexed_names, segment_spans
+from engine.evidence.page_break import runs_on
 from engine.evidence.text_index import Hit, TextIndex, load_or_build
 
 # Candidates read from the index per question.
@@ -77,6 +78,7 @@ class DocumentSpans:
     bodies: Sequence[int] = ()        # render() offset of each segment's text
     by_segment: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # segment -> its span indices
     fingerprints: Sequence[int] = ()  # each span's text, white space folded, hashed: equal text, equal print
+    runs_on: Sequence[bool] = ()      # the span's text goes on in the next span, across a page break (`runs_on`)
 
     @classmethod
     def build(cls, document: Document, token_chars: Sequence[int], head_tokens: int, text_tokens: int,
@@ -110,7 +112,8 @@ class DocumentSpans:
         for k, span in enumerate(spans):
             by_segment.setdefault(span.segment, []).append(k)
         return cls(spans, index, head_tokens, head_tokens + text_tokens, n_tokens, rebuilt, structure, named,
-                   token_chars, [body for _, body in document.offsets()], by_segment, prints)
+                   token_chars, [body for _, body in document.offsets()], by_segment, prints,
+                   [runs_on(document, spans, k) for k in range(len(spans))])
 
     def of_segment(self, segment: int) -> list[int]:
         """Indices of the spans of `segment`, in order."""

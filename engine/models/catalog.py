@@ -83,7 +83,8 @@ class CatalogModel:
     def profile(self) -> ModelProfile:
         """The KV-relevant shape, as `ModelProfile.from_config` would read it."""
         return ModelProfile(self.model_type, self.num_hidden_layers, self.num_key_value_heads, self.head_dimension,
-                            self.num_attention_heads, self.max_position_embeddings, self.vocab_size)
+                            self.num_attention_heads, self.max_position_embeddings, self.vocab_size,
+                            self.hidden_size, self.intermediate_size)
 
     def _linear_shapes(self) -> list[tuple[int, int]]:
         """(in, out) of every linear layer in the decoder layers, all layers together."""

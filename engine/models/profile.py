@@ -15,6 +15,8 @@ class ModelProfile:
 
     KV bytes per token = 2 (K and V) · num_layers · kv_heads · head_dim · bytes per element.
     max_positions: the model's `max_position_embeddings` (tokens). vocab_size: tokens in its vocabulary.
+    hidden_size, intermediate_size: its width and its MLP's (0: not known); with the rest they give
+    its parameter count, which sizes how much a question reads (`engine.evidence.reading_budget`).
     """
 
     model_type: str
@@ -24,6 +26,8 @@ class ModelProfile:
     query_heads: int
     max_positions: int
     vocab_size: int
+    hidden_size: int = 0
+    intermediate_size: int = 0
 
     @classmethod
     def from_config(cls, config) -> ModelProfile:
@@ -39,4 +43,6 @@ class ModelProfile:
             query_heads=config.num_attention_heads,
             max_positions=int(config.max_position_embeddings),
             vocab_size=config.vocab_size,
+            hidden_size=int(getattr(config, "hidden_size", 0) or 0),
+            intermediate_size=int(getattr(config, "intermediate_size", 0) or 0),
         )
