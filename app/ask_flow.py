@@ -81,7 +81,8 @@ class AskFlow:
             w.conversation.take_question()
             w.conversation.reset_new_question()
             if not cloud:  # the last answer's "Continued from …" must not stand beside this one
-                w.statusBar().showMessage(asking_text(follow_up))
+                first = follow_up is None and not self._asked_before(doc_id, None)
+                w.statusBar().showMessage(ANSWERING_FIRST if first else asking_text(follow_up))
             w.library.add_message(doc_id, "user", question)
             w.chat.add_question(question)
         settings, model = w.settings, w.client.model
@@ -108,7 +109,7 @@ class AskFlow:
         if live is not None and live.message_id == message_id and not w.closed:
             w.statusBar().showMessage(asking_text(None, why))
 
-    def _asked_before(self, document_id: int, message_id: int) -> bool:
+    def _asked_before(self, document_id: int, message_id: int | None) -> bool:
         """Whether the chat of `document_id` holds an answer before `message_id`'s (a first question
         continues nothing: no decision to wait for)."""
         return any(m.role == "assistant" and m.id != message_id for m in self.window.library.messages(document_id))
@@ -125,6 +126,8 @@ class AskFlow:
         said = self._which_way(live, outcome) if outcome is not None and not outcome.documents else ""
         if said:
             w.statusBar().showMessage(said, 15000)
+        elif w.statusBar().currentMessage().startswith("Answering"):  # a first question's: it is answered now
+            w.statusBar().clearMessage()
         if outcome is not None and outcome.escalation:
             self._ask(live.question, cloud=True, reason=outcome.escalation, escalation=True)
         elif error is not None and error.kind is ErrorKind.OOM:
@@ -169,6 +172,10 @@ class AskFlow:
             if message.role == "user":
                 return message.text
         return ""
+
+
+ANSWERING_FIRST = "Answering your question…"
+"""The status line while a document's first question is answered: it continues nothing."""
 
 
 def asking_text(follow_up: bool | None, why: str | None = None) -> str:

@@ -424,16 +424,18 @@ class ChatView(QTextBrowser):
         block = QTextBlockFormat()
         block.setTopMargin(4)
         cursor.setBlockFormat(block)
-        evidence = evidence_lines(message, self._last_question, self.shown)
+        # A document not open (its history shown) has no labels here: its answer's sources kept theirs.
+        shown = {**{s.label: s.shown for s in message.sources if s.shown and not s.document}, **self.shown}
+        evidence = evidence_lines(message, self._last_question, shown)
         if evidence:
             cursor.insertHtml("<br>".join(evidence))
             cursor.insertBlock()
-        lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels, self.shown),
-                                   attended_line(message.sources, message.id, self.shown)) if line]
+        lines = [line for line in (sources_line(message.text, self.labels, message.id, message.read_labels, shown),
+                                   attended_line(message.sources, message.id, shown)) if line]
         recognised = recognised_line(message, self.recognised_pages)
         if recognised:
             lines.append(recognised)
-        lines.append(escape(footer_text(message, self.shown)))
+        lines.append(escape(footer_text(message, shown)))
         cursor.insertHtml("<span style='color:#777; font-size:small'>" + "<br>".join(lines) + "</span>")
         self._new_block(cursor)
 

@@ -89,7 +89,7 @@ class LibraryPanel(QWidget):
         layout.addLayout(head)
         layout.addWidget(self.list, 1)
         self._reading: tuple[str, str, str] | None = None   # (path, title, text) of the document being read
-        self._order: tuple[frozenset[int], int | None] | None = None  # the rows' ids and the open one, as sorted
+        self._order: frozenset[int] | None = None  # the ids of the rows, as sorted
         self.list.currentItemChanged.connect(self._current_changed)
         self.list.itemDoubleClicked.connect(self._double_clicked)
         self.list.customContextMenuRequested.connect(self._menu)
@@ -98,11 +98,11 @@ class LibraryPanel(QWidget):
         """Redraw the list; `select` becomes the current row (no `selected` signal for it). The row
         of a document being read (`set_reading`) is kept.
 
-        The rows keep their places while the same documents are listed and the same one is open:
-        a status that changes (a read's progress, its cache saved) redraws the rows in place, and
-        the list re-sorts only when a document is opened, added or removed. Rebuilt at each
-        change, it moved rows under the mouse while a read went on."""
-        order = (frozenset(row.id for row in rows), next((row.id for row in rows if row.is_open), None))
+        The rows keep their places while the same documents are listed: a status that changes (a
+        read's progress, its cache saved) or a document opened redraws the rows in place, and the
+        list re-sorts only when a document is added or removed. Rebuilt at each change, it moved
+        rows under the mouse while a read went on, and a double-clicked document jumped to the top."""
+        order = frozenset(row.id for row in rows)
         with QSignalBlocker(self.list):
             if order == self._order:
                 self._redraw_in_place(rows)

@@ -26,7 +26,10 @@ from engine.models.expected_speed import ExpectedSpeed, expected_speed, machine_
 from engine.settings import EngineSettings
 from engine.units import format_bytes
 
-COLUMNS = ("Model", "Parameters", "Download", "Weights", "KV / token", "Fits", "On disk", "Here")
+# "Here" (the recommended mark and the speed on this machine) beside the name: the table scrolls
+# sideways at 800 px, and at the right end the mark was off screen ("★ recommende"). The KV cache's
+# bytes per token are in each row's tooltip, not a column of jargon.
+COLUMNS = ("Model", "Here", "Fits", "Parameters", "Download", "Weights", "On disk")
 WEIGHTS_COLUMN = COLUMNS.index("Weights")
 FITS_COLUMN = COLUMNS.index("Fits")
 HERE_COLUMN = COLUMNS.index("Here")
@@ -147,13 +150,15 @@ class ModelList(QWidget):
         self.speeds = [expected_speed(model, self.memory.device, factor) for model in self.models]
         self.recommended = recommended(self.models, self.speeds, [verdict.fits for verdict in verdicts])
         for row, (model, verdict, speed) in enumerate(zip(self.models, verdicts, self.speeds)):
-            cells = (model.name, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
-                     f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}", f"{model.kv_bytes_per_token / 1024:,.0f} KiB",
-                     "yes" if verdict.fits else "no", self._state(model), here_text(speed, row == self.recommended))
+            cells = (model.name, here_text(speed, row == self.recommended), "yes" if verdict.fits else "no",
+                     f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
+                     f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}", self._state(model))
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(f"{model.repo}: {verdict.reason}" + (" (gated: accept its licence on the hub and "
-                                                                     "log in with `hf auth login`)" if model.gated else ""))
+                item.setToolTip(f"{model.repo}: {verdict.reason}; the document's memory (KV cache) takes "
+                                f"{model.kv_bytes_per_token / 1024:,.0f} KiB per token kept"
+                                + (" (gated: accept its licence on the hub and log in with `hf auth login`)"
+                                   if model.gated else ""))
                 if column == WEIGHTS_COLUMN:
                     item.setToolTip(weights_tip(verdict))
                 if column == HERE_COLUMN:

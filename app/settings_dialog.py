@@ -229,9 +229,9 @@ class SettingsDialog(QDialog):
         recalled = (f" + {format_bytes(at_budget.recall_bytes)} recalled while a question is answered"
                     if at_budget.recall_bytes else "")
         self.cache.budget_info.setText(
-            f"≈ <b>{format_bytes(at_budget.compressed_bytes)}</b> of KV cache at the budget "
-            f"({format_bytes(peak)} at the prefill peak){recalled} with {self.profile_name}; "
-            f"a full FP16 cache of {policy.budget_tokens:,} tokens: {format_bytes(at_budget.full_bytes)}."
+            f"≈ <b>{format_bytes(at_budget.compressed_bytes)}</b> of memory for the document's reading "
+            f"(up to {format_bytes(peak)} while it is read){recalled} with {self.profile_name}; "
+            f"kept uncompressed, {policy.budget_tokens:,} tokens would take {format_bytes(at_budget.full_bytes)}."
         )
         self.recall.info.setText(recall_info_text(at_budget.recall_bytes, archive, recall.archive, recall.recall_tokens,
                                                   self.document_tokens))

@@ -362,11 +362,15 @@ class CloudSection(Section):
         self.threshold.setRange(-20.0, 0.0)
         self.threshold.setSingleStep(0.1)
         self.threshold.setDecimals(2)
-        self.auto = QCheckBox("Escalate by itself when the local answer's confidence is low")
+        # Plain words here; the measure's name (mean log-probability per token) is in the tooltip.
+        self.threshold_note = plain_label("the local answer's confidence: 0 is sure, lower is less sure")
+        self.threshold_note.setWordWrap(True)
+        self.threshold.setToolTip("Mean log-probability per token of the local answer: below this, it counts as unsure.")
+        self.auto = QCheckBox("Ask the cloud by itself when the local answer's confidence is low")
         self.confirm = QCheckBox("Show what would be sent and ask before sending")
         for label, widget in (("Endpoint URL", self.url), ("Model name", self.model), ("API key", self.key),
-                              ("", self.key_state), ("Escalation threshold", self.threshold),
-                              ("", plain_label("mean log-probability per token of the local answer"))):
+                              ("", self.key_state), ("Ask the cloud below", self.threshold),
+                              ("", self.threshold_note)):
             self.form.addRow(label, widget)
         self.form.addRow(self.auto)
         self.form.addRow(self.confirm)

@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QObject, QTimer, Signal
+from PySide6.QtWidgets import QSizePolicy
 
 from engine.answer import Source
 from engine.citations import normalise_label
@@ -55,6 +56,7 @@ def library_source(label: str, sources: list[Source]) -> Source | None:
 
 CHAT_MIN_WIDTH = 480   # px the chat keeps beside the source pane: the question box stays readable
 PANE_MIN_WIDTH = 300   # px below which a page is too small to read
+SIDEBAR_WIDTH = 280    # px of the library list (its minimum while no pane is open)
 CHAT_WIDE_WIDTH = 720  # px of chat beside the pane that a wide window gives the pane beyond (a chat line of ~100 characters)
 
 
@@ -78,12 +80,19 @@ class SourceFlow(QObject):
         # ~310 px it opened at while a window grew to 1,920 px, the page too small to read.
         window.splitter.setStretchFactor(window.splitter.indexOf(window.source_pane), 1)
         window.splitter.installEventFilter(self)  # and a window made wide gives it what the chat does not need
-        window.source_pane.closed.connect(window.sidebar.show)  # the list stepped aside for the pane
+        window.source_pane.closed.connect(self._pane_closed)
+
+    def _pane_closed(self) -> None:
+        """The list stepped aside for the pane: it comes back, at its own width again."""
+        self.waive_sidebar_minimum(False)
+        self.window.sidebar.show()
 
     def follow(self, document_id: int | None) -> None:
-        """The chat shows library document `document_id` now (None: a new file being read): a page
-        of another document would sit beside it as if it were this one's, so the pane is emptied."""
-        if self.shown_id is not None and document_id != self.shown_id:
+        """The chat shows library document `document_id` now: a page of another document would sit
+        beside it as if it were this one's, so the pane is emptied. None (a new file being read) keeps
+        the page, named in the pane's title, until the new file is open: an open that fails leaves the
+        document as it was, its page beside its chat."""
+        if self.shown_id is not None and document_id is not None and document_id != self.shown_id:
             self.shown_id = None
             self._wanted = None  # a read still under way for the old document shows nothing
             self.window.source_pane.clear()
@@ -162,14 +171,41 @@ class SourceFlow(QObject):
     def _widen_pane(self) -> None:
         """A window grown with the pane open: the splitter shares the growth by the panels' widths,
         and a pane opened at 380 px of an 1,100 px window was 657 px of 1,920; it gets at least all
-        the chat leaves beyond `CHAT_WIDE_WIDTH`, as at an open."""
+        the chat leaves beyond `CHAT_WIDE_WIDTH`, as at an open. The library list steps aside when
+        the window narrows below the list, the chat and the pane together (`_fit_sidebar`)."""
         w = self.window
         if w.closed or w.source_pane.isHidden():
             return
+        self._fit_sidebar()
         side, chat, pane = w.splitter.sizes()
         floor = chat + pane - CHAT_WIDE_WIDTH
         if pane < floor:
             w.splitter.setSizes([side, chat + pane - floor, floor])
+        elif chat < CHAT_MIN_WIDTH and pane > PANE_MIN_WIDTH:  # a narrowed window: the question box first
+            give = min(CHAT_MIN_WIDTH - chat, pane - PANE_MIN_WIDTH)
+            w.splitter.setSizes([side, chat + give, pane - give])
+
+    def _fit_sidebar(self) -> None:
+        """With the pane open the list does not hold the window wide (its minimum is waived, so a
+        window narrowed from 1,920 px went below 889 px): a list squeezed under its width is hidden,
+        and one hidden for the pane comes back when the window has room for all three again."""
+        w = self.window
+        side, chat, pane = w.splitter.sizes()
+        if not w.sidebar.isHidden() and side < SIDEBAR_WIDTH:
+            w.sidebar.hide()
+            w.splitter.refresh()  # its width shared out now, for the sizes read next
+        elif w.sidebar.isHidden() and chat + pane >= SIDEBAR_WIDTH + CHAT_WIDE_WIDTH + PANE_MIN_WIDTH:
+            w.sidebar.show()
+            w.splitter.setSizes([SIDEBAR_WIDTH, chat - SIDEBAR_WIDTH, pane])
+
+    def waive_sidebar_minimum(self, waived: bool) -> None:
+        """While the pane is open the list may be squeezed (and then steps aside, `_fit_sidebar`)
+        instead of holding the window at the three panels' minimum widths; closed, it keeps its width."""
+        sidebar = self.window.sidebar
+        sidebar.setMinimumWidth(0 if waived else SIDEBAR_WIDTH)
+        policy = sidebar.sizePolicy()
+        policy.setHorizontalPolicy(QSizePolicy.Policy.Ignored if waived else QSizePolicy.Policy.Preferred)
+        sidebar.setSizePolicy(policy)
 
     def open_pane(self) -> None:
         """Show the source pane beside the chat, as wide as it was last (else half the chat) but at
@@ -188,6 +224,7 @@ class SourceFlow(QObject):
             # 800 px window to 907 px, and a folded list still counts its minimum.
             side = 0
             w.sidebar.hide()
+        self.waive_sidebar_minimum(True)
         w.source_pane.show()
         w.splitter.refresh()  # the pane's minimum known now, not after the next event loop turn
         wanted = max(w.store.pane_width or (room - side) // 2, room - side - CHAT_WIDE_WIDTH)

@@ -65,6 +65,10 @@ class WindowStore:
             window.restoreGeometry(self.settings.value("geometry"))
         if self.settings.value("splitter") is not None:
             window.splitter.restoreState(self.settings.value("splitter"))
+            # The state holds which panels showed: a pane and a list restored as they were in a wider
+            # window held an 800 px one at 889 px. The pane is opened below, laid out for this size.
+            window.source_pane.hide()
+            window.sidebar.show()
         if self.settings.value("source_pane/open") in (True, "true"):  # IniFormat reads booleans back as text
             # Once the window is shown: a splitter scales sizes set before, and the width would drift.
             QTimer.singleShot(0, window.open_source_pane)

@@ -13,7 +13,7 @@ the cache (`LayerKV.attend` with its workspace update, and `compress`), and the 
 RoPE's inputs, residual adds, the activation, the embedding lookup). Counts every operator torch
 ran per step (`ops_per_step`) and the operators called from Python (`top_level_ops_per_step`).
 The int4 projections' rate is the bytes they read (codes + scales and zeros, each layer once) per
-second, against a 512 MiB copy measured in the same run (`copy_gb_s`, read + write counted).
+second, against a 512 MiB copy measured in the same run (`common.copy_bandwidth_gb_s`, read + write counted).
 
 ab: the same decode steps with the int4 layers on torch's int4 kernel (today) against their
 bfloat16 copy at one row too (`Int4Linear.dense`, kept on a CPU with AVX-512 BF16), interleaved
@@ -137,19 +137,6 @@ def int4_bytes(model) -> int:
                     seen.add(key)
                     total += t.untyped_storage().nbytes()
     return total
-
-
-def copy_gb_s() -> float:
-    import torch
-
-    src = torch.ones(128 * 1024 * 1024)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - t0)
-    return 2 * src.nbytes / common.median(times) / 1e9
 
 
 def profile(lm, cache, steps: int) -> dict:
@@ -278,7 +265,7 @@ def main() -> None:
     print(f"loaded in {time.perf_counter() - t0:.0f} s", flush=True)
     cache = snapshot(lm, book_ids(lm, args.context))
     row = {"model": args.model, "threads": args.threads, "context": args.context, "steps": args.steps,
-           "int4_mb": int4_bytes(lm.decoder.model) / 1e6, "copy_gb_s": copy_gb_s()}
+           "int4_mb": int4_bytes(lm.decoder.model) / 1e6, "copy_gb_s": common.copy_bandwidth_gb_s()}
     if "profile" in args.parts:
         row.update(profile(lm, cache, args.steps))
         row["int4_gb_s"] = row["int4_mb"] / row["int4 projections ms"]

@@ -110,20 +110,14 @@ def roofline() -> dict:
     write counted) and float32 matmul rate (GFLOP/s, median of 5 2048³ products)."""
     import torch
 
-    src = torch.empty(128 * 1024 * 1024, dtype=torch.float32).fill_(1.0)
-    dst = torch.empty_like(src)
-    copies = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        copies.append(time.perf_counter() - t0)
+    bandwidth = common.copy_bandwidth_gb_s()
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     products = []
     for _ in range(5):
         t0 = time.perf_counter()
         a @ b
         products.append(time.perf_counter() - t0)
-    return {"bandwidth_gb_s": 2 * src.nbytes / common.median(copies) / 1e9,
+    return {"bandwidth_gb_s": bandwidth,
             "matmul_gflop_s": 2 * 2048 ** 3 / common.median(products) / 1e9}
 
 

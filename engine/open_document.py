@@ -294,7 +294,8 @@ class OpenDocument:
             if share < SOURCE_MIN_SHARE:
                 break
             seg = self.document.segments[i]
-            sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path))
+            sources.append(Source(label=seg.label, share=share, page=seg.page, path=seg.path,
+                                  shown=seg.shown if seg.shown != seg.label else None))
         cover = order.tolist()[:len(sources)]  # a source listed is a source a click shows a passage of
         return sources, attended_spans(mass.tolist(), self.encoding.token_chars, first, self.document, cover=cover)
 

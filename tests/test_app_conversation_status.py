@@ -48,6 +48,8 @@ def test_the_status_follows_the_question_asked_even_after_a_cancelled_answer(mak
     wait_open(qtbot, window)
     status = window.statusBar().currentMessage
     pieces = ask(qtbot, window, "Write a long story about the observatory safe and its combination.", wait=False)
+    # a first question continues nothing: no "decided from its words" (the trial: it stayed after the answer)
+    assert status() == "Answering your question…", status()
     qtbot.waitUntil(lambda: bool(pieces) or window.state.live is None, timeout=180_000)
     assert pieces and window.state.live is not None, (window.progress.label.text(), window.chat.toPlainText()[-300:])
     window.cancel_work()
@@ -65,3 +67,14 @@ def test_the_status_follows_the_question_asked_even_after_a_cancelled_answer(mak
     assert "new question" in status(), status()
     window.cancel_work()  # up to 400 tokens: what matters was said while it was answered
     qtbot.waitUntil(lambda: window.state.live is None and not window.client.busy, timeout=30_000)
+
+
+def test_a_first_answer_leaves_no_answering_status_behind(make_window, qtbot, tmp_path):
+    """The trial: after the first answer in each document the status bar still said "Answering:
+    whether it continues your last question is decided from its words."."""
+    window = make_window(settings().replace(max_new_tokens=24))
+    window.open_path(str(book_pdf(tmp_path)))
+    wait_open(qtbot, window)
+    ask(qtbot, window, QUESTION)
+    assert not window.statusBar().currentMessage().startswith("Answering"), window.statusBar().currentMessage()
+

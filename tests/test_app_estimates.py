@@ -51,9 +51,9 @@ def _panel_text(panel: ProgressPanel) -> str:
     return " ".join(label.text() for label in panel.findChildren(QLabel))
 
 
-def test_the_windows_header_follows_the_background_reads_progress(qtbot, home, tmp_path):
-    """The window: the open document read whole in the background; a progress event with its time
-    left puts that time in the header, the same as the progress line."""
+def _reading_in_the_background(qtbot, tmp_path):
+    """A window whose open document (notes.txt, opened index first) is being read whole in the
+    background: (window, its BackgroundRead) before any progress event."""
     import threading
 
     from app import operations as ops
@@ -70,6 +70,13 @@ def test_the_windows_header_follows_the_background_reads_progress(qtbot, home, t
     window.changed.emit(Changes(shown=True))
     read = window.background_read
     read.path, read.job = path, ops.read_document(pause=threading.Event())
+    return window, read
+
+
+def test_the_windows_header_follows_the_background_reads_progress(qtbot, home, tmp_path):
+    """The window: the open document read whole in the background; a progress event with its time
+    left puts that time in the header, the same as the progress line."""
+    window, read = _reading_in_the_background(qtbot, tmp_path)
     assert "about 15 min 00 s on this computer" in window.header.info.text()
     read.show_progress(read.job, Progress(Phase.PREFILL, 12_000, 129_000, "tokens", tokens_per_s=20.0, eta_s=5_820.0))
     assert "about 1 h 37 min left" in window.header.info.text() and "15 min" not in window.header.info.text()
@@ -80,22 +87,7 @@ def test_the_header_the_progress_line_and_the_library_row_count_down_together(qt
     """Issue 44's trial: the header said "about 12 min 19 s" while the progress line, counting down
     between two progress events, said another time. Both (and the library row) show one value:
     after the countdown has ticked, the three give the same duration at the same moment."""
-    import threading
-
-    from app import operations as ops
-    from app.changes import Changes
-    from engine.documents import load_document
-    from window_driver import notes_and_other
-
-    window, notes_id, _other = notes_and_other(qtbot, tmp_path)
-    path = str(tmp_path / "notes.txt")
-    job = ops.open_document(path, name="notes.txt")
-    window.state.reading(path, window.library.document(notes_id), job)
-    window.state.opened(job, notes_id, path, unread_report(), load_document(path))
-    window.state.show(window.library.document(notes_id))
-    window.changed.emit(Changes(shown=True))
-    read = window.background_read
-    read.path, read.job = path, ops.read_document(pause=threading.Event())
+    window, read = _reading_in_the_background(qtbot, tmp_path)
     read.show_progress(read.job, Progress(Phase.PREFILL, 12_000, 129_000, "tokens", tokens_per_s=20.0, eta_s=740.0))
     window.progress.timer.start()
     qtbot.wait(2600)  # the countdown ticks (every 500 ms): 740 s becomes 737 or 738 s

@@ -72,3 +72,19 @@ def test_the_list_keeps_its_order_while_statuses_change_and_re_sorts_on_add(qtbo
     third.write_text("A third one.\n", encoding="utf-8")
     third_id = add_document(window, third, load_document(third))
     assert _ids(window) == [third_id, other_id, notes_id]  # an add re-sorts: most recently opened first
+
+
+def test_opening_a_document_leaves_every_row_where_it_was(qtbot, home, tmp_path):
+    """The trial: a double-clicked document jumped to the top the moment it opened, so the row
+    under the pointer changed. Opening it (its opened time newest, the open one) redraws in place."""
+    from window_driver import notes_and_other
+
+    window, notes_id, other_id = notes_and_other(qtbot, tmp_path)
+    before = _ids(window)
+    assert before == [notes_id, other_id]
+    time.sleep(0.01)
+    window.library.upsert_document(path=str(tmp_path / "other.txt"), title="other.txt", kind="text", tokens=7)
+    assert [r.id for r in window.library.documents()][0] == other_id  # the most recently opened now
+    window.state.open_id = other_id  # as an open that finished sets it
+    window.changed.emit(Changes(library=True, shown=True))
+    assert _ids(window) == before, "the opened document moved under the pointer"

@@ -14,6 +14,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialog  # noqa: E402
 
+from app.model_list import COLUMNS  # noqa: E402
 from app.settings_dialog import SettingsDialog  # noqa: E402
 from engine.models.catalog import CatalogModel, DeviceMemory, load_catalog  # noqa: E402
 from engine.models.download import downloaded_folder  # noqa: E402
@@ -38,16 +39,17 @@ def test_model_list_shows_sizes_and_what_fits(qtbot):
     dialog = SettingsDialog(EngineSettings(), models=models, memory=DeviceMemory("cuda", "GPU", 4 * GIB, 2))
     qtbot.addWidget(dialog)
     assert dialog.model_list.table.rowCount() == len(models)
-    fits = {m.id: _cell(dialog, row, 5) for row, m in enumerate(models)}
+    fits = {m.id: _cell(dialog, row, COLUMNS.index("Fits")) for row, m in enumerate(models)}
     assert fits["smollm2-360m"] == "yes" and fits["qwen3-4b"] == "no"  # 4 GiB: 2.6 GiB of weights + margin is too much
-    states = {m.id: _cell(dialog, row, 6) for row, m in enumerate(models)}
+    states = {m.id: _cell(dialog, row, COLUMNS.index("On disk")) for row, m in enumerate(models)}
     assert states["smollm2-135m"] == "embedded (the default model)" and states["smollm2-360m"] == ""
     row = [m.id for m in models].index("qwen2.5-1.5b")
-    assert _cell(dialog, row, 1) == "1.54 B" and _cell(dialog, row, 4) == "28 KiB"
+    assert _cell(dialog, row, COLUMNS.index("Parameters")) == "1.54 B"
+    assert "28 KiB per token kept" in dialog.model_list.table.item(row, 0).toolTip()
     # a bigger budget needs more memory: the dialog's own fields feed the list
-    before = dialog.model_list.table.item(row, 5).toolTip()
+    before = dialog.model_list.table.item(row, COLUMNS.index("Fits")).toolTip()
     dialog.cache.budget.setValue(65536)
-    assert dialog.model_list.table.item(row, 5).toolTip() != before
+    assert dialog.model_list.table.item(row, COLUMNS.index("Fits")).toolTip() != before
 
 
 def test_download_through_the_dialog_cancel_resume_then_save(qtbot, hub, tmp_path):
@@ -56,7 +58,7 @@ def test_download_through_the_dialog_cancel_resume_then_save(qtbot, hub, tmp_pat
                             settings_file=settings_file)
     qtbot.addWidget(dialog)
     models = dialog.model_list
-    assert _cell(dialog, 0, 0) == "Tiny Llama" and _cell(dialog, 0, 5) == "yes"
+    assert _cell(dialog, 0, 0) == "Tiny Llama" and _cell(dialog, 0, COLUMNS.index("Fits")) == "yes"
     models.select(TINY_REPO)
     assert models.download_button.text() == "Download"
 
@@ -71,7 +73,7 @@ def test_download_through_the_dialog_cancel_resume_then_save(qtbot, hub, tmp_pat
     qtbot.mouseClick(models.cancel_button, LEFT)
     qtbot.waitUntil(lambda: models.downloading is None, timeout=30_000)
     assert "cancelled" in models.status.text()
-    assert models.download_button.text() == "Resume download" and _cell(dialog, 0, 6).startswith("partial")
+    assert models.download_button.text() == "Resume download" and _cell(dialog, 0, COLUMNS.index("On disk")).startswith("partial")
     assert downloaded_folder(TINY_REPO) is None
 
     # resume to the end: the dialog switches its model field to the download, Save keeps it
@@ -79,7 +81,7 @@ def test_download_through_the_dialog_cancel_resume_then_save(qtbot, hub, tmp_pat
     qtbot.mouseClick(models.download_button, LEFT)
     qtbot.waitUntil(lambda: dialog.model.path.text() == TINY_REPO, timeout=60_000)
     assert downloaded_folder(TINY_REPO) is not None
-    assert "downloaded and verified" in models.status.text() and _cell(dialog, 0, 6) == "downloaded"
+    assert "downloaded and verified" in models.status.text() and _cell(dialog, 0, COLUMNS.index("On disk")) == "downloaded"
     assert models.download_button.text() == "Use"
     assert [rng for m, p, rng in hub.log if m == "GET" and p.endswith("model.safetensors")][-1].startswith("bytes=")
     dialog.accept()

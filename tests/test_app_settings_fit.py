@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported (pytest-qt's app): no display needed
 pytest.importorskip("PySide6")
 
 PROBE = r"""
@@ -34,10 +35,14 @@ for row in range(table.rowCount()):
         cells.append({"text": text, "need_w": max(metrics.horizontalAdvance(line) for line in lines) + 6,
                       "have_w": table.columnWidth(column), "need_h": len(lines) * metrics.height(),
                       "have_h": table.rowHeight(row)})
+here = COLUMNS.index("Here")
+marked_row = next(row for row in range(table.rowCount()) if RECOMMENDED in table.item(row, here).text())
+mark_right = table.columnViewportPosition(here) + metrics.horizontalAdvance(RECOMMENDED)
 free = dialog.screen().availableGeometry()
 frame = dialog.frameGeometry()
 print(json.dumps({"free": [free.width(), free.height()], "frame": [frame.width(), frame.height()],
-                  "cells": cells, "recommended": RECOMMENDED}))
+                  "cells": cells, "recommended": RECOMMENDED, "mark_right": mark_right,
+                  "viewport": table.viewport().width()}))
 """
 
 
@@ -55,3 +60,26 @@ def test_the_settings_dialog_fits_an_800x600_screen_and_cuts_no_model_label(tmp_
     assert len(marked) == 1
     for cell in shown["cells"]:  # every cell's text whole: as wide and as tall as its column and row
         assert cell["need_w"] <= cell["have_w"] and cell["need_h"] <= cell["have_h"], cell
+    # and in view without scrolling sideways: at the table's right end it was off screen
+    assert shown["mark_right"] <= shown["viewport"], (shown["mark_right"], shown["viewport"])
+
+
+def test_no_jargon_outside_advanced_in_the_settings_dialog(qtbot, tmp_path):
+    """The trial: "prefill peak", "full FP16 cache", "Escalation threshold", "mean log-probability
+    per token" and "KV / token" were in view with Advanced closed."""
+    from PySide6.QtWidgets import QAbstractButton, QGroupBox, QLabel
+
+    from app.settings_dialog import SettingsDialog
+    from engine.settings import EngineSettings
+
+    dialog = SettingsDialog(EngineSettings(), settings_file=tmp_path / "settings.toml")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    table = dialog.model_list.table
+    texts = [w.text() for kind in (QLabel, QAbstractButton) for w in dialog.findChildren(kind) if w.isVisible()]
+    texts += [w.title() for w in dialog.findChildren(QGroupBox) if w.isVisible()]
+    texts += [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    shown = "\n".join(texts)
+    for term in ("prefill peak", "FP16", "Escalation", "log-probability", "KV / token"):
+        assert term not in shown, term
+

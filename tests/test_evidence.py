@@ -199,3 +199,30 @@ def test_a_binders_duplicate_pages_are_read_once(smol, tmp_path):
         spans.close()
     assert len({3, 4, 5} & set(pages_read)) == 1, pages_read  # one copy of the exhibit
     assert 8 in pages_read, pages_read                         # and the renewal clause
+
+
+
+def test_a_follow_up_whose_words_are_on_most_pages_reads_only_its_last_pages(tmp_path):
+    """The trial: "What examples does it use?" after "What is chapter 5 about?" read chapter 5's
+    pages and then pages 131-132 listed as "words (BM25 0.0)": "example" is on more than half the
+    book's pages (FTS5's floor IDF), so those pages were chosen by nothing. A follow-up reads its
+    last question's pages; the same words asked afresh still rank by their counts."""
+    from engine.documents import load_document
+    from engine.evidence.select import Turn, select
+    from engine.find import document_spans
+    from engine.tokenizer_cache import text_tokenizer
+    from pdf_fixtures import helvetica_book
+
+    pages = [[f"An example of a loop, number {n}, and another example."] for n in range(6)]
+    pages += [["Chapter five: the harbour tide tables."], ["Knots and sails."]]
+    document = load_document(helvetica_book(tmp_path / "book.pdf", pages))
+    spans = document_spans(document, text_tokenizer("default"))
+    try:
+        chapter = [i for i, s in enumerate(spans.spans) if document.segments[s.segment].page == 7]
+        follow_up = select(spans, "What examples does it use?", budget_tokens=6144, max_spans=12,
+                           history=[Turn("What is chapter 5 about?", tuple(chapter))])
+        assert [document.segments[s.segment].page for s in follow_up.chosen] == [7]
+        afresh = select(spans, "What examples does it use?", budget_tokens=6144, max_spans=12)
+        assert any(c.signal == "words" for c in afresh.reasons())
+    finally:
+        spans.close()

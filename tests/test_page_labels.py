@@ -122,6 +122,7 @@ def test_the_window_names_the_attended_page_as_printed_and_its_pane_too(make_win
     ask(qtbot, window, QUESTION)
     message = window.library.messages(window.library.find(str(pdf.resolve())).id)[-1]
     assert message.sources and message.sources[0].label == f"page {NEEDLE_PAGE}", message.sources
+    assert message.sources[0].shown == printed  # kept with the answer: its history names it so, unopened
     assert f"Attended: {printed}" in window.chat.toPlainText(), window.chat.toPlainText()[-600:]
     cursor = window.chat.textCursor()
     cursor.setPosition(anchors(window.chat)[f"cite:{quote(message.sources[0].label)}#{message.id}"] + 1)
@@ -161,3 +162,21 @@ def test_the_footer_s_read_pages_and_the_source_pane_s_passages_name_pages_as_pr
                             recall_json=json.dumps({"tokens_per_head": 10, "spans": ["page 68"], "reasons": ["chapter 5"]}))
     assert "read page 48 (PDF page 68) (chapter 5)" in footer_text(message, shown)
     assert "read page 68 (chapter 5)" in footer_text(message)
+
+
+def test_a_history_shown_before_its_document_is_open_names_pages_as_printed(qtbot):
+    """The trial: a document's earlier answers, shown before it was opened again, said "page 68"
+    (the labels come from the open document); the answer's sources keep their printed names."""
+    from app.chat import ChatView
+    from engine.answer import Source
+    from engine.library import MessageRecord
+    from engine.workspace import sources_json
+
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    assert chat.shown == {}  # no document open: no labels to look up
+    message = MessageRecord(2, 1, "assistant", "Nine hundred [page 68].", "done", 0.0, source="local", model="SmolLM2",
+                            sources_json=sources_json([Source("page 68", 0.7, page=68, shown="page 48 (PDF page 68)")]))
+    chat.show_messages([MessageRecord(1, 1, "user", "How many?", "done", 0.0), message])
+    text = chat.toPlainText()
+    assert "Attended: page 48 (PDF page 68) (70 %)" in text and "Cited: page 48 (PDF page 68)" in text, text

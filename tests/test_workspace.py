@@ -102,7 +102,7 @@ def test_a_local_answer_becomes_a_record_with_its_recall_and_sources():
     assert (record.source, record.model, record.endpoint, record.reason) == ("local", "SmolLM2", None, None)
     assert record.tokens == 3 and record.prefix_hit == 1 and record.tokens_per_s == 3.2
     assert json.loads(record.sources_json) == [{"label": "page 2", "share": 0.6, "page": 2, "path": None, "document": None,
-                                                "document_source": None}]
+                                                "document_source": None, "shown": None}]
     assert json.loads(record.recall_json)["tokens_per_head"] == round(16200 / (30 * 3))  # layers x KV heads
     assert set(record.fields()) >= {"text", "state", "source", "sources_json", "recall_json"}
 

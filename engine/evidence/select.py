@@ -170,13 +170,29 @@ def _ranked(spans: DocumentSpans, question: str, history: Sequence[Turn]) -> lis
                 found += [Candidate(i, "section", kind.title, 0.8 / (1 + k)) for i in spans.of_segment(segment)]
     if history:
         found += [Candidate(i, "conversation", "previous question", 0.7) for i in history[-1].spans]
+        # A follow-up's words found on more than half the spans have FTS5's floor IDF: pages ranked
+        # by them alone ("examples" in a programming book, listed "BM25 0.0") say less than its
+        # last question's pages. A question on its own keeps them (in a short document the asked
+        # words may be on every page, and their counts still rank).
+        words = [hit for hit in words if hit.score > NO_INFORMATION]
     whole = asks_about_whole(question)
-    if (whole or not words) and structure is not None:
+    # no word to go by: the opening and contents, unless the question goes on from the last one
+    if (whole or not (words or history)) and structure is not None:
         found += [Candidate(i, "map", "contents" if s in structure.contents else "the document's opening", 0.5)
                   for s in [*structure.opening, *structure.contents[:1]] for i in spans.of_segment(s)[:2]]
-    found += [Candidate(hit.span, "words", f"words (BM25 {hit.score:.1f})", hit.score) for hit in words]
+    found += [Candidate(hit.span, "words", f"words (BM25 {_score_text(hit.score)})", hit.score) for hit in words]
     seen: set[int] = set()
     return [c for c in found if not (c.span in seen or seen.add(c.span))]
+
+
+NO_INFORMATION = 1e-3
+"""A BM25 score at or below this comes from words in more than half the spans only."""
+
+
+def _score_text(score: float) -> str:
+    """A BM25 score as `find` lists it: "7.3", and "0.04" for a word on half the pages (one decimal
+    printed "BM25 0.0", which read as no match at all)."""
+    return f"{score:.1f}" if score >= 0.95 else f"{score:.2f}"
 
 
 def _with_continuation(pages: list[int], limit: int) -> list[int]:
