@@ -194,7 +194,7 @@ class SourceFlow(QObject):
         if not w.sidebar.isHidden() and side < SIDEBAR_WIDTH:
             w.sidebar.hide()
             w.splitter.refresh()  # its width shared out now, for the sizes read next
-        elif w.sidebar.isHidden() and chat + pane >= SIDEBAR_WIDTH + CHAT_WIDE_WIDTH + PANE_MIN_WIDTH:
+        elif w.sidebar.isHidden() and chat + pane >= SIDEBAR_WIDTH + CHAT_MIN_WIDTH + PANE_MIN_WIDTH:
             w.sidebar.show()
             w.splitter.setSizes([SIDEBAR_WIDTH, chat - SIDEBAR_WIDTH, pane])
 

@@ -13,7 +13,9 @@ sentence that states the asked figure, a closing "So, …") or a *side remark*:
   answer's `unsupported` names), on the sentence that states it: a mark in the direct answer, a
   note on a side remark (the direct answer may still be right: "Zipf's law … named after Alfred
   Thomas Zippers");
-- **yes/no**: the direct yes/no contradicts a quoted passage (`engine.evidence.yes_no`).
+- **yes/no**: the direct yes/no contradicts a quoted passage (`engine.evidence.yes_no`);
+- **period** (a number mark): the direct answer's figure is held, but as one of a row of four
+  amounts (a quarterly table) while the question asks about a year (`engine.evidence.period`).
 
 `AnswerMark.direct` tells them apart; bench/answer_marks.py counts both (docs/BENCHMARKS.md §9a).
 Torch-free and pure: strings and `QuotedPassage`s in, `AnswerMark`s out.
@@ -26,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.evidence.yes_no import contradiction
-from engine.evidence_quotes import QuotedPassage, number_caution, quote_text
+from engine.evidence.period import quarter_cell
+from engine.evidence_quotes import QuotedPassage, number_caution, quote_text, stated_figures
 from engine.grounding import IDENTIFIER
 
 _WEB_ENDINGS = frozenset(["com", "org", "net", "edu", "gov", "io", "html", "htm", "pdf", "txt", "py"])
@@ -127,6 +130,18 @@ def _number_mark(sentences: list[AnswerSentence], question: str, quoted: Sequenc
     return AnswerMark("number", claim, (figure,), True, f"{caution} — {_said_in(claim)}")
 
 
+def _period_mark(sentences: list[AnswerSentence], question: str, quoted: Sequence[QuotedPassage]) -> AnswerMark | None:
+    """A figure the quoted passages hold, but as one quarter of a row of four, for a question about
+    the year (`engine.evidence.period`)."""
+    direct = [s for s in sentences if s.direct]
+    figures = stated_figures("\n".join(s.text for s in direct))
+    cell = quarter_cell(question, figures, [(p.label, p.text) for p in quoted])
+    if cell is None:
+        return None
+    claim = next((s.text for s in direct if cell.figure in s.text), direct[0].text)
+    return AnswerMark("number", claim, (cell.figure,), True, f"{cell.note()} — {_said_in(claim)}")
+
+
 def _code_names(text: str) -> list[str]:
     """The code identifiers of `text` (`engine.grounding.IDENTIFIER`: dotted, snake_case, camelCase;
     back-ticked or not), each once; not a capitalised brand ("PepsiCo"), an abbreviation ("e.g")
@@ -212,7 +227,7 @@ def answer_marks(answer: str, question: str, quoted: Sequence[QuotedPassage],
     if opposite is not None:
         marks.append(AnswerMark("yes/no", opposite.claim, (opposite.claim,), True,
                                 f"{opposite.note()} — {_said_in(opposite.claim)}"))
-    number = _number_mark(sentences, question, quoted)
+    number = _number_mark(sentences, question, quoted) or _period_mark(sentences, question, quoted)
     if number is not None:
         marks.append(number)
     identifier = _identifier_mark(sentences, question, quoted)

@@ -199,3 +199,25 @@ def test_a_code_name_the_direct_answer_gives_that_the_quoted_passage_does_not_ho
     assert answer_marks("It suggests the website gutenberg.org.", "Which website does it suggest?", [exercise]) == []
     kangaroo = QuotedPassage("page 224", "An __init__ method that initializes an attribute named pouch_contents to an empty list.", 0.5)
     assert answer_marks("The attribute is called pouch_contents.", "What attribute does __init__ initialize?", [kangaroo]) == []
+
+
+def test_a_years_figure_answered_with_one_quarters_is_marked_with_the_years_sum(corpus):
+    """The trial: "What were Netflix's total revenues in 2017?" → "$3,285,755", the fourth
+    quarter's, from the quarterly table the answer quoted (page 63), so the number was "held". The
+    row holds four amounts, a quarterly table's shape; they add up to the year's 11,692,713 (page 42).
+    The year's own row (three years), or a question about a quarter, is no mark."""
+    from engine.documents import load_document
+
+    netflix = load_document(corpus / "financebench-dev" / "pdfs" / "NETFLIX_2017_10K.pdf")
+    quarterly, annual = netflix.segments[62].text, netflix.segments[41].text
+    start = quarterly.index("Total revenues $ 3,285,755")
+    row = QuotedPassage("page 63", quarterly[start:start + 240], 0.06)
+    question = "What were Netflix's total revenues in 2017?"
+    marks = answer_marks("Netflix's total revenues in 2017 were $3,285,755.", question, [row])
+    assert [m.kind for m in marks] == ["number"] and marks[0].direct, marks
+    assert "$3,285,755 is one of four figures" in marks[0].note and "add up to 11,692,713" in marks[0].note
+    assert "11,692,713" in annual  # the sum is the year's figure the statement of operations states
+    year = annual.index("11,692,713")
+    year_row = QuotedPassage("page 42", annual[max(0, year - 40):year + 200], 0.5)
+    assert answer_marks("Netflix's total revenues in 2017 were $11,692,713.", question, [year_row]) == []
+    assert answer_marks("They were $3,285,755.", "What were Netflix's revenues in the fourth quarter of 2017?", [row]) == []

@@ -64,8 +64,9 @@ def test_a_wide_window_with_a_page_open_narrows_to_800_px_and_a_restart_does_too
     qtbot.wait(100)
     assert window.width() == 800, "the window could not be made narrower than its three panels"
     assert window.conversation.question.width() >= 300 and controls_whole(window) == []
-    window.resize(1920, 1080)
+    window.resize(1100, 720)  # room for the list, the chat and the page again: the list comes back
     qtbot.waitUntil(lambda: window.sidebar.isVisible(), timeout=5_000)
+    assert window.conversation.question.width() >= 300
 
     window.close()
     again = window_without_model(qtbot)
