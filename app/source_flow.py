@@ -88,11 +88,9 @@ class SourceFlow(QObject):
         self.window.sidebar.show()
 
     def follow(self, document_id: int | None) -> None:
-        """The chat shows library document `document_id` now: a page of another document would sit
-        beside it as if it were this one's, so the pane is emptied. None (a new file being read) keeps
-        the page, named in the pane's title, until the new file is open: an open that fails leaves the
-        document as it was, its page beside its chat."""
-        if self.shown_id is not None and document_id is not None and document_id != self.shown_id:
+        """The chat shows library document `document_id` now (None: a new file being read): a page
+        of another document would sit beside it as if it were this one's, so the pane is emptied."""
+        if self.shown_id is not None and document_id != self.shown_id:
             self.shown_id = None
             self._wanted = None  # a read still under way for the old document shows nothing
             self.window.source_pane.clear()

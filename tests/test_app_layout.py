@@ -77,22 +77,3 @@ def test_a_wide_window_with_a_page_open_narrows_to_800_px_and_a_restart_does_too
     assert again.width() == 800 and again.conversation.question.width() >= 300
     again.source_pane.closed.emit()  # its close button: the list comes back at its own width
     qtbot.waitUntil(lambda: again.sidebar.isVisible() and again.sidebar.minimumWidth() == 280, timeout=5_000)
-
-
-def test_a_page_shown_stays_while_another_file_is_read_and_goes_when_it_opens(qtbot, home, corpus, tmp_path):
-    """The trial: a failed open (a broken PDF) kept the book and its chat but emptied the page
-    beside it. The page stays while a new file is read (None), and goes once another document shows."""
-    from window_driver import add_document, pick
-
-    path = corpus / "pdf" / "P05_dmca.pdf"
-    document = load_document(path)
-    window = window_without_model(qtbot)
-    document_id = add_document(window, path, document)
-    pick(window, document_id)
-    window.sources.open_pane()
-    window.source_pane.show_segment(document, 1, [])
-    window.sources.shown_id = document_id
-    window.sources.follow(None)  # a new file being read
-    assert window.sources.shown_id == document_id and window.source_pane.page_label.pixmap().width() > 0
-    window.sources.follow(document_id + 1)  # another document opened
-    assert window.sources.shown_id is None and "Nothing shown yet" in window.source_pane.title.text()
