@@ -17,7 +17,7 @@ How much follows the model (`engine.evidence.reading_budget`): the structural an
 candidates are taken whole (a section's first pages); the words add their best span and the next
 ones, in the ranking's order, while they score within the budget's `words_relative` of the best
 and up to its `words_at_most` (the embedded 135M model: 3 within 80 %; more pages beside the one
-that answers cost it as much as a missed page; a ≥ 1B model with a 32k window: up to 8). A question
+that answers cost it as much as a missed page; a ≥ 1B model with a 32k window: up to 6 within 50 %). A question
 that asks for several things ("compare", two years, "both") reads at least the budget's
 `several_at_least` words spans; with `neighbours`, a chosen page whose text runs on across the page
 break (`engine.evidence.page_break`) brings the next page. Everything within `budget_tokens`, and
@@ -36,6 +36,8 @@ from engine.evidence.spans import DocumentSpans, Span
 
 WORD_CANDIDATES = 50
 """Spans the full-text index is asked for (ranked; `halaman find` lists them)."""
+NO_INFORMATION = 1e-3
+"""A BM25 score at or below this comes from words in more than half the spans only (FTS5's floor IDF)."""
 SECTION_PAGES = 2
 """Pages read of each section a question names by its subject: its best page and a continuation."""
 CONTENTS_PAGES = 2
@@ -183,10 +185,6 @@ def _ranked(spans: DocumentSpans, question: str, history: Sequence[Turn]) -> lis
     found += [Candidate(hit.span, "words", f"words (BM25 {_score_text(hit.score)})", hit.score) for hit in words]
     seen: set[int] = set()
     return [c for c in found if not (c.span in seen or seen.add(c.span))]
-
-
-NO_INFORMATION = 1e-3
-"""A BM25 score at or below this comes from words in more than half the spans only."""
 
 
 def _score_text(score: float) -> str:
