@@ -97,7 +97,8 @@ def shape_folder() -> Path:
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                 "chat_template.jinja"):  # the chat template: `halaman ask` (bench/first_answer.py) needs one
         if (tokenizer_folder / name).exists():
             shutil.copy(tokenizer_folder / name, tmp / name)
     shutil.rmtree(folder, ignore_errors=True)
