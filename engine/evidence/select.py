@@ -209,7 +209,8 @@ def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, m
             reading: ReadingBudget) -> list[tuple[int, Span]]:
     """(span index, span) of the candidates read, in document order (`reading.several_at_least`
     words spans are read whatever their score: `select` sets it for a question asking for several;
-    fewer than `reading.pages_at_least` chosen: the next ranked candidates are read up to it)."""
+    fewer than `reading.pages_at_least` pages (or files) read: the best span of each next page
+    ranked is read until that many are)."""
     room = [budget_tokens - spans.head_tokens - (spans.n_tokens - spans.text_end)]
     chosen: list[tuple[int, Span]] = []
     words_taken, best_words, others, referenced = 0, None, False, False
@@ -232,14 +233,17 @@ def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, m
             referenced = referenced or candidate.signal == "structure"
         taken.add(candidate.span)
         _take(spans, candidate.span, reading.neighbours, chosen, room, max_spans)
-    # Too few read: the pages `find` lists next, in its order (a 135M model's 1-2 pages missed the
-    # evidence on pages the ranking holds just below the rules' bar).
+    # Too few pages read: the pages `find` lists next, in its order, each by its best span (the
+    # 135M model's 1-2 pages missed evidence the ranking holds just below the rules' bar).
+    units = {span.segment for _, span in chosen}
     for candidate in ranked:
-        if len(chosen) >= min(reading.pages_at_least, max_spans) or room[0] <= 0:
+        if len(units) >= reading.pages_at_least or len(chosen) >= max_spans or room[0] <= 0:
             break
-        if candidate.span in taken or _already_read(spans, chosen, candidate.span):
+        if (spans.spans[candidate.span].segment in units or candidate.span in taken
+                or _already_read(spans, chosen, candidate.span)):
             continue
         _take(spans, candidate.span, reading.neighbours, chosen, room, max_spans)
+        units = {span.segment for _, span in chosen}
     return sorted(chosen, key=lambda pair: pair[1].token_start)
 
 
