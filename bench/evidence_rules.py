@@ -34,6 +34,9 @@ RULES = [
     ("small, 4 within 50 %", "small", {"words_at_most": 4, "words_relative": 0.5}),
     ("small, 3 best whatever their score", "small", {"words_relative": 0.0}),
     ("small + at least 3 pages", "small", {"pages_at_least": 3}),
+    ("small + at least 2 pages", "small", {"pages_at_least": 2}),
+    ("small, 3 within 60 % + several (4) + at least 2 pages", "small",
+     {"words_relative": 0.6, "several_at_least": 4, "pages_at_least": 2}),
     ("small, 3 within 60 % + several (4) + at least 3 pages", "small",
      {"words_relative": 0.6, "several_at_least": 4, "pages_at_least": 3}),
     ("large: 6 within 50 %, several 2, neighbours", "large", {}),
@@ -46,7 +49,8 @@ RULES = [
 
 CANDIDATES = ("small (today: 3 within 80 %)", "small, 3 within 60 % + several (4)", "small, 3 best whatever their score",
               "small, 3 within 60 % + several (4) + at least 3 pages", "small + at least 3 pages",
-              "small, 3 within 50 % + several (4)")
+              "small, 3 within 50 % + several (4)", "small + at least 2 pages",
+              "small, 3 within 60 % + several (4) + at least 2 pages")
 """The embedded model's candidate rules (issue 42: the evidence read for >= 80 % of the public
 questions at <= 4 pages, and for >= 85 % of the filings), whose answers are measured apart."""
 
