@@ -67,7 +67,7 @@ def selection_flags(parser) -> None:
     parser.add_argument("--several-at-least", type=int, help="words spans a question asking for several things reads")
     parser.add_argument("--neighbours", type=int, choices=(0, 1), help="1: read the next page when the text runs on")
     parser.add_argument("--pages-at-least", type=int,
-                        help="fewer spans chosen: read the next ranked ones until this many are (0: none)")
+                        help="fewer pages (files) read: read the next ranked pages until this many are (0: none)")
 
 
 def apply_selection_flags(args) -> dict:

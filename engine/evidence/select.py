@@ -20,8 +20,9 @@ and up to its `words_at_most` (the embedded 135M model: 3 within 80 %; more page
 that answers cost it as much as a missed page; a ≥ 1B model with a 32k window: up to 6 within 50 %). A question
 that asks for several things ("compare", two years, "both") reads at least the budget's
 `several_at_least` words spans; with `neighbours`, a chosen page whose text runs on across the page
-break (`engine.evidence.page_break`) brings the next page. Everything within `budget_tokens`, and
-at most `max_spans` spans.
+break (`engine.evidence.page_break`) brings the next page; with `pages_at_least` N, a question
+whose rules read fewer than N pages reads the next pages of the ranking (as `halaman find` lists
+them) up to N. Everything within `budget_tokens`, and at most `max_spans` spans.
 """
 
 from __future__ import annotations
