@@ -66,6 +66,8 @@ def selection_flags(parser) -> None:
     parser.add_argument("--words-at-most", type=int, help="words spans read when nothing else chose any")
     parser.add_argument("--several-at-least", type=int, help="words spans a question asking for several things reads")
     parser.add_argument("--neighbours", type=int, choices=(0, 1), help="1: read the next page when the text runs on")
+    parser.add_argument("--pages-at-least", type=int,
+                        help="fewer pages (files) read: read the next ranked pages until this many are (0: none)")
 
 
 def apply_selection_flags(args) -> dict:
@@ -78,7 +80,8 @@ def apply_selection_flags(args) -> dict:
     budget = budgets.LARGE if args.reading == "large" else budgets.SMALL
     fields = {"words_relative": args.words_relative, "words_at_most": args.words_at_most,
               "several_at_least": args.several_at_least,
-              "neighbours": None if args.neighbours is None else bool(args.neighbours)}
+              "neighbours": None if args.neighbours is None else bool(args.neighbours),
+              "pages_at_least": args.pages_at_least}
     budget = dataclasses.replace(budget, **{k: v for k, v in fields.items() if v is not None})
     budgets.SMALL = budget
     return {"reading": args.reading, **{k: v for k, v in dataclasses.asdict(budget).items() if k != "label"}}

@@ -3,7 +3,8 @@ answer among what the question reads, among the first pages `halaman find` lists
 retriever's best windows?
 
     python bench/public_qa.py --fill-cache PATH/TO/pdfQA PATH/TO/qasper-personal PATH/TO/EMNLP-2021-Findings
-    python bench/public_qa.py [--name public_qa] [--reading large]
+    python bench/public_qa.py [--name public_qa] [--reading large] [--words-relative 0.6 --several-at-least 4 ...]
+    python bench/public_qa.py --rules candidates       # docs/bench/public_qa_rules.{json,csv}
 
 No model runs, only its tokenizer: each document is read as the app reads it (bench/evidence.py's
 `load`), its spans and index built as `halaman find` builds them (`engine.find.document_spans`'s
@@ -20,11 +21,17 @@ span on the page; a QASPER paragraph: a span that overlaps the paragraph).
 and pages read (distinct units among the chosen spans) and pages in the two windows.
 Results: docs/bench/public_qa.{json,csv} (per question) and public_qa_summary.{json,csv}
 (per set, per kind of evidence, single or multi-unit evidence, and overall).
+--words-relative, --words-at-most, --several-at-least, --neighbours and --pages-at-least change
+single fields of the reading budget chosen (engine.evidence.reading_budget.ReadingBudget).
+--rules candidates|all measures bench/evidence_rules.py's rules instead (each a budget the default
+model is given, spans built once): per rule and set the questions, read (share and count), find_8
+and pages read, to docs/bench/public_qa_rules.{json,csv} (--name sets the stem: <name>_rules).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -66,46 +73,56 @@ def score(wanted, chosen, ranked, windows, passages=()) -> dict:
     return marks
 
 
-def chooser(spans, settings, tokenizer, reading: str = "default"):
+def chooser(spans, settings, tokenizer, reading: str = "default", fields: dict | None = None):
     """One question's selection as `halaman find` makes it (engine.find's chooser, rebuilt from
     public names): the settings' recall budget within the model's positions, its span limit and,
     where the engine has reading budgets (engine.evidence.reading_budget), the model's. `reading`
     "large" takes the budget of a >= 1B model with 32k positions instead (SystemExit when the
-    engine has none). Returns (question, history) -> Selection."""
+    engine has none); `fields` (ReadingBudget field -> value) change that budget's fields.
+    Returns (question, history) -> Selection."""
     from engine.evidence.select import select
     from engine.recall_plan import recall_budget
 
     try:
         from engine.evidence import reading_budget as budgets
     except ImportError:
-        if reading == "large":
-            raise SystemExit("--reading large: this engine has no reading budgets (engine.evidence.reading_budget)") from None
+        if reading == "large" or fields:
+            raise SystemExit("--reading large and the budget's fields: this engine has no reading budgets "
+                             "(engine.evidence.reading_budget)") from None
         budgets = None
     positions = 32768 if reading == "large" else tokenizer.profile.max_positions
     budget = recall_budget(settings, positions, reread=False)
     extra = {}
     if budgets is not None:
         extra["reading"] = budgets.LARGE if reading == "large" else budgets.reading_budget(tokenizer.profile)
+        extra["reading"] = dataclasses.replace(extra["reading"], **(fields or {}))
     return lambda question, history: select(spans, question, budget_tokens=budget, max_spans=settings.recall.max_spans,
                                             history=history, **extra)
 
 
-def run(questions: list[data.Question], documents: dict, settings, reading: str = "default") -> list[dict]:
-    """Each question's marks (`score`) and what it read, document by document; `reading`
-    "default" selects as `halaman find` does with the settings' model, "large" with a large
-    model's reading budget (`chooser`)."""
+def spans_of(tokenizer, document):
+    """The document's spans as `halaman find` builds them (its encoding with the model's tokenizer)."""
     from engine.evidence.spans import DocumentSpans
     from engine.prompt import encode_document
+
+    encoding = encode_document(tokenizer, tokenizer.layout, document)
+    return DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
+                               len(encoding.ids), None), encoding
+
+
+def run(questions: list[data.Question], documents: dict, settings, reading: str = "default",
+        fields: dict | None = None) -> list[dict]:
+    """Each question's marks (`score`) and what it read, document by document; `reading`
+    "default" selects as `halaman find` does with the settings' model, "large" with a large
+    model's reading budget, `fields` changing that budget's fields (`chooser`)."""
     from engine.tokenizer_cache import text_tokenizer
 
     tokenizer = text_tokenizer(settings.model)
     rows = []
     for name in dict.fromkeys(q.document for q in questions):
         document = documents[name]
-        encoding = encode_document(tokenizer, tokenizer.layout, document)
-        spans = DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
-                                    len(encoding.ids), None)
-        choose = chooser(spans, settings, tokenizer, reading)
+        spans, encoding = spans_of(tokenizer, document)
+        choose = chooser(spans, settings, tokenizer, reading, fields)
         chunks, window_index = evidence.windows(document)
         for question in (q for q in questions if q.document == name):
             began = time.perf_counter()
@@ -135,6 +152,37 @@ def run(questions: list[data.Question], documents: dict, settings, reading: str 
                   f"{question.qid} {question.q[:60]!r} ev={r['evidence'][:30]} read={r['chosen'][:60]}", flush=True)
         spans.close()
         window_index.close()
+    return rows
+
+
+def run_rules(questions: list[data.Question], documents: dict, settings, rules) -> list[dict]:
+    """Per rule of `rules` ((label, "small"|"large", fields) as bench/evidence_rules.RULES) and per
+    set (and over the PDF sets): questions, read (share and count), find_8 (share) and pages read
+    (mean), each question selected as `halaman find` does with that budget (spans built once)."""
+    from engine.tokenizer_cache import text_tokenizer
+
+    tokenizer = text_tokenizer(settings.model)
+    marks: dict[tuple[str, str], list[dict]] = {}
+    for name in dict.fromkeys(q.document for q in questions):
+        spans, _ = spans_of(tokenizer, documents[name])
+        for label, base, fields in rules:
+            choose = chooser(spans, settings, tokenizer, "large" if base == "large" else "default", fields)
+            for question in (q for q in questions if q.document == name):
+                selection = choose(question.q, ())
+                chosen = [(s.segment, s.char_start, s.char_end) for s in selection.chosen]
+                ranked = [(spans.spans[c.span].segment, 0, 0) for c in selection.ranked]
+                cell = score(question.evidence, chosen, ranked, [], question.passages)
+                for group in (question.set, "all PDF sets") if name.endswith(".pdf") else (question.set,):
+                    marks.setdefault((label, group), []).append(cell)
+        spans.close()
+    rows = []
+    for (label, group), cells in sorted(marks.items(), key=lambda item: ([r[0] for r in rules].index(item[0][0]),
+                                                                        item[0][1] == "all PDF sets")):
+        n = len(cells)
+        rows.append({"rule": label, "set": group, "questions": n, "read": round(sum(c["read"] for c in cells) / n, 3),
+                     "read_count": sum(c["read"] for c in cells),
+                     "find_8": round(sum(c["find_8"] for c in cells) / n, 3),
+                     "pages_read": round(sum(c["pages_read"] for c in cells) / n, 2)})
     return rows
 
 
@@ -198,6 +246,14 @@ def main() -> None:
     parser.add_argument("--name", default="public_qa")
     parser.add_argument("--reading", choices=("default", "large"), default="default",
                         help="the default model's selection (as `halaman find`), or a large model's reading budget")
+    parser.add_argument("--words-relative", type=float, help="a further words span is read above this share of the best")
+    parser.add_argument("--words-at-most", type=int, help="words spans read when nothing else chose any")
+    parser.add_argument("--several-at-least", type=int, help="words spans a question asking for several things reads")
+    parser.add_argument("--neighbours", type=int, choices=(0, 1), help="1: read the next page when the text runs on")
+    parser.add_argument("--pages-at-least", type=int,
+                        help="fewer pages (files) read: read the next ranked pages until this many are (0: none)")
+    parser.add_argument("--rules", choices=("candidates", "all"),
+                        help="measure bench/evidence_rules.py's rules (the candidates or all) instead")
     args = parser.parse_args()
     if args.fill_cache:
         data.fill_cache(CACHE, *args.fill_cache)
@@ -211,10 +267,23 @@ def main() -> None:
     settings = EngineSettings()
     documents: dict = {}
     questions, unplaced = load_sets(documents)
-    rows = run(questions, documents, settings, args.reading)
+    fields = {k: v for k, v in (("words_relative", args.words_relative), ("words_at_most", args.words_at_most),
+                                ("several_at_least", args.several_at_least), ("pages_at_least", args.pages_at_least),
+                                ("neighbours", None if args.neighbours is None else bool(args.neighbours)))
+              if v is not None}
+    if args.rules:
+        import evidence_rules
+
+        table = run_rules(questions, documents, settings, evidence_rules.rules_named(args.rules))
+        meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+                "recall_tokens": settings.recall.recall_tokens, "max_spans": settings.recall.max_spans,
+                **engine_used(), **unplaced}
+        common.write_results(f"{args.name}_rules", table, list(table[0]), meta)
+        return
+    rows = run(questions, documents, settings, args.reading, fields)
     meta = {**common.machine_info(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
             "recall_tokens": settings.recall.recall_tokens, "max_spans": settings.recall.max_spans,
-            "reading": args.reading, **engine_used(), **unplaced}
+            "reading": args.reading, "reading_fields": fields, **engine_used(), **unplaced}
     columns = list(rows[0])
     common.write_results(args.name, rows, columns, meta)
     table = summary(rows)

@@ -226,3 +226,40 @@ def test_a_follow_up_whose_words_are_on_most_pages_reads_only_its_last_pages(tmp
         assert any(c.signal == "words" for c in afresh.reasons())
     finally:
         spans.close()
+
+
+def test_pages_at_least_reads_the_pages_find_lists_next_when_the_rules_chose_too_few(tmp_path):
+    """Issue 42: the embedded model's budget read one page when the others scored below 80 % of
+    the best, and the evidence was often on the page `find` lists next. `pages_at_least` 3 reads
+    the next ranked pages up to three, in the ranking's order, a duplicate page once; 0 (the
+    default) leaves the reading as it was."""
+    import dataclasses
+
+    from engine.evidence.reading_budget import SMALL
+    from engine.evidence.select import select
+    from engine.find import document_spans
+    from engine.tokenizer_cache import text_tokenizer
+    from pdf_fixtures import helvetica_book
+
+    question = "What is the lease term of the harbour office?"
+    best = ["The lease term of the harbour office is five years; the harbour office lease term starts in June."]
+    renewal = ["Renewal: the office may be extended by three years."]
+    filler = [[f"Schedule {k}: parking spaces, keys and the cleaning rota."] for k in range(5)]
+    pages = [filler[0], best, filler[1], renewal, filler[2], renewal, ["The harbour crane is painted red."], *filler[3:]]
+    document = load_document(helvetica_book(tmp_path / "lease.pdf", pages))
+    spans = document_spans(document, text_tokenizer("default"))
+    try:
+        def read(reading):
+            selection = select(spans, question, budget_tokens=6144, max_spans=12, reading=reading)
+            listed = [document.segments[spans.spans[c.span].segment].page for c in selection.ranked]
+            return [document.segments[s.segment].page for s in selection.chosen], listed
+
+        small, listed = read(SMALL)
+        assert small == [2], (small, listed)  # one page within 80 % of the best
+        assert listed[:3] in ([2, 4, 7], [2, 6, 7], [2, 7, 4], [2, 7, 6]), listed
+        more, _ = read(dataclasses.replace(SMALL, pages_at_least=3))
+        assert len(more) == 3 and 2 in more and 7 in more, more
+        assert len({4, 6} & set(more)) == 1, more  # the renewal page once, not its copy
+        assert read(dataclasses.replace(SMALL, pages_at_least=0))[0] == small
+    finally:
+        spans.close()

@@ -116,3 +116,31 @@ def test_a_rendered_pdf_is_read_by_the_engine_and_a_passage_found_on_its_page(tm
     assert pages == [len(texts) - 1] and "Resetting the remote" in texts[pages[0]]
     unit, start, end = data.locate_paragraph(texts, answer)
     assert unit == pages[0] and " ".join(texts[unit][start:end].split()) == answer
+
+
+def test_rules_read_the_evidence_page_find_lists_next_only_with_pages_at_least(tmp_path):
+    """`--rules`: each reading budget measured on the same spans. On a real PDF whose renewal clause
+    scores below 80 % of the best page, today's small budget reads one page and misses it; at
+    least 3 pages reads it (issue 42's candidate rule), per set and over the PDF sets."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        public_qa = load_bench("public_qa")
+        from pdf_fixtures import helvetica_book
+
+        from engine.documents import load_document
+        from engine.settings import EngineSettings
+
+        best = ["The lease term of the harbour office is five years; the harbour office lease term starts in June."]
+        renewal = ["Renewal: the office may be extended by three years."]
+        filler = [[f"Schedule {k}: parking spaces, keys and the cleaning rota."] for k in range(5)]
+        pages = [filler[0], best, filler[1], renewal, filler[2], ["The harbour crane is painted red."], *filler[3:]]
+        document = load_document(helvetica_book(tmp_path / "lease.pdf", pages))
+        question = public_qa.data.Question("made-up", "lease.pdf", "What is the lease term of the harbour office?",
+                                           "text", "lease#1", evidence=[(3, 0, len(document.segments[3].text))])
+        rules = [("today", "small", {}), ("three pages", "small", {"pages_at_least": 3})]
+        rows = public_qa.run_rules([question], {"lease.pdf": document}, EngineSettings(), rules)
+    finally:
+        sys.path.remove(str(BENCH))
+    marks = {(r["rule"], r["set"]): (r["read_count"], r["pages_read"], r["find_8"]) for r in rows}
+    assert marks == {("today", "made-up"): (0, 1.0, 1.0), ("today", "all PDF sets"): (0, 1.0, 1.0),
+                     ("three pages", "made-up"): (1, 3.0, 1.0), ("three pages", "all PDF sets"): (1, 3.0, 1.0)}, rows

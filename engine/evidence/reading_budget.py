@@ -43,7 +43,11 @@ class ReadingBudget:
       ("chapter 8"); several_at_least: words spans a question asking for several things ("compare",
       two years, a list) reads even below `words_relative` (within `words_at_most`); neighbours:
       a chosen page's next page is read too when the text runs on across the page break (a table or
-      sentence cut by it), within the budget."""
+      sentence cut by it), within the budget; pages_at_least: when the rules above read fewer
+      pages (or files) than this, the next pages of the ranking (any signal, in its order: the
+      pages `halaman find` lists next) are read, each by its best span, until this many are, within
+      the budget and the span limit (0: none; measured on the public sets and the filings:
+      docs/BENCHMARKS.md §7e)."""
 
     words_at_most: int = 3
     words_relative: float = 0.8
@@ -51,6 +55,7 @@ class ReadingBudget:
     beside_reference: int = 1
     several_at_least: int = 1
     neighbours: bool = False
+    pages_at_least: int = 0
     label: str = "small model"
 
 

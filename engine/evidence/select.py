@@ -20,8 +20,9 @@ and up to its `words_at_most` (the embedded 135M model: 3 within 80 %; more page
 that answers cost it as much as a missed page; a ≥ 1B model with a 32k window: up to 6 within 50 %). A question
 that asks for several things ("compare", two years, "both") reads at least the budget's
 `several_at_least` words spans; with `neighbours`, a chosen page whose text runs on across the page
-break (`engine.evidence.page_break`) brings the next page. Everything within `budget_tokens`, and
-at most `max_spans` spans.
+break (`engine.evidence.page_break`) brings the next page; with `pages_at_least` N, a question
+whose rules read fewer than N pages reads the next pages of the ranking (as `halaman find` lists
+them) up to N. Everything within `budget_tokens`, and at most `max_spans` spans.
 """
 
 from __future__ import annotations
@@ -208,18 +209,18 @@ def _with_continuation(pages: list[int], limit: int) -> list[int]:
 def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, max_spans: int,
             reading: ReadingBudget) -> list[tuple[int, Span]]:
     """(span index, span) of the candidates read, in document order (`reading.several_at_least`
-    words spans are read whatever their score: `select` sets it for a question asking for several)."""
-    room = budget_tokens - spans.head_tokens - (spans.n_tokens - spans.text_end)
+    words spans are read whatever their score: `select` sets it for a question asking for several;
+    fewer than `reading.pages_at_least` pages (or files) read: the best span of each next page
+    ranked is read until that many are)."""
+    room = [budget_tokens - spans.head_tokens - (spans.n_tokens - spans.text_end)]
     chosen: list[tuple[int, Span]] = []
     words_taken, best_words, others, referenced = 0, None, False, False
-    prints = spans.fingerprints
+    taken: set[int] = set()  # the candidates the rules took (one cut to the room may be absent from chosen)
     for candidate in ranked:
-        if len(chosen) >= max_spans or room <= 0:
+        if len(chosen) >= max_spans or room[0] <= 0:
             break
-        if any(i == candidate.span for i, _ in chosen):
-            continue  # already read as a chosen page's continuation
-        if prints and any(prints[candidate.span] == prints[i] for i, _ in chosen):
-            continue  # the same text again (a binder's duplicate page, a copied file): read once
+        if _already_read(spans, chosen, candidate.span):
+            continue
         if candidate.signal == "words":
             best_words = candidate.score if best_words is None else best_words
             if words_taken >= reading.several_at_least and candidate.score < reading.words_relative * best_words:
@@ -231,19 +232,46 @@ def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, m
         else:
             others = others or candidate.signal != "map"
             referenced = referenced or candidate.signal == "structure"
-        for index in _with_run_on(spans, candidate.span, reading.neighbours):
-            if len(chosen) >= max_spans or any(i == index for i, _ in chosen):
-                continue
-            span = spans.spans[index]
-            if span.tokens > room:
-                if chosen:
-                    continue  # a smaller later candidate may still fit
-                span = cut_to(spans, span, room)
-                if span is None:
-                    break
-            chosen.append((index, span))
-            room -= span.tokens
+        taken.add(candidate.span)
+        _take(spans, candidate.span, reading.neighbours, chosen, room, max_spans)
+    # Too few pages read: the pages `find` lists next, in its order, each by its best span (the
+    # 135M model's 1-2 pages missed evidence the ranking holds just below the rules' bar).
+    units = {span.segment for _, span in chosen}
+    for candidate in ranked:
+        if len(units) >= reading.pages_at_least or len(chosen) >= max_spans or room[0] <= 0:
+            break
+        if (spans.spans[candidate.span].segment in units or candidate.span in taken
+                or _already_read(spans, chosen, candidate.span)):
+            continue
+        _take(spans, candidate.span, reading.neighbours, chosen, room, max_spans)
+        units = {span.segment for _, span in chosen}
     return sorted(chosen, key=lambda pair: pair[1].token_start)
+
+
+def _already_read(spans: DocumentSpans, chosen: list[tuple[int, Span]], index: int) -> bool:
+    """Whether span `index` is read already, as a chosen page's continuation or as the same text
+    (a binder's duplicate page, a copied file: read once)."""
+    prints = spans.fingerprints
+    return any(i == index or (prints and prints[index] == prints[i]) for i, _ in chosen)
+
+
+def _take(spans: DocumentSpans, index: int, neighbours: bool, chosen: list[tuple[int, Span]], room: list[int],
+          max_spans: int) -> None:
+    """Add span `index` (and its run-on page with `neighbours`) to `chosen` within `room[0]` tokens
+    (lowered by what is added) and `max_spans`; the first span read is cut to the room when it is
+    too long (nothing is added when not one token of its text fits)."""
+    for i in _with_run_on(spans, index, neighbours):
+        if len(chosen) >= max_spans or any(j == i for j, _ in chosen):
+            continue
+        span = spans.spans[i]
+        if span.tokens > room[0]:
+            if chosen:
+                continue  # a smaller later candidate may still fit
+            span = cut_to(spans, span, room[0])
+            if span is None:
+                return
+        chosen.append((i, span))
+        room[0] -= span.tokens
 
 
 def _with_run_on(spans: DocumentSpans, index: int, neighbours: bool) -> list[int]:
