@@ -44,7 +44,8 @@ def converted_models(work: Path) -> Path:
     return home / "cache"
 
 
-def one_run(models: Path, document: Path, question: str, read: str, threads: int, model: str = "default") -> dict:
+def one_run(models: Path, document: Path, question: str, read: str, threads: int, model: str = "default",
+            max_new_tokens: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="halaman-first-") as folder:
         home = Path(folder)
         shutil.copytree(models, home / "cache", ignore=shutil.ignore_patterns("prefix*", "archives"))
@@ -52,7 +53,8 @@ def one_run(models: Path, document: Path, question: str, read: str, threads: int
         load_before = os.getloadavg()[0]
         began = time.perf_counter()
         process = subprocess.Popen([str(HALAMAN), "ask", str(document), question, "--read", read,
-                                    "--threads", str(threads), "--no-history", "--model", model],
+                                    "--threads", str(threads), "--no-history", "--model", model]
+                                   + (["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else []),
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         first = os.read(process.stdout.fileno(), 1)  # not the buffered reader: communicate() reads the rest
         first_s = time.perf_counter() - began
@@ -85,13 +87,14 @@ def main() -> None:
     args = parser.parse_args()
     models = converted_models(common.WORK)
     document = common.corpus_dir() / args.document
-    model = "default"
+    model, max_new_tokens = "default", None
     if args.model == "shape":
         import speed  # bench/speed.py: the shape's folder, written once
-        model = str(speed.shape_folder())
+        # Its random weights decode noise to the answer's limit: the first word is what is timed.
+        model, max_new_tokens = str(speed.shape_folder()), 16
     rows = []
     for run in range(args.runs):
-        row = {"run": run + 1, **one_run(models, document, args.question, args.read, args.threads, model)}
+        row = {"run": run + 1, **one_run(models, document, args.question, args.read, args.threads, model, max_new_tokens)}
         print(row, flush=True)
         rows.append(row)
     meta = {**common.machine_info(), "document": args.document, "question": args.question, "threads": args.threads,
