@@ -74,27 +74,3 @@ def attend(query, workspace):
     keys, values = workspace.attention_parts()
     tail = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(3))
     return chunk_attention(query, (keys, tail), (values, tail), scaling=0.125, masks=(None, None))
-
-
-def per_head_loop(a, codes, ones):
-    """The per-KV-head loop the workspaces ran before their one batched call (the reference)."""
-    return torch.stack([torch.ops.aten._weight_int8pack_mm(a[h], codes[h], ones[: codes.shape[1]]) for h in range(a.shape[0])])
-
-
-@pytest.mark.parametrize(("kv_heads", "rows", "n"), [(3, 3, 1040), (2, 6, 4096), (3, 1, 48), (2, 18, 160)])
-def test_one_int8_call_for_all_kv_heads_gives_each_heads_products_bit_for_bit(kv_heads, rows, n):
-    """`weighted_values` (p·v) and `Int8Workspace.logits` (q·kᵀ) read every KV head in one call of the
-    int8 kernel: equal, bit for bit, to a call per head (SmolLM2: 3 KV heads x 3 query heads; the
-    1.5B shape: 2 x 6; a few draft tokens: 18 rows)."""
-    torch.manual_seed(kv_heads * rows)
-    keys, values = torch.randn(kv_heads, n, 64) * 3, torch.randn(kv_heads, n, 64)
-    probs = torch.randn(kv_heads, rows, n).softmax(-1)
-    query = torch.randn(kv_heads, rows, 64)
-    for kind in (Bf16Int8Workspace, Int8Workspace):
-        workspace = kind(keys, values)
-        weights = torch.nn.functional.pad((probs * workspace._value_scale[:, None]).to(torch.bfloat16), (0, -n % 16))
-        expected = per_head_loop(weights, workspace._values_t, workspace._ones)
-        assert torch.equal(workspace.weighted_values(probs), expected)
-    ones = torch.ones(n, dtype=torch.bfloat16)
-    products = per_head_loop(query.to(torch.bfloat16), workspace._key_codes, ones)
-    assert torch.equal(workspace.logits(query), products.float() * workspace._key_scale[:, None])

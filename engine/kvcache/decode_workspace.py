@@ -38,22 +38,6 @@ def _pad_tokens(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, extra)) if extra else x.contiguous()
 
 
-def _per_head_int8_mm(a: torch.Tensor, codes: torch.Tensor, ones: torch.Tensor) -> torch.Tensor:
-    """`a[h] · codes[h]ᵀ` for every head h: `[heads, rows, n]` for `a` `[heads, rows, k]` bfloat16 and
-    `codes` `[heads, n, k]` int8 (contiguous both), `ones` `[heads · n]` bfloat16 unit scales; a view.
-
-    `aten._weight_int8pack_mm` has no batched form, and a Python loop over the KV heads cost three
-    operators per head per layer and step. So all heads' rows go through one call against all
-    heads' codes, `[heads · rows, heads · n]`, and each head's own block is read off the diagonal:
-    the cross-head products are wasted (heads - 1 times the arithmetic of a few rows, noise at a
-    decode step's `rows`) but each kept element is the same dot product, bit for bit, as a call per
-    head (checked in tests/test_decode_workspace.py against the per-head loop)."""
-    heads, rows, k = a.shape
-    n = codes.shape[1]
-    products = torch.ops.aten._weight_int8pack_mm(a.reshape(heads * rows, k), codes.reshape(heads * n, k), ones)
-    return products.view(heads, rows, heads, n).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
-
-
 class DenseWorkspace:
     """Rotated keys and values `[kv_heads, n, head_dim]` in one dtype, in buffers with room for the
     flushes until the next eviction (no re-allocation per flush). Keys are held transposed
@@ -132,8 +116,8 @@ class Bf16Int8Workspace:
         self._hold_keys(keys)
         codes, self._value_scale = int8_rows(values.float())
         self._values_t = _pad_tokens(codes.transpose(1, 2))
-        # Unit per-output scales for the kernel, every KV head's (the real ones weight the probabilities instead).
-        self._ones = torch.ones(values.shape[0] * values.shape[2], dtype=torch.bfloat16, device=values.device)
+        # Unit per-output scales for the kernel (the real ones weight the probabilities instead).
+        self._ones = torch.ones(values.shape[2], dtype=torch.bfloat16, device=values.device)
 
     @property
     def n(self) -> int:
@@ -174,9 +158,10 @@ class Bf16Int8Workspace:
         return torch.bmm(q.to(torch.bfloat16), self._keys_t)
 
     def weighted_values(self, probs: torch.Tensor) -> torch.Tensor:
-        """p·v `[kv_heads, rows, head_dim]` (bfloat16, a view) for probabilities `probs` `[kv_heads, rows, n]`."""
+        """p·v `[kv_heads, rows, head_dim]` (bfloat16) for probabilities `probs` `[kv_heads, rows, n]`."""
         weights = _pad_tokens((probs * self._value_scale[:, None]).to(torch.bfloat16))
-        return _per_head_int8_mm(weights, self._values_t, self._ones)
+        return torch.stack([torch.ops.aten._weight_int8pack_mm(weights[h], self._values_t[h], self._ones)
+                            for h in range(weights.shape[0])])
 
     def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(keys, values) `[kv_heads, n, head_dim]` float32, decoded (for a chunk too long for a step)."""
@@ -214,8 +199,11 @@ class Int8Workspace(Bf16Int8Workspace):
     def logits(self, q: torch.Tensor) -> torch.Tensor:
         """q·kᵀ `[kv_heads, rows, n]` float32 for queries `q` `[kv_heads, rows, head_dim]` (the kernel
         sums in float32 and rounds to bfloat16; the key scales multiply afterwards, in float32)."""
-        ones = self._key_scale.new_ones(self._key_scale.numel(), dtype=torch.bfloat16)
-        return _per_head_int8_mm(q.to(torch.bfloat16), self._key_codes, ones).float() * self._key_scale[:, None]
+        qb = q.to(torch.bfloat16)
+        ones = self._key_scale.new_ones(self.n, dtype=torch.bfloat16)
+        products = torch.stack([torch.ops.aten._weight_int8pack_mm(qb[h], self._key_codes[h], ones)
+                                for h in range(qb.shape[0])])
+        return products.float() * self._key_scale[:, None]
 
     def _hold_keys(self, keys: torch.Tensor) -> None:
         self._key_codes, self._key_scale = int8_rows(keys.float())
