@@ -116,3 +116,26 @@ def check_norms(decoder, rms_norm, hidden):
         for norm in (layer.input_layernorm, layer.post_attention_layernorm):
             for x in inputs:
                 assert torch.equal(rms_norm(norm, x), norm(x))
+
+
+def test_fast_steps_after_a_speculative_chunk_give_the_general_paths_logits(int4, document_ids):
+    """Drafts attended pending and partly committed (`generate.speculative_step`), then single
+    steps: the fast path takes over the rotated residual the chunk left, bit for bit."""
+    decoder = int4.decoder
+    cache = decoder.new_cache(POLICY, "original")
+    decoder.prefill(document_ids, cache)
+    runs = {}
+    for fast in (False, True):
+        decoder.fast_steps = fast
+        try:
+            fork, logits = cache.fork(), []
+            for token in (42, 43):
+                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+            logits.append(decoder.forward(torch.tensor([7, 8, 9]), fork, all_logits=True, pending=True, reuse_workspace=True))
+            fork.commit(2, SLACK)
+            for token in (9, 10, 11, 12):
+                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+            runs[fast] = torch.cat(logits)
+        finally:
+            decoder.fast_steps = True
+    assert torch.equal(runs[True], runs[False])
