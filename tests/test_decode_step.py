@@ -139,3 +139,26 @@ def test_fast_steps_after_a_speculative_chunk_give_the_general_paths_logits(int4
         finally:
             decoder.fast_steps = True
     assert torch.equal(runs[True], runs[False])
+
+
+def test_fast_steps_on_the_1_5b_models_layout_with_biases():
+    """A small random Qwen2 with the 1.5B shape's heads (12 query heads over 2 KV heads of 128, q/k/v
+    biases) in int4: the fast path handles its group of 6 and the fused projection's bias, bit for bit."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from engine.models.decoder import CompressedDecoder
+    from engine.models.int4_cpu import quantize_for_cpu
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=1024, hidden_size=1536, intermediate_size=1024, num_hidden_layers=2,
+                         num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:  # transformers initialises biases to zero: make them count
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    quantize_for_cpu(model)
+    decoder = CompressedDecoder(model, attention_dtype=torch.bfloat16)
+    assert decoder.fast_steps and decoder.fused[0][0].bias is not None and decoder.shape.group == 6
+    fork = compare(decoder, torch.randint(0, 1024, (640,)), "original")
+    assert type(fork.layers[0]._workspace.held).__name__ == "Bf16Int8Workspace"
