@@ -138,7 +138,8 @@ class CompressedDecoder:
         token (the LM head is the costliest matmul of a prefill chunk; it runs once). After each
         layer the cache evicts down to its budget when it holds more than budget + `slack_tokens`.
         Raises Cancelled (between layers) when `cancel` is set; the cache is then inconsistent
-        and must be dropped. `reuse_workspace`: see `StepOptions` (for token-by-token decoding).
+        and must be dropped. `reuse_workspace`: see `StepOptions` (for token-by-token decoding); one
+        such token without taps, not pending, takes `engine.models.decode_step` where `fast_steps`.
         `taps`: what reads every layer's keys, values and queries of the chunk before it attends
         (`ChunkTaps`: the archive writer, the recaller).
         `pending`: attend the chunk but append nothing yet; `cache.commit(count, slack_tokens)` then
