@@ -34,8 +34,10 @@ class DecodeStep:
     `new_index` `[kv_heads, 1]` int32), its RoPE position `base` (`start`, or the held tokens' count
     with compact positions: `kind`), `cos` and signed `sin` `[positions, head_dim]` float32 views of
     the model's table (`RotaryTable.joint`), `half_swap` `[head_dim]`: the permutation `torch.roll`
-    by head_dim / 2 applies, and the attention's `scaling` as a 0-dimensional float32 tensor (a
-    Python number costs a conversion per use)."""
+    by head_dim / 2 applies, the attention's `scaling` as a 0-dimensional float32 tensor (a
+    Python number costs a conversion per use), and `query_bf16` `[kv_heads, group, head_dim]`: room
+    for a layer's scaled query as the workspace's bfloat16 kernel takes it (one `copy_`, where
+    `Tensor.to` is four operators)."""
 
     kind: PositionKind
     start: int
@@ -45,18 +47,21 @@ class DecodeStep:
     sin: torch.Tensor
     half_swap: torch.Tensor
     scaling: torch.Tensor
+    query_bf16: torch.Tensor
     _runs: dict = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rope: RotaryTable, *, compact: bool, start: int, held: int, kv_heads: int,
+    def of(cls, rope: RotaryTable, *, compact: bool, start: int, held: int, kv_heads: int, group: int,
            scaling: torch.Tensor) -> DecodeStep:
-        """The step of a token at stream position `start` over `held` tokens per layer and KV head."""
+        """The step of a token at stream position `start` over `held` tokens per layer and KV head
+        (`group` query heads each)."""
         base = held if compact else start
         d = rope.head_dim
         table = rope.joint(rows=slice(0, base + 1))  # grows the table if it must
         new_index = torch.full((kv_heads, 1), start, dtype=torch.int32, device=table.device)
+        query_bf16 = torch.empty((kv_heads, group, d), dtype=torch.bfloat16, device=table.device)
         return cls(PositionKind.SLOTS if compact else PositionKind.INDEX, start, base, new_index, table[:, :d],
-                   table[:, d:], _half_swap(d, table.device), scaling)
+                   table[:, d:], _half_swap(d, table.device), scaling, query_bf16)
 
     def run(self, fresh: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin `[fresh, head_dim]` of the last `fresh` positions up to the new token's."""
@@ -67,7 +72,7 @@ class DecodeStep:
 
     def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """`attention.rotate(x, joint)` of float32 `x` `[..., head_dim]`, bit for bit (the same two
-        products and sum; the roll as one gather), written into `out` if given."""
+        products and sum; the roll as one gather), written into `out` if given (`x` itself may be it)."""
         return torch.add(x * cos, x[..., self.half_swap].mul_(sin), out=out)
 
 
@@ -101,15 +106,22 @@ def attend_step(layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
         return None
     first, held = tail.first, tail.held
     # The residual tokens not yet rotated (as stored) and the new one (as computed): RotatedTail.rotated.
+    # Written in place and rotated there (a cat of two dtypes is 12 operators inside torch).
     cos, sin = step.run(resid - held + 1)
     fresh = slice(first + held, first + resid + 1)
-    step.rotate(torch.cat((layer.resid_k[:, held:], key), dim=1), cos, sin, out=tail.keys[:, fresh])
-    torch.cat((layer.resid_v[:, held:], value), dim=1, out=tail.values[:, fresh])
+    keys, values = tail.keys[:, fresh], tail.values[:, fresh]
+    if resid > held:
+        keys[:, :-1].copy_(layer.resid_k[:, held:])
+        values[:, :-1].copy_(layer.resid_v[:, held:])
+    keys[:, -1:].copy_(key)
+    values[:, -1:].copy_(value)
+    step.rotate(keys, cos, sin, out=keys)
     tail.held = resid
     window = slice(first, first + resid + 1)
     cos, sin = step.run(1)
     q = step.rotate(query.view(heads, group, 1, -1), cos, sin)
-    out, scores = _attention(q.view(heads, group, -1) * step.scaling, ws.held.attention_parts(), tail.keys[:, window],
+    q = q.view(heads, group, -1) * step.scaling
+    out, scores = _attention(q, step.query_bf16.copy_(q), ws.held.attention_parts(), tail.keys[:, window],
                              tail.values[:, window])
     # LayerKV._append of one token past the sinks.
     scores[:, : layer.n_tokens].add_(layer.score)
@@ -120,15 +132,17 @@ def attend_step(layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     return out
 
 
-def _attention(q: torch.Tensor, held: tuple, tail_k: torch.Tensor, tail_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _attention(q: torch.Tensor, q_bf16: torch.Tensor, held: tuple, tail_k: torch.Tensor,
+               tail_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`attention._step_attention` of one token without masks, bit for bit, its matrix products as
     plain `bmm`s (what `matmul` ran, without its reshapes): scaled rotated queries `q` `[kv_heads,
-    group, head_dim]` over the held part (`held`: the workspace's `attention_parts`) and the rotated
+    group, head_dim]` (and rounded to bfloat16, `q_bf16`, as the packed workspaces' `logits` round
+    them) over the held part (`held`: the workspace's `attention_parts`) and the rotated
     residual + token `tail_k` / `tail_v` `[kv_heads, t, head_dim]`. Returns the output `[kv_heads,
     group, head_dim]` and the scores `[kv_heads, n + t]` float32."""
     keys, values = held
     if isinstance(keys, Bf16Int8Workspace):
-        held_logits = keys.logits(q)
+        held_logits = keys.logits(q_bf16)
     else:
         held_logits = torch.bmm(q.to(keys.dtype), keys.transpose(1, 2))
     n = held_logits.shape[-1]

@@ -61,7 +61,7 @@ def decode_step(decoder, ids: torch.Tensor, cache: CompressedCache, slack_tokens
     shape = decoder.shape
     buffers = _buffers(decoder)
     step = DecodeStep.of(decoder.rope, compact=compact, start=start, held=cache.n_tokens, kv_heads=shape.kv_heads,
-                         scaling=buffers.scaling)
+                         group=shape.group, scaling=buffers.scaling)
     options = StepOptions(compact_positions=compact, reuse_workspace=True, attention_dtype=decoder.attention_dtype,
                           int8_steps=decoder.int8_steps)
     heads = shape.query_heads
