@@ -4,6 +4,8 @@
     python bench/decode_profile.py --model default --threads 2        # the embedded SmolLM2-135M
     python bench/decode_profile.py --model shape --parts ab --rounds 7
     python bench/decode_profile.py --model default --parts head --rounds 9
+    python bench/decode_profile.py --model default --threads 1 --context 1024 --parts sites
+    python bench/decode_profile.py --model default --threads 1 --context 1024 --parts steps --rounds 9
 
 profile: the model loaded as the app loads it on this CPU (`load_model(weights="int4")`), `--context`
 tokens of P05 read in 512-token chunks, then `--steps` decode steps under torch.profiler, each part
@@ -17,7 +19,13 @@ second, against a 512 MiB copy measured in the same run (`common.copy_bandwidth_
 
 ab: the same decode steps with the int4 layers on torch's int4 kernel (today) against their
 bfloat16 copy at one row too (`Int4Linear.dense`, kept on a CPU with AVX-512 BF16), interleaved
-round by round (ABAB), median of `--rounds`; the logits of both are compared.
+round by round (ABAB), median of `--rounds`; the logits of both are compared. Both run the general
+decode loop (`CompressedDecoder.fast_steps = False`), whose projections all call `forward`.
+
+sites: operators per decode step by the engine function that called them (`sites`).
+
+steps: decode steps through `engine.models.decode_step` (the default) against the general layer
+loop it replaced (`CompressedDecoder.fast_steps = False`), interleaved the same way; logits compared.
 
 head: the LM head on its two 4-bit planes (today where the CPU has AVX-512 BF16) against an int8
 step copy run by `aten._weight_int8pack_mm` (today's path without it; the copy here is read back
@@ -93,29 +101,33 @@ def labelled(spent: dict | None = None):
     import torch
 
     from engine.kvcache.cache import LayerKV
+    from engine.models import decode_step
     from engine.models.int4_cpu import Int4Linear, Int8Linear
 
     saved = {(cls, name): getattr(cls, name) for cls, name in
-             ((Int4Linear, "forward"), (Int8Linear, "forward"), (LayerKV, "attend"), (LayerKV, "compress"))}
+             ((Int4Linear, "forward"), (Int4Linear, "step_output"), (Int8Linear, "forward"), (LayerKV, "attend"),
+              (LayerKV, "compress"), (decode_step, "attend_step"))}
 
     def wrap(cls, name, label):
         inner = saved[cls, name]
 
-        def labelled_call(self, *a, **k):
+        def labelled_call(*a, **k):
             if spent is None:
                 with torch.profiler.record_function(label):
-                    return inner(self, *a, **k)
+                    return inner(*a, **k)
             t0 = time.perf_counter()
             try:
-                return inner(self, *a, **k)
+                return inner(*a, **k)
             finally:
                 spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
         setattr(cls, name, labelled_call)
 
     wrap(Int4Linear, "forward", "int4 projections")
+    wrap(Int4Linear, "step_output", "int4 projections")  # the fast decode step's (engine.models.decode_step)
     wrap(Int8Linear, "forward", "LM head")
     wrap(LayerKV, "attend", "attention + cache")
     wrap(LayerKV, "compress", "attention + cache")
+    wrap(decode_step, "attend_step", "attention + cache")
     try:
         yield
     finally:
@@ -174,6 +186,70 @@ def profile(lm, cache, steps: int) -> dict:
     return out
 
 
+def sites(lm, cache, steps: int) -> dict:
+    """aten operators per decode step by call site: every torch call from Python is wrapped (a
+    `TorchFunctionMode`) in a `record_function` named after the innermost function under engine/
+    on the stack, and each operator torch.profiler records counts for the label it ran under (an
+    operator another one called counts for its caller's site); `ops_per_step` is their total."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    engine_dir = str(common.REPO / "engine") + os.sep
+
+    class Sites(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            frame = sys._getframe(1)
+            while frame is not None and not frame.f_code.co_filename.startswith(engine_dir):
+                frame = frame.f_back
+            label = "outside engine/" if frame is None else \
+                f"site {frame.f_code.co_filename[len(engine_dir):]}: {frame.f_code.co_name}"
+            with torch.profiler.record_function(label):
+                return func(*args, **(kwargs or {}))
+
+    decode(lm, cache, 2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof, Sites():
+        decode(lm, cache, steps)
+    counts: dict = {}
+    for e in prof.events():
+        if not e.name.startswith("aten::"):
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith("site ") and parent.name != "outside engine/":
+            parent = parent.cpu_parent
+        name = "outside engine/" if parent is None else parent.name.removeprefix("site ")
+        counts[name] = counts.get(name, 0) + 1
+    by_site = {name: round(n / steps, 1) for name, n in sorted(counts.items(), key=lambda kv: -kv[1])}
+    for name, n in by_site.items():
+        print(f"{n:8.1f}  {name}", flush=True)
+    return {"ops_per_step": sum(counts.values()) / steps, "ops_by_site": by_site}
+
+
+def steps_ab(lm, cache, steps: int, rounds: int) -> dict:
+    """Decode steps through `engine.models.decode_step` (today) against the general layer loop
+    (`decoder.fast_steps = False`, the path before it), interleaved round by round (ABAB), median of
+    `rounds` medians; their logits must be equal."""
+    decoder = lm.decoder
+    if not decoder.fast_steps:
+        return {"steps_ab": "no fast decode steps for this model"}
+    times, logits = {"fast": [], "general": []}, {}
+    decode(lm, cache, 2)
+    for r in range(rounds):
+        for variant in ("fast", "general") if r % 2 == 0 else ("general", "fast"):
+            decoder.fast_steps = variant == "fast"
+            try:
+                seconds, logits[variant] = decode(lm, cache, steps)
+            finally:
+                decoder.fast_steps = True
+            times[variant].append(1000 * common.median(seconds))
+        print(f"round {r}: fast {times['fast'][-1]:.1f} ms, general {times['general'][-1]:.1f} ms, "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+    import torch
+
+    return {"fast_step_ms": common.median(times["fast"]), "general_step_ms": common.median(times["general"]),
+            "fast_step_speedup": common.median(times["general"]) / common.median(times["fast"]),
+            "fast_equal_logits": all(torch.equal(a, b) for a, b in zip(logits["fast"], logits["general"], strict=True))}
+
+
 def dense_forward(self, x):
     """`Int4Linear.forward` with the bfloat16 copy at every row count (the ab part's variant B)."""
     import torch
@@ -196,10 +272,12 @@ def ab(lm, cache, steps: int, rounds: int) -> dict:
     for r in range(rounds):
         for variant in ("kernel", "dense") if r % 2 == 0 else ("dense", "kernel"):
             Int4Linear.forward = kernel if variant == "kernel" else dense_forward
+            lm.decoder.fast_steps = False  # the general loop, whose projections all go through `forward`
             try:
                 seconds, logits[variant] = decode(lm, cache, steps)
             finally:
                 Int4Linear.forward = kernel
+                lm.decoder.fast_steps = True
             times[variant].append(1000 * common.median(seconds))
         print(f"round {r}: kernel {times['kernel'][-1]:.1f} ms, dense {times['dense'][-1]:.1f} ms, load {os.getloadavg()[0]:.2f}", flush=True)
     diff = max(float((a - b).abs().max()) for a, b in zip(logits["kernel"], logits["dense"], strict=True))
@@ -256,7 +334,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--parts", nargs="+", default=["profile", "ab"], choices=["profile", "ab", "head"])
+    parser.add_argument("--out", help="results' name under docs/bench (default: decode_profile_<model>)")
+    parser.add_argument("--parts", nargs="+", default=["profile", "ab"], choices=["profile", "ab", "head", "sites", "steps"])
     args = parser.parse_args()
     common.setup(args.threads)
     meta = common.machine_info()
@@ -270,6 +349,12 @@ def main() -> None:
         row.update(profile(lm, cache, args.steps))
         row["int4_gb_s"] = row["int4_mb"] / row["int4 projections ms"]
         print(row, flush=True)
+    if "sites" in args.parts:
+        row.update(sites(lm, cache, args.steps))
+        print(f"ops per step: {row['ops_per_step']:.0f}", flush=True)
+    if "steps" in args.parts:
+        row.update(steps_ab(lm, cache, args.steps, args.rounds))
+        print(row, flush=True)
     if "ab" in args.parts:
         row.update(ab(lm, cache, args.steps, args.rounds))
         print(row, flush=True)
@@ -278,7 +363,7 @@ def main() -> None:
         print(row, flush=True)
     meta.update(weights=lm.weights_label, load_avg_at_end=[round(x, 2) for x in os.getloadavg()])
     rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
-    common.write_results(f"decode_profile_{args.model}", [rounded], list(rounded), meta)
+    common.write_results(args.out or f"decode_profile_{args.model}", [rounded], list(rounded), meta)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Run a transformers Llama / Qwen2 / Qwen3 model over the compressed KV cache.
 
-This is the only place that knows transformers' module layout. It uses the model's own modules
+This (with `engine.models.decode_step`, its decode step) is the only place that knows transformers'
+module layout. It uses the model's own modules
 (embedding, RMSNorms, q/k/v/o projections — 4-bit bitsandbytes layers, `engine.models.int4_cpu` layers or plain Linear — Qwen3's
 q/k norms, MLPs, rotary embedding, LM head) but not its forward methods: those apply RoPE before
 the cache sees the keys and change signature between releases, while Halaman caches keys before
@@ -23,7 +24,9 @@ from engine.kvcache.archive import ArchiveWriter
 from engine.kvcache.attention import RotaryTable, Scratch
 from engine.kvcache.cache import CacheShape, CompressedCache, StepOptions
 from engine.kvcache.recall import Recaller
+from engine.models.decode_step import decode_step
 from engine.models.int4_cpu import Int4Linear, can_fuse, fuse
+from engine.models.norm import rms_norm
 from engine.settings import CachePolicy
 from engine.threads import ThreadGovernor
 
@@ -46,16 +49,6 @@ class ChunkTaps:
 
     archive: ArchiveWriter | None = None
     recaller: Recaller | None = None
-
-
-def rms_norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """`module(x)` for a Llama / Qwen RMSNorm, bit for bit, without its dtype round trips where the
-    activations and weight are float32: a decode step runs 61 of them. (`F.rms_norm`, one op, was
-    0.5 ms per decode step slower here than these five.)"""
-    eps = getattr(module, "variance_epsilon", None)
-    if eps is None or x.dtype != torch.float32 or module.weight.dtype != torch.float32:
-        return module(x)
-    return module.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
 def _fused_projections(layer: torch.nn.Module) -> tuple[Int4Linear, Int4Linear] | None:
@@ -110,6 +103,12 @@ class CompressedDecoder:
         self.scratch = Scratch()  # attention probabilities of a chunk, reused by every layer
         # Per layer: q/k/v and gate/up as one int4 layer each where the weights are int4 (`fuse`), else None.
         self.fused = [_fused_projections(layer) for layer in self.layers]
+        # Decode steps take `decode_step` (the same arithmetic in fewer operators) where every layer's
+        # projections are int4 and no layer normalises its heads (Qwen3); False: always `forward`'s loop.
+        self.fast_steps = self.compute_dtype == torch.float32 and all(
+            fused is not None and type(layer.self_attn.o_proj) is Int4Linear
+                              and type(layer.mlp.down_proj) is Int4Linear and not hasattr(layer.self_attn, "q_norm")
+                              for fused, layer in zip(self.fused, self.layers, strict=True))
 
     @property
     def store_dtype(self) -> torch.dtype:
@@ -139,7 +138,8 @@ class CompressedDecoder:
         token (the LM head is the costliest matmul of a prefill chunk; it runs once). After each
         layer the cache evicts down to its budget when it holds more than budget + `slack_tokens`.
         Raises Cancelled (between layers) when `cancel` is set; the cache is then inconsistent
-        and must be dropped. `reuse_workspace`: see `StepOptions` (for token-by-token decoding).
+        and must be dropped. `reuse_workspace`: see `StepOptions` (for token-by-token decoding); one
+        such token without taps, not pending, takes `engine.models.decode_step` where `fast_steps`.
         `taps`: what reads every layer's keys, values and queries of the chunk before it attends
         (`ChunkTaps`: the archive writer, the recaller).
         `pending`: attend the chunk but append nothing yet; `cache.commit(count, slack_tokens)` then
@@ -149,6 +149,9 @@ class CompressedDecoder:
         ids = token_ids.to(self.device).reshape(-1)
         chunk = ids.shape[0]
         start = cache.seen_tokens
+        if (self.fast_steps and chunk == 1 and reuse_workspace and not pending
+                and (taps is None or (taps.archive is None and taps.recaller is None))):
+            return decode_step(self, ids, cache, slack_tokens, cancel)
         compact = cache.position_mode == "compact"
         hidden = self.embed(ids)  # [chunk, hidden]: the model's modules take 2-D inputs (fewer reshapes per layer)
         heads, kv_heads, head_dim = self.shape.query_heads, self.shape.kv_heads, self.shape.head_dim

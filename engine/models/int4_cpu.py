@@ -100,7 +100,18 @@ class Int4Linear(torch.nn.Module):
         self.register_buffer("step_scales", None)
 
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
-        return (x if x.dim() == 2 else x.reshape(-1, self.in_features)).to(torch.bfloat16)
+        flat = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        return flat if flat.dtype == torch.bfloat16 else flat.to(torch.bfloat16)  # (`to` itself is an operator)
+
+    def step_output(self, x: torch.Tensor) -> torch.Tensor:
+        """`forward` of a decode step's input `x` `[rows, in_features]` (rows <= `KERNEL_ROWS`) before its
+        last conversion: the kernel's bfloat16 output `[rows, out_features]` (plus the float32 bias, if
+        any). A caller that adds it to float32 activations gets `forward`'s sum, bit for bit (the
+        addition widens it exactly), without a conversion operator per layer."""
+        if self.step_codes is not None:
+            return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.step_codes, self.step_scales)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(x), self.packed, GROUP_SIZE, self.scales_and_zeros)
+        return y if self.bias is None else y + self.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
