@@ -62,6 +62,11 @@ def selection_flags(parser) -> None:
     flags change single fields of it."""
     parser.add_argument("--reading", choices=("small", "large"), default="small",
                         help="the reading budget the embedded model is given (default: its own, small)")
+    budget_field_flags(parser)
+
+
+def budget_field_flags(parser) -> None:
+    """The flags that change single fields of a reading budget (`engine.evidence.reading_budget`)."""
     parser.add_argument("--words-relative", type=float, help="a further words span is read above this share of the best")
     parser.add_argument("--words-at-most", type=int, help="words spans read when nothing else chose any")
     parser.add_argument("--several-at-least", type=int, help="words spans a question asking for several things reads")

@@ -246,12 +246,7 @@ def main() -> None:
     parser.add_argument("--name", default="public_qa")
     parser.add_argument("--reading", choices=("default", "large"), default="default",
                         help="the default model's selection (as `halaman find`), or a large model's reading budget")
-    parser.add_argument("--words-relative", type=float, help="a further words span is read above this share of the best")
-    parser.add_argument("--words-at-most", type=int, help="words spans read when nothing else chose any")
-    parser.add_argument("--several-at-least", type=int, help="words spans a question asking for several things reads")
-    parser.add_argument("--neighbours", type=int, choices=(0, 1), help="1: read the next page when the text runs on")
-    parser.add_argument("--pages-at-least", type=int,
-                        help="fewer pages (files) read: read the next ranked pages until this many are (0: none)")
+    common.budget_field_flags(parser)
     parser.add_argument("--rules", choices=("candidates", "all"),
                         help="measure bench/evidence_rules.py's rules (the candidates or all) instead")
     args = parser.parse_args()
