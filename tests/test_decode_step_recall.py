@@ -24,7 +24,9 @@ from engine.settings import CachePolicy, EngineSettings, RecallSettings
 
 STEPS = 64
 SLACK = 8  # evict every few steps (the app's DECODE_EVICTION_SLACK_TOKENS is 64)
-POLICY = CachePolicy(budget_tokens=384, window_tokens=128, residual_tokens=32, chunk_tokens=128)
+# A window shorter than question + answer: the question's tokens are evicted too, differently per KV head,
+# so that under focus some heads hold document tokens past the hidden ones (masked, not hidden).
+POLICY = CachePolicy(budget_tokens=384, window_tokens=40, residual_tokens=32, chunk_tokens=128)
 QUESTION = "\nQuestion: what does the law say about circumvention?\nAnswer:"
 WORKSPACES = {  # the decode workspace's form -> (attention_dtype, int8_steps) that choose it (`packed_workspace`)
     "Bf16Int8Workspace": (torch.bfloat16, False),
