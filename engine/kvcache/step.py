@@ -19,8 +19,10 @@ token) are covered where their positions allow it, exactly as `engine.kvcache.po
   drops the workspace), so this step keeps its own in `DecodeWorkspace.tail`.
 - original positions without focus (block recall): positions as without recall, the recalled set a
   third part of the attention with its `valid` mask.
-Compact positions without focus (document order of held and recalled tokens, a different offset
-per KV head) take the general path.
+- compact positions without focus: held and recalled tokens numbered together in document order
+  (`CompactOrder`, kept with the rotated set); the residual and the new token follow at an offset
+  of their own in each KV head, so their RoPE rows are gathered per head (`_rows`). As under focus,
+  a flush or an eviction drops the workspace, and this step keeps its own rotated residual.
 
 Why the rows can be shared: the residual holds the newest tokens of the stream, never evicted, in
 every layer and KV head alike, at stream positions `start - residual .. start - 1` (original
@@ -149,8 +151,9 @@ def _recall_view(layer, ws: DecodeWorkspace, resid: int) -> _RecallView | None:
 def _step_tail(layer, ws: DecodeWorkspace | None, step: DecodeStep, key: torch.Tensor,
                resid: int) -> tuple[RotatedTail, _RecallView | None, int | None] | None:
     """Whether `attend_step` covers this layer: its rotated residual, its `_RecallView` (None without
-    recalled tokens) and the new token's RoPE row where it is not `step.base` (focus), or None. The
-    only change it makes: under focus, an empty `RotatedTail` for a workspace that has none."""
+    recalled tokens) and the new token's RoPE row where it is not `step.base` (focus: an int;
+    compact positions with recalled tokens: `[kv_heads]`), or None. The only change it makes: an
+    empty `RotatedTail` for a workspace the general path keeps none in (focus, compact recall)."""
     if ws is None or step.start < layer.policy.sink_tokens:
         return None
     recalled, view, top = layer.recalled, None, None
@@ -161,13 +164,18 @@ def _step_tail(layer, ws: DecodeWorkspace | None, step: DecodeStep, key: torch.T
         view = _recall_view(layer, ws, resid)
         if view is None:
             return None
-        if recalled.focus_from is None:  # block recall: held tokens at their stream positions
-            if ws.kind is not PositionKind.INDEX or step.kind is not PositionKind.INDEX or ws.start != 0:
+        if recalled.focus_from is None and step.kind is PositionKind.INDEX:  # held tokens at their stream positions
+            if ws.kind is not PositionKind.INDEX or ws.start != 0:
                 return None
         else:
-            top = step.start + view.shift
-            if ws.kind is not None or top - resid < 0:  # a residual token's position clamped to 0
-                return None
+            if recalled.focus_from is None:  # compact: held and recalled tokens in document order
+                if ws.kind is not None or ws.start != 0 or ws.recall.order is None:
+                    return None
+                top = ws.recall.order.offset + resid  # [kv_heads]: the new token's position in each head
+            else:
+                top = step.start + view.shift
+                if ws.kind is not None or top - resid < 0:  # a residual token's position clamped to 0
+                    return None
             if ws.tail is None:
                 policy = layer.policy  # the capacity `LayerKV._tail_kv` gives its own
                 capacity = 2 * (policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + policy.chunk_tokens)
@@ -182,8 +190,8 @@ def attend_step(layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
                 step: DecodeStep) -> torch.Tensor | None:
     """`layer.attend` (a `LayerKV`) of one decode token with `StepOptions(reuse_workspace=True)`, bit
     for bit, or None (nothing changed) where the general path is needed: a chunk, no reusable
-    workspace or rotated residual, recalled tokens not yet in the workspace or in compact positions
-    without focus, a sink still to fill, a residual that must move.
+    workspace or rotated residual, recalled tokens not yet in the workspace, a sink still to fill,
+    a residual that must move, a residual token of the document whose focus position is below 0.
 
     query `[query_heads, 1, head_dim]`, key / value `[kv_heads, 1, head_dim]` float32 before RoPE;
     `stored`: key and value in the layer's store dtype (converted once by the caller); `step`: what
@@ -202,7 +210,7 @@ def attend_step(layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     first, held = tail.first, tail.held
     # The residual tokens not yet rotated (as stored) and the new one (as computed): RotatedTail.rotated.
     # Written in place and rotated there (a cat of two dtypes is 12 operators inside torch).
-    cos, sin = step.run(resid - held + 1, top)
+    cos, sin = _rows(step, resid - held + 1, top, layer)
     fresh = slice(first + held, first + resid + 1)
     keys, values = tail.keys[:, fresh], tail.values[:, fresh]
     if resid > held:
@@ -213,12 +221,15 @@ def attend_step(layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     step.rotate(keys, cos, sin, out=keys)
     tail.held = resid
     window = slice(first, first + resid + 1)
-    cos, sin = step.run(1, top)
+    cos, sin = _rows(step, 1, top, layer)
+    if cos.dim() == 3:  # one row per KV head: broadcast over the group
+        cos, sin = cos[:, None], sin[:, None]
     q = step.rotate(query.view(heads, group, 1, -1), cos, sin)
     q = q.view(heads, group, -1) * step.scaling
     recall = (ws.recall.keys, ws.recall.values) if view is not None else None
     # Focus: residual tokens of the document (before focus_from) are masked, as `_focus_positions` does.
-    masked_tail = max(0, layer.recalled.focus_from - (step.start - resid)) if top is not None else 0
+    focus_from = layer.recalled.focus_from if layer.recalled is not None else None
+    masked_tail = max(0, focus_from - (step.start - resid)) if focus_from is not None else 0
     out, scores = _attention(q, step.query_bf16.copy_(q), ws.held.attention_parts(), recall,
                              (tail.keys[:, window], tail.values[:, window]), view, masked_tail)
     if view is not None:  # LayerKV._held_scores: what the recalled tokens received, hidden slots at 0
@@ -233,6 +244,20 @@ def attend_step(layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     layer.resid_k = torch.cat((layer.resid_k, stored[0]), dim=1)
     layer.resid_v = torch.cat((layer.resid_v, stored[1]), dim=1)
     return out
+
+
+def _rows(step: DecodeStep, fresh: int, top: int | torch.Tensor | None, layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the last `fresh` positions up to the new token's: `[fresh, head_dim]` where
+    every KV head agrees (`DecodeStep.run`, `top` an int or None), else `[kv_heads, fresh,
+    head_dim]` up to `top` `[kv_heads]` (compact positions with recalled tokens: each head's tail
+    starts after its own held and valid recalled tokens, `CompactOrder.offset`)."""
+    if not isinstance(top, torch.Tensor):
+        return step.run(fresh, top)
+    positions = top[:, None] - torch.arange(fresh - 1, -1, -1, device=top.device)
+    # every position is below held + recalled + 1: the table's size without reading the tensor back
+    table = step.rope.joint(positions, bound=step.base + layer.recalled.index.shape[1] + 1)
+    d = step.rope.head_dim
+    return table[..., :d], table[..., d:]
 
 
 def _logits(q: torch.Tensor, q_bf16: torch.Tensor, keys) -> torch.Tensor:
