@@ -155,3 +155,37 @@ def test_an_answer_over_span_recall_takes_the_fast_step_with_the_same_tokens(int
     assert len(answers[True].token_ids) >= 8
     assert answers[True].token_ids == answers[False].token_ids
     assert taken[True] > 2 * taken[False]
+
+
+@pytest.mark.parametrize("focus", [True, False])
+def test_fast_steps_over_recalled_tokens_after_a_speculative_chunk(int4, document_ids, focus):
+    """Drafts attended pending and partly committed (`generate.speculative_step`) between single steps:
+    the general path writes nothing into the rotated residual the fast step keeps under focus and in
+    compact positions, so the fast step must rotate what the commit appended itself, bit for bit."""
+    decoder = int4.decoder
+    capture, snapshot = SpanCapture(), decoder.new_cache(POLICY, "compact")
+    decoder.prefill(document_ids, snapshot, archive=capture)
+    spans = torch.arange(100, 260)
+    kv = {layer: (k[:, spans], v[:, spans]) for layer, (k, v) in capture.keys_values().items()}
+    question = torch.tensor(int4.tokenizer(QUESTION, add_special_tokens=False)["input_ids"])
+    runs = {}
+    for fast in (False, True):
+        fork = snapshot.fork()
+        recaller = SpanRecaller(None, spans, focus=focus, n_tokens=len(document_ids), reread=kv)
+        logits = [decoder.forward(question, fork, taps=ChunkTaps(recaller=recaller))]
+        decoder.fast_steps = fast
+        calls, undo = counting_attend()
+        try:
+            for token in (42, 43):
+                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+            logits.append(decoder.forward(torch.tensor([7, 8, 9]), fork, all_logits=True, pending=True, reuse_workspace=True))
+            fork.commit(2, SLACK)
+            for token in (9, 10, 11, 12):
+                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+        finally:
+            decoder.fast_steps = True
+            undo()
+        runs[fast] = torch.cat(logits), calls["attend"]
+    assert torch.equal(runs[True][0], runs[False][0])
+    layers = decoder.shape.num_layers
+    assert runs[False][1] == 7 * layers and runs[True][1] <= 2 * layers  # the first step and the chunk
