@@ -6,6 +6,7 @@
     python bench/decode_profile.py --model default --parts head --rounds 9
     python bench/decode_profile.py --model default --threads 1 --context 1024 --parts sites
     python bench/decode_profile.py --model default --threads 1 --context 1024 --parts steps --rounds 9
+    python bench/decode_profile.py --model default --threads 1 --context 1024 --parts sites steps --recall 1024
 
 profile: the model loaded as the app loads it on this CPU (`load_model(weights="int4")`), `--context`
 tokens of P05 read in 512-token chunks, then `--steps` decode steps under torch.profiler, each part
@@ -22,7 +23,12 @@ bfloat16 copy at one row too (`Int4Linear.dense`, kept on a CPU with AVX-512 BF1
 round by round (ABAB), median of `--rounds`; the logits of both are compared. Both run the general
 decode loop (`CompressedDecoder.fast_steps = False`), whose projections all call `forward`.
 
-sites: operators per decode step by the engine function that called them (`sites`).
+sites: operators per decode step by the engine function that called them (`sites`), and the
+general loop's total (`general_ops_per_step`).
+
+--recall N: each decode (a fork of the snapshot) starts with a question that recalls N tokens of
+the document in three spans, in focus (span recall's default), as an app's answer does; the
+question's own operators are not counted.
 
 steps: decode steps through `engine.models.decode_step` (the default) against the general layer
 loop it replaced (`CompressedDecoder.fast_steps = False`), interleaved the same way; logits compared.
@@ -67,15 +73,49 @@ def book_ids(lm, n: int) -> list[int]:
     return lm.tokenizer("\n\n".join(s.text for s in doc.segments), add_special_tokens=False)["input_ids"][:n]
 
 
-def snapshot(lm, ids: list[int]):
+# `--recall N`: each decode starts with a question that recalls N document tokens in focus (span
+# recall, the app's default), as an answer does: (span positions, layer -> keys and values, tokens).
+RECALL: tuple | None = None
+QUESTION = "\nQuestion: what does the law say about circumvention?\nAnswer:"
+
+
+def snapshot(lm, ids: list[int], recall_tokens: int = 0):
+    """The compact-position cache of `ids` read in 512-token chunks; with `recall_tokens`, also sets
+    `RECALL` to that many tokens spread over the document (three spans), captured while reading."""
     import torch
 
+    from engine.kvcache.span_recall import SpanCapture
+    from engine.models.decoder import ChunkTaps
     from engine.settings import CachePolicy
 
+    global RECALL
     cache = lm.decoder.new_cache(CachePolicy(), "compact")
+    capture = SpanCapture() if recall_tokens else None
     for first in range(0, len(ids), 512):
-        lm.decoder.forward(torch.tensor(ids[first : first + 512]), cache)
+        lm.decoder.forward(torch.tensor(ids[first : first + 512]), cache, taps=ChunkTaps(archive=capture))
+    if recall_tokens:
+        third = recall_tokens // 3
+        starts = [0, len(ids) // 2 - third // 2, len(ids) - (recall_tokens - 2 * third)]
+        spans = torch.cat([torch.arange(s, s + (third if i < 2 else recall_tokens - 2 * third))
+                           for i, s in enumerate(starts)]).unique()
+        RECALL = (spans, {layer: (k[:, spans], v[:, spans]) for layer, (k, v) in capture.keys_values().items()},
+                  len(ids))
     return cache
+
+
+def ask(lm, cache) -> None:
+    """Feed `QUESTION` into `cache` recalling `RECALL`'s tokens in focus (`SpanRecaller`), if set."""
+    import torch
+
+    from engine.kvcache.span_recall import SpanRecaller
+    from engine.models.decoder import ChunkTaps
+
+    if RECALL is not None:
+        spans, kv, n = RECALL
+        recaller = SpanRecaller(None, spans, focus=True, n_tokens=n, reread=kv)
+        question = torch.tensor(lm.tokenizer(QUESTION, add_special_tokens=False)["input_ids"])
+        with torch.profiler.record_function("question"):
+            lm.decoder.forward(question, cache, taps=ChunkTaps(recaller=recaller))
 
 
 def decode(lm, cache, steps: int) -> tuple[list[float], list]:
@@ -85,6 +125,7 @@ def decode(lm, cache, steps: int) -> tuple[list[float], list]:
     from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS
 
     twin, token, seconds, logits = cache.fork(), 42, [], []
+    ask(lm, twin)
     for _ in range(steps):
         t0 = time.perf_counter()
         out = lm.decoder.forward(torch.tensor([token]), twin, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, reuse_workspace=True)
@@ -207,21 +248,36 @@ def sites(lm, cache, steps: int) -> dict:
                 return func(*args, **(kwargs or {}))
 
     decode(lm, cache, 2)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof, Sites():
-        decode(lm, cache, steps)
-    counts: dict = {}
-    for e in prof.events():
-        if not e.name.startswith("aten::"):
-            continue
-        parent = e.cpu_parent
-        while parent is not None and not parent.name.startswith("site ") and parent.name != "outside engine/":
-            parent = parent.cpu_parent
-        name = "outside engine/" if parent is None else parent.name.removeprefix("site ")
-        counts[name] = counts.get(name, 0) + 1
+    totals = {}
+    for fast in (False, True):  # the general loop's count first, then today's (by site)
+        lm.decoder.fast_steps = fast
+        try:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof, Sites():
+                decode(lm, cache, steps)
+        finally:
+            lm.decoder.fast_steps = True
+        counts: dict = {}
+        for e in prof.events():
+            if not e.name.startswith("aten::") or _under(e, "question"):  # `--recall`'s question: not a step
+                continue
+            parent = e.cpu_parent
+            while parent is not None and not parent.name.startswith("site ") and parent.name != "outside engine/":
+                parent = parent.cpu_parent
+            name = "outside engine/" if parent is None else parent.name.removeprefix("site ")
+            counts[name] = counts.get(name, 0) + 1
+        totals[fast] = sum(counts.values()) / steps
     by_site = {name: round(n / steps, 1) for name, n in sorted(counts.items(), key=lambda kv: -kv[1])}
     for name, n in by_site.items():
         print(f"{n:8.1f}  {name}", flush=True)
-    return {"ops_per_step": sum(counts.values()) / steps, "ops_by_site": by_site}
+    return {"ops_per_step": totals[True], "general_ops_per_step": totals[False], "ops_by_site": by_site}
+
+
+def _under(event, label: str) -> bool:
+    """Whether a profiler event ran inside a `record_function(label)`."""
+    parent = event.cpu_parent
+    while parent is not None and parent.name != label:
+        parent = parent.cpu_parent
+    return parent is not None
 
 
 def steps_ab(lm, cache, steps: int, rounds: int) -> dict:
@@ -334,6 +390,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--recall", type=int, default=0,
+                        help="tokens a question recalls in focus before each decode (span recall), 0: none")
     parser.add_argument("--out", help="results' name under docs/bench (default: decode_profile_<model>)")
     parser.add_argument("--parts", nargs="+", default=["profile", "ab"], choices=["profile", "ab", "head", "sites", "steps"])
     args = parser.parse_args()
@@ -342,8 +400,9 @@ def main() -> None:
     t0 = time.perf_counter()
     lm = load(args.model, args.threads)
     print(f"loaded in {time.perf_counter() - t0:.0f} s", flush=True)
-    cache = snapshot(lm, book_ids(lm, args.context))
+    cache = snapshot(lm, book_ids(lm, args.context), args.recall)
     row = {"model": args.model, "threads": args.threads, "context": args.context, "steps": args.steps,
+           "recall": args.recall,
            "int4_mb": int4_bytes(lm.decoder.model) / 1e6, "copy_gb_s": common.copy_bandwidth_gb_s()}
     if "profile" in args.parts:
         row.update(profile(lm, cache, args.steps))

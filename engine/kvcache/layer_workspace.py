@@ -3,8 +3,10 @@ dequantizes nor rotates the whole budget again.
 
 - `held`: the rotated, dequantized sinks + quantized tokens from stable slot `start` on (a
   `DenseWorkspace` or `Bf16Int8Workspace`, `engine.kvcache.decode_workspace`).
-- `tail`: the rotated residual, kept only where the positions follow the slots (`kind` not None).
+- `tail`: the rotated residual, kept where the positions follow the slots (`kind` not None), and by
+  the one-token step under focus (`engine.kvcache.step`: the general path does not read it there).
 - `recall`: the current recalled set, rotated, once a chunk attended it.
+- `step_view`: the masks a one-token step over a recalled set applies (`engine.kvcache.step`).
 
 Where the positions follow the slots, a flush appends to `held` and an eviction compacts it;
 otherwise (focus, a compact recall) either drops the workspace, as does, in compact mode, a new
@@ -87,6 +89,8 @@ class DecodeWorkspace:
     compute: torch.dtype
     tail: RotatedTail | None = None
     recall: RotatedRecall | None = None
+    # What a one-token step (`engine.kvcache.step.attend_step`) keeps beside a recalled set: its masks.
+    step_view: object = None
 
     @property
     def follows_slots(self) -> bool:

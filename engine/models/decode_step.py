@@ -55,8 +55,8 @@ def decode_step(decoder, ids: torch.Tensor, cache: CompressedCache, slack_tokens
     """`decoder.forward(ids, cache, slack_tokens=…, reuse_workspace=True)` of one token `ids` `[1]`
     (no taps, not pending) for a `CompressedDecoder` whose layers are all int4 and fused
     (`decoder.fast_steps`): the same logits `[1, vocab]` float32, bit for bit. A layer the fast
-    attention does not cover (recall, a workspace to rebuild) runs `LayerKV.attend` with the same
-    inputs. Raises Cancelled between layers when `cancel` is set."""
+    attention does not cover (a workspace to rebuild, a recalled set not yet rotated into it:
+    `engine.kvcache.step`) runs `LayerKV.attend` with the same inputs. Raises Cancelled between layers when `cancel` is set."""
     start, compact = cache.seen_tokens, cache.position_mode == "compact"
     shape = decoder.shape
     buffers = _buffers(decoder)
