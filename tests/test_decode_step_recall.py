@@ -14,13 +14,14 @@ import pytest
 import torch
 
 import engine.models.decode_step as decode_step_module
-from engine.documents import Document, Segment, load_document
+from engine.documents import Document, Segment
 from engine.kvcache.cache import LayerKV
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
 from engine.models.decoder import ChunkTaps
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
+from test_decode_step import document_ids, int4  # noqa: F401  (fixtures)
 
 STEPS = 64
 SLACK = 8  # evict every few steps (the app's DECODE_EVICTION_SLACK_TOKENS is 64)
@@ -33,20 +34,6 @@ WORKSPACES = {  # the decode workspace's form -> (attention_dtype, int8_steps) t
     "Int8Workspace": (torch.bfloat16, True),
     "DenseWorkspace": (torch.float32, False),
 }
-
-
-@pytest.fixture(scope="module")
-def int4():
-    from engine.models.loader import load_model
-
-    return load_model("default", device="cpu", weights="int4")
-
-
-@pytest.fixture(scope="module")
-def document_ids(int4, corpus):
-    doc = load_document(corpus / "pdf" / "P05_dmca.pdf")
-    ids = int4.tokenizer("\n\n".join(s.text for s in doc.segments), add_special_tokens=False)["input_ids"]
-    return torch.tensor(ids[:640])  # past the budget: the prefill evicts already
 
 
 def counting_attend():
