@@ -32,6 +32,19 @@ def document_ids(int4, corpus):
     return torch.tensor(ids[:640])  # past the budget: the prefill evicts already
 
 
+def steps_around_a_draft(decoder, fork) -> list[torch.Tensor]:
+    """Two single steps, a 3-token draft attended pending of which 2 are committed
+    (`generate.speculative_step`), then four single steps on `fork`: the logits of each call."""
+    logits = []
+    for token in (42, 43):
+        logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+    logits.append(decoder.forward(torch.tensor([7, 8, 9]), fork, all_logits=True, pending=True, reuse_workspace=True))
+    fork.commit(2, SLACK)
+    for token in (9, 10, 11, 12):
+        logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+    return logits
+
+
 def greedy(decoder, cache, fast: bool):
     """64 greedy steps on a fork of `cache` (the app decodes on a fork of the document's snapshot):
     the logits of each, and how many times a layer ran `LayerKV.attend`, flushed the residual into
@@ -128,13 +141,8 @@ def test_fast_steps_after_a_speculative_chunk_give_the_general_paths_logits(int4
     for fast in (False, True):
         decoder.fast_steps = fast
         try:
-            fork, logits = cache.fork(), []
-            for token in (42, 43):
-                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
-            logits.append(decoder.forward(torch.tensor([7, 8, 9]), fork, all_logits=True, pending=True, reuse_workspace=True))
-            fork.commit(2, SLACK)
-            for token in (9, 10, 11, 12):
-                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+            fork = cache.fork()
+            logits = steps_around_a_draft(decoder, fork)
             runs[fast] = torch.cat(logits)
         finally:
             decoder.fast_steps = True

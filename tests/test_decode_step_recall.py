@@ -21,7 +21,7 @@ from engine.models.decoder import ChunkTaps
 from engine.prefix_store import PrefixStore
 from engine.session import DocumentSession
 from engine.settings import CachePolicy, EngineSettings, RecallSettings
-from test_decode_step import document_ids, int4  # noqa: F401  (fixtures)
+from test_decode_step import document_ids, int4, steps_around_a_draft  # noqa: F401  (fixtures)
 
 STEPS = 64
 SLACK = 8  # evict every few steps (the app's DECODE_EVICTION_SLACK_TOKENS is 64)
@@ -163,12 +163,7 @@ def test_fast_steps_over_recalled_tokens_after_a_speculative_chunk(int4, documen
         decoder.fast_steps = fast
         calls, undo = counting_attend()
         try:
-            for token in (42, 43):
-                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
-            logits.append(decoder.forward(torch.tensor([7, 8, 9]), fork, all_logits=True, pending=True, reuse_workspace=True))
-            fork.commit(2, SLACK)
-            for token in (9, 10, 11, 12):
-                logits.append(decoder.forward(torch.tensor([token]), fork, slack_tokens=SLACK, reuse_workspace=True))
+            logits += steps_around_a_draft(decoder, fork)
         finally:
             decoder.fast_steps = True
             undo()
