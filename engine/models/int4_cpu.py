@@ -103,27 +103,28 @@ class Int4Linear(torch.nn.Module):
         flat = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         return flat if flat.dtype == torch.bfloat16 else flat.to(torch.bfloat16)  # (`to` itself is an operator)
 
+    def _kernel_output(self, flat: torch.Tensor) -> torch.Tensor:
+        """The kernel's bfloat16 output `[rows, out_features]` of `flat` `[rows, in_features]`, no
+        bias: the int8 step copy for a step's few rows where it exists, the dense copy for a chunk's
+        many rows where it exists, else the int4 kernel."""
+        rows = flat.shape[0]
+        if self.step_codes is not None and rows <= KERNEL_ROWS:
+            return torch.ops.aten._weight_int8pack_mm(flat.to(torch.bfloat16), self.step_codes, self.step_scales)
+        if self.dense is not None and rows > KERNEL_ROWS:
+            return torch.nn.functional.linear(self._kernel_input(flat), self.dense)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(flat), self.packed, GROUP_SIZE,
+                                                          self.scales_and_zeros)
+
     def step_output(self, x: torch.Tensor) -> torch.Tensor:
         """`forward` of a decode step's input `x` `[rows, in_features]` (rows <= `KERNEL_ROWS`) before its
         last conversion: the kernel's bfloat16 output `[rows, out_features]` (plus the float32 bias, if
         any). A caller that adds it to float32 activations gets `forward`'s sum, bit for bit (the
         addition widens it exactly), without a conversion operator per layer."""
-        if self.step_codes is not None:
-            return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.step_codes, self.step_scales)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(x), self.packed, GROUP_SIZE, self.scales_and_zeros)
+        y = self._kernel_output(x)
         return y if self.bias is None else y + self.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // self.in_features
-        if self.step_codes is not None and rows <= KERNEL_ROWS:
-            flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
-            y = torch.ops.aten._weight_int8pack_mm(flat, self.step_codes, self.step_scales)
-        elif self.dense is not None and rows > KERNEL_ROWS:
-            y = torch.nn.functional.linear(self._kernel_input(x), self.dense)
-        else:
-            flat = self._kernel_input(x)
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP_SIZE, self.scales_and_zeros)
-        y = y.to(x.dtype)
+        y = self._kernel_output(x if x.dim() == 2 else x.reshape(-1, self.in_features)).to(x.dtype)
         if x.dim() != 2:
             y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
