@@ -292,7 +292,7 @@ def _step_attention(query, keys, values, *, scaling, masks, per_query) -> tuple[
     accumulated in float32 and rounded to bfloat16."""
     kv_heads, group, chunk, head_dim = query.shape
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
-    logits = torch.cat([_part_logits(q, part) for part in keys], dim=-1).float()
+    logits = torch.cat([part_logits(q, part) for part in keys], dim=-1).float()
     total = logits.shape[-1]
     keep = _keep_mask(keys, masks)
     if keep is not None:
@@ -302,24 +302,27 @@ def _step_attention(query, keys, values, *, scaling, masks, per_query) -> tuple[
     scores = probs.view(kv_heads, group, chunk, total).sum(dim=1) if per_query else probs.sum(dim=1)
     output, offset = None, 0
     for part in values:
-        term = _part_output(probs[..., offset : offset + part.shape[1]], part)
+        term = part_output(probs[..., offset : offset + part.shape[1]], part)
         output = term if output is None else output + term
         offset += part.shape[1]
     return output.to(query.dtype).view(kv_heads, group, chunk, head_dim), scores
 
 
-def _part_logits(q: torch.Tensor, part) -> torch.Tensor:
-    """q·kᵀ `[kv_heads, rows, n]` of one part (a tensor, or the decode workspace with its own kernel)."""
+def part_logits(q: torch.Tensor, part, q_packed: torch.Tensor | None = None) -> torch.Tensor:
+    """q·kᵀ `[kv_heads, rows, n]` of one part (a tensor `[kv_heads, n, head_dim]`, or the decode
+    workspace with its own kernel) for queries `q` `[kv_heads, rows, head_dim]`; `q_packed`: `q`
+    already rounded to bfloat16, which the workspace's kernel then takes (`engine.kvcache.step`
+    rounds once per layer). A plain `bmm`: `matmul`'s reshapes around it are operators too."""
     if isinstance(part, Bf16Int8Workspace):
-        return part.logits(q)
-    return torch.matmul(q.to(part.dtype), part.transpose(1, 2))
+        return part.logits(q if q_packed is None else q_packed)
+    return torch.bmm(q.to(part.dtype), part.transpose(1, 2))
 
 
-def _part_output(probs: torch.Tensor, part) -> torch.Tensor:
+def part_output(probs: torch.Tensor, part) -> torch.Tensor:
     """p·v `[kv_heads, rows, head_dim]` of one part for its probabilities `[kv_heads, rows, n]`."""
     if isinstance(part, Bf16Int8Workspace):
         return part.weighted_values(probs)
-    return torch.matmul(probs.to(part.dtype), part)
+    return torch.bmm(probs.to(part.dtype), part)
 
 
 def _keep_mask(keys: tuple[torch.Tensor, ...], masks: tuple[torch.Tensor | None, ...] | None) -> torch.Tensor | None:

@@ -254,6 +254,12 @@ class LayerKV:
             ws.recall = RotatedRecall(recalled, keys, values, pos.order)
         return keys, values
 
+    @property
+    def tail_capacity(self) -> int:
+        """Tokens a `RotatedTail` holds before it must move its residual to the front: twice the most
+        the residual, two flush batches and a chunk can hold at once."""
+        return 2 * (self.policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + self.policy.chunk_tokens)
+
     def _tail_kv(self, key: torch.Tensor, value: torch.Tensor, pos: AttentionPositions, rope: RotaryTable,
                  compute: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values of the residual followed by the chunk (`key` / `value`
@@ -262,8 +268,7 @@ class LayerKV:
         ws = self._workspace
         if ws is not None and ws.follows_slots and ws.compute == compute:
             if ws.tail is None or ws.tail.held > self.resid_k.shape[1]:
-                capacity = 2 * (self.policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + self.policy.chunk_tokens)
-                ws.tail = RotatedTail.empty(key, capacity, compute)
+                ws.tail = RotatedTail.empty(key, self.tail_capacity, compute)
             rotated = ws.tail.rotated(self.resid_k, self.resid_v, key, value, pos.tail, rope, pos.bound)
             if rotated is not None:
                 return rotated

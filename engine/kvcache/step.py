@@ -37,9 +37,7 @@ from functools import cache
 
 import torch
 
-from engine.kvcache.attention import RotaryTable
-from engine.kvcache.cache import FLUSH_BATCH_TOKENS
-from engine.kvcache.decode_workspace import Bf16Int8Workspace
+from engine.kvcache.attention import RotaryTable, part_logits, part_output
 from engine.kvcache.layer_workspace import DecodeWorkspace, RotatedTail
 from engine.kvcache.positions import PositionKind
 from engine.kvcache.recall import RecalledTokens
@@ -177,9 +175,7 @@ def _step_tail(layer, ws: DecodeWorkspace | None, step: DecodeStep, key: torch.T
                 if ws.kind is not None or top - resid < 0:  # a residual token's position clamped to 0
                     return None
             if ws.tail is None:
-                policy = layer.policy  # the capacity `LayerKV._tail_kv` gives its own
-                capacity = 2 * (policy.residual_tokens + 2 * FLUSH_BATCH_TOKENS + policy.chunk_tokens)
-                ws.tail = RotatedTail.empty(key, capacity, ws.compute)
+                ws.tail = RotatedTail.empty(key, layer.tail_capacity, ws.compute)
     tail = ws.tail
     if tail is None or tail.held > resid or tail.first + resid + 1 > tail.keys.shape[1]:
         return None
@@ -260,24 +256,10 @@ def _rows(step: DecodeStep, fresh: int, top: int | torch.Tensor | None, layer) -
     return table[..., :d], table[..., d:]
 
 
-def _logits(q: torch.Tensor, q_bf16: torch.Tensor, keys) -> torch.Tensor:
-    """`attention._part_logits` of one part: the packed workspaces' kernel, or a plain `bmm`."""
-    if isinstance(keys, Bf16Int8Workspace):
-        return keys.logits(q_bf16)
-    return torch.bmm(q.to(keys.dtype), keys.transpose(1, 2))
-
-
-def _output(probs: torch.Tensor, values) -> torch.Tensor:
-    """`attention._part_output` of one part: the packed workspaces' kernel, or a plain `bmm`."""
-    if isinstance(values, Bf16Int8Workspace):
-        return values.weighted_values(probs)
-    return torch.bmm(probs.to(values.dtype), values)
-
-
 def _attention(q: torch.Tensor, q_bf16: torch.Tensor, held: tuple, recall: tuple | None, tail: tuple,
                view: _RecallView | None, masked_tail: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`attention._step_attention` of one token, bit for bit, its matrix products as plain `bmm`s
-    (what `matmul` ran, without its reshapes): scaled rotated queries `q` `[kv_heads, group,
+    """`attention._step_attention` of one token, bit for bit, with its parts' products
+    (`attention.part_logits`, `part_output`): scaled rotated queries `q` `[kv_heads, group,
     head_dim]` (and rounded to bfloat16, `q_bf16`, as the packed workspaces' `logits` round them)
     over the held part (`held`: the workspace's `attention_parts`), the recalled part (`recall`:
     the workspace's `RotatedRecall` keys and values, or None) and the rotated residual + token
@@ -285,14 +267,14 @@ def _attention(q: torch.Tensor, q_bf16: torch.Tensor, held: tuple, recall: tuple
     tail's first `masked_tail` tokens. Returns the output `[kv_heads, group, head_dim]` and the
     scores `[kv_heads, n + R + t]` float32."""
     tail_k, tail_v = tail
-    held_logits = _logits(q, q_bf16, held[0])
+    held_logits = part_logits(q, held[0], q_bf16)
     n = held_logits.shape[-1]
-    tail_logits = torch.bmm(q.to(tail_k.dtype), tail_k.transpose(1, 2))
+    tail_logits = part_logits(q, tail_k)
     # (a cat of two dtypes widens the first part exactly, as `.float()` does, but in six more operators)
     if recall is None:
         logits, r = torch.cat((held_logits.float(), tail_logits), dim=-1), 0
     else:
-        recall_logits = _logits(q, q_bf16, recall[0])
+        recall_logits = part_logits(q, recall[0], q_bf16)
         r = recall_logits.shape[-1]
         logits = torch.cat((held_logits.float(), recall_logits.float(), tail_logits), dim=-1)
         if view.held_hidden is not None:
@@ -302,7 +284,7 @@ def _attention(q: torch.Tensor, q_bf16: torch.Tensor, held: tuple, recall: tuple
     if masked_tail:
         logits[..., n + r : n + r + masked_tail] = float("-inf")
     probs = torch.softmax(logits, dim=-1)  # [kv_heads, group, n + R + t]
-    output = _output(probs[..., :n], held[1])
+    output = part_output(probs[..., :n], held[1])
     if recall is not None:
-        output = output + _output(probs[..., n : n + r], recall[1])
-    return output + torch.bmm(probs[..., n + r :].to(tail_v.dtype), tail_v), probs.sum(dim=1)
+        output = output + part_output(probs[..., n : n + r], recall[1])
+    return output + part_output(probs[..., n + r :], tail_v), probs.sum(dim=1)
