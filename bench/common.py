@@ -73,6 +73,7 @@ def budget_field_flags(parser) -> None:
     parser.add_argument("--neighbours", type=int, choices=(0, 1), help="1: read the next page when the text runs on")
     parser.add_argument("--pages-at-least", type=int,
                         help="fewer pages (files) read: read the next ranked pages until this many are (0: none)")
+    parser.add_argument("--best-last", type=int, choices=(0, 1), help="1: recall the spans best last, nearest the question")
 
 
 def apply_selection_flags(args) -> dict:
@@ -86,7 +87,8 @@ def apply_selection_flags(args) -> dict:
     fields = {"words_relative": args.words_relative, "words_at_most": args.words_at_most,
               "several_at_least": args.several_at_least,
               "neighbours": None if args.neighbours is None else bool(args.neighbours),
-              "pages_at_least": args.pages_at_least}
+              "pages_at_least": args.pages_at_least,
+              "best_last": None if args.best_last is None else bool(args.best_last)}
     budget = dataclasses.replace(budget, **{k: v for k, v in fields.items() if v is not None})
     budgets.SMALL = budget
     return {"reading": args.reading, **{k: v for k, v in dataclasses.asdict(budget).items() if k != "label"}}

@@ -145,7 +145,10 @@ class SpanRecall(BlockRecall):
 
     def hook(self, cache: CompressedCache, governor, cancel) -> RecallHook | None:
         opened = self.opened
-        positions = torch.tensor(opened.spans.recall_positions(self.selection.chosen))
+        # In focus (and when re-read) the spans take positions in the order read: the reading budget's.
+        in_order = self.focus or opened.archive is None
+        positions = torch.tensor(opened.spans.recall_positions(
+            self.selection.recalled() if in_order else self.selection.chosen, in_order=in_order))
         if opened.archive is not None:
             hook = SpanRecaller(opened.archive, positions, focus=self.focus)
         else:

@@ -4,6 +4,7 @@ A needle on page k of a many-page document is answered with span recall and not 
 sources name page k first; the index ranks as a brute-force BM25 does; the recalled keys and values
 are exactly the archive's; a damaged or missing index is rebuilt."""
 
+import dataclasses
 import math
 import random
 from collections import Counter
@@ -13,6 +14,8 @@ import torch
 
 from engine.documents import Document, Segment
 from engine.evidence.code_units import code_spans, indexed_names, segment_spans
+from engine.evidence import reading_budget
+from engine.evidence.reading_budget import ReadingBudget
 from engine.evidence.select import select
 from engine.kvcache.archive import Archive
 from engine.kvcache.span_recall import SpanCapture, SpanRecaller
@@ -142,7 +145,59 @@ def test_span_recall_reads_exactly_the_archived_tokens_in_every_layer(smol, stor
         assert recalled.valid.all() and recalled.focus_from == lay.n_tokens
         assert hook.recall(layer, None, query, 0, torch.float32) is recalled, "read once per question"
     with pytest.raises(ValueError):
-        SpanRecaller(archive, torch.tensor([5, 3]), focus=True)
+        SpanRecaller(archive, torch.tensor([3, 5, 3]), focus=True)
+    with pytest.raises(ValueError):  # without focus the recalled tokens keep their document positions
+        SpanRecaller(archive, torch.tensor([5, 3]), focus=False)
+    permuted = SpanRecaller(archive, torch.tensor([400, 100, 101, 3]), focus=True).recall(0, None, query, 0, torch.float32)
+    keys, _ = archive.decode(archive.read(0, torch.arange(lay.n_tokens).expand(lay.kv_heads, -1)), torch.float32)
+    assert torch.equal(permuted.keys, keys[:, [400, 100, 101, 3]]), "in focus, slots follow the order given"
+
+
+def _spans_of(smol, document: Document) -> DocumentSpans:
+    encoding = encode_document(smol.tokenizer, chat_layout(smol.tokenizer), document)
+    return DocumentSpans.build(document, encoding.token_chars, encoding.head_tokens, encoding.text_tokens,
+                               len(encoding.ids), None)
+
+
+# The needle's page ranks first; pages about the park's benches after it.
+PARK_QUESTION = "What is the combination of the observatory safe near the park benches?"
+
+
+def test_best_last_recalls_the_ranked_pages_in_reverse_with_the_best_nearest_the_question(smol):
+    spans = _spans_of(smol, book())
+    three = ReadingBudget(pages_at_least=3)
+    plain = select(spans, PARK_QUESTION, budget_tokens=10_000, max_spans=12, reading=three)
+    ordered = select(spans, PARK_QUESTION, budget_tokens=10_000, max_spans=12, reading=dataclasses.replace(three, best_last=True))
+    assert ordered.chosen == plain.chosen and len(plain.chosen) == 3, "the same pages either way"
+    assert [s.token_start for s in plain.chosen] == sorted(s.token_start for s in plain.chosen)
+    assert plain.recalled() == plain.chosen, "document order unless the budget says best last"
+    rank = {c.span: k for k, c in enumerate(ordered.ranked)}
+    by_rank = sorted(zip(ordered.chosen_index, ordered.chosen), key=lambda pair: rank[pair[0]])
+    assert ordered.recalled() == [span for _, span in reversed(by_rank)]
+    assert ordered.recalled()[-1].segment == NEEDLE_PAGE - 1, "the needle's page (segment k is page k + 1)"
+    # Positions: the template's head, the spans in that order (each under its marker), the tail.
+    positions = spans.recall_positions(ordered.recalled(), in_order=True)
+    expected = list(range(spans.head_tokens))
+    for span in ordered.recalled():
+        expected += [*range(span.marker_start, span.marker_end), *range(span.token_start, span.token_end)]
+    expected = list(dict.fromkeys(expected))  # a page's marker line lies within its span: listed once
+    assert positions == expected + list(range(spans.text_end, spans.n_tokens))
+    assert spans.recall_positions(ordered.recalled()) == sorted(positions), "without in_order: ascending"
+
+
+def test_a_session_with_best_last_reads_the_needle_page_last_and_answers(smol, store, monkeypatch):
+    monkeypatch.setattr(reading_budget, "SMALL", ReadingBudget(pages_at_least=3, best_last=True))
+    session = DocumentSession(smol, settings(), store)
+    session.open(book())
+    answer = session.ask(PARK_QUESTION)
+    assert len(answer.recall.spans) == 3 and f"page {NEEDLE_PAGE}" in answer.recall.spans
+    index = session.conversation.layers[0].recalled.index[0].tolist()
+    spans = session.opened.spans
+    [needle] = [s for s in spans.spans if s.segment == NEEDLE_PAGE - 1]
+    tail = list(range(spans.text_end, spans.n_tokens))
+    assert index[-len(tail) - needle.tokens:] == [*range(needle.token_start, needle.token_end), *tail]
+    assert index != sorted(index), "the pages are not in document order"
+    assert COMBINATION in answer.text
 
 
 def brute_force_bm25(texts: list[str], query: str, k1: float = 1.2, b: float = 0.75) -> list[float]:

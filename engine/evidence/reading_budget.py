@@ -47,7 +47,9 @@ class ReadingBudget:
       pages (or files) than this, the next pages of the ranking (any signal, in its order: the
       pages `halaman find` lists next) are read, each by its best span, until this many are, within
       the budget and the span limit (0: none; measured on the public sets and the filings:
-      docs/BENCHMARKS.md §7e)."""
+      docs/BENCHMARKS.md §7e); best_last: the spans are recalled in the reverse of the ranking's
+      order, the best last, nearest the question (a model reading its spans in focus, or re-reading
+      them, takes positions in that order; False: document order)."""
 
     words_at_most: int = 3
     words_relative: float = 0.8
@@ -56,6 +58,7 @@ class ReadingBudget:
     several_at_least: int = 1
     neighbours: bool = False
     pages_at_least: int = 0
+    best_last: bool = False
     label: str = "small model"
 
 

@@ -91,6 +91,13 @@ class Selection:
     ranked: list[Candidate]
     chosen: list[Span]
     chosen_index: tuple[int, ...] = ()  # the chosen spans' indices in `DocumentSpans.spans`, same order
+    # positions in `chosen` in the order the spans are recalled (`ReadingBudget.best_last`); () = as `chosen`
+    read_order: tuple[int, ...] = ()
+
+    def recalled(self) -> list[Span]:
+        """The chosen spans in the order the model reads them: `chosen`'s document order, or with
+        the reading budget's `best_last` the ranking's reverse (the best span nearest the question)."""
+        return [self.chosen[k] for k in self.read_order] if self.read_order else list(self.chosen)
 
     def reasons(self) -> list[Candidate]:
         """The candidate behind each chosen span, in the order of `chosen`."""
@@ -130,9 +137,24 @@ def select(spans: DocumentSpans, question: str, *, budget_tokens: int, max_spans
         reading = dataclasses.replace(reading, words_at_most=max(reading.words_at_most, reading.several_at_least))
     else:
         reading = dataclasses.replace(reading, several_at_least=1)
-    chosen = _choose(spans, ranked, budget_tokens, max_spans, reading)
+    taken = _choose(spans, ranked, budget_tokens, max_spans, reading)
+    chosen = sorted(taken, key=lambda pair: pair[1].token_start)
+    order = tuple(chosen.index(pair) for pair in _best_last(taken)) if reading.best_last else ()
     return Selection(_with_continuations(spans, ranked, {i for i, _ in chosen}), [span for _, span in chosen],
-                     tuple(i for i, _ in chosen))
+                     tuple(i for i, _ in chosen), order)
+
+
+def _best_last(taken: list[tuple[int, Span]]) -> list[tuple[int, Span]]:
+    """`taken` (in the order the rules took them: best first, a page's run-on page right after it)
+    with its pages in reverse, the best last; a page and the pages after it in the document that
+    follow it in `taken` (its run-on page, a file's next part) stay in reading order."""
+    groups: list[list[tuple[int, Span]]] = []
+    for pair in taken:
+        if groups and pair[0] == groups[-1][-1][0] + 1:
+            groups[-1].append(pair)
+        else:
+            groups.append([pair])
+    return [pair for group in reversed(groups) for pair in group]
 
 
 def _with_continuations(spans: DocumentSpans, ranked: list[Candidate], chosen: set[int]) -> list[Candidate]:
@@ -208,7 +230,7 @@ def _with_continuation(pages: list[int], limit: int) -> list[int]:
 
 def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, max_spans: int,
             reading: ReadingBudget) -> list[tuple[int, Span]]:
-    """(span index, span) of the candidates read, in document order (`reading.several_at_least`
+    """(span index, span) of the candidates read, in the order taken (`reading.several_at_least`
     words spans are read whatever their score: `select` sets it for a question asking for several;
     fewer than `reading.pages_at_least` pages (or files) read: the best span of each next page
     ranked is read until that many are)."""
@@ -245,7 +267,7 @@ def _choose(spans: DocumentSpans, ranked: list[Candidate], budget_tokens: int, m
             continue
         _take(spans, candidate.span, reading.neighbours, chosen, room, max_spans)
         units = {span.segment for _, span in chosen}
-    return sorted(chosen, key=lambda pair: pair[1].token_start)
+    return chosen
 
 
 def _already_read(spans: DocumentSpans, chosen: list[tuple[int, Span]], index: int) -> bool:

@@ -132,15 +132,18 @@ class DocumentSpans:
         question shares no word with the document."""
         return self.index.search(question, limit)
 
-    def recall_positions(self, chosen: Sequence[Span]) -> list[int]:
+    def recall_positions(self, chosen: Sequence[Span], *, in_order: bool = False) -> list[int]:
         """Prefix token positions to recall for `chosen`: the template head (instructions), each
         span with its segment's marker line (a part of a long file is read under its path, so
-        "which file …?" can be answered and the file cited), the template tail; ascending, unique."""
-        positions = set(range(self.head_tokens)) | set(range(self.text_end, self.n_tokens))
-        for span in chosen:
-            positions.update(range(span.marker_start, span.marker_end))
-            positions.update(range(span.token_start, span.token_end))
-        return sorted(positions)
+        "which file …?" can be answered and the file cited), the template tail; unique, ascending,
+        or with `in_order` the head, then the spans in `chosen`'s order (`Selection.recalled`), then
+        the tail (a position already listed is not listed again)."""
+        spans = [[*range(span.marker_start, span.marker_end), *range(span.token_start, span.token_end)]
+                 for span in chosen]
+        if not in_order:
+            return sorted({*range(self.head_tokens), *range(self.text_end, self.n_tokens), *(p for s in spans for p in s)})
+        ordered = [*range(self.head_tokens), *(p for s in spans for p in s), *range(self.text_end, self.n_tokens)]
+        return list(dict.fromkeys(ordered))
 
     def close(self) -> None:
         self.index.close()

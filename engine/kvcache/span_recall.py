@@ -4,7 +4,7 @@ At book length the per-layer block selection of `engine.kvcache.recall` rarely a
 that answers a question (it found it in a median of 15 of 90 layer / KV-head pairs at 131k
 tokens); the question's words do much better (`engine.evidence.text_index`). So the session chooses spans
 (pages, parts of files) once, from the full-text index, and this hook recalls exactly those
-tokens from the archive in every layer and KV head, in document order, so the model reads
+tokens from the archive in every layer and KV head, in document order (or the reading budget's order: `best_last`), so the model reads
 contiguous text. The choice does not change while the answer is decoded (`reselects` False): no
 re-scoring per answer token, the recalled tokens are read once per question.
 
@@ -31,12 +31,14 @@ from engine.kvcache.recall import RecalledTokens, RecallHook, held_tokens
 
 
 class SpanRecaller(RecallHook):
-    """Recall the document tokens `tokens` (`[R]` stream positions, ascending, unique) in every layer.
+    """Recall the document tokens `tokens` (`[R]` stream positions, unique) in every layer.
 
     focus: hide the held document tokens (`RecalledTokens.focus_from` = the archive's length) and
-    attend every recalled token; otherwise recalled tokens the layer already holds are masked out
-    (not attended twice) and the held tokens stay visible, as block recall does.
-    Raises ValueError for an empty, unsorted or out-of-range `tokens`.
+    attend every recalled token, at positions 0..R-1 in the order of `tokens` (any order: the
+    reading budget's `best_last` puts the best span last); otherwise `tokens` must be ascending,
+    recalled tokens the layer already holds are masked out (not attended twice) and the held tokens
+    stay visible, as block recall does.
+    Raises ValueError for an empty, repeating or out-of-range `tokens`, or one not ascending without focus.
     """
 
     reselects = False
@@ -46,8 +48,10 @@ class SpanRecaller(RecallHook):
         n = archive.layout.n_tokens if archive is not None else n_tokens
         super().__init__(n)
         tokens = tokens.long().cpu()
-        if tokens.numel() == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= n or bool((tokens.diff() <= 0).any()):
-            raise ValueError("span tokens must be unique ascending document positions")
+        if tokens.numel() == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= n:
+            raise ValueError("span tokens must be document positions")
+        if (bool((tokens.diff() <= 0).any()) if not focus else tokens.unique().numel() < tokens.numel()):
+            raise ValueError("span tokens must be unique" + ("" if focus else " and ascending"))
         self.archive = archive
         self.n_tokens = n
         self.tokens = tokens
@@ -58,7 +62,7 @@ class SpanRecaller(RecallHook):
     @classmethod
     def reread(cls, keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]], tokens: torch.Tensor, n_tokens: int) -> SpanRecaller:
         """Span recall without an archive: `keys_values[layer]` = (keys before RoPE, values), each
-        `[kv_heads, R, head_dim]`, of the prefix tokens `tokens` `[R]` (ascending), computed by
+        `[kv_heads, R, head_dim]`, of the prefix tokens `tokens` `[R]` (in reading order), computed by
         prefilling just those tokens at positions 0..R-1 (`SpanCapture`). Always in focus: positions
         0..R-1 are the ones the keys were computed at, and nothing else of the document is read."""
         return cls(None, tokens, focus=True, n_tokens=n_tokens, reread=keys_values)
