@@ -1,5 +1,6 @@
 """Which spans a question reads: every signal's candidates in one ranked list, then as many of them
-as the question needs and the recall budget allows, in document order.
+as the question needs and the recall budget allows, in document order (recalled in the reading
+budget's order: `Selection.recalled`).
 
 Signals, strongest first (`Candidate.signal`):
 - structure: what the question names through the document's structure ("chapter 8", "the
@@ -16,8 +17,9 @@ Signals, strongest first (`Candidate.signal`):
 How much follows the model (`engine.evidence.reading_budget`): the structural and section
 candidates are taken whole (a section's first pages); the words add their best span and the next
 ones, in the ranking's order, while they score within the budget's `words_relative` of the best
-and up to its `words_at_most` (the embedded 135M model: 3 within 80 %; more pages beside the one
-that answers cost it as much as a missed page; a ≥ 1B model with a 32k window: up to 6 within 50 %). A question
+and up to its `words_at_most` (the embedded 135M model: 3 within 50 %, read with the best last,
+nearest the question, where pages beside it distract it least; a ≥ 1B model with a 32k window: up
+to 6 within 50 %). A question
 that asks for several things ("compare", two years, "both") reads at least the budget's
 `several_at_least` words spans; with `neighbours`, a chosen page whose text runs on across the page
 break (`engine.evidence.page_break`) brings the next page; with `pages_at_least` N, a question
