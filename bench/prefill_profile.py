@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
 
 class Split:
@@ -75,11 +75,10 @@ class Split:
 
 def wrap_ours(split: Split) -> None:
     """Our chunk path's parts (see the module docstring)."""
-    import engine.kvcache.attention as attention
-    import engine.kvcache.cache as cache
-    import engine.models.decoder as decoder
+    from engine.kvcache import attention, cache
     from engine.kvcache.archive import ArchiveWriter
     from engine.kvcache.quant import KVFormat
+    from engine.models import decoder
     from engine.models.int4_cpu import Int4Linear
 
     split.wrap(decoder.CompressedDecoder, "forward", "rest (embedding, MLP activation, residual adds, views)")
@@ -198,8 +197,8 @@ def split_part(args, lm, ids) -> None:
             print(f"round {r} {side}: {spent * 1000:.0f} ms", flush=True)
     writer.abort()
     rows = []
-    for side in totals:
-        total = common.median(totals[side])
+    for side, times in totals.items():
+        total = common.median(times)
         for label, values in sorted(parts[side].items(), key=lambda kv: -common.median(kv[1])):
             rows.append({"engine": side, "part": label, "median_ms": round(1000 * common.median(values), 1),
                          "share": round(common.median(values) / total, 3)})
