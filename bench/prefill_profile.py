@@ -3,6 +3,7 @@ in one process, each part timed by wrapping its call (docs/BENCHMARKS.md section
 
     python bench/prefill_profile.py                          # split, 1 thread, 3 rounds
     python bench/prefill_profile.py --parts ab --against REV --rounds 3   # whole 8k prefill, REV's attention.py against this one
+    python bench/prefill_profile.py --parts ab --columns --rounds 3        # flash column sums against blocked
 
 split  The default model as the app loads it on this CPU (`load_model(weights="auto")`), Think Python's
        tokens. Ours: the default policy in compact positions with the INT4 archive written during the
@@ -14,8 +15,10 @@ split  The default model as the app loads it on this CPU (`load_model(weights="a
        timers), so the shares add up to the chunk. Rounds alternate ours / theirs.
 ab     The whole `--tokens` prefill (archive written) with `engine/kvcache/attention.py` as of
        `--against` (imported beside the current one, the rest of the engine current) against this
-       checkout's, alternating, `--rounds` each; median tokens/s, and whether every layer's kept
-       positions (`LayerKV.index`) and scores agree.
+       checkout's, or (`--columns`) this checkout's H2O column sums from the flash kernel against
+       `COLUMN_SUMS = "blocked"`; alternating, `--rounds` each; median tokens/s, whether every
+       layer's kept positions (`LayerKV.index`) and scores are equal, and the share of kept
+       positions both keep.
 
 Run with `--threads 1` beside other work: read the shares and the interleaved ratios, not the ms.
 Writes docs/bench/prefill_profile_<name>.{json,md} (machine, commit, load average at start and end).
@@ -210,19 +213,49 @@ def split_part(args, lm, ids) -> None:
     write(f"prefill_profile_{args.name}", rows, ["engine", "part", "median_ms", "share"], meta)
 
 
+def contenders(args) -> dict:
+    """label -> a function that switches the engine to that code path (the old one first)."""
+    import engine.kvcache.cache as cache_module
+    from engine.kvcache import attention
+
+    current = cache_module.chunk_attention
+
+    def use(function, columns="flash"):
+        def switch():
+            cache_module.chunk_attention = function
+            attention.COLUMN_SUMS = columns
+        return switch
+
+    if args.columns:
+        return {"flash": use(current), "blocked": use(current, "blocked")}
+    old = common.module_at(args.against, "engine/kvcache/attention.py")
+    return {args.against: use(lambda *a, **k: old.chunk_attention(*a, **k)), "now": use(current)}
+
+
+def kept_overlap(a, b) -> float:
+    """Mean over layers and KV heads of the share of `a`'s kept positions that `b` keeps too."""
+    import torch
+
+    shares = []
+    for (index_a, _), (index_b, _) in zip(a, b, strict=True):
+        for row_a, row_b in zip(index_a, index_b, strict=True):
+            shares.append(float(torch.isin(row_a, row_b).float().mean()))
+    return sum(shares) / len(shares)
+
+
 def ab_part(args, lm, ids) -> None:
     import torch
 
     import engine.kvcache.cache as cache_module
+    from engine.kvcache import attention
 
     current = cache_module.chunk_attention
-    old = common.module_at(args.against, "engine/kvcache/attention.py")
-    codes = {args.against: lambda *a, **k: old.chunk_attention(*a, **k), "now": current}
+    codes = contenders(args)
     rates: dict[str, list[float]] = {code: [] for code in codes}
     kept: dict[str, list] = {}
     for r in range(args.rounds):
         for code in list(codes) if r % 2 == 0 else list(codes)[::-1]:
-            cache_module.chunk_attention = codes[code]
+            codes[code]()
             writer = archive_writer(lm, args.tokens, common.WORK)
             began = time.perf_counter()
             with torch.inference_mode():
@@ -231,15 +264,17 @@ def ab_part(args, lm, ids) -> None:
             writer.abort()
             kept[code] = [(layer.index.clone(), layer.score.clone()) for layer in cache.layers]
             print(f"round {r} {code}: {rates[code][-1]:.1f} tok/s", flush=True)
-    cache_module.chunk_attention = current
-    same_index = all(torch.equal(a[0], b[0]) for a, b in zip(*kept.values(), strict=True))
-    same_score = all(torch.equal(a[1], b[1]) for a, b in zip(*kept.values(), strict=True))
+    cache_module.chunk_attention, attention.COLUMN_SUMS = current, "flash"
+    first, second = kept.values()
+    same_index = all(torch.equal(a[0], b[0]) for a, b in zip(first, second, strict=True))
+    same_score = all(torch.equal(a[1], b[1]) for a, b in zip(first, second, strict=True))
     rows = [{"code": code, "prefill_tok_s": round(common.median(v), 1), "runs": [round(x, 1) for x in v]}
             for code, v in rates.items()]
     for row in rows:
         row["vs_old"] = round(row["prefill_tok_s"] / rows[0]["prefill_tok_s"], 3)
     meta = {**common.machine_info(), "threads": torch.get_num_threads(), "rounds": args.rounds, "tokens": args.tokens,
-            "against": args.against, "kept_index_equal": same_index, "scores_equal": same_score,
+            "contenders": list(codes), "kept_index_equal": same_index, "scores_equal": same_score,
+            "kept_overlap": round(kept_overlap(first, second), 5),
             "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]}
     write(f"prefill_profile_{args.name}_ab", rows, ["code", "prefill_tok_s", "vs_old", "runs"], meta)
 
@@ -261,10 +296,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192, help="transformers' chunk ends here; ab reads this many")
     parser.add_argument("--held", type=int, default=4608, help="tokens ours reads before the timed chunk (a full budget)")
     parser.add_argument("--against", help="ab: the commit whose engine/kvcache/attention.py is the old path")
+    parser.add_argument("--columns", action="store_true",
+                        help="ab: this checkout's H2O column sums, flash kernel (old) against blocked matmuls")
     parser.add_argument("--name", default="default")
     args = parser.parse_args()
-    if "ab" in args.parts and not args.against:
-        parser.error("ab needs --against REV")
+    if "ab" in args.parts and bool(args.against) == args.columns:
+        parser.error("ab needs either --against REV or --columns")
     common.setup(args.threads)
     import torch
 
