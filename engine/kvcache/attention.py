@@ -377,7 +377,7 @@ COLUMN_SUMS = "flash"
 """How `_fused_attention` sums H2O's scores of a chunk without masks: "flash" (`_column_sums`, the
 default) or "blocked" (`_blocked_column_sums`, bfloat16 matmuls; a masked chunk always takes it).
 On an AVX-512 BF16 CPU without AMX (an AMD EPYC) the flash kernel runs at ~35 GFLOP/s in either
-dtype and "blocked" took 37 ms against 74-81 ms per layer (docs/BENCHMARKS.md section 5n); its
+dtype and "blocked" took 37 ms against 74-81 ms per layer at one thread (docs/BENCHMARKS.md section 5n); its
 rounding differs (0.21 against 0.16 % L1 against float64), so the kept tokens may differ at near
 ties: measured there, not the default."""
 
