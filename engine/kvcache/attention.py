@@ -376,10 +376,11 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
 COLUMN_SUMS = "flash"
 """How `_fused_attention` sums H2O's scores of a chunk without masks: "flash" (`_column_sums`, the
 default) or "blocked" (`_blocked_column_sums`, bfloat16 matmuls; a masked chunk always takes it).
-On an AVX-512 BF16 CPU without AMX (an AMD EPYC) the flash kernel runs at ~35 GFLOP/s in either
-dtype and "blocked" took 37 ms against 74-81 ms per layer at one thread (docs/BENCHMARKS.md section 5n); its
-rounding differs (0.21 against 0.16 % L1 against float64), so the kept tokens may differ at near
-ties: measured there, not the default."""
+On an AVX-512 BF16 CPU without AMX (an AMD EPYC) the flash kernel runs at ~30 GFLOP/s in either
+dtype and "blocked" took 37 ms against 74-81 ms per layer at one thread, 1.30x over a whole 8k
+prefill (docs/BENCHMARKS.md section 5n). Its rounding differs (0.21 against 0.16 % L1 against
+float64), so 0.5 % of the kept positions differed after 8k (continuation KL 0.99-1.04x): not the
+default, which keeps what the cache kept before."""
 
 
 def _blocked_column_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int, hidden: torch.Tensor | None) -> torch.Tensor:
