@@ -10,7 +10,8 @@ the default, docs/BENCHMARKS.md section 2f).
 `--against` names a commit whose `engine/kvcache/attention.py` (`chunk_attention`: every probability
 of a chunk materialised in float32) runs in the same process as the current one, the rest of the
 engine being current. Both run the same model and weights. `--scores A B` instead runs the current
-code twice, with `CachePolicy.heavy_hitter_score` A and then B (B is the reference of the ratios).
+code twice, with `CachePolicy.heavy_hitter_score` A and then B (B is the reference of the ratios). `--columns` runs the current code with the fused path's H2O column sums
+as blocked matmuls (`attention.COLUMN_SUMS = "blocked"`) against the flash kernel's (the default).
 
 quality  The continuation probe of `bench/kv_quality.py` (section 2b): `--context` tokens of Think
          Python prefilled with H2O at 50 / 75 / 90 % dropped (INT4, window budget/4, original
@@ -56,23 +57,28 @@ class Codes:
     the current code with two heavy-hitter scores (`scores`: the first is measured, the second the
     reference). `functions` names them in that order; `use` switches the code, `policy` the score."""
 
-    def __init__(self, rev: str | None, scores: list[str] | None = None) -> None:
-        import engine.kvcache.cache as cache
+    def __init__(self, rev: str | None, scores: list[str] | None = None, columns: bool = False) -> None:
+        from engine.kvcache import attention, cache
 
-        self.cache = cache
+        self.cache, self.attention = cache, attention
         self.current = cache.chunk_attention
         self.scores = scores
-        if scores:
+        self.columns = columns
+        if columns:  # the fused path's H2O column sums: blocked matmuls (measured) against the flash kernel
+            self.functions = {"blocked": cache.chunk_attention, "flash": cache.chunk_attention}
+        elif scores:
             self.functions = {score: cache.chunk_attention for score in scores}
         else:
             self.functions = {"now": cache.chunk_attention, rev: old_chunk_attention(rev)}
 
     def use(self, code: str) -> None:
         self.cache.chunk_attention = self.functions[code]
+        self.attention.COLUMN_SUMS = code if self.columns else "flash"
 
     def reset(self) -> None:
         """The current code again (after a comparison)."""
         self.cache.chunk_attention = self.current
+        self.attention.COLUMN_SUMS = "flash"
 
     def policy(self, code: str, policy):
         """`policy` with this contender's heavy-hitter score (unchanged when comparing code)."""
@@ -80,7 +86,7 @@ class Codes:
 
     def suffix(self) -> str:
         """Appended to the result files' names: "_scores" when comparing scores."""
-        return "_scores" if self.scores else ""
+        return "_columns" if self.columns else "_scores" if self.scores else ""
 
 
 def quality(args, codes: Codes, meta: dict) -> None:
@@ -124,7 +130,7 @@ def quality(args, codes: Codes, meta: dict) -> None:
             cell = {code: [r for r in rows if r["weights"] == weights and r["dropped"] == ratio and r["code"] == code]
                     for code in codes.functions}
             for code, runs in cell.items():
-                summary.append({"weights": weights, "attention": runs[0]["attention"] if code == "now" or codes.scores else "float32 (old)",
+                summary.append({"weights": weights, "attention": runs[0]["attention"] if code == "now" or codes.scores or codes.columns else "float32 (old)",
                                 "code": code, "dropped": f"{ratio:.0%}", "samples": len(runs),
                                 "kl": sum(r["kl"] for r in runs) / len(runs), "agree": sum(r["agree"] for r in runs) / len(runs),
                                 "delta_nll": sum(r["nll"] - r["ref_nll"] for r in runs) / len(runs)})
@@ -205,6 +211,8 @@ def main() -> None:
     parser.add_argument("--against", help="the commit whose chunk_attention runs side by side")
     parser.add_argument("--scores", nargs=2, choices=["sum", "mean", "window"],
                         help="instead of --against: the current code with these two heavy-hitter scores (measured, reference)")
+    parser.add_argument("--columns", action="store_true",
+                        help="instead of --against: the fused path's H2O column sums, blocked matmuls against the flash kernel")
     parser.add_argument("--parts", nargs="+", default=["quality", "speed"], choices=["quality", "speed", "micro"])
     parser.add_argument("--reps", type=int, default=7, help="micro: timed calls per path")
     parser.add_argument("--threads", type=int, default=2, help="run alone on the cores at 2 (bench/common.py)")
@@ -216,11 +224,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    if bool(args.against) == bool(args.scores):
-        parser.error("give either --against or --scores")
+    if bool(args.against) + bool(args.scores) + args.columns != 1:
+        parser.error("give one of --against, --scores or --columns")
     common.setup(args.threads)
-    codes = Codes(args.against, args.scores)
-    against = {"against": args.against} if args.against else {"scores": args.scores}
+    codes = Codes(args.against, args.scores, args.columns)
+    against = {"against": args.against} if args.against else {"scores": args.scores} if args.scores else {"columns": True}
     if "quality" in args.parts:
         quality(args, codes, {**common.machine_info(), **against})
     if "speed" in args.parts:
