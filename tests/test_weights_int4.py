@@ -1,6 +1,10 @@
 """CPU low-bit weights (`engine.models.int4_cpu`): exact on GGUF's Q4_1 / Q8_0 grids, and the embedded
 model's int4 logits close to float32's on real text (docs/BENCHMARKS.md §3)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -144,3 +148,12 @@ def test_the_lm_heads_step_copy_applies_its_weights_within_half_an_int8_step():
     assert bool(((rows - applied).abs() <= largest / 254 + 0.004 * largest).all())
     assert not torch.equal(rows, applied)  # a step really runs the copy
     assert Int4Linear(linear_with(weight)).step_codes is None  # the int4 layers keep their kernel
+
+
+def test_torch_held_to_avx2_reads_without_the_bfloat16_copy():
+    """`ATEN_CPU_CAPABILITY=avx2` (the way an AVX-512 machine is run as an AVX2-only laptop CPU) turns
+    the bfloat16 reading copy off, as on such a CPU, whatever the hardware reports."""
+    code = "from engine.models.int4_cpu import dense_chunks; print(dense_chunks())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -59,8 +59,10 @@ held about 2 GB of them."""
 
 
 def dense_chunks() -> bool:
-    """Whether this CPU runs bfloat16 matmuls natively (AVX-512 BF16), so chunks should use them."""
-    return torch.cpu._is_avx512_bf16_supported()
+    """Whether this CPU runs bfloat16 matmuls natively (AVX-512 BF16), so chunks should use them.
+    False too when torch's kernels are held below AVX-512 (`ATEN_CPU_CAPABILITY=avx2`, which with
+    `ONEDNN_MAX_CPU_ISA=AVX2` runs an AVX-512 machine as the common AVX2-only laptop CPU)."""
+    return torch.cpu._is_avx512_bf16_supported() and "AVX512" in torch.backends.cpu.get_cpu_capability()
 
 
 class Int4Linear(torch.nn.Module):
