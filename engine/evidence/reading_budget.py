@@ -6,10 +6,10 @@ misreads long inputs: pages beside the one that answers distracted it (every wor
 60 % of the best, up to 12, in document order: P16-dev-hard 7 → 4 answers, docs/BENCHMARKS.md
 §7b). It reads up to 3 words spans within half the best's score (4 for a question asking for
 several things) with the best last, nearest the question: placed there, the extra pages cost it no
-answer on the dev sets, while the evidence is read for 32 of 35 filing questions instead of 26. A model of at least `LARGE_PARAMETERS`
-parameters with at least `LARGE_CONTEXT_TOKENS` positions (Qwen2.5-1.5B, Llama-3.2-1B/3B,
-SmolLM2-1.7B has 8k and stays small) reads up to `LARGE.words_at_most` words spans: 6–8 pages fit
-in the recall budget (6,144 tokens, 12 spans). Its page counts are measured (bench/evidence_rules.py);
+answer on the dev sets, while the evidence is read for 32 of 35 filing questions instead of 26.
+A model of at least `LARGE_PARAMETERS` parameters with at least `LARGE_CONTEXT_TOKENS` positions
+(Qwen2.5-1.5B, Llama-3.2-1B/3B; SmolLM2-1.7B has 8k and stays small) reads up to
+`LARGE.words_at_most` words spans: 6–8 pages fit in the recall budget (6,144 tokens, 12 spans). Its page counts are measured (bench/evidence_rules.py);
 its answers are not: no such model's weights were at hand, so it rests on the premise that a 1.5B–3B
 model with a 32k window reads 6–8 pages well.
 

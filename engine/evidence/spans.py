@@ -138,12 +138,10 @@ class DocumentSpans:
         "which file …?" can be answered and the file cited), the template tail; unique, ascending,
         or with `in_order` the head, then the spans in `chosen`'s order (`Selection.recalled`), then
         the tail (a position already listed is not listed again)."""
-        spans = [[*range(span.marker_start, span.marker_end), *range(span.token_start, span.token_end)]
-                 for span in chosen]
-        if not in_order:
-            return sorted({*range(self.head_tokens), *range(self.text_end, self.n_tokens), *(p for s in spans for p in s)})
-        ordered = [*range(self.head_tokens), *(p for s in spans for p in s), *range(self.text_end, self.n_tokens)]
-        return list(dict.fromkeys(ordered))
+        spans = [p for span in chosen
+                 for p in (*range(span.marker_start, span.marker_end), *range(span.token_start, span.token_end))]
+        ordered = [*range(self.head_tokens), *spans, *range(self.text_end, self.n_tokens)]
+        return list(dict.fromkeys(ordered)) if in_order else sorted(set(ordered))
 
     def close(self) -> None:
         self.index.close()

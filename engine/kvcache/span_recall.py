@@ -4,9 +4,10 @@ At book length the per-layer block selection of `engine.kvcache.recall` rarely a
 that answers a question (it found it in a median of 15 of 90 layer / KV-head pairs at 131k
 tokens); the question's words do much better (`engine.evidence.text_index`). So the session chooses spans
 (pages, parts of files) once, from the full-text index, and this hook recalls exactly those
-tokens from the archive in every layer and KV head, in document order (or the reading budget's order: `best_last`), so the model reads
-contiguous text. The choice does not change while the answer is decoded (`reselects` False): no
-re-scoring per answer token, the recalled tokens are read once per question.
+tokens from the archive in every layer and KV head, in document order (or the reading budget's
+order: `best_last`), so the model reads contiguous text. The choice does not change while the
+answer is decoded (`reselects` False): no re-scoring per answer token, the recalled tokens are read
+once per question.
 
 Without an archive (it does not fit the prefix-cache disk budget, as for a 3B model at 128k
 tokens), the chosen tokens are prefilled again from their token ids (`SpanCapture`) and recalled
