@@ -15,6 +15,10 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
+    missing = missing_document(argv)
+    if missing is not None:  # a mistyped `halaman book.pdf`: argparse would list the commands instead
+        print(f"halaman: {missing}: no such file or folder; check the path", file=sys.stderr)
+        return 1
     document = document_argument(argv)
     if not argv or document is not None:
         try:
@@ -36,6 +40,19 @@ def document_argument(argv: list[str]) -> str | None:
     from engine.cli import command_names
 
     return None if argv[0] in command_names() else argv[0]
+
+
+def missing_document(argv: list[str]) -> str | None:
+    """The one argument of `argv` when it reads as a file or folder (a name with a suffix or a path
+    separator, not one of the CLI's commands) that does not exist; else None."""
+    if len(argv) != 1 or argv[0].startswith("-") or Path(argv[0]).exists():
+        return None
+    name = argv[0]
+    if not (Path(name).suffix or "/" in name or "\\" in name):
+        return None
+    from engine.cli import command_names
+
+    return None if name in command_names() else name
 
 
 if __name__ == "__main__":

@@ -94,6 +94,20 @@ def test_one_existing_path_opens_the_window_on_it_and_commands_stay_commands(mon
     assert document_argument(["book.pdf", "book.pdf"]) is None and document_argument(["--self-test"]) is None
 
 
+def test_a_mistyped_document_says_no_such_file_and_a_mistyped_command_stays_the_clis(monkeypatch, tmp_path, capsys):
+    import app.main
+    from app.entry import main
+
+    monkeypatch.setattr(app.main, "run", lambda paths=None: pytest.fail("no window for a missing file"))
+    monkeypatch.chdir(tmp_path)
+    for name in ("boook.pdf", "papers/missing", str(tmp_path / "gone.docx")):
+        assert main([name]) == 1
+        assert capsys.readouterr().err.strip() == f"halaman: {name}: no such file or folder; check the path"
+    with pytest.raises(SystemExit):  # a word without a suffix is a command, mistyped: argparse lists them
+        main(["aks"])
+    assert "invalid choice: 'aks'" in capsys.readouterr().err
+
+
 OPEN_SCRIPT = textwrap.dedent(
     """
     import os, sys
