@@ -217,6 +217,17 @@ def test_a_text_file_named_docx_is_damaged_not_a_traceback(tmp_path):
         load_document(path)
 
 
+@pytest.mark.parametrize(("make", "holds"), [
+    (lambda p: make_xlsx(p, rows=5), "it holds a spreadsheet: .xlsx"), (make_pptx, "it holds a presentation: .pptx"),
+])
+def test_a_spreadsheet_or_deck_named_docx_says_what_it_holds_not_that_it_is_empty(tmp_path, make, holds):
+    path = (tmp_path / "renamed.docx")
+    make(tmp_path / "real").rename(path)
+    with pytest.raises(DamagedDocumentError) as error:
+        load_document(path)
+    assert str(error.value).startswith(f"renamed.docx is not a Word document ({holds}): ")
+
+
 def test_a_zip_without_the_parts_of_its_format_is_damaged(tmp_path):
     path = write_zip(tmp_path / "hollow.docx", None, {"readme.txt": "hello"})
     with pytest.raises(DocumentError) as error:

@@ -51,6 +51,10 @@ def load_docx(path: Path, name: str, *, progress: ProgressCallback | None = None
         except Exception as exc:  # python-docx raises KeyError, ValueError, lxml errors … for broken packages
             raise DamagedDocumentError(f"{name} is damaged ({type(exc).__name__}: {str(exc)[:120]}): "
                                        "open it in Word and save it again") from None
+        other = _other_format(main.content_type)
+        if other is not None:
+            raise DamagedDocumentError(f"{name} is not a Word document (it holds {other}): "
+                                       "open it in its program or give it that format's suffix")
         related = _related_parts(main, archive, name)
         member = str(main.partname).lstrip("/")
         reader = _Reader(name, parse_xml(read_member(archive, member, name), member, name), related)
@@ -71,6 +75,17 @@ def load_docx(path: Path, name: str, *, progress: ProgressCallback | None = None
     warnings = [f"{name}: {reader.hidden_runs} run{'s' if reader.hidden_runs > 1 else ''} of hidden text "
                 "(Word's hidden font: not shown) left out"] if reader.hidden_runs else []
     return build_document(path, name, "docx", parts, warnings=warnings, progress=progress)
+
+
+def _other_format(content_type: str) -> str | None:
+    """What a package holds whose main part has `content_type`, when that is a spreadsheet or a
+    presentation (an .xlsx or .pptx renamed .docx: python-docx would open it and find no text);
+    None for anything else, Word's own types included."""
+    for markers, what in ((("spreadsheetml", "ms-excel"), "a spreadsheet: .xlsx"),
+                          (("presentationml", "ms-powerpoint"), "a presentation: .pptx")):
+        if any(marker in content_type for marker in markers):
+            return what
+    return None
 
 
 def _related_parts(main, archive, name: str) -> dict[str, list[bytes]]:
