@@ -35,24 +35,26 @@ def main(argv: list[str] | None = None) -> int:
 def document_argument(argv: list[str]) -> str | None:
     """The file or folder to open in the window when `argv` is just one that exists and is not one
     of the CLI's commands (a folder called `cache` in the current directory stays the command)."""
-    if len(argv) != 1 or argv[0].startswith("-") or not Path(argv[0]).exists():
-        return None
-    from engine.cli import command_names
-
-    return None if argv[0] in command_names() else argv[0]
+    name = _lone_path(argv)
+    return name if name is not None and Path(name).exists() else None
 
 
 def missing_document(argv: list[str]) -> str | None:
     """The one argument of `argv` when it reads as a file or folder (a name with a suffix or a path
     separator, not one of the CLI's commands) that does not exist; else None."""
-    if len(argv) != 1 or argv[0].startswith("-") or Path(argv[0]).exists():
+    name = _lone_path(argv)
+    if name is None or Path(name).exists():
         return None
-    name = argv[0]
-    if not (Path(name).suffix or "/" in name or "\\" in name):
+    return name if Path(name).suffix or "/" in name or "\\" in name else None
+
+
+def _lone_path(argv: list[str]) -> str | None:
+    """`argv`'s one argument when it is neither an option nor one of the CLI's commands."""
+    if len(argv) != 1 or argv[0].startswith("-"):
         return None
     from engine.cli import command_names
 
-    return None if name in command_names() else name
+    return None if argv[0] in command_names() else argv[0]
 
 
 if __name__ == "__main__":

@@ -147,8 +147,7 @@ class SpanRecall(BlockRecall):
         opened = self.opened
         # In focus (and when re-read) the spans take positions in the order read: the reading budget's.
         in_order = self.focus or opened.archive is None
-        positions = torch.tensor(opened.spans.recall_positions(
-            self.selection.recalled() if in_order else self.selection.chosen, in_order=in_order))
+        positions = torch.tensor(opened.spans.recall_positions(self.selection.recalled(), in_order=in_order))
         if opened.archive is not None:
             hook = SpanRecaller(opened.archive, positions, focus=self.focus)
         else:

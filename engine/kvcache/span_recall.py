@@ -51,7 +51,7 @@ class SpanRecaller(RecallHook):
         tokens = tokens.long().cpu()
         if tokens.numel() == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= n:
             raise ValueError("span tokens must be document positions")
-        if (bool((tokens.diff() <= 0).any()) if not focus else tokens.unique().numel() < tokens.numel()):
+        if tokens.unique().numel() < tokens.numel() or (not focus and bool((tokens.diff() < 0).any())):
             raise ValueError("span tokens must be unique" + ("" if focus else " and ascending"))
         self.archive = archive
         self.n_tokens = n
