@@ -16,7 +16,7 @@ split  The default model as the app loads it on this CPU (`load_model(weights="a
 ab     The whole `--tokens` prefill (archive written) with `engine/kvcache/attention.py` as of
        `--against` (imported beside the current one, the rest of the engine current) against this
        checkout's, or (`--columns`) this checkout's H2O column sums from the flash kernel against
-       `COLUMN_SUMS = "blocked"`; alternating, `--rounds` each; median tokens/s, whether every
+       `column_sums.METHOD = "blocked"`; alternating, `--rounds` each; median tokens/s, whether every
        layer's kept positions (`LayerKV.index`) and scores are equal, and the share of kept
        positions both keep.
 
@@ -78,7 +78,7 @@ class Split:
 
 def wrap_ours(split: Split) -> None:
     """Our chunk path's parts (see the module docstring)."""
-    from engine.kvcache import attention, cache
+    from engine.kvcache import attention, cache, column_sums
     from engine.kvcache.archive import ArchiveWriter
     from engine.kvcache.quant import KVFormat
     from engine.models import decoder
@@ -93,7 +93,8 @@ def wrap_ours(split: Split) -> None:
     split.wrap(cache, "attention_positions", "positions")
     split.wrap(cache, "chunk_attention", "attention: other ops (cat, casts, lse merge)")
     split.wrap(attention, "_flash_output", "attention: flash kernel, output")
-    split.wrap(attention, "_column_sums", "attention: H2O column sums (flash kernel, swapped)")
+    split.wrap(column_sums, "swapped_flash_sums", "attention: H2O column sums (flash kernel, swapped)")
+    split.wrap(column_sums, "blocked_sums", "attention: H2O column sums (blocked bfloat16 matmuls)")
     split.wrap(cache.LayerKV, "_append", "append to residual")
     split.wrap(KVFormat, "encode", "INT4 quantization (pool flush and archive)")
     split.wrap(cache.LayerKV, "_evict", "eviction (select + keep)")
@@ -216,18 +217,18 @@ def split_part(args, lm, ids) -> None:
 def contenders(args) -> dict:
     """label -> a function that switches the engine to that code path (the old one first)."""
     import engine.kvcache.cache as cache_module
-    from engine.kvcache import attention
+    from engine.kvcache import column_sums
 
     current = cache_module.chunk_attention
 
-    def use(function, columns="flash"):
+    def use(function, columns="auto"):
         def switch():
             cache_module.chunk_attention = function
-            attention.COLUMN_SUMS = columns
+            column_sums.METHOD = columns
         return switch
 
     if args.columns:
-        return {"flash": use(current), "blocked": use(current, "blocked")}
+        return {"flash": use(current, "flash"), "blocked": use(current, "blocked")}
     old = common.module_at(args.against, "engine/kvcache/attention.py")
     return {args.against: use(lambda *a, **k: old.chunk_attention(*a, **k)), "now": use(current)}
 
@@ -247,7 +248,7 @@ def ab_part(args, lm, ids) -> None:
     import torch
 
     import engine.kvcache.cache as cache_module
-    from engine.kvcache import attention
+    from engine.kvcache import column_sums
 
     current = cache_module.chunk_attention
     codes = contenders(args)
@@ -264,7 +265,7 @@ def ab_part(args, lm, ids) -> None:
             writer.abort()
             kept[code] = [(layer.index.clone(), layer.score.clone()) for layer in cache.layers]
             print(f"round {r} {code}: {rates[code][-1]:.1f} tok/s", flush=True)
-    cache_module.chunk_attention, attention.COLUMN_SUMS = current, "flash"
+    cache_module.chunk_attention, column_sums.METHOD = current, "auto"
     first, second = kept.values()
     same_index = all(torch.equal(a[0], b[0]) for a, b in zip(first, second, strict=True))
     same_score = all(torch.equal(a[1], b[1]) for a, b in zip(first, second, strict=True))

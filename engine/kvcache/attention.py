@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.kvcache import column_sums
 from engine.kvcache.decode_workspace import Bf16Int8Workspace
 
 
@@ -116,12 +117,6 @@ class Scratch:
     def release(self) -> None:
         """Free the buffer (it is allocated again on demand)."""
         self._buffer = None
-
-
-FUSED_BLOCK_ROWS = 128
-"""Query rows (of all KV heads at once) per block of the fused path's score pass over a masked chunk
-(a question with recall; unmasked chunks take `_column_sums`): 128 was the fastest
-of 32-256 for SmolLM2's 3 KV heads over 4.6k keys on this project's 2-core Xeon (2 MB L2 per core)."""
 
 
 def fused_prefill(attention_dtype: torch.dtype | None, device: torch.device) -> bool:
@@ -341,14 +336,12 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
        probabilities per layer are never written. Without masks (no recall) the cached keys and
        the chunk's own keys (causal) are two calls joined by their log-sum-exps, so no
        `[chunk, total]` mask is built or read.
-    2. H2O's column sums are then exact but for bfloat16 rounding: `P[i, j] = exp(q_i·k_j·scale - L_i)`.
-       Without masks, from the flash kernel with queries and keys swapped (`_column_sums`). With
-       masks, in blocks of `FUSED_BLOCK_ROWS` query rows as one bfloat16 matmul with `-L_i` folded in as
-       two more columns (its bfloat16 high and low parts against keys' columns of ones), so the
-       matmul's float32 accumulator subtracts it and `log P` is rounded only where it is near 0
-       for the probabilities that matter; `exp` and each block's column sum are bfloat16 too, the
-       running sum float32. 0.2-0.3 % L1 error in the scores against float64 (rounding the logits
-       themselves to bfloat16 before subtracting: 1.4 %).
+    2. H2O's column sums are then exact but for bfloat16 rounding: `P[i, j] = exp(q_i·k_j·scale - L_i)`,
+       with `-L_i` folded into the queries as two more columns (its bfloat16 high and low parts
+       against keys' columns of ones), so one product gives `log P` (`engine/kvcache/column_sums.py`:
+       without masks the way this CPU runs faster, measured once; with masks blocked bfloat16
+       matmuls). 0.2-0.3 % L1 error in the scores against float64 (rounding the logits themselves
+       to bfloat16 before subtracting: 1.4 %).
     A query whose every key is masked (not reachable: a chunk always sees itself) gets a zero
     output here and NaN on the materialised path.
     Summing the scores from a subsample of queries instead (every 2nd to 8th) was cheaper but made
@@ -368,44 +361,9 @@ def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tens
     # Queries with -L_i as two more columns (bfloat16 high and low parts), keys with two of ones.
     rows = torch.cat((q, high, (minus - high.float()).to(bf16)), dim=-1)  # [kv_heads, group, chunk, d + 2]
     cols = torch.cat((k, k.new_ones((kv_heads, total, 2))), dim=-1)  # [kv_heads, total, d + 2]
-    if keep is None and COLUMN_SUMS == "flash":
-        return output, _column_sums(rows, cols, chunk)
-    return output, _blocked_column_sums(rows, cols, chunk, hidden)
-
-
-COLUMN_SUMS = "flash"
-"""How `_fused_attention` sums H2O's scores of a chunk without masks: "flash" (`_column_sums`, the
-default) or "blocked" (`_blocked_column_sums`, bfloat16 matmuls; a masked chunk always takes it).
-On an AVX-512 BF16 CPU without AMX (an AMD EPYC) the flash kernel runs at ~30 GFLOP/s in either
-dtype and "blocked" took 37 ms against 74-81 ms per layer at one thread, 1.30x over a whole 8k
-prefill (docs/BENCHMARKS.md section 5n). Its rounding differs (0.21 against 0.16 % L1 against
-float64), so 0.5 % of the kept positions differed after 8k (continuation KL 0.99-1.04x): not the
-default, which keeps what the cache kept before."""
-
-
-def _blocked_column_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int, hidden: torch.Tensor | None) -> torch.Tensor:
-    """H2O's scores `[kv_heads, total]` float32 of a chunk in blocks of `FUSED_BLOCK_ROWS` query rows,
-    each one bfloat16 matmul of `rows` `[kv_heads, group, chunk, d + 2]` (scaled queries with -L as
-    two more columns) against `cols` `[kv_heads, total, d + 2]` (keys with two of ones), giving
-    log P directly; `exp` and the block's column sum in bfloat16, the running sum float32 (see
-    `_fused_attention`). hidden: `[kv_heads, chunk, total]` bool (True = not attended) or None for
-    a chunk without masks (then only the chunk's own later keys are hidden)."""
-    kv_heads, group, _, width = rows.shape
-    total, device = cols.shape[1], rows.device
-    rows, cols = rows.reshape(kv_heads, group * chunk, width), cols.transpose(1, 2)  # rows kv, g·chunk + i
-    ones = rows.new_ones((kv_heads, 1, FUSED_BLOCK_ROWS))
-    later = None if hidden is not None else torch.ones(chunk, chunk, dtype=torch.bool, device=device).triu_(1)
-    scores = torch.zeros((kv_heads, total), dtype=torch.float32, device=device)
-    for first in range(0, group * chunk, FUSED_BLOCK_ROWS):
-        block = slice(first, min(first + FUSED_BLOCK_ROWS, group * chunk))
-        log_p = torch.matmul(rows[:, block], cols)  # [kv_heads, rows, total]
-        queries = torch.arange(block.start, block.stop, device=device) % chunk
-        if hidden is not None:
-            log_p.masked_fill_(hidden[:, queries], float("-inf"))
-        else:
-            log_p[..., total - chunk :].masked_fill_(later[queries], float("-inf"))
-        scores += torch.matmul(ones[..., : log_p.shape[1]], log_p.exp_()).squeeze(1)
-    return scores
+    if keep is None:
+        return output, column_sums.unmasked_sums(rows, cols, chunk)
+    return output, column_sums.blocked_sums(rows, cols, chunk, hidden)
 
 
 def _flash_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -467,25 +425,3 @@ def _hidden_mask(keep: torch.Tensor, chunk: int) -> torch.Tensor:
     later = torch.ones(chunk, chunk, dtype=torch.bool, device=keep.device).triu_(1)
     hidden[..., total - chunk :] |= later
     return hidden
-
-
-def _column_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int) -> torch.Tensor:
-    """H2O's scores `[kv_heads, total]` float32 of a chunk without masks, from the flash kernel with
-    the roles of queries and keys swapped: each key becomes a query over the chunk's queries (all
-    of its group), so the kernel's log-sum-exp of key j is log Σ_g Σ_i exp(q_gi·k_j - L_gi) per
-    query head g, and the score is the sum of their exponentials. `rows` `[kv_heads, group, chunk,
-    d + 2]`: the scaled queries with -L as two more columns; `cols` `[kv_heads, total, d + 2]`: the
-    keys with two of ones (bfloat16 both; the kernel accumulates, exponentiates and sums in
-    float32). The chunk's own keys see only the queries at or after them: in reversed order that
-    is the kernel's causal mask. The values the kernel must also multiply are the queries (it
-    takes one head size); their output is dropped. 2-3x faster than the blocked bfloat16 pass,
-    with less rounding (0.16 vs 0.21 % L1 against float64, 4.6k keys)."""
-    group, total = rows.shape[1], cols.shape[1]
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    own_keys, own_queries = cols[:, None, total - chunk :].flip(2), rows.flip(2)
-    _, own = flash(own_keys.expand(-1, group, -1, -1), own_queries, own_queries, 0.0, is_causal=True, scale=1.0)[:2]
-    scores = own.exp().sum(dim=1).flip(-1)  # [kv_heads, chunk]
-    if total > chunk:
-        _, cached = flash(cols[:, None, : total - chunk].expand(-1, group, -1, -1), rows, rows, 0.0, scale=1.0)[:2]
-        scores = torch.cat((cached.exp().sum(dim=1), scores), dim=1)
-    return scores
