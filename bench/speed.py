@@ -444,6 +444,15 @@ def part_drafts(lm, max_new_tokens: int) -> list[dict]:
     return rows
 
 
+def column_sums_chosen() -> list[dict]:
+    """How the fused prefill summed H2O's scores in this process (`column_sums.METHOD` and what "auto" measured)."""
+    from dataclasses import asdict
+
+    from engine.kvcache import column_sums
+
+    return [{"method_setting": column_sums.METHOD, **asdict(choice)} for choice in column_sums.measured()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts", "before", "shape", "llamacpp"])
@@ -489,6 +498,7 @@ def main() -> None:
             rows += [{"run": run, **row} for row in part_lengths(lm, book, args, threads)]
             loads.append(load_avg())
         meta["load_avg_end"] = " | ".join(loads)
+        meta["column_sums"] = column_sums_chosen()
         common.write_results(args.name, rows, ["run", "engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
                                                      "prefill_vs_transformers", "decode_vs_transformers"], meta)
         plot_lengths([r for r in rows if r["run"] == 1], threads)  # after the results: a missing matplotlib loses only the plot
