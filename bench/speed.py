@@ -122,6 +122,40 @@ def roofline() -> dict:
             "matmul_gflop_s": 2 * 2048 ** 3 / common.median(products) / 1e9}
 
 
+def decode_read_bytes(model) -> int:
+    """Bytes of weights one decode step reads: an int4 layer's codes, scales and zeros, or its int8
+    step copy where it keeps one (`Int4Linear._kernel_output`), never its bfloat16 reading copy (for
+    chunks only); one row of the input embedding (a gather), not the table; every other parameter
+    and buffer once. Tied tensors count once."""
+    import torch
+
+    from engine.models.int4_cpu import Int4Linear
+
+    total, seen = 0, set()
+
+    def add(tensor) -> None:
+        nonlocal total
+        if tensor is not None and id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+
+    embedding = model.get_input_embeddings()
+    seen.add(id(embedding.weight))
+    total += embedding.weight.shape[1] * embedding.weight.element_size()
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            for tensor in (module.step_codes, module.step_scales) if module.step_codes is not None else (module.packed, module.scales_and_zeros):
+                add(tensor)
+            add(module.bias)
+            for tensor in (module.packed, module.scales_and_zeros, module.dense, module.step_codes, module.step_scales):
+                if tensor is not None:
+                    seen.add(id(tensor))
+        elif not isinstance(module, torch.nn.Embedding):
+            for tensor in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
+                add(tensor)
+    return total
+
+
 def part_shape(book, args, threads) -> list[dict]:
     import resource
 
@@ -139,12 +173,13 @@ def part_shape(book, args, threads) -> list[dict]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     ceilings = roofline()
     params = lm.parameters
-    # Decode reads every weight once per token: the bandwidth bound. Prefill does 2 FLOPs per
-    # parameter per token: the matmul bound (float32 rate; the int4 kernel dequantizes on the fly).
-    decode_bound = ceilings["bandwidth_gb_s"] * 1e9 / lm.weight_bytes
+    # Decode reads once per token every weight a step uses: the bandwidth bound. Prefill does 2 FLOPs
+    # per parameter per token: the matmul bound (float32 rate; the int4 kernel dequantizes on the fly).
+    step_bytes = decode_read_bytes(lm.decoder.model)
+    decode_bound = ceilings["bandwidth_gb_s"] * 1e9 / step_bytes
     prefill_bound = ceilings["matmul_gflop_s"] * 1e9 / (2 * params)
     common_cols = {"model": "Qwen2.5-1.5B shape (random weights)", "weights": lm.weights_label, "tokens": n,
-                   "parameters": params, "weight_bytes": lm.weight_bytes, "peak_rss_bytes": peak, **ceilings,
+                   "parameters": params, "weight_bytes": lm.weight_bytes, "decode_read_bytes": step_bytes, "peak_rss_bytes": peak, **ceilings,
                    "decode_bound_tok_s": decode_bound, "prefill_bound_tok_s": prefill_bound}
     return [{**common_cols, "engine": "ours", **ours,
              "decode_of_bound": ours["decode_tok_s"] / decode_bound, "prefill_of_bound": ours["prefill_tok_s"] / prefill_bound,
@@ -484,7 +519,7 @@ def main() -> None:
         rows = part_shape(book, args, threads)
         meta["load_avg_end"] = load_avg()
         common.write_results("speed_shape", rows, ["engine", "tokens", "prefill_tok_s", "decode_tok_s", "prefill_vs_transformers",
-                                                   "decode_vs_transformers", "weight_bytes", "peak_rss_bytes",
+                                                   "decode_vs_transformers", "weight_bytes", "decode_read_bytes", "peak_rss_bytes",
                                                    "bandwidth_gb_s", "matmul_gflop_s", "decode_bound_tok_s",
                                                    "decode_of_bound", "prefill_bound_tok_s", "prefill_of_bound"], meta)
     if "llamacpp" in args.parts:
