@@ -11,7 +11,7 @@ the default, docs/BENCHMARKS.md section 2f).
 of a chunk materialised in float32) runs in the same process as the current one, the rest of the
 engine being current. Both run the same model and weights. `--scores A B` instead runs the current
 code twice, with `CachePolicy.heavy_hitter_score` A and then B (B is the reference of the ratios). `--columns` runs the current code with the fused path's H2O column sums
-as blocked matmuls (`prefill_choice.METHOD = "blocked"`) against the flash kernel's.
+as blocked matmuls (`column_sums.METHOD = "blocked"`) against the flash kernel's.
 
 quality  The continuation probe of `bench/kv_quality.py` (section 2b): `--context` tokens of Think
          Python prefilled with H2O at 50 / 75 / 90 % dropped (INT4, window budget/4, original
@@ -58,9 +58,9 @@ class Codes:
     reference). `functions` names them in that order; `use` switches the code, `policy` the score."""
 
     def __init__(self, rev: str | None, scores: list[str] | None = None, columns: bool = False) -> None:
-        from engine.kvcache import cache, prefill_choice
+        from engine.kvcache import cache, column_sums
 
-        self.cache, self.prefill_choice = cache, prefill_choice
+        self.cache, self.column_sums = cache, column_sums
         self.current = cache.chunk_attention
         self.scores = scores
         self.columns = columns
@@ -73,12 +73,12 @@ class Codes:
 
     def use(self, code: str) -> None:
         self.cache.chunk_attention = self.functions[code]
-        self.prefill_choice.METHOD = code if self.columns else "flash"
+        self.column_sums.METHOD = code if self.columns else "flash"
 
     def reset(self) -> None:
         """The current code again (after a comparison)."""
         self.cache.chunk_attention = self.current
-        self.prefill_choice.METHOD = "auto"
+        self.column_sums.METHOD = "auto"
 
     def policy(self, code: str, policy):
         """`policy` with this contender's heavy-hitter score (unchanged when comparing code)."""

@@ -4,7 +4,6 @@ in one process, each part timed by wrapping its call (docs/BENCHMARKS.md section
     python bench/prefill_profile.py                          # split, 1 thread, 3 rounds
     python bench/prefill_profile.py --parts ab --against REV --rounds 3   # whole 8k prefill, REV's attention.py against this one
     python bench/prefill_profile.py --parts ab --columns --rounds 3        # flash column sums against blocked
-    python bench/prefill_profile.py --parts ab --ways blocked float32 --rounds 3   # any two prefill ways
 
 split  The default model as the app loads it on this CPU (`load_model(weights="auto")`), Think Python's
        tokens. Ours: the default policy in compact positions with the INT4 archive written during the
@@ -17,7 +16,7 @@ split  The default model as the app loads it on this CPU (`load_model(weights="a
 ab     The whole `--tokens` prefill (archive written) with `engine/kvcache/attention.py` as of
        `--against` (imported beside the current one, the rest of the engine current) against this
        checkout's, or (`--columns`) this checkout's H2O column sums from the flash kernel against
-       `prefill_choice.METHOD = "blocked"`; alternating, `--rounds` each; median tokens/s, whether every
+       `column_sums.METHOD = "blocked"`; alternating, `--rounds` each; median tokens/s, whether every
        layer's kept positions (`LayerKV.index`) and scores are equal, and the share of kept
        positions both keep.
 
@@ -96,7 +95,6 @@ def wrap_ours(split: Split) -> None:
     split.wrap(attention, "_flash_output", "attention: flash kernel, output")
     split.wrap(column_sums, "swapped_flash_sums", "attention: H2O column sums (flash kernel, swapped)")
     split.wrap(column_sums, "blocked_sums", "attention: H2O column sums (blocked bfloat16 matmuls)")
-    split.wrap(attention, "_float32_way", "attention: float32 row blocks (output and sums)")
     split.wrap(cache.LayerKV, "_append", "append to residual")
     split.wrap(KVFormat, "encode", "INT4 quantization (pool flush and archive)")
     split.wrap(cache.LayerKV, "_evict", "eviction (select + keep)")
@@ -219,18 +217,18 @@ def split_part(args, lm, ids) -> None:
 def contenders(args) -> dict:
     """label -> a function that switches the engine to that code path (the old one first)."""
     import engine.kvcache.cache as cache_module
-    from engine.kvcache import prefill_choice
+    from engine.kvcache import column_sums
 
     current = cache_module.chunk_attention
 
     def use(function, columns="auto"):
         def switch():
             cache_module.chunk_attention = function
-            prefill_choice.METHOD = columns
+            column_sums.METHOD = columns
         return switch
 
-    if args.ways:
-        return {way: use(current, way) for way in args.ways}
+    if args.columns:
+        return {"flash": use(current, "flash"), "blocked": use(current, "blocked")}
     old = common.module_at(args.against, "engine/kvcache/attention.py")
     return {args.against: use(lambda *a, **k: old.chunk_attention(*a, **k)), "now": use(current)}
 
@@ -250,7 +248,7 @@ def ab_part(args, lm, ids) -> None:
     import torch
 
     import engine.kvcache.cache as cache_module
-    from engine.kvcache import prefill_choice
+    from engine.kvcache import column_sums
 
     current = cache_module.chunk_attention
     codes = contenders(args)
@@ -267,7 +265,7 @@ def ab_part(args, lm, ids) -> None:
             writer.abort()
             kept[code] = [(layer.index.clone(), layer.score.clone()) for layer in cache.layers]
             print(f"round {r} {code}: {rates[code][-1]:.1f} tok/s", flush=True)
-    cache_module.chunk_attention, prefill_choice.METHOD = current, "auto"
+    cache_module.chunk_attention, column_sums.METHOD = current, "auto"
     first, second = kept.values()
     same_index = all(torch.equal(a[0], b[0]) for a, b in zip(first, second, strict=True))
     same_score = all(torch.equal(a[1], b[1]) for a, b in zip(first, second, strict=True))
@@ -299,14 +297,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192, help="transformers' chunk ends here; ab reads this many")
     parser.add_argument("--held", type=int, default=4608, help="tokens ours reads before the timed chunk (a full budget)")
     parser.add_argument("--against", help="ab: the commit whose engine/kvcache/attention.py is the old path")
-    parser.add_argument("--ways", nargs=2, choices=["float32", "flash", "blocked"],
-                        help="ab: this checkout's prefill ways A (the old) against B (prefill_choice.METHOD; section 5p)")
-    parser.add_argument("--columns", dest="ways", action="store_const", const=["flash", "blocked"],
-                        help="ab: the same as --ways flash blocked (section 5n)")
+    parser.add_argument("--columns", action="store_true",
+                        help="ab: this checkout's H2O column sums, flash kernel (old) against blocked matmuls")
     parser.add_argument("--name", default="default")
     args = parser.parse_args()
-    if "ab" in args.parts and bool(args.against) == bool(args.ways):
-        parser.error("ab needs either --against REV or --ways A B")
+    if "ab" in args.parts and bool(args.against) == args.columns:
+        parser.error("ab needs either --against REV or --columns")
     common.setup(args.threads)
     import torch
 

@@ -309,17 +309,17 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="appended to the result files' and the row log's names (recall_needle_TAG.csv)")
     parser.add_argument("--score", default="mean", choices=["sum", "mean", "window"],
                         help="heavy-hitter score of the compressed rows (CachePolicy.heavy_hitter_score; section 2f)")
-    parser.add_argument("--columns", default="auto", choices=["auto", "float32", "flash", "blocked"],
-                        help="how a prefill chunk's H2O column sums are computed (prefill_choice.METHOD; sections 5n, 5p)")
+    parser.add_argument("--columns", default="auto", choices=["auto", "flash", "blocked"],
+                        help="how a prefill chunk's H2O column sums are computed (column_sums.METHOD; section 5n)")
     parser.add_argument("--recall", type=int, nargs="+", default=None,
                         help="needle: only these recall budgets (0 = snapshot only, -1 = the budget; default: 0, 1024 and -1)")
     args = parser.parse_args()
     LENGTHS, DROPPED, FULL_CACHE = tuple(args.lengths), tuple(args.dropped), not args.no_full_cache
     RECALLS = tuple(args.recall) if args.recall is not None else None
     common.setup(args.threads)
-    import engine.kvcache.prefill_choice as prefill_choice
+    import engine.kvcache.column_sums as column_sums
 
-    prefill_choice.METHOD = args.columns
+    column_sums.METHOD = args.columns
     meta = {**common.machine_info(), "column_sums": args.columns}
     run = Runner(args)
     for part in args.parts:

@@ -479,11 +479,13 @@ def part_drafts(lm, max_new_tokens: int) -> list[dict]:
     return rows
 
 
-def prefill_ways_chosen() -> list[dict]:
-    """How this process computed prefill chunks on the CPU (`prefill_choice.METHOD` and what "auto" measured, ms)."""
-    from engine.kvcache import prefill_choice
+def column_sums_chosen() -> list[dict]:
+    """How the fused prefill summed H2O's scores in this process (`column_sums.METHOD` and what "auto" measured)."""
+    from dataclasses import asdict
 
-    return [{"method_setting": prefill_choice.METHOD, "way": choice.way, **choice.ms} for choice in prefill_choice.measured()]
+    from engine.kvcache import column_sums
+
+    return [{"method_setting": column_sums.METHOD, **asdict(choice)} for choice in column_sums.measured()]
 
 
 def main() -> None:
@@ -531,7 +533,7 @@ def main() -> None:
             rows += [{"run": run, **row} for row in part_lengths(lm, book, args, threads)]
             loads.append(load_avg())
         meta["load_avg_end"] = " | ".join(loads)
-        meta["prefill_way"] = prefill_ways_chosen()
+        meta["column_sums"] = column_sums_chosen()
         common.write_results(args.name, rows, ["run", "engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
                                                      "prefill_vs_transformers", "decode_vs_transformers"], meta)
         plot_lengths([r for r in rows if r["run"] == 1], threads)  # after the results: a missing matplotlib loses only the plot

@@ -4,7 +4,7 @@ attention returns, and what a prefill of a real document keeps, against the code
 import pytest
 import torch
 
-from engine.kvcache import attention, prefill_choice
+from engine.kvcache import attention, column_sums
 from engine.kvcache.attention import chunk_attention
 
 FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -36,7 +36,6 @@ def test_folded_flash_is_the_per_head_call_bit_for_bit():
 
 def test_fused_chunk_attention_unchanged(monkeypatch):
     """A whole fused chunk (output and H2O scores) equals the one computed with the per-head call."""
-    monkeypatch.setattr(prefill_choice, "METHOD", "flash")
     query, keys, values = random_chunk(1)
     new = chunk_attention(query, keys, values, scaling=0.125, masks=(None, None), attention_dtype=torch.bfloat16)
     monkeypatch.setattr(attention, "_folded_flash", per_head_flash)
@@ -45,16 +44,16 @@ def test_fused_chunk_attention_unchanged(monkeypatch):
 
 
 def test_blocked_column_sums_without_masks(monkeypatch):
-    """prefill_choice.METHOD = "blocked" (the matmul pass a masked chunk takes) on an unmasked chunk: the scores
+    """column_sums.METHOD = "blocked" (the matmul pass a masked chunk takes) on an unmasked chunk: the scores
     of the masked path with every key kept but for the log-sum-exps' last bits (one flash call with
     a mask there, two merged here), within 1 % of the flash kernel's column sums (L1), and the mass
     per KV head kept (group · chunk)."""
     query, keys, values = random_chunk(2, held=260, chunk=90)
-    monkeypatch.setattr(prefill_choice, "METHOD", "flash")
+    monkeypatch.setattr(column_sums, "METHOD", "flash")
     flash = chunk_attention(query, keys, values, scaling=0.125, masks=(None, None), attention_dtype=torch.bfloat16)[1]
     keep_all = (torch.ones(keys[0].shape[:2], dtype=torch.bool), None)
     masked = chunk_attention(query, keys, values, scaling=0.125, masks=keep_all, attention_dtype=torch.bfloat16)[1]
-    monkeypatch.setattr(prefill_choice, "METHOD", "blocked")
+    monkeypatch.setattr(column_sums, "METHOD", "blocked")
     blocked = chunk_attention(query, keys, values, scaling=0.125, masks=(None, None), attention_dtype=torch.bfloat16)[1]
     assert float((blocked - masked).abs().sum() / masked.sum()) < 1e-3
     assert float((blocked - flash).abs().sum() / flash.sum()) < 1e-2
@@ -83,7 +82,6 @@ def test_prefill_keeps_the_same_tokens_on_a_real_document(book_ids, monkeypatch)
 
     lm, ids = book_ids
     monkeypatch.setattr(lm.decoder, "attention_dtype", torch.bfloat16)
-    monkeypatch.setattr(prefill_choice, "METHOD", "flash")
     policy = CachePolicy(position_mode="compact")
     caches = []
     for flash in (attention._folded_flash, per_head_flash):

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.kvcache import column_sums, prefill_choice
+from engine.kvcache import column_sums
 from engine.kvcache.decode_workspace import Bf16Int8Workspace
-from engine.kvcache.row_blocks import row_block_attention
 
 
 class RotaryTable:
@@ -155,13 +154,10 @@ def chunk_attention(
         not summed over the queries (speculative decoding commits only accepted tokens). "window":
         a prefill chunk is scored by its last queries only (`window_attention`, SnapKV), with no
         `[chunk, total]` probabilities; a decode step (group·chunk < head_dim) as with "sum".
-    attention_dtype: bfloat16 on a CPU lets a prefill chunk take the fused path (`fused_prefill`).
+    attention_dtype: bfloat16 on a CPU sends a prefill chunk down the fused path (`fused_prefill`);
+        otherwise the probabilities are materialised in float32.
 
-    On a CPU a prefill chunk scored by "sum" takes the way `prefill_choice` measured fastest: float32
-    row blocks per KV head (`row_blocks`) or, with bfloat16 attention, the fused path with either
-    way of summing the scores. Elsewhere (a GPU, "per_query") the probabilities are materialised.
-
-    Cost (materialised): the probabilities `[kv_heads, group·chunk, total]` float32 are the
+    Cost: for a prefill chunk the probabilities `[kv_heads, group·chunk, total]` float32 are the
     only large tensor (85 MB per layer for a 512-token chunk over 4.6k tokens with 9 query heads),
     so everything that touches them is done once and in place: the parts' keys and values are
     joined first (a copy 72× smaller than the logits), the scaling is folded into the queries, masks
@@ -184,9 +180,8 @@ def chunk_attention(
         compute = torch.bfloat16 if fused_prefill(attention_dtype, query.device) else query.dtype
         return window_attention(query, keys, values, scaling=scaling, masks=masks, window=SNAP_WINDOW_QUERIES,
                                 compute=compute)
-    if not per_query and query.device.type == "cpu":
-        ways = _cpu_ways(fused_prefill(attention_dtype, query.device), scratch)
-        return ways[prefill_choice.way_for(kv_heads, group, head_dim, ways)](query, keys, values, scaling, masks)
+    if not per_query and fused_prefill(attention_dtype, query.device):
+        return _fused_attention(query, keys, values, scaling=scaling, masks=masks)
     q = query.reshape(kv_heads, group * chunk, head_dim) * scaling
     total = sum(k.shape[1] for k in keys)
     k = keys[0] if len(keys) == 1 else torch.cat(keys, dim=1)
@@ -325,24 +320,6 @@ def part_output(probs: torch.Tensor, part) -> torch.Tensor:
     return torch.bmm(probs.to(part.dtype), part)
 
 
-def _cpu_ways(bfloat16: bool, scratch: Scratch | None = None) -> dict[str, prefill_choice.Way]:
-    """The ways a CPU can compute a prefill chunk (`prefill_choice`): float32 row blocks everywhere
-    (their buffers in `scratch`), and the fused path's two where bfloat16 attention was asked for
-    (`fused_prefill`)."""
-    ways = {"float32": lambda q, k, v, scaling, masks: _float32_way(q, k, v, scaling, masks, scratch)}
-    if bfloat16:
-        ways["flash"] = lambda q, k, v, scaling, masks: _fused_attention(q, k, v, scaling=scaling, masks=masks, sums="flash")
-        ways["blocked"] = lambda q, k, v, scaling, masks: _fused_attention(q, k, v, scaling=scaling, masks=masks, sums="blocked")
-    return ways
-
-
-def _float32_way(query, keys, values, scaling, masks, scratch=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """`row_block_attention` in float32 whatever the parts' dtypes, the output in the query's."""
-    output, scores = row_block_attention(query.float(), tuple(k.float() for k in keys), tuple(v.float() for v in values),
-                                         scaling=scaling, keep=_keep_mask(keys, masks), scratch=scratch)
-    return output.to(query.dtype), scores
-
-
 def _keep_mask(keys: tuple[torch.Tensor, ...], masks: tuple[torch.Tensor | None, ...] | None) -> torch.Tensor | None:
     """The parts' masks joined `[kv_heads, total]` (True = attended), or None if every key is attended."""
     if masks is None or all(m is None for m in masks):
@@ -351,7 +328,7 @@ def _keep_mask(keys: tuple[torch.Tensor, ...], masks: tuple[torch.Tensor | None,
                       for part, m in zip(keys, masks, strict=True)], dim=1)
 
 
-def _fused_attention(query, keys, values, *, scaling, masks, sums: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _fused_attention(query, keys, values, *, scaling, masks) -> tuple[torch.Tensor, torch.Tensor]:
     """`chunk_attention` of a prefill chunk in bfloat16 on a CPU, without float32 probabilities.
 
     1. The output and each query's log-sum-exp `L_i` come from the flash-attention kernel
@@ -362,8 +339,8 @@ def _fused_attention(query, keys, values, *, scaling, masks, sums: str) -> tuple
     2. H2O's column sums are then exact but for bfloat16 rounding: `P[i, j] = exp(q_i·k_j·scale - L_i)`,
        with `-L_i` folded into the queries as two more columns (its bfloat16 high and low parts
        against keys' columns of ones), so one product gives `log P` (`engine/kvcache/column_sums.py`:
-       `sums` "flash" or "blocked" without masks, as `prefill_choice` chose; with masks always
-       blocked bfloat16 matmuls). 0.2-0.3 % L1 error in the scores against float64 (rounding the logits themselves
+       without masks the way this CPU runs faster, measured once; with masks blocked bfloat16
+       matmuls). 0.2-0.3 % L1 error in the scores against float64 (rounding the logits themselves
        to bfloat16 before subtracting: 1.4 %).
     A query whose every key is masked (not reachable: a chunk always sees itself) gets a zero
     output here and NaN on the materialised path.
@@ -384,8 +361,8 @@ def _fused_attention(query, keys, values, *, scaling, masks, sums: str) -> tuple
     # Queries with -L_i as two more columns (bfloat16 high and low parts), keys with two of ones.
     rows = torch.cat((q, high, (minus - high.float()).to(bf16)), dim=-1)  # [kv_heads, group, chunk, d + 2]
     cols = torch.cat((k, k.new_ones((kv_heads, total, 2))), dim=-1)  # [kv_heads, total, d + 2]
-    if keep is None and sums == "flash":
-        return output, column_sums.swapped_flash_sums(rows, cols, chunk)
+    if keep is None:
+        return output, column_sums.unmasked_sums(rows, cols, chunk)
     return output, column_sums.blocked_sums(rows, cols, chunk, hidden)
 
 
