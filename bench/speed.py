@@ -352,8 +352,14 @@ for _ in range(16):
     t = time.perf_counter()
     logits = lm.decoder.forward(torch.tensor([token]), cache, slack_tokens=32, reuse_workspace=True)
     steps.append(time.perf_counter() - t); token = int(logits[-1].argmax())
+try:  # commits since the per-machine column sums: which way the prefill summed H2O's scores
+    from engine.kvcache import column_sums
+    chosen = [{"method": c.method, "flash_ms": c.flash_ms, "blocked_ms": c.blocked_ms} for c in column_sums.measured()]
+except ImportError:
+    chosen = None
 print(json.dumps({"model_load_s": load_s, "prefill_8k_tok_s": len(ids) / sum(chunks),
-                  "chunk_tok_s": 512 / statistics.median(chunks[-4:]), "decode_tok_s": 1 / statistics.median(steps)}))
+                  "chunk_tok_s": 512 / statistics.median(chunks[-4:]), "decode_tok_s": 1 / statistics.median(steps),
+                  "column_sums": chosen}))
 """
 
 
