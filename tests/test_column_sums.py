@@ -8,14 +8,7 @@ import torch
 
 from engine.kvcache import column_sums
 from engine.kvcache.attention import chunk_attention
-
-
-def random_chunk(seed, held=300, chunk=100, kv_heads=3, group=3, d=64):
-    torch.manual_seed(seed)
-    query = torch.randn(kv_heads, group, chunk, d) * 2
-    keys = (torch.randn(kv_heads, held, d) * 2, torch.randn(kv_heads, chunk, d) * 2)
-    values = (torch.randn(kv_heads, held, d), torch.randn(kv_heads, chunk, d))
-    return query, keys, values
+from tests.test_prefill_exact import random_chunk
 
 
 def fused_scores(seed=0):
