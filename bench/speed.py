@@ -123,7 +123,7 @@ def roofline() -> dict:
 
 
 def decode_read_bytes(model) -> int:
-    """Bytes of weights one decode step reads: an int4 layer's codes, scales and zeros, or its int8
+    """Bytes of weights one decode step reads (not the KV cache's): an int4 layer's codes, scales and zeros, or its int8
     step copy where it keeps one (`Int4Linear._kernel_output`), never its bfloat16 reading copy (for
     chunks only); one row of the input embedding (a gather), not the table; every other parameter
     and buffer once. Tied tensors count once."""
@@ -139,8 +139,7 @@ def decode_read_bytes(model) -> int:
             seen.add(id(tensor))
             total += tensor.numel() * tensor.element_size()
 
-    embedding = model.get_input_embeddings()
-    seen.add(id(embedding.weight))
+    embedding = model.get_input_embeddings()  # skipped below; a head tied to it as a Linear counts it whole
     total += embedding.weight.shape[1] * embedding.weight.element_size()
     for module in model.modules():
         if isinstance(module, Int4Linear):
@@ -354,7 +353,8 @@ for _ in range(16):
     steps.append(time.perf_counter() - t); token = int(logits[-1].argmax())
 try:  # commits since the per-machine column sums: which way the prefill summed H2O's scores
     from engine.kvcache import column_sums
-    chosen = [{"method": c.method, "flash_ms": c.flash_ms, "blocked_ms": c.blocked_ms} for c in column_sums.measured()]
+    chosen = [{"method": c.method, "flash_ms": c.flash_ms, "blocked_ms": c.blocked_ms, "threads": c.threads}
+              for c in column_sums.measured()]
 except ImportError:
     chosen = None
 print(json.dumps({"model_load_s": load_s, "prefill_8k_tok_s": len(ids) / sum(chunks),
@@ -524,6 +524,7 @@ def main() -> None:
     if "shape" in args.parts:
         rows = part_shape(book, args, threads)
         meta["load_avg_end"] = load_avg()
+        meta["column_sums"] = column_sums_chosen()
         common.write_results("speed_shape", rows, ["engine", "tokens", "prefill_tok_s", "decode_tok_s", "prefill_vs_transformers",
                                                    "decode_vs_transformers", "weight_bytes", "decode_read_bytes", "peak_rss_bytes",
                                                    "bandwidth_gb_s", "matmul_gflop_s", "decode_bound_tok_s",

@@ -1,8 +1,6 @@
 """The fused prefill's H2O column sums: the way chosen by measurement (`column_sums.METHOD = "auto"`)
 scores every chunk, the first included, and is chosen once per process and model shape."""
 
-import time
-
 import pytest
 import torch
 
@@ -10,17 +8,29 @@ from engine.kvcache import column_sums
 from engine.kvcache.attention import chunk_attention
 from tests.test_prefill_exact import random_chunk
 
+REAL_FLASH, REAL_BLOCKED = column_sums.swapped_flash_sums, column_sums.blocked_sums
+
 
 def fused_scores(seed=0):
     query, keys, values = random_chunk(seed)
     return chunk_attention(query, keys, values, scaling=0.125, masks=(None, None), attention_dtype=torch.bfloat16)[1]
 
 
-def slowed(function, seconds):
-    def slow(*args, **kwargs):
-        time.sleep(seconds)
-        return function(*args, **kwargs)
-    return slow
+class FakeClock:
+    """`column_sums`' clock in these tests: it moves only when a way is called, by that way's cost,
+    so which way is faster does not depend on this machine or its load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def costing(self, function, seconds):
+        def way(*args, **kwargs):
+            self.now += seconds
+            return function(*args, **kwargs)
+        return way
 
 
 @pytest.fixture
@@ -32,41 +42,68 @@ def fresh(monkeypatch):
     column_sums.forget_choices()
 
 
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(column_sums, "time", fake)
+    return fake
+
+
+def cost(monkeypatch, clock, flash_s, blocked_s):
+    """Each way's real function, charged `flash_s` / `blocked_s` on the fake clock per call."""
+    monkeypatch.setattr(column_sums, "swapped_flash_sums", clock.costing(REAL_FLASH, flash_s))
+    monkeypatch.setattr(column_sums, "blocked_sums", clock.costing(REAL_BLOCKED, blocked_s))
+
+
 def reference(monkeypatch, method, seed=0):
     with monkeypatch.context() as m:
         m.setattr(column_sums, "METHOD", method)
         return fused_scores(seed)
 
 
-def test_blocked_sums_chosen_where_they_are_faster(fresh, monkeypatch):
+def test_blocked_sums_chosen_where_they_are_faster(fresh, clock, monkeypatch):
     flash, blocked = reference(monkeypatch, "flash"), reference(monkeypatch, "blocked")
     assert not torch.equal(flash, blocked)  # else the check below could not tell them apart
-    monkeypatch.setattr(column_sums, "swapped_flash_sums", slowed(column_sums.swapped_flash_sums, 0.2))
+    cost(monkeypatch, clock, 0.2, 0.05)
     scores = fused_scores()  # the first chunk of the process is already scored the chosen way
     [choice] = column_sums.measured()
-    assert choice.method == "blocked" and choice.blocked_ms < 0.9 * choice.flash_ms
+    assert (choice.method, choice.flash_ms, choice.blocked_ms) == ("blocked", 200.0, 50.0)
+    assert choice.threads == torch.get_num_threads()
     assert torch.equal(scores, blocked)
 
 
-def test_flash_sums_chosen_where_they_are_faster(fresh, monkeypatch):
+def test_flash_sums_chosen_where_they_are_faster(fresh, clock, monkeypatch):
     flash = reference(monkeypatch, "flash")
-    monkeypatch.setattr(column_sums, "blocked_sums", slowed(column_sums.blocked_sums, 0.2))
+    cost(monkeypatch, clock, 0.05, 0.2)
     scores = fused_scores()
     assert column_sums.measured()[0].method == "flash"
     assert torch.equal(scores, flash)
 
 
-def test_a_near_tie_keeps_the_flash_sums(fresh, monkeypatch):
-    """Both ways take the same time (each a fixed sleep): the one that rounds less is kept."""
+def test_a_near_tie_keeps_the_flash_sums(fresh, clock, monkeypatch):
+    """The blocked sums 5 % faster: the flash sums, which round less, are kept; 15 % faster: not."""
     flash = reference(monkeypatch, "flash")
-    zeros = lambda rows, cols, chunk, *rest: torch.zeros(rows.shape[0], cols.shape[1])  # noqa: E731
-    monkeypatch.setattr(column_sums, "swapped_flash_sums", slowed(zeros, 0.1))
-    monkeypatch.setattr(column_sums, "blocked_sums", slowed(zeros, 0.098))
-    column_sums.choice_for(3, 3, 66, torch.device("cpu"))
-    monkeypatch.undo()
-    monkeypatch.setattr(column_sums, "METHOD", "auto")
-    assert column_sums.measured()[0].method == "flash"
+    cost(monkeypatch, clock, 0.1, 0.095)
     assert torch.equal(fused_scores(), flash)
+    assert column_sums.measured()[0].method == "flash"
+    column_sums.forget_choices()
+    cost(monkeypatch, clock, 0.1, 0.085)
+    fused_scores()
+    assert column_sums.measured()[0].method == "blocked"
+
+
+def test_the_choice_stays_when_the_thread_count_changes(fresh, clock, monkeypatch):
+    """The thread governor changes torch's threads between chunks: one read must not measure again
+    and switch ways halfway."""
+    cost(monkeypatch, clock, 0.2, 0.05)
+    threads = torch.get_num_threads()
+    fused_scores(0)
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        fused_scores(1)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(column_sums.measured()) == 1
 
 
 def test_measured_once_per_process_and_shape(fresh, monkeypatch):

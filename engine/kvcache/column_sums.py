@@ -19,9 +19,11 @@ Which is faster depends on the CPU, and the two differ only in rounding (0.5 % o
 after 8k; continuation KL and the needle the same, §5n), so `METHOD = "auto"` (the default) times
 both once per process and model shape on a chunk of the steady state's size (`CALIBRATION_CHUNK`
 queries over `CALIBRATION_KEYS` cached keys, random values) before the first chunk is scored, and
-keeps "flash" unless "blocked" takes less than `SWITCH_BELOW` of its time. Every chunk of a process,
-the first included, is then scored the same way, so reading the same tokens twice keeps the same
-tokens.
+keeps "flash" unless "blocked" takes less than `SWITCH_BELOW` of its time. It is timed at the thread
+count of that first chunk and kept when the thread governor changes the count later, so every chunk
+of a process, the first included, is scored the same way, and reading the same tokens twice in one
+process keeps the same tokens. Another process may choose otherwise where the two are close or the
+CPU is busy while it measures; both ways are exact but for rounding.
 """
 
 from __future__ import annotations
@@ -48,17 +50,19 @@ CALIBRATION_ROUNDS = 2
 """Alternating timed calls of each way; the fastest of each is compared."""
 SWITCH_BELOW = 0.9
 """The share of the flash sums' time under which the blocked ones are chosen: the flash sums round
-less, so near a tie they are kept (and a noisy timing cannot flip the choice between two runs)."""
+less, so near a tie they are kept."""
 
 
 @dataclass(frozen=True)
 class Choice:
-    """What `METHOD = "auto"` measured for one model shape: the way chosen and each way's fastest
-    time in ms (one layer's chunk, `CALIBRATION_CHUNK` queries over `CALIBRATION_KEYS` keys)."""
+    """What `METHOD = "auto"` measured for one model shape: the way chosen, each way's fastest time
+    in ms (one layer's chunk, `CALIBRATION_CHUNK` queries over `CALIBRATION_KEYS` keys) and the
+    torch threads it was timed with."""
 
     method: str
     flash_ms: float
     blocked_ms: float
+    threads: int
 
 
 _choices: dict[tuple, Choice] = {}
@@ -81,7 +85,7 @@ def unmasked_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int) -> torch.T
 def choice_for(kv_heads: int, group: int, width: int, device: torch.device) -> Choice:
     """The measured `Choice` for this model shape (`width` = head_dim + 2), timed on first use
     (a few hundred ms once per process and shape; module docstring)."""
-    key = (kv_heads, group, width, device.type, torch.get_num_threads())
+    key = (kv_heads, group, width, device.type)  # not the threads: the governor changes them between chunks
     with _lock:
         if key not in _choices:
             _choices[key] = _measure(kv_heads, group, width, device)
@@ -104,7 +108,7 @@ def _measure(kv_heads: int, group: int, width: int, device: torch.device) -> Cho
     generator = torch.Generator(device="cpu").manual_seed(0)
     chunk, total = CALIBRATION_CHUNK, CALIBRATION_KEYS + CALIBRATION_CHUNK
     rows = torch.randn((kv_heads, group, chunk, width), generator=generator).mul_(0.3)
-    rows[..., -2:] = -8.0  # -L_i: log P near its real range, so exp neither overflows nor vanishes
+    rows[..., -2], rows[..., -1] = -8.0, 0.0  # -L_i (high, low): log P near its real range, so exp neither overflows nor vanishes
     cols = torch.randn((kv_heads, total, width), generator=generator).mul_(0.3)
     cols[..., -2:] = 1.0
     rows, cols = rows.to(device, torch.bfloat16), cols.to(device, torch.bfloat16)
@@ -116,7 +120,7 @@ def _measure(kv_heads: int, group: int, width: int, device: torch.device) -> Cho
             way()
             best[name] = min(best[name], (time.perf_counter() - began) * 1000)
     method = "blocked" if best["blocked"] < SWITCH_BELOW * best["flash"] else "flash"
-    return Choice(method, round(best["flash"], 2), round(best["blocked"], 2))
+    return Choice(method, round(best["flash"], 2), round(best["blocked"], 2), torch.get_num_threads())
 
 
 def swapped_flash_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int) -> torch.Tensor:
