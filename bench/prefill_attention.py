@@ -73,7 +73,7 @@ class Codes:
 
     def use(self, code: str) -> None:
         self.cache.chunk_attention = self.functions[code]
-        self.column_sums.METHOD = code if self.columns else "flash"
+        self.column_sums.METHOD = code if self.columns else "auto"
 
     def reset(self) -> None:
         """The current code again (after a comparison)."""

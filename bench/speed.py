@@ -146,9 +146,6 @@ def decode_read_bytes(model) -> int:
             for tensor in (module.step_codes, module.step_scales) if module.step_codes is not None else (module.packed, module.scales_and_zeros):
                 add(tensor)
             add(module.bias)
-            for tensor in (module.packed, module.scales_and_zeros, module.dense, module.step_codes, module.step_scales):
-                if tensor is not None:
-                    seen.add(id(tensor))
         elif not isinstance(module, torch.nn.Embedding):
             for tensor in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
                 add(tensor)
@@ -353,8 +350,8 @@ for _ in range(16):
     steps.append(time.perf_counter() - t); token = int(logits[-1].argmax())
 try:  # commits since the per-machine column sums: which way the prefill summed H2O's scores
     from engine.kvcache import column_sums
-    chosen = [{"method": c.method, "flash_ms": c.flash_ms, "blocked_ms": c.blocked_ms, "threads": c.threads}
-              for c in column_sums.measured()]
+    from dataclasses import asdict
+    chosen = [asdict(c) for c in column_sums.measured()]
 except ImportError:
     chosen = None
 print(json.dumps({"model_load_s": load_s, "prefill_8k_tok_s": len(ids) / sum(chunks),
