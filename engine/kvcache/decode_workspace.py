@@ -100,8 +100,10 @@ def int8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Bf16Int8Workspace:
     """Rotated keys in bfloat16 and values as int8 rows with a float32 scale per token and head
-    (module docstring): keys transposed `[kv_heads, head_dim, n]` for a batched bfloat16 q·kᵀ,
-    values transposed `[kv_heads, head_dim, n']` (n' = n zero-padded to `KERNEL_BLOCK_TOKENS`) for
+    (module docstring): keys `[kv_heads, n, head_dim]`, one row per token, read through a transposed
+    view by a batched bfloat16 q·kᵀ (held transposed, `[kv_heads, head_dim, n]`, the same product
+    took 1.5-1.8x as long at 4k tokens on the AVX-512 EPYC: docs/BENCHMARKS.md §5q), values
+    transposed `[kv_heads, head_dim, n']` (n' = n zero-padded to `KERNEL_BLOCK_TOKENS`) for
     the int8 kernel, whose products the scales enter by weighting the attention probabilities.
     Every tensor is exactly as long as the tokens it holds (torch's CPU bfloat16 batched matmul
     copies an operand that is a view into a larger buffer, and the int8 kernel takes contiguous
@@ -155,7 +157,7 @@ class Bf16Int8Workspace:
 
     def logits(self, q: torch.Tensor) -> torch.Tensor:
         """q·kᵀ `[kv_heads, rows, n]` (bfloat16) for queries `q` `[kv_heads, rows, head_dim]`."""
-        return torch.bmm(q.to(torch.bfloat16), self._keys_t)
+        return torch.bmm(q.to(torch.bfloat16), self._keys.transpose(1, 2))
 
     def weighted_values(self, probs: torch.Tensor) -> torch.Tensor:
         """p·v `[kv_heads, rows, head_dim]` (bfloat16) for probabilities `probs` `[kv_heads, rows, n]`."""
@@ -172,22 +174,22 @@ class Bf16Int8Workspace:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in (*self._key_tensors(), self._values_t, self._value_scale))
 
-    # The keys: bfloat16, transposed. `Int8Workspace` holds them its own way through these five.
+    # The keys: bfloat16, one row per token. `Int8Workspace` holds them its own way through these five.
     def _hold_keys(self, keys: torch.Tensor) -> None:
         """Hold rotated keys `[kv_heads, n, head_dim]` (float), replacing any held."""
-        self._keys_t = keys.to(torch.bfloat16).transpose(1, 2).contiguous()
+        self._keys = keys.to(torch.bfloat16).contiguous()
 
     def _append_keys(self, keys: torch.Tensor) -> None:
-        self._keys_t = torch.cat((self._keys_t, keys.to(torch.bfloat16).transpose(1, 2)), 2)
+        self._keys = torch.cat((self._keys, keys.to(torch.bfloat16)), 1)
 
     def _keep_keys(self, slots: torch.Tensor) -> None:
-        self._keys_t = torch.gather(self._keys_t, 2, slots[:, None, :].expand(-1, self._keys_t.shape[1], -1))
+        self._keys = torch.gather(self._keys, 1, slots[..., None].expand(-1, -1, self._keys.shape[2]))
 
     def _dense_keys(self) -> torch.Tensor:
-        return self._keys_t.transpose(1, 2).float()
+        return self._keys.float()
 
     def _key_tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self._keys_t,)
+        return (self._keys,)
 
 
 class Int8Workspace(Bf16Int8Workspace):
