@@ -4,9 +4,17 @@ keys against a float64 brute force, and appended / compacted workspaces against 
 import pytest
 import torch
 
+from engine.kvcache import key_layout
 from engine.kvcache.attention import chunk_attention
 from engine.kvcache.decode_workspace import Bf16Int8Workspace, DenseWorkspace, Int8Workspace, int8_rows
 from test_kvcache_attention import reference
+
+
+@pytest.fixture(params=["rows", "transposed"])
+def layout(request, monkeypatch):
+    """The two ways a `Bf16Int8Workspace` may hold its keys (`engine.kvcache.key_layout`)."""
+    monkeypatch.setattr(key_layout, "METHOD", request.param)
+    return request.param
 
 
 def test_int8_rows_round_each_row_to_a_127th_of_its_largest_magnitude():
@@ -19,7 +27,7 @@ def test_int8_rows_round_each_row_to_a_127th_of_its_largest_magnitude():
 
 @pytest.mark.parametrize("kind", [Bf16Int8Workspace, Int8Workspace])
 @pytest.mark.parametrize("chunk", [1, 4, 30])  # a decode step, a few drafts, a chunk long enough to join the keys
-def test_int8_workspace_attention_matches_brute_force(chunk, kind):
+def test_int8_workspace_attention_matches_brute_force(chunk, kind, layout):
     """A decode step over the workspace (bfloat16 or int8 keys, int8 values) plus a float32 tail:
     output within the roundings' few per mille of the float64 reference, H2O scores within 2 % (the
     logits are rounded to bfloat16: ~1 % here, with logits larger than the model's)."""
@@ -29,7 +37,9 @@ def test_int8_workspace_attention_matches_brute_force(chunk, kind):
     held[:, 0] *= 4  # a sink-like key with large logits
     held_v, tail_v = torch.randn(kv_heads, 700, d), torch.randn(kv_heads, 40 + chunk, d)
     query = torch.randn(kv_heads, group, chunk, d) * 2
-    workspace = kind(held, held_v)
+    workspace = kind(held, held_v, group)
+    if kind is Bf16Int8Workspace:
+        assert workspace._transposed == (layout == "transposed")
     out, scores = chunk_attention(query, (workspace, tail), (workspace, tail_v), scaling=d**-0.5, masks=(None, None))
     ref_out, ref_scores = reference(query, (held, tail), (held_v, tail_v), d**-0.5, (None, None))
     assert out.dtype == torch.float32 and out.shape == ref_out.shape
@@ -47,7 +57,7 @@ def test_int8_workspace_attention_matches_brute_force(chunk, kind):
 
 
 @pytest.mark.parametrize("kind", [DenseWorkspace, Bf16Int8Workspace, Int8Workspace])
-def test_a_workspace_appended_to_and_compacted_holds_what_one_built_at_once_holds(kind):
+def test_a_workspace_appended_to_and_compacted_holds_what_one_built_at_once_holds(kind, layout):
     """Flushes append, evictions keep slots (with or without new keys): the parts attended equal,
     bit for bit, those of a workspace built from the surviving tokens in one go."""
     torch.manual_seed(1)
@@ -68,6 +78,8 @@ def test_a_workspace_appended_to_and_compacted_holds_what_one_built_at_once_hold
     rotated = torch.randn(2, 180, 64)  # compact positions: the kept tokens' keys rotated anew
     grown.keep(torch.arange(180).expand(2, -1), rotated)
     assert all(torch.equal(a, b) for a, b in zip(attend(query, grown), attend(query, make(rotated, kept_v)), strict=True))
+    if kind is Bf16Int8Workspace:  # in either layout the held keys read back as the rotated ones, rounded
+        assert torch.equal(grown.dense()[0], rotated.to(torch.bfloat16).float())
 
 
 def attend(query, workspace):

@@ -233,7 +233,7 @@ class LayerKV:
         if not reuse:
             return keys, values
         if packed is not None:
-            held = packed(keys, values)
+            held = packed(keys, values, self.shape.group)
         else:
             held = DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(0, self.policy.budget_tokens - keys.shape[1]))
         self._workspace = DecodeWorkspace(held, pos.hidden, rope, pos.kind, compute)
@@ -250,7 +250,7 @@ class LayerKV:
         keys, values = apply_rope(recalled.keys.to(compute), cos, sin), recalled.values.to(compute)
         if ws is not None:
             if packed is not None:
-                keys = values = packed(keys, values)
+                keys = values = packed(keys, values, self.shape.group)
             ws.recall = RotatedRecall(recalled, keys, values, pos.order)
         return keys, values
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.kvcache import key_layout
+
 KERNEL_BLOCK_TOKENS = 16
 """`aten._weight_int8pack_mm` reads its reduction dimension (here: tokens) in blocks of 16; with
 any other length it read past the operand (wrong results, or a crash; torch 2.13), so the values
@@ -100,11 +102,12 @@ def int8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Bf16Int8Workspace:
     """Rotated keys in bfloat16 and values as int8 rows with a float32 scale per token and head
-    (module docstring): keys `[kv_heads, n, head_dim]`, one row per token, read through a transposed
-    view by a batched bfloat16 q·kᵀ (held transposed, `[kv_heads, head_dim, n]`, the same product
-    took 1.5-1.8x as long at 4k tokens on the AVX-512 EPYC: docs/BENCHMARKS.md §5q), values
-    transposed `[kv_heads, head_dim, n']` (n' = n zero-padded to `KERNEL_BLOCK_TOKENS`) for
-    the int8 kernel, whose products the scales enter by weighting the attention probabilities.
+    (module docstring): keys for a batched bfloat16 q·kᵀ, held one row per token `[kv_heads, n,
+    head_dim]` and read through a transposed view, or transposed `[kv_heads, head_dim, n]`,
+    whichever this CPU runs faster for the model's shape (`engine.kvcache.key_layout`; `group`:
+    query heads per KV head); values transposed `[kv_heads, head_dim, n']` (n' = n zero-padded to
+    `KERNEL_BLOCK_TOKENS`) for the int8 kernel, whose products the scales enter by weighting the
+    attention probabilities.
     Every tensor is exactly as long as the tokens it holds (torch's CPU bfloat16 batched matmul
     copies an operand that is a view into a larger buffer, and the int8 kernel takes contiguous
     operands only), so each flush and eviction re-allocates it. Each token is rounded on its own:
@@ -114,7 +117,8 @@ class Bf16Int8Workspace:
     `weighted_values(p)` for a decode step, `dense()` for a longer chunk.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, group: int = 1) -> None:
+        self._group = group
         self._hold_keys(keys)
         codes, self._value_scale = int8_rows(values.float())
         self._values_t = _pad_tokens(codes.transpose(1, 2))
@@ -157,7 +161,7 @@ class Bf16Int8Workspace:
 
     def logits(self, q: torch.Tensor) -> torch.Tensor:
         """q·kᵀ `[kv_heads, rows, n]` (bfloat16) for queries `q` `[kv_heads, rows, head_dim]`."""
-        return torch.bmm(q.to(torch.bfloat16), self._keys.transpose(1, 2))
+        return torch.bmm(q.to(torch.bfloat16), self._keys if self._transposed else self._keys.transpose(1, 2))
 
     def weighted_values(self, probs: torch.Tensor) -> torch.Tensor:
         """p·v `[kv_heads, rows, head_dim]` (bfloat16) for probabilities `probs` `[kv_heads, rows, n]`."""
@@ -174,19 +178,27 @@ class Bf16Int8Workspace:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in (*self._key_tensors(), self._values_t, self._value_scale))
 
-    # The keys: bfloat16, one row per token. `Int8Workspace` holds them its own way through these five.
+    # The keys: bfloat16, in `key_layout`'s layout. `Int8Workspace` holds them its own way through these five.
     def _hold_keys(self, keys: torch.Tensor) -> None:
         """Hold rotated keys `[kv_heads, n, head_dim]` (float), replacing any held."""
-        self._keys = keys.to(torch.bfloat16).contiguous()
+        self._transposed = key_layout.transposed_keys(keys.shape[0], self._group, keys.shape[2], keys.device)
+        self._keys = self._as_held(keys).contiguous()
+
+    def _as_held(self, keys: torch.Tensor) -> torch.Tensor:
+        keys = keys.to(torch.bfloat16)
+        return keys.transpose(1, 2) if self._transposed else keys
 
     def _append_keys(self, keys: torch.Tensor) -> None:
-        self._keys = torch.cat((self._keys, keys.to(torch.bfloat16)), 1)
+        self._keys = torch.cat((self._keys, self._as_held(keys)), 2 if self._transposed else 1)
 
     def _keep_keys(self, slots: torch.Tensor) -> None:
-        self._keys = torch.gather(self._keys, 1, slots[..., None].expand(-1, -1, self._keys.shape[2]))
+        if self._transposed:
+            self._keys = torch.gather(self._keys, 2, slots[:, None, :].expand(-1, self._keys.shape[1], -1))
+        else:
+            self._keys = torch.gather(self._keys, 1, slots[..., None].expand(-1, -1, self._keys.shape[2]))
 
     def _dense_keys(self) -> torch.Tensor:
-        return self._keys.float()
+        return (self._keys.transpose(1, 2) if self._transposed else self._keys).float()
 
     def _key_tensors(self) -> tuple[torch.Tensor, ...]:
         return (self._keys,)
