@@ -491,6 +491,15 @@ def column_sums_chosen() -> list[dict]:
     return [{"method_setting": column_sums.METHOD, **asdict(choice)} for choice in column_sums.measured()]
 
 
+def key_layouts_chosen() -> list[dict]:
+    """How decode workspaces held their bfloat16 keys in this process (`key_layout.METHOD` and what "auto" measured)."""
+    from dataclasses import asdict
+
+    from engine.kvcache import key_layout
+
+    return [{"method_setting": key_layout.METHOD, **asdict(choice)} for choice in key_layout.measured()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", nargs="*", default=["lengths", "levers", "drafts"], choices=["lengths", "levers", "drafts", "before", "shape", "llamacpp"])
@@ -522,6 +531,7 @@ def main() -> None:
         rows = part_shape(book, args, threads)
         meta["load_avg_end"] = load_avg()
         meta["column_sums"] = column_sums_chosen()
+        meta["key_layout"] = key_layouts_chosen()
         common.write_results("speed_shape", rows, ["engine", "tokens", "prefill_tok_s", "decode_tok_s", "prefill_vs_transformers",
                                                    "decode_vs_transformers", "weight_bytes", "decode_read_bytes", "peak_rss_bytes",
                                                    "bandwidth_gb_s", "matmul_gflop_s", "decode_bound_tok_s",
@@ -538,6 +548,7 @@ def main() -> None:
             loads.append(load_avg())
         meta["load_avg_end"] = " | ".join(loads)
         meta["column_sums"] = column_sums_chosen()
+        meta["key_layout"] = key_layouts_chosen()
         common.write_results(args.name, rows, ["run", "engine", "tokens", "prefill_tok_s", "chunk_tok_s", "decode_tok_s",
                                                      "prefill_vs_transformers", "decode_vs_transformers"], meta)
         plot_lengths([r for r in rows if r["run"] == 1], threads)  # after the results: a missing matplotlib loses only the plot
