@@ -7,15 +7,14 @@ runs oneDNN kernels whose speed depends on the layout, the shape and the CPU. On
 (BF16, no AMX) of docs/BENCHMARKS.md §5q, over 4,096 held keys read from memory:
 - SmolLM2-135M (3 KV heads, group 3, head_dim 64): rows 1.2-1.6x faster; whole decode steps at
   8k 1.03-1.08x;
-- Qwen2.5-1.5B (2, 6, 128) and Llama-3.2-3B (8, 3, 128): transposed 1.2-1.4x faster; rows cost
-  the 1.5B shape's decode steps 1-2.5 % at 2k.
+- Qwen2.5-1.5B (2, 6, 128) and Llama-3.2-3B (8, 3, 128): transposed 1.1-1.3x faster; rows cost
+  the 1.5B shape's decode steps 0-2.5 % at 2k.
 So `METHOD = "auto"` (the default) times both once per process and model shape (`transposed_keys`)
 when the first workspace is built: random keys at `CALIBRATION_KEYS` tokens, `CALIBRATION_BYTES`
 of them in distinct copies read in turn (so that they come from memory as a step's do),
 one untimed round, then `CALIBRATION_ROUNDS` alternating rounds, the fastest round of each kept;
-60-100 ms here. The two
-layouts gave equal logits (`torch.equal`) in every measurement here; the choice is kept for the
-process, so a process holds every workspace of a shape one way.
+60-100 ms here. The two layouts gave equal logits (`torch.equal`) in every measurement here; the
+choice is kept for the process, so a process holds every workspace of a shape one way.
 """
 
 from __future__ import annotations
