@@ -3,6 +3,7 @@ scores every chunk, the first included, and is chosen once per process and model
 
 import pytest
 import torch
+from fake_clock import FakeClock
 
 from engine.kvcache import column_sums
 from engine.kvcache.attention import chunk_attention
@@ -14,23 +15,6 @@ REAL_FLASH, REAL_BLOCKED = column_sums.swapped_flash_sums, column_sums.blocked_s
 def fused_scores(seed=0):
     query, keys, values = random_chunk(seed)
     return chunk_attention(query, keys, values, scaling=0.125, masks=(None, None), attention_dtype=torch.bfloat16)[1]
-
-
-class FakeClock:
-    """`column_sums`' clock in these tests: it moves only when a way is called, by that way's cost,
-    so which way is faster does not depend on this machine or its load."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def costing(self, function, seconds):
-        def way(*args, **kwargs):
-            self.now += seconds
-            return function(*args, **kwargs)
-        return way
 
 
 @pytest.fixture

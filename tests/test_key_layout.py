@@ -4,28 +4,12 @@ computes the same attention either way."""
 
 import pytest
 import torch
+from fake_clock import FakeClock
 
 from engine.kvcache import key_layout
 from engine.kvcache.decode_workspace import Bf16Int8Workspace
 
 REAL_ROWS, REAL_TRANSPOSED = key_layout.rows_products, key_layout.transposed_products
-
-
-class FakeClock:
-    """`key_layout`'s clock in these tests: it moves only when a layout's products run, by that
-    layout's cost, so which is faster does not depend on this machine or its load."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def costing(self, function, seconds):
-        def way(*args):
-            self.now += seconds
-            return function(*args)
-        return way
 
 
 @pytest.fixture

@@ -28,11 +28,12 @@ CPU is busy while it measures; both ways are exact but for rounding.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
 import torch
+
+from engine.kvcache.measured_choices import MeasuredChoices
 
 FUSED_BLOCK_ROWS = 128
 """Query rows (of all KV heads at once) per block of `blocked_sums`: 128 was the fastest of
@@ -65,8 +66,7 @@ class Choice:
     threads: int
 
 
-_choices: dict[tuple, Choice] = {}
-_lock = threading.Lock()
+_choices: MeasuredChoices[Choice] = MeasuredChoices()
 
 
 def unmasked_sums(rows: torch.Tensor, cols: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -86,22 +86,17 @@ def choice_for(kv_heads: int, group: int, width: int, device: torch.device) -> C
     """The measured `Choice` for this model shape (`width` = head_dim + 2), timed on first use
     (a few hundred ms once per process and shape; module docstring)."""
     key = (kv_heads, group, width, device.type)  # not the threads: the governor changes them between chunks
-    with _lock:
-        if key not in _choices:
-            _choices[key] = _measure(kv_heads, group, width, device)
-        return _choices[key]
+    return _choices.get(key, lambda: _measure(kv_heads, group, width, device))
 
 
 def measured() -> list[Choice]:
     """The choices made so far in this process (for benchmark reports)."""
-    with _lock:
-        return list(_choices.values())
+    return _choices.measured()
 
 
 def forget_choices() -> None:
     """Drop the measured choices, so the next chunk measures again (tests, benchmarks)."""
-    with _lock:
-        _choices.clear()
+    _choices.forget()
 
 
 def _measure(kv_heads: int, group: int, width: int, device: torch.device) -> Choice:

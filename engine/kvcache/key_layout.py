@@ -19,11 +19,12 @@ choice is kept for the process, so a process holds every workspace of a shape on
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
 import torch
+
+from engine.kvcache.measured_choices import MeasuredChoices
 
 METHOD = "auto"
 """"auto" (measured, module docstring), "rows" or "transposed". Tests and benchmarks set it."""
@@ -52,8 +53,7 @@ class KeyLayout:
     threads: int
 
 
-_choices: dict[tuple, KeyLayout] = {}
-_lock = threading.Lock()
+_choices: MeasuredChoices[KeyLayout] = MeasuredChoices()
 
 
 def transposed_keys(kv_heads: int, group: int, head_dim: int, device: torch.device) -> bool:
@@ -65,22 +65,17 @@ def transposed_keys(kv_heads: int, group: int, head_dim: int, device: torch.devi
     if METHOD != "auto":
         raise ValueError(f"key_layout.METHOD must be 'auto', 'rows' or 'transposed', got {METHOD!r}")
     key = (kv_heads, group, head_dim, device.type)
-    with _lock:
-        if key not in _choices:
-            _choices[key] = _measure(kv_heads, group, head_dim, device)
-        return _choices[key].transposed
+    return _choices.get(key, lambda: _measure(kv_heads, group, head_dim, device)).transposed
 
 
 def measured() -> list[KeyLayout]:
     """The layouts measured so far in this process (for benchmark reports)."""
-    with _lock:
-        return list(_choices.values())
+    return _choices.measured()
 
 
 def forget_choices() -> None:
     """Drop the measured layouts, so the next workspace measures again (tests, benchmarks)."""
-    with _lock:
-        _choices.clear()
+    _choices.forget()
 
 
 def _measure(kv_heads: int, group: int, head_dim: int, device: torch.device) -> KeyLayout:
