@@ -16,6 +16,10 @@ REAL_ROWS, REAL_TRANSPOSED = key_layout.rows_products, key_layout.transposed_pro
 def fresh(monkeypatch):
     """Measure again in this test, and forget what it measured afterwards."""
     monkeypatch.setattr(key_layout, "METHOD", "auto")
+    # small calibrations: these tests check the choosing, not this CPU (48 MB of bfloat16 products
+    # take seconds on a CPU without AVX-512 BF16)
+    monkeypatch.setattr(key_layout, "CALIBRATION_KEYS", 256)
+    monkeypatch.setattr(key_layout, "CALIBRATION_BYTES", 1024**2)
     key_layout.forget_choices()
     yield
     key_layout.forget_choices()
@@ -46,7 +50,7 @@ def test_the_faster_layout_is_held(fresh, monkeypatch, rows_s, transposed_s, tra
     torch.testing.assert_close(logits, reference, rtol=1e-2, atol=1e-1)  # logits rounded to bfloat16
     [choice] = key_layout.measured()
     assert choice.transposed is transposed
-    assert choice.copies * 3 * 4096 * 64 * 2 >= key_layout.CALIBRATION_BYTES  # more than the caches hold
+    assert choice.copies * 3 * key_layout.CALIBRATION_KEYS * 64 * 2 >= key_layout.CALIBRATION_BYTES  # more than the caches hold
     assert choice.rows_us == pytest.approx(rows_s * 1e6 / choice.copies)
     assert choice.transposed_us == pytest.approx(transposed_s * 1e6 / choice.copies)
 
@@ -60,6 +64,19 @@ def test_measured_once_per_process_and_shape(fresh, monkeypatch):
     workspace_logits(group=6)
     assert [c[:3] for c in calls] == [(3, 3, 64), (3, 6, 64)]
     assert len(key_layout.measured()) == 2
+
+
+def test_an_int8_workspace_times_no_layout(fresh):
+    """Where decode steps hold int8 keys (CPUs without AVX-512 BF16) no bfloat16 product is timed."""
+    from engine.kvcache.decode_workspace import Int8Workspace
+
+    workspace = Int8Workspace(torch.randn(3, 40, 64), torch.randn(3, 40, 64), 3)
+    workspace.append(torch.randn(3, 8, 64), torch.randn(3, 8, 64))
+    workspace.keep(torch.arange(0, 48, 2).expand(3, -1), torch.randn(3, 24, 64))
+    assert workspace.logits(torch.randn(3, 3, 64)).shape == (3, 3, 24)
+    assert key_layout.measured() == []
+    Bf16Int8Workspace(torch.randn(3, 40, 64), torch.randn(3, 40, 64), 3)
+    assert len(key_layout.measured()) == 1  # the fixture's fresh registry does record a bfloat16 one
 
 
 def test_both_layouts_give_the_same_logits(monkeypatch):

@@ -178,7 +178,8 @@ class Bf16Int8Workspace:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in (*self._key_tensors(), self._values_t, self._value_scale))
 
-    # The keys: bfloat16, in `key_layout`'s layout. `Int8Workspace` holds them its own way through these five.
+    # The keys: bfloat16, in `key_layout`'s layout. `Int8Workspace` holds them its own way through these (it never
+    # times the layouts: its keys are int8 rows).
     def _hold_keys(self, keys: torch.Tensor) -> None:
         """Hold rotated keys `[kv_heads, n, head_dim]` (float), replacing any held."""
         self._transposed = key_layout.transposed_keys(keys.shape[0], self._group, keys.shape[2], keys.device)

@@ -8,7 +8,7 @@ runs oneDNN kernels whose speed depends on the layout, the shape and the CPU. On
 - SmolLM2-135M (3 KV heads, group 3, head_dim 64): rows 1.2-1.6x faster; whole decode steps at
   8k 1.03-1.08x;
 - Qwen2.5-1.5B (2, 6, 128) and Llama-3.2-3B (8, 3, 128): transposed 1.1-1.3x faster; rows cost
-  the 1.5B shape's decode steps 0-2.5 % at 2k.
+  the 1.5B shape's decode steps 0-3 % at 2k.
 So `METHOD = "auto"` (the default) times both once per process and model shape (`transposed_keys`)
 when the first workspace is built: random keys at `CALIBRATION_KEYS` tokens, `CALIBRATION_BYTES`
 of them in distinct copies read in turn (so that they come from memory as a step's do),
@@ -58,8 +58,9 @@ _choices: MeasuredChoices[KeyLayout] = MeasuredChoices()
 
 def transposed_keys(kv_heads: int, group: int, head_dim: int, device: torch.device) -> bool:
     """Whether a workspace for this shape (`group` query heads per KV head) holds its keys
-    transposed: `METHOD`, or when it is "auto" the measured `KeyLayout` (tens of ms once per process
-    and shape). Raises ValueError for an unknown `METHOD`."""
+    transposed: `METHOD`, or when it is "auto" the measured `KeyLayout` (60-100 ms here, once per
+    process and shape; timed with one decode token's `group` query rows, and a draft chunk's few
+    rows take the same layout). Raises ValueError for an unknown `METHOD`."""
     if METHOD in ("rows", "transposed"):
         return METHOD == "transposed"
     if METHOD != "auto":

@@ -13,7 +13,9 @@ Choice = TypeVar("Choice")
 
 class MeasuredChoices(Generic[Choice]):
     """What was measured per key, thread-safe: `get(key, measure)` calls `measure()` on the key's
-    first use only, so concurrent first uses measure once and every later use gets the same choice."""
+    first use only, so concurrent first uses measure once and every later use gets the same choice.
+    `measure` runs under the registry's lock, so it must not use the same registry (it would wait
+    for itself); other callers wait until it is done."""
 
     def __init__(self) -> None:
         self._choices: dict[tuple, Choice] = {}
