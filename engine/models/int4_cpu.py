@@ -20,7 +20,8 @@ The kernel is built for a few rows (a decode step): at a prefill chunk's 512 row
 projections no faster than float32, and a read 8 % slower. On a CPU with AVX-512 BF16 an
 `Int4Linear` therefore also keeps its weight dequantized to bfloat16 and runs chunks of more than
 `KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there; without AVX-512 BF16
-bfloat16 matmuls were slower than float32, so chunks take the kernel.
+bfloat16 matmuls were slower than float32, so a chunk unpacks each layer's codes to float32 just in
+time and runs a float32 product, 1.4-1.6x the kernel's rate at 512 rows (`engine.models.int4_unpack`).
 
 Without AVX-512 the int4 kernel is compute-bound on a decode step's one row: the LM head, as two
 4-bit planes, took 4.6 ms of a 48 ms SmolLM2 step on an AMD EPYC without AVX-512 (2 threads).
@@ -38,6 +39,7 @@ from collections.abc import Iterator
 
 import torch
 
+from engine.models import int4_unpack
 from engine.models.weight_format import keeps_reading_copy, keeps_step_copy
 
 GROUP_SIZE = 32
@@ -69,6 +71,9 @@ class Int4Linear(torch.nn.Module):
     """A drop-in for `torch.nn.Linear` (inference only) holding its weight as 4-bit codes, two per
     byte, with a bfloat16 scale and zero per `GROUP_SIZE` input weights (module docstring).
     `dense`: also keep a bfloat16 copy for chunks (module docstring). Raises ValueError unless `fits(linear)`."""
+
+    UNPACKS_CHUNKS = True
+    """Chunks may run on the weights unpacked to float32 (`engine.models.int4_unpack`)."""
 
     def __init__(self, linear: torch.nn.Linear, *, dense: bool = False) -> None:
         super().__init__()
@@ -108,12 +113,16 @@ class Int4Linear(torch.nn.Module):
     def _kernel_output(self, flat: torch.Tensor) -> torch.Tensor:
         """The kernel's bfloat16 output `[rows, out_features]` of `flat` `[rows, in_features]`, no
         bias: the int8 step copy for a step's few rows where it exists, the dense copy for a chunk's
-        many rows where it exists, else the int4 kernel."""
+        many rows where it exists, else for a chunk on a CPU without it the weights unpacked to
+        float32 (`engine.models.int4_unpack`; a float32 output), else the int4 kernel."""
         rows = flat.shape[0]
         if self.step_codes is not None and rows <= KERNEL_ROWS:
             return torch.ops.aten._weight_int8pack_mm(flat.to(torch.bfloat16), self.step_codes, self.step_scales)
         if self.dense is not None and rows > KERNEL_ROWS:
             return torch.nn.functional.linear(self._kernel_input(flat), self.dense)
+        if rows > KERNEL_ROWS and self.UNPACKS_CHUNKS and int4_unpack.unpacks(self.out_features, dense_chunks()):
+            return torch.mm(flat.float(), int4_unpack.weight_t(self.packed, self.scales_and_zeros, self.in_features,
+                                                                 self.out_features))
         return torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(flat), self.packed, GROUP_SIZE,
                                                           self.scales_and_zeros)
 
@@ -137,6 +146,8 @@ class Int8Linear(Int4Linear):
     `GROUP_SIZE` input weights, run as two 4-bit planes (module docstring). Twice an `Int4Linear`'s
     bytes and time. `step_copy`: also keep its weights as int8 per output feature for decode steps
     (module docstring). Raises ValueError unless `fits(linear)`."""
+
+    UNPACKS_CHUNKS = False  # its two planes take the input twice: chunks keep the kernel
 
     def __init__(self, linear: torch.nn.Linear, *, step_copy: bool = False) -> None:  # noqa: D107 - the class says it
         torch.nn.Module.__init__(self)

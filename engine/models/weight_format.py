@@ -18,8 +18,8 @@ def keeps_reading_copy(held: str, bf16_matmuls: bool) -> bool:
     """Whether weights loaded as `held` ("int4", "nf4" or "full") also keep a bfloat16 copy of their
     decoder layers for reading (prefill chunks): int4 does on a CPU that runs bfloat16 matmuls
     natively (AVX-512 BF16, `bf16_matmuls`), where the copy read 2.5x faster than float32; without it
-    bfloat16 matmuls were slower than float32, so chunks take the int4 kernel and a copy would only
-    cost memory. The loader and the model list both ask this, so the list shows what loads."""
+    bfloat16 matmuls were slower than float32, so chunks unpack the int4 codes to float32 for the
+    chunk (`engine.models.int4_unpack`) and a copy would only cost memory. The loader and the model list both ask this, so the list shows what loads."""
     return held == "int4" and bf16_matmuls
 
 
