@@ -49,6 +49,7 @@ from engine.evidence import kept_spans
 from engine.kvcache.recall import RecallStats
 from engine.open_library import LibraryAnswer, OpenLibrary, unmatched_note
 from engine.memory import MemoryReport
+from engine.models import int4_unpack
 from engine.models.loader import LoadedModel, conversion_pending, load_model
 from engine.models.profile import ModelProfile
 from engine.prompt import check_question
@@ -382,6 +383,7 @@ class Workspace:
             self.session.close()
         self.session = None
         self.model = None
+        int4_unpack.release()  # its float32 buffers are the size of the model's largest layer
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -34,11 +34,15 @@ def applied(layer):
     return ((codes - 8) * held(scale) + held(zero)).flatten(1)
 
 
+known_layout = pytest.mark.skipif(int4_unpack.pack_block() is None, reason="torch's int4 packing here is not a known layout")
+
+
 @pytest.fixture
 def unpacking(monkeypatch):
     monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "on")
 
 
+@known_layout
 @pytest.mark.parametrize(("in_features", "out_features"), [(96, 192), (576, 960), (1536, 256)])
 def test_the_unpacked_weights_are_the_ones_the_kernel_applies(in_features, out_features):
     layer = linear(in_features, out_features)
@@ -48,6 +52,7 @@ def test_the_unpacked_weights_are_the_ones_the_kernel_applies(in_features, out_f
     assert torch.equal(wt.T, applied(layer))
 
 
+@known_layout
 def test_a_cpu_held_to_avx2_packs_in_blocks_of_32_and_unpacks_them():
     """The AVX2 kernels pack another layout; run as such a CPU (as on a laptop without AVX-512), the
     unpacked weights are again exactly the applied ones, and chunks take this path by default."""
@@ -65,14 +70,16 @@ def test_a_cpu_held_to_avx2_packs_in_blocks_of_32_and_unpacks_them():
     assert out.stdout.split() == ["32", "True", "True"]
 
 
-def test_a_chunk_runs_in_float32_on_the_unpacked_weights_and_a_step_on_the_kernel(unpacking, monkeypatch):
+@known_layout
+def test_a_long_chunk_runs_in_float32_on_the_unpacked_weights_and_a_short_one_on_the_kernel(unpacking, monkeypatch):
     layer = linear(576, 960)
     packed = Int4Linear(layer)
     weights = applied(layer).double()
-    x = torch.randn(64, 576, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(int4_unpack.MIN_ROWS, 576, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         chunk = packed(x)
         step = packed(x[:1])
+        short = packed(x[: int4_unpack.MIN_ROWS - 1])  # a question's chunk, a draft's check: the kernel
         monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "off")
         kernel = packed(x)
     reference = x.double() @ weights.T
@@ -80,12 +87,14 @@ def test_a_chunk_runs_in_float32_on_the_unpacked_weights_and_a_step_on_the_kerne
     assert chunk.dtype == torch.float32 and error(chunk) < 1e-6  # float32 activations and weights
     assert 1e-4 < error(kernel) < 1e-2  # the kernel rounds the activations to bfloat16
     assert 1e-4 < error(step) < 1e-2 and torch.equal(step, kernel[:1])  # a step keeps the kernel
+    assert 1e-4 < error(short) < 1e-2
 
 
+@known_layout
 def test_the_lm_head_and_partial_blocks_keep_the_kernel(unpacking, monkeypatch):
     """An `Int8Linear`'s two planes take the input twice, and a layer whose output features do not
     fill whole packing blocks is packed in a layout not read here: both keep the kernel."""
-    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(int4_unpack.MIN_ROWS, 64, generator=torch.Generator().manual_seed(2))
     for layer in (Int8Linear(linear(64, 128)), Int4Linear(linear(64, 48))):
         with torch.inference_mode():
             unpacked_allowed = layer(x)
@@ -93,9 +102,11 @@ def test_the_lm_head_and_partial_blocks_keep_the_kernel(unpacking, monkeypatch):
             kernel = layer(x)
             monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "on")
         assert torch.equal(unpacked_allowed, kernel)
-    assert not int4_unpack.unpacks(48, True) and int4_unpack.unpacks(128, True)  # "on": whatever the CPU
+    rows = int4_unpack.MIN_ROWS
+    assert not int4_unpack.unpacks(rows, 48, True) and int4_unpack.unpacks(rows, 128, True)  # "on": whatever the CPU
 
 
+@known_layout
 def test_a_model_reads_a_chunk_with_the_same_outputs_unpacked_as_float32_weights_give(unpacking):
     """A whole quantized model: a chunk through the unpacked layers equals the same model with each
     `Int4Linear` replaced by a float32 `nn.Linear` of its applied weights."""
@@ -108,7 +119,7 @@ def test_a_model_reads_a_chunk_with_the_same_outputs_unpacked_as_float32_weights
                 theirs.weight.copy_(applied(ours))
     quantize_for_cpu(model, dense=False, step_copy=False)
     assert all(isinstance(m, Int4Linear) for m in (model[0], model[2]))
-    x = torch.randn(40, 64, generator=torch.Generator().manual_seed(5))
+    x = torch.randn(int4_unpack.MIN_ROWS, 64, generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         torch.testing.assert_close(model(x), reference(x), rtol=1e-5, atol=1e-6)
 
@@ -119,6 +130,17 @@ def test_an_unknown_setting_is_refused(monkeypatch):
         int4_unpack.float32_chunks(False)
 
 
+@known_layout
+def test_release_drops_the_buffers(unpacking):
+    layer = Int4Linear(linear(64, 128))
+    with torch.inference_mode():
+        layer(torch.randn(int4_unpack.MIN_ROWS, 64))
+    assert int4_unpack._buffers
+    int4_unpack.release()
+    assert not int4_unpack._buffers
+
+
+@known_layout
 def test_auto_unpacks_only_where_bfloat16_matmuls_are_not_native(monkeypatch):
     monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "auto")
     assert int4_unpack.float32_chunks(False) and not int4_unpack.float32_chunks(True)

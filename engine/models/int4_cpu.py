@@ -113,14 +113,14 @@ class Int4Linear(torch.nn.Module):
     def _kernel_output(self, flat: torch.Tensor) -> torch.Tensor:
         """The kernel's bfloat16 output `[rows, out_features]` of `flat` `[rows, in_features]`, no
         bias: the int8 step copy for a step's few rows where it exists, the dense copy for a chunk's
-        many rows where it exists, else for a chunk on a CPU without it the weights unpacked to
+        many rows where it exists, else for a long chunk on a CPU without it the weights unpacked to
         float32 (`engine.models.int4_unpack`; a float32 output), else the int4 kernel."""
         rows = flat.shape[0]
         if self.step_codes is not None and rows <= KERNEL_ROWS:
             return torch.ops.aten._weight_int8pack_mm(flat.to(torch.bfloat16), self.step_codes, self.step_scales)
         if self.dense is not None and rows > KERNEL_ROWS:
             return torch.nn.functional.linear(self._kernel_input(flat), self.dense)
-        if rows > KERNEL_ROWS and self.UNPACKS_CHUNKS and int4_unpack.unpacks(self.out_features, dense_chunks()):
+        if self.UNPACKS_CHUNKS and int4_unpack.unpacks(rows, self.out_features, dense_chunks()):
             return torch.mm(flat.float(), int4_unpack.weight_t(self.packed, self.scales_and_zeros, self.in_features,
                                                                  self.out_features))
         return torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(flat), self.packed, GROUP_SIZE,

@@ -7,7 +7,10 @@ int4 kernel, which is built for a decode step's few rows: on the AVX-512 EPYC he
 threads) the 1.5B shape's projections at 512 rows ran at 79-103 GFLOP/s on the kernel against
 128-144 unpacked to float32 first, the unpacking included, and the 1.5B shape read 1.32x faster
 (docs/BENCHMARKS.md §5r). A chunk of 512 rows does 1,024 multiply-adds per weight, so unpacking
-each weight once per chunk (read half a byte, write four) cost 12-20 % of the float32 product there.
+each weight once per chunk (read half a byte, write four) cost 20-24 % of the float32 product
+there. That is a fixed cost per chunk, where the kernel's grows with the rows: from the same
+measurements unpacking pays from ~120-155 rows on, so only chunks of `MIN_ROWS` rows or more unpack
+(a document's 512-token chunks; not a short question's chunk, nor a draft's check of up to 65).
 
 The codes are read from the kernel's own packed layout (`aten._convert_weight_to_int4pack_for_cpu`):
 per block of `block` output features and each input feature, `block / 2` bytes, byte j holding
@@ -18,7 +21,11 @@ float32 with the bfloat16 scales and zeros the kernel holds: exactly the weights
 (`Int4Linear._quantize`), while the activations stay float32 (the kernel rounds them to bfloat16).
 
 The unpacked weights live in one buffer per thread, grown to the largest layer (the 1.5B shape's
-fused gate|up: 110 MB; the 3B shapes' up to 200 MB) and reused by every layer and chunk.
+fused gate|up: 110 MB of weights and 27 MB of codes; the 3B-4B shapes' up to ~200 MB and ~50 MB) and
+reused by every layer and chunk until `release()` (`Workspace.unload_model` calls it).
+
+`pack_block` recognises the layouts of torch's x86 kernels (AVX-512, AVX2) as built here; where it
+does not (other builds or CPUs, unmeasured), chunks keep the int4 kernel.
 """
 
 from __future__ import annotations
@@ -28,11 +35,15 @@ from functools import cache
 
 import torch
 
+MIN_ROWS = 160
+"""Rows (tokens) a chunk needs before it unpacks (module docstring)."""
+
 FLOAT32_CHUNKS = "auto"
 """"auto" (unpack where the CPU runs no bfloat16 matmuls natively and `pack_block()` is known), "on" or "off":
 benchmarks and tests set it to compare with the int4 kernel."""
 
-_scratch = threading.local()
+_buffers: dict[tuple[int, str], torch.Tensor] = {}
+"""(thread, name) -> that thread's buffer `name` (`_buffer`)."""
 
 
 def float32_chunks(bf16_matmuls: bool) -> bool:
@@ -58,9 +69,15 @@ def pack_block() -> int | None:
     return None
 
 
-def unpacks(out_features: int, bf16_matmuls: bool) -> bool:
-    """Whether a layer with `out_features` is unpacked for chunks: `float32_chunks` and whole blocks."""
-    return float32_chunks(bf16_matmuls) and out_features % pack_block() == 0
+def unpacks(rows: int, out_features: int, bf16_matmuls: bool) -> bool:
+    """Whether a chunk of `rows` through a layer with `out_features` runs unpacked: at least
+    `MIN_ROWS` rows, `float32_chunks`, and whole blocks."""
+    return rows >= MIN_ROWS and float32_chunks(bf16_matmuls) and out_features % pack_block() == 0
+
+
+def release() -> None:
+    """Drop every thread's buffers (the next chunk that unpacks makes them again)."""
+    _buffers.clear()
 
 
 def weight_t(packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_features: int, out_features: int) -> torch.Tensor:
@@ -93,10 +110,11 @@ def _codes_t(packed: torch.Tensor, out_features: int, in_features: int, block: i
 
 
 def _buffer(name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
-    """This thread's buffer `name`, at least `numel` elements of `dtype` (grown, never shrunk)."""
-    held = getattr(_scratch, name, None)
+    """This thread's buffer `name`, at least `numel` elements of `dtype` (grown until `release`)."""
+    key = (threading.get_ident(), name)
+    held = _buffers.get(key)
     if held is None or held.numel() < numel:
         with torch.inference_mode(False):  # usable inside and outside inference mode
             held = torch.empty(numel, dtype=dtype)
-        setattr(_scratch, name, held)
+        _buffers[key] = held
     return held[:numel]
