@@ -120,7 +120,7 @@ class Int4Linear(torch.nn.Module):
             return torch.ops.aten._weight_int8pack_mm(flat.to(torch.bfloat16), self.step_codes, self.step_scales)
         if self.dense is not None and rows > KERNEL_ROWS:
             return torch.nn.functional.linear(self._kernel_input(flat), self.dense)
-        if self.UNPACKS_CHUNKS and int4_unpack.unpacks(rows, self.out_features, dense_chunks()):
+        if rows > KERNEL_ROWS and self.UNPACKS_CHUNKS and int4_unpack.unpacks(rows, self.out_features, dense_chunks()):
             return torch.mm(flat.float(), int4_unpack.weight_t(self.packed, self.scales_and_zeros, self.in_features,
                                                                  self.out_features))
         return torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(flat), self.packed, GROUP_SIZE,
