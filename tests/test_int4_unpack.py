@@ -1,6 +1,6 @@
-"""int4 weights unpacked to float32 for a prefill chunk (`engine.models.int4_unpack`): exactly the
-weights torch's int4 kernel applies, read from its packed layout on AVX-512 (blocks of 64 output
-features) and AVX2 (blocks of 32) kernels alike, and a chunk's product in float32."""
+"""int4 weights unpacked for a prefill chunk (`engine.models.int4_unpack`): exactly the weights torch's
+int4 kernel applies, read from its packed layout on AVX-512 (blocks of 64 output features) and AVX2
+(blocks of 32) kernels alike; in bfloat16 exactly the reading copy; a chunk's product tile by tile."""
 
 import os
 import subprocess
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from engine.models import int4_unpack
+from engine.models import int4_cpu
 from engine.models.int4_cpu import Int4Linear, Int8Linear, quantize_for_cpu
 
 
@@ -39,7 +40,9 @@ known_layout = pytest.mark.skipif(int4_unpack.pack_block() is None, reason="torc
 
 @pytest.fixture
 def unpacking(monkeypatch):
-    monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "on")
+    """Chunks unpack to float32, as on a CPU without AVX-512 BF16, whatever this one has."""
+    monkeypatch.setattr(int4_unpack, "UNPACKED_CHUNKS", True)
+    monkeypatch.setattr(int4_cpu, "dense_chunks", lambda: False)
 
 
 @known_layout
@@ -62,12 +65,12 @@ def test_a_cpu_held_to_avx2_packs_in_blocks_of_32_and_unpacks_them():
         "layer = linear(576, 960); p = Int4Linear(layer)\n"
         "wt = int4_unpack.weight_t(p.packed, p.scales_and_zeros, 576, 960)\n"
         "from engine.models.int4_cpu import dense_chunks\n"
-        "print(int4_unpack.pack_block(), int4_unpack.float32_chunks(dense_chunks()), torch.equal(wt.T, applied(layer)))"
+        "print(int4_unpack.pack_block(), int4_unpack.unpacks(int4_unpack.MIN_ROWS, 960), dense_chunks(), torch.equal(wt.T, applied(layer)))"
     )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)
-    assert out.stdout.split() == ["32", "True", "True"]
+    assert out.stdout.split() == ["32", "True", "False", "True"]  # unpacked to float32 there
 
 
 @known_layout
@@ -80,7 +83,7 @@ def test_a_long_chunk_runs_in_float32_on_the_unpacked_weights_and_a_short_one_on
         chunk = packed(x)
         step = packed(x[:1])
         short = packed(x[: int4_unpack.MIN_ROWS - 1])  # a question's chunk, a draft's check: the kernel
-        monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "off")
+        monkeypatch.setattr(int4_unpack, "UNPACKED_CHUNKS", False)
         kernel = packed(x)
     reference = x.double() @ weights.T
     error = lambda y: float((y.double() - reference[: y.shape[0]]).norm() / reference[: y.shape[0]].norm())  # noqa: E731
@@ -98,12 +101,12 @@ def test_the_lm_head_and_partial_blocks_keep_the_kernel(unpacking, monkeypatch):
     for layer in (Int8Linear(linear(64, 128)), Int4Linear(linear(64, 48))):
         with torch.inference_mode():
             unpacked_allowed = layer(x)
-            monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "off")
+            monkeypatch.setattr(int4_unpack, "UNPACKED_CHUNKS", False)
             kernel = layer(x)
-            monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "on")
+            monkeypatch.setattr(int4_unpack, "UNPACKED_CHUNKS", True)
         assert torch.equal(unpacked_allowed, kernel)
     rows = int4_unpack.MIN_ROWS
-    assert not int4_unpack.unpacks(rows, 48, True) and int4_unpack.unpacks(rows, 128, True)  # "on": whatever the CPU
+    assert not int4_unpack.unpacks(rows, 48) and int4_unpack.unpacks(rows, 128) and not int4_unpack.unpacks(rows - 1, 128)
 
 
 @known_layout
@@ -124,12 +127,6 @@ def test_a_model_reads_a_chunk_with_the_same_outputs_unpacked_as_float32_weights
         torch.testing.assert_close(model(x), reference(x), rtol=1e-5, atol=1e-6)
 
 
-def test_an_unknown_setting_is_refused(monkeypatch):
-    monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "fast")
-    with pytest.raises(ValueError, match="FLOAT32_CHUNKS"):
-        int4_unpack.float32_chunks(False)
-
-
 @known_layout
 def test_release_drops_the_buffers(unpacking):
     layer = Int4Linear(linear(64, 128))
@@ -141,8 +138,46 @@ def test_release_drops_the_buffers(unpacking):
 
 
 @known_layout
-def test_auto_unpacks_only_where_bfloat16_matmuls_are_not_native(monkeypatch):
-    monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "auto")
-    assert int4_unpack.float32_chunks(False) and not int4_unpack.float32_chunks(True)
-    monkeypatch.setattr(int4_unpack, "FLOAT32_CHUNKS", "off")
-    assert not int4_unpack.float32_chunks(False)
+@pytest.mark.parametrize(("in_features", "out_features"), [(96, 192), (576, 960), (1536, 256)])
+def test_unpacked_to_bfloat16_they_are_the_reading_copy(in_features, out_features):
+    """Rounded once from the float32 weights as stored: bit for bit the copy a small model keeps."""
+    layer = Int4Linear(linear(in_features, out_features), dense=True)
+    wt = int4_unpack.weight_t(layer.packed, layer.scales_and_zeros, in_features, out_features, torch.bfloat16)
+    assert wt.dtype == torch.bfloat16 and torch.equal(wt.T, layer.dense)
+
+
+@known_layout
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_product_in_several_tiles_equals_one_over_the_whole_layer(monkeypatch, dtype):
+    """Tiles of whole blocks, a last one shorter: the same weights, each output column computed
+    from the same row of the same weights (compared against float64 on the same unpacked weights)."""
+    in_features, out_features = 256, 7 * int4_unpack.pack_block()
+    layer = Int4Linear(linear(in_features, out_features, seed=7))
+    x = torch.randn(int4_unpack.MIN_ROWS, in_features, generator=torch.Generator().manual_seed(8)).to(dtype)
+    whole = int4_unpack.weight_t(layer.packed, layer.scales_and_zeros, in_features, out_features, dtype).clone()
+    monkeypatch.setattr(int4_unpack, "TILE_WEIGHTS", 2 * in_features * int4_unpack.pack_block())  # 4 tiles: 2, 2, 2, 1 blocks
+    with torch.inference_mode():
+        tiled = int4_unpack.product(x, layer.packed, layer.scales_and_zeros, in_features, out_features)
+    reference = x.double() @ whole.double()
+    assert tiled.dtype == dtype and tiled.shape == (x.shape[0], out_features)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # bfloat16 outputs: 8 bits of mantissa
+    assert float((tiled.double() - reference).norm() / reference.norm()) < tolerance
+    assert torch.equal(tiled[:, -int4_unpack.pack_block():], torch.mm(x, whole[:, -int4_unpack.pack_block():]))
+
+
+@known_layout
+def test_a_chunk_on_a_cpu_with_bfloat16_matmuls_unpacks_to_bfloat16_and_matches_the_copy(monkeypatch):
+    """A layer without a reading copy on a CPU with AVX-512 BF16: a long chunk unpacks to bfloat16
+    (the copy's weights) and gives the copy's outputs to bfloat16's rounding; a short one keeps the kernel."""
+    monkeypatch.setattr(int4_cpu, "dense_chunks", lambda: True)
+    with_copy = Int4Linear(linear(576, 960, seed=9), dense=True)
+    without = Int4Linear(linear(576, 960, seed=9), dense=False)
+    x = torch.randn(int4_unpack.MIN_ROWS, 576, generator=torch.Generator().manual_seed(10))
+    with torch.inference_mode():
+        unpacked, copy = without(x), with_copy(x)
+        short = without(x[:-1])
+        monkeypatch.setattr(int4_unpack, "UNPACKED_CHUNKS", False)
+        kernel_short = without(x[:-1])
+    assert unpacked.dtype == copy.dtype == torch.float32  # each returns in the input's dtype
+    assert float((unpacked - copy).norm() / copy.norm()) < 4e-3
+    assert torch.equal(short, kernel_short)

@@ -140,11 +140,13 @@ def test_int4_sizes_count_the_bfloat16_reading_copy_only_where_the_loader_makes_
     """Issue 32: SmolLM2's int4 weights were listed at 407.7 MiB, a bfloat16 reading copy included,
     on a CPU without AVX-512 BF16 that never makes it (205.2 MiB loaded): the list and the loader
     now ask one rule, with the CPU's capability as its argument."""
-    from engine.models.weight_format import keeps_reading_copy
+    from engine.models.weight_format import READING_COPY_MAX_BYTES, keeps_reading_copy
 
-    assert keeps_reading_copy("int4", bf16_matmuls=True)
-    assert not keeps_reading_copy("int4", bf16_matmuls=False)
-    assert not any(keeps_reading_copy(held, bf16_matmuls=True) for held in ("nf4", "full"))
+    small = 2 * 135_000_000
+    assert keeps_reading_copy("int4", bf16_matmuls=True, bf16_bytes=small)
+    assert not keeps_reading_copy("int4", bf16_matmuls=False, bf16_bytes=small)
+    assert not any(keeps_reading_copy(held, bf16_matmuls=True, bf16_bytes=small) for held in ("nf4", "full"))
+    assert not keeps_reading_copy("int4", bf16_matmuls=True, bf16_bytes=READING_COPY_MAX_BYTES + 1)
     smol, settings = find(load_catalog(), "smollm2-135m"), EngineSettings(weights="int4")
     with_copy = fit(smol, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=True))
     without = fit(smol, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=False))
@@ -162,6 +164,24 @@ def test_int4_sizes_count_the_bfloat16_reading_copy_only_where_the_loader_makes_
     here = detect_memory("cpu")
     assert here.bf16_matmuls == dense_chunks()
     assert load_model("default", device="cpu", weights="int4").weight_bytes == fit(smol, settings, here).weights_bytes
+
+
+def test_a_model_over_a_gib_at_bfloat16_is_listed_and_loaded_without_the_reading_copy():
+    """Issue 40: the 1.5B model's bfloat16 copy (2.6 GB, four times its int4 layers) made its load
+    peak at 4.3 GiB on a CPU with AVX-512 BF16; above `READING_COPY_MAX_BYTES` it keeps none (its
+    chunks unpack), and the list says so, while the embedded model keeps its copy there."""
+    from engine.models.weight_format import READING_COPY_MAX_BYTES
+
+    catalog, settings = load_catalog(), EngineSettings(weights="int4")
+    big, smol = find(catalog, "qwen2.5-1.5b"), find(catalog, "smollm2-135m")
+    assert 2 * big.parameters > READING_COPY_MAX_BYTES >= 2 * smol.parameters
+    memory = DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=True)
+    listed = fit(big, settings, memory)
+    assert not any("bfloat16 copy" in what for what, _ in listed.weights_parts)
+    assert listed.weights_bytes == big.weight_int4_bytes(bf16_matmuls=True) == big.weight_int4_bytes(bf16_matmuls=False) - dict(
+        fit(big, settings, DeviceMemory("cpu", "RAM", 64 * 1024**3, 4)).weights_parts)["an 8-bit copy of the LM head for answering (decode)"]
+    assert "over 1 GiB at bfloat16" in listed.weights_note
+    assert any("bfloat16 copy" in what for what, _ in fit(smol, settings, memory).weights_parts)
 
 
 def test_the_embedded_model_is_marked_so_nobody_downloads_it_again():

@@ -149,7 +149,7 @@ class CatalogModel:
         untied_head = 0 if self.tie_word_embeddings else vocab * h  # replaced, not kept in float32
         rotary = 2 * (self.head_dimension // 2) * 4
         parts = [("4-bit layers", sum(int4(shape) for shape in self._linear_shapes()))]
-        if keeps_reading_copy("int4", bf16_matmuls):
+        if keeps_reading_copy("int4", bf16_matmuls, 2 * self.parameters):
             parts.append(("a bfloat16 copy of the layers for reading (prefill)",
                           sum(2 * i * o for i, o in self._linear_shapes())))
         if keeps_step_copy("int4", bf16_matmuls):
@@ -193,14 +193,23 @@ class DeviceMemory:
     element_bytes: int
     bf16_matmuls: bool = False  # a CPU that runs bfloat16 matmuls natively (AVX-512 BF16): int4 keeps a copy then
 
-    def int4_note(self) -> str:
-        """What an int4 size in the list holds on this CPU, the bfloat16 reading copy or why not."""
-        if self.bf16_matmuls:
+    def int4_note(self, copy: bool | None = None) -> str:
+        """What an int4 size in the list holds on this CPU: the bfloat16 reading copy or why not,
+        for one model (`copy`: whether the loader keeps it for that model) or any (None)."""
+        if not self.bf16_matmuls:
+            return ("int4 counts its 4-bit layers, the 8-bit LM head and a second 8-bit copy of it that answering "
+                    "uses, and float32 embeddings; no bfloat16 copy for reading (this CPU has no AVX-512 BF16: "
+                    "reading unpacks the 4-bit layers as it goes)")
+        if copy is None:
+            return ("int4 counts its 4-bit layers, for a model of at most 1 GiB at bfloat16 a bfloat16 copy of them "
+                    "that reading uses (this CPU has AVX-512 BF16; a larger model's reading unpacks its 4-bit layers "
+                    "as it goes), the 8-bit LM head and float32 embeddings")
+        if copy:
             return ("int4 counts its 4-bit layers and a bfloat16 copy of them that reading uses "
                     "(this CPU has AVX-512 BF16), the 8-bit LM head and float32 embeddings")
-        return ("int4 counts its 4-bit layers, the 8-bit LM head and a second 8-bit copy of it that answering "
-                "uses, and float32 embeddings; no bfloat16 copy for reading (this CPU has no AVX-512 BF16: "
-                "reading runs on the 4-bit kernel)")
+        return ("int4 counts its 4-bit layers, the 8-bit LM head and float32 embeddings; no bfloat16 copy for "
+                "reading (this CPU has AVX-512 BF16, but the model is over 1 GiB at bfloat16: reading unpacks its "
+                "4-bit layers as it goes)")
 
 
 def detect_memory(device: str = "auto") -> DeviceMemory:
@@ -258,4 +267,5 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     where = f"{format_bytes(memory.total_bytes)} {memory.name}"
     reason = f"needs {format_bytes(needed)} of {where}" if fits else f"needs {format_bytes(needed)}, more than the {where}"
     return Fit(fits, needed, weights, label, kv, workspace, memory.total_bytes, reason,
-               parts if held == "int4" else (), memory.int4_note() if held == "int4" else "")
+               parts if held == "int4" else (),
+               memory.int4_note(keeps_reading_copy("int4", memory.bf16_matmuls, 2 * model.parameters)) if held == "int4" else "")

@@ -18,10 +18,12 @@ bfloat16 and its output is returned in the input's dtype.
 
 The kernel is built for a few rows (a decode step): at a prefill chunk's 512 rows it ran the
 projections no faster than float32, and a read 8 % slower. On a CPU with AVX-512 BF16 an
-`Int4Linear` therefore also keeps its weight dequantized to bfloat16 and runs chunks of more than
-`KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there; without AVX-512 BF16
-bfloat16 matmuls were slower than float32, so a chunk unpacks each layer's codes to float32 just in
-time and runs a float32 product, 1.4-1.6x the kernel's rate at 512 rows (`engine.models.int4_unpack`).
+`Int4Linear` of a small model therefore also keeps its weight dequantized to bfloat16 and runs
+chunks of more than `KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there
+(`weight_format.keeps_reading_copy`: up to 1 GiB of weights at bfloat16). Otherwise a long chunk
+unpacks each layer's codes just in time (`engine.models.int4_unpack`): to bfloat16 with AVX-512
+BF16, to float32 without it, where bfloat16 matmuls were slower than float32 (1.4-1.6x the
+kernel's rate at 512 rows there).
 
 Without AVX-512 the int4 kernel is compute-bound on a decode step's one row: the LM head, as two
 4-bit planes, took 4.6 ms of a 48 ms SmolLM2 step on an AMD EPYC without AVX-512 (2 threads).
@@ -113,16 +115,17 @@ class Int4Linear(torch.nn.Module):
     def _kernel_output(self, flat: torch.Tensor) -> torch.Tensor:
         """The kernel's bfloat16 output `[rows, out_features]` of `flat` `[rows, in_features]`, no
         bias: the int8 step copy for a step's few rows where it exists, the dense copy for a chunk's
-        many rows where it exists, else for a long chunk on a CPU without it the weights unpacked to
-        float32 (`engine.models.int4_unpack`; a float32 output), else the int4 kernel."""
+        many rows where it exists, else for a long chunk the weights unpacked
+        (`engine.models.int4_unpack`: to bfloat16 where the CPU runs bfloat16 matmuls natively, else
+        to float32, with a float32 output), else the int4 kernel."""
         rows = flat.shape[0]
         if self.step_codes is not None and rows <= KERNEL_ROWS:
             return torch.ops.aten._weight_int8pack_mm(flat.to(torch.bfloat16), self.step_codes, self.step_scales)
         if self.dense is not None and rows > KERNEL_ROWS:
             return torch.nn.functional.linear(self._kernel_input(flat), self.dense)
-        if rows > KERNEL_ROWS and self.UNPACKS_CHUNKS and int4_unpack.unpacks(rows, self.out_features, dense_chunks()):
-            return torch.mm(flat.float(), int4_unpack.weight_t(self.packed, self.scales_and_zeros, self.in_features,
-                                                                 self.out_features))
+        if rows > KERNEL_ROWS and self.UNPACKS_CHUNKS and int4_unpack.unpacks(rows, self.out_features):
+            x = self._kernel_input(flat) if dense_chunks() else flat.float()
+            return int4_unpack.product(x, self.packed, self.scales_and_zeros, self.in_features, self.out_features)
         return torch.ops.aten._weight_int4pack_mm_for_cpu(self._kernel_input(flat), self.packed, GROUP_SIZE,
                                                           self.scales_and_zeros)
 
@@ -257,7 +260,8 @@ def quantize_for_cpu(model: torch.nn.Module, *, dense: bool | None = None, step_
     the lookup). A layer whose shape the kernel does not take (`fits`) stays as it is. `dense`: keep
     a bfloat16 copy of each `Int4Linear` for chunks; `step_copy`: an int8 copy of the LM head for
     decode steps (None: as `keeps_reading_copy` / `keeps_step_copy` decide on this CPU)."""
-    dense = keeps_reading_copy("int4", dense_chunks()) if dense is None else dense
+    if dense is None:
+        dense = keeps_reading_copy("int4", dense_chunks(), 2 * sum(p.numel() for p in model.parameters()))
     step_copy = keeps_step_copy("int4", dense_chunks()) if step_copy is None else step_copy
     head = getattr(model, "lm_head", None)
     for parent in list(model.modules()):

@@ -124,18 +124,20 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     dev = resolve_device(device)
     used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
+    full_bytes = full_weight_bytes(folder, dtype)
     try:
-        held = choose_weights(weights, dev.type, full_weight_bytes(folder, dtype), psutil.virtual_memory().total)
+        held = choose_weights(weights, dev.type, full_bytes, psutil.virtual_memory().total)
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     bf16_matmuls = held == "int4" and dense_chunks()
-    copy, int8_steps = keeps_reading_copy(held, bf16_matmuls), keeps_step_copy(held, bf16_matmuls)
+    bf16_bytes = full_bytes // dtype.itemsize * 2
+    copy, int8_steps = keeps_reading_copy(held, bf16_matmuls, bf16_bytes), keeps_step_copy(held, bf16_matmuls)
     model, tokenizer, parameters = _load_folder(folder, dev, dtype, held, (copy, int8_steps))
     tokenizer_fp = hashlib.sha256(
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
-    # int4 chunks with a bfloat16 copy already run in bfloat16: so does their attention (fused, AVX-512 BF16)
-    attention_dtype = torch.bfloat16 if copy else None
+    # int4 chunks on a CPU with AVX-512 BF16 run in bfloat16 (the copy or the unpacked weights): so does their attention (fused)
+    attention_dtype = torch.bfloat16 if bf16_matmuls else None
     weights_mode = str(dtype) if held == "full" else f"{held}-{dtype}"
     if held == "full":
         held = str(dtype).removeprefix("torch.")

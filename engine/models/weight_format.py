@@ -14,13 +14,24 @@ LABELS = {"nf4": "4-bit NF4", "int4": "4-bit int4"}
 """How each format is named for people; "full" is named by its dtype ("float32", "bfloat16")."""
 
 
-def keeps_reading_copy(held: str, bf16_matmuls: bool) -> bool:
+READING_COPY_MAX_BYTES = 1 << 30
+"""int4 keeps a bfloat16 reading copy only for a model whose weights at bfloat16 take at most this
+(`keeps_reading_copy`): the embedded 135M model (0.27 GB) and models up to ~0.5B parameters. The copy
+is four times the int4 layers, 2.6 GB for a 1.5B model and ~6 GB for a 3B one, where chunks unpacked
+to bfloat16 read the 1.5B shape at about half the copy's rate (docs/BENCHMARKS.md §5s): reading is
+once per document, and memory is what ends a load on a laptop."""
+
+
+def keeps_reading_copy(held: str, bf16_matmuls: bool, bf16_bytes: int) -> bool:
     """Whether weights loaded as `held` ("int4", "nf4" or "full") also keep a bfloat16 copy of their
     decoder layers for reading (prefill chunks): int4 does on a CPU that runs bfloat16 matmuls
-    natively (AVX-512 BF16, `bf16_matmuls`), where the copy read 2.5x faster than float32; without it
-    bfloat16 matmuls were slower than float32, so chunks unpack the int4 codes to float32 for the
-    chunk (`engine.models.int4_unpack`) and a copy would only cost memory. The loader and the model list both ask this, so the list shows what loads."""
-    return held == "int4" and bf16_matmuls
+    natively (AVX-512 BF16, `bf16_matmuls`), where the copy read 2.5x faster than float32, for a
+    model whose weights at bfloat16 (`bf16_bytes`: all its parameters, 2 bytes each) take at most
+    `READING_COPY_MAX_BYTES`. Without it chunks unpack the int4 codes just in time
+    (`engine.models.int4_unpack`: to bfloat16 with AVX-512 BF16, else to float32, where bfloat16
+    matmuls were slower and a copy would only cost memory). The loader and the model list both ask
+    this, so the list shows what loads."""
+    return held == "int4" and bf16_matmuls and bf16_bytes <= READING_COPY_MAX_BYTES
 
 
 def keeps_step_copy(held: str, bf16_matmuls: bool) -> bool:
