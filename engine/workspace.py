@@ -383,7 +383,7 @@ class Workspace:
             self.session.close()
         self.session = None
         self.model = None
-        int4_unpack.release()  # its float32 buffers are the size of the model's largest layer
+        int4_unpack.release()  # its unpacking buffers (~15 MB per reading thread)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
