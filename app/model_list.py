@@ -35,8 +35,9 @@ FITS_COLUMN = COLUMNS.index("Fits")
 HERE_COLUMN = COLUMNS.index("Here")
 RECOMMENDED = "★ recommended here"
 WEIGHTS_HEADER_TIP = ("The memory the weights take once loaded on this machine, not the download: on a CPU, int4 "
-                      "keeps the embeddings in float32 and, where the CPU has AVX-512 BF16, a bfloat16 copy of the "
-                      "layers that reading a document uses, so a small model can take more than it downloads.")
+                      "keeps the embeddings in float32 and, where the CPU has AVX-512 BF16, for a model of at most "
+                      "1 GiB at bfloat16 a bfloat16 copy of the layers that reading a document uses, so a small "
+                      "model can take more than it downloads.")
 
 
 def weights_tip(verdict: Fit) -> str:

@@ -184,5 +184,26 @@ def test_a_model_over_a_gib_at_bfloat16_is_listed_and_loaded_without_the_reading
     assert any("bfloat16 copy" in what for what, _ in fit(smol, settings, memory).weights_parts)
 
 
+def test_the_loader_keeps_no_reading_copy_above_the_limit_and_reads_in_bfloat16_all_the_same(monkeypatch):
+    """The loader asks the same rule with the model's own bytes: above the limit (lowered here so the
+    embedded model is over it) no `Int4Linear` keeps a copy, the list counts what was loaded, and a
+    CPU with AVX-512 BF16 still attends in bfloat16 (the chunks' projections are bfloat16 either way)."""
+    from engine.models import int4_cpu, loader, weight_format
+    from engine.models.int4_cpu import Int4Linear
+    from engine.models.weight_format import keeps_reading_copy
+
+    assert keeps_reading_copy("int4", True, weight_format.READING_COPY_MAX_BYTES)  # at the limit: kept
+    monkeypatch.setattr(loader, "dense_chunks", lambda: True)
+    monkeypatch.setattr(int4_cpu, "dense_chunks", lambda: True)
+    monkeypatch.setattr(weight_format, "READING_COPY_MAX_BYTES", 200_000_000)  # the embedded model: ~270 MB
+    lm = load_model("default", device="cpu", weights="int4")
+    layers = [m for m in lm.decoder.model.modules() if isinstance(m, Int4Linear)]
+    assert layers and all(m.dense is None for m in layers)
+    assert lm.decoder.attention_dtype is torch.bfloat16
+    smol = find(load_catalog(), "smollm2-135m")
+    listed = fit(smol, EngineSettings(weights="int4"), DeviceMemory("cpu", "RAM", 64 * 1024**3, 4, bf16_matmuls=True))
+    assert lm.weight_bytes == listed.weights_bytes and "over 1 GiB" in listed.weights_note
+
+
 def test_the_embedded_model_is_marked_so_nobody_downloads_it_again():
     assert [m.id for m in load_catalog() if m.embedded] == ["smollm2-135m"]

@@ -13,7 +13,8 @@ Sizes are computed from each model's config numbers, not typed in:
                     16-bit on a GPU), and the rotary embedding's float32 frequency buffers
     int4 weights    on a CPU (`engine.models.int4_cpu`): every decoder linear layer in 4-bit codes
                     (half a byte per weight + a bfloat16 scale and zero per 32 weights) and, on a
-                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks, on one without it an
+                    CPU with AVX-512 BF16, a bfloat16 copy for prefill chunks (a model of at most
+                    1 GiB at bfloat16), on one without it an
                     int8 copy (a byte per weight + a bfloat16 scale per output feature) of the LM
                     head for decode steps (each counted where the loader makes it:
                     `weight_format.keeps_reading_copy`, `keeps_step_copy`), the LM head (its own copy when tied) in
@@ -191,7 +192,7 @@ class DeviceMemory:
     name: str            # "NVIDIA GeForce RTX 4060 Laptop GPU", "RAM"
     total_bytes: int
     element_bytes: int
-    bf16_matmuls: bool = False  # a CPU that runs bfloat16 matmuls natively (AVX-512 BF16): int4 keeps a copy then
+    bf16_matmuls: bool = False  # a CPU that runs bfloat16 matmuls natively (AVX-512 BF16): int4 keeps a copy of a small model then
 
     def int4_note(self, copy: bool | None = None) -> str:
         """What an int4 size in the list holds on this CPU: the bfloat16 reading copy or why not,

@@ -22,8 +22,8 @@ projections no faster than float32, and a read 8 % slower. On a CPU with AVX-512
 chunks of more than `KERNEL_ROWS` rows as a bfloat16 matmul (oneDNN), 2.5x float32's speed there
 (`weight_format.keeps_reading_copy`: up to 1 GiB of weights at bfloat16). Otherwise a long chunk
 unpacks each layer's codes just in time (`engine.models.int4_unpack`): to bfloat16 with AVX-512
-BF16, to float32 without it, where bfloat16 matmuls were slower than float32 (1.4-1.6x the
-kernel's rate at 512 rows there).
+BF16 (2.4-3.5x the kernel's rate at 512 rows on an AMX Xeon), to float32 without it, where
+bfloat16 matmuls were slower than float32 (1.4-1.9x the kernel's rate at 512 rows there).
 
 Without AVX-512 the int4 kernel is compute-bound on a decode step's one row: the LM head, as two
 4-bit planes, took 4.6 ms of a 48 ms SmolLM2 step on an AMD EPYC without AVX-512 (2 threads).
@@ -75,7 +75,7 @@ class Int4Linear(torch.nn.Module):
     `dense`: also keep a bfloat16 copy for chunks (module docstring). Raises ValueError unless `fits(linear)`."""
 
     UNPACKS_CHUNKS = True
-    """Chunks may run on the weights unpacked to float32 (`engine.models.int4_unpack`)."""
+    """Chunks may run on the weights unpacked (`engine.models.int4_unpack`: bfloat16 or float32)."""
 
     def __init__(self, linear: torch.nn.Linear, *, dense: bool = False) -> None:
         super().__init__()

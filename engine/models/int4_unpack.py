@@ -8,13 +8,14 @@ bfloat16 copy to run on (bfloat16 matmuls are slower than float32 there), and on
 held to AVX2 (two threads) the 1.5B shape's projections at 512 rows ran at 79-103 GFLOP/s on the
 kernel against 128-144 unpacked to float32 first, the unpacking included; the 1.5B shape read 1.32x
 faster (docs/BENCHMARKS.md §5r). With AVX-512 BF16 a model whose bfloat16 weights pass
-`weight_format.READING_COPY_MAX_BYTES` keeps no reading copy (four times its int4 layers: 2.6 GB for
-a 1.5B model), and its chunks unpack to bfloat16 instead of taking the kernel, 2.6-3.3x the kernel's
-rate on the AMX Xeon of §5s.
+`weight_format.READING_COPY_MAX_BYTES` keeps no reading copy (~3.2x its int4 layers' codes, scales
+and zeros: 2.6 GB for a 1.5B model), and its chunks unpack to bfloat16 instead of taking the kernel,
+2.4-3.5x the kernel's rate on the AMX Xeon of §5s.
 
 Unpacking each weight once per chunk is a fixed cost per chunk, where the kernel's grows with the
-rows: it pays from ~120-155 rows on, so only chunks of `MIN_ROWS` rows or more unpack (a document's
-512-token chunks; not a short question's chunk, nor a draft's check of up to 65).
+rows: to float32 (held to AVX2) it paid between 128 and 256 rows (§5s), so only chunks of
+`MIN_ROWS` rows or more unpack (a document's 512-token chunks; not a short question's chunk, nor a
+draft's check of up to 65).
 
 The codes are read from the kernel's own packed layout (`aten._convert_weight_to_int4pack_for_cpu`):
 per block of `block` output features and each input feature, `block / 2` bytes, byte j holding

@@ -17,9 +17,9 @@ LABELS = {"nf4": "4-bit NF4", "int4": "4-bit int4"}
 READING_COPY_MAX_BYTES = 1 << 30
 """int4 keeps a bfloat16 reading copy only for a model whose weights at bfloat16 take at most this
 (`keeps_reading_copy`): the embedded 135M model (0.27 GB) and models up to ~0.5B parameters. The copy
-is four times the int4 layers, 2.6 GB for a 1.5B model and ~6 GB for a 3B one, where chunks unpacked
-to bfloat16 read the 1.5B shape at about half the copy's rate (docs/BENCHMARKS.md §5s): reading is
-once per document, and memory is what ends a load on a laptop."""
+is ~3.2x the int4 layers (their codes, scales and zeros), 2.6 GB for a 1.5B model and ~6 GB for a 3B
+one, where chunks unpacked to bfloat16 read the 1.5B shape at 0.6x the copy's rate (docs/BENCHMARKS.md
+§5s): reading is once per document, and memory is what ends a load on a laptop."""
 
 
 def keeps_reading_copy(held: str, bf16_matmuls: bool, bf16_bytes: int) -> bool:
