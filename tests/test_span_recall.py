@@ -187,7 +187,9 @@ def test_best_last_recalls_the_ranked_pages_in_reverse_with_the_best_nearest_the
 
 def test_a_session_with_best_last_reads_the_needle_page_last_and_answers(smol, store, monkeypatch):
     monkeypatch.setattr(reading_budget, "SMALL", ReadingBudget(pages_at_least=3, best_last=True))
-    session = DocumentSession(smol, settings(), store)
+    # 24 tokens: on an AMX Xeon the model restates the whole question first ("The combination of the
+    # observatory safe near the park benches is 4821"), and 16 tokens cut the last digit off
+    session = DocumentSession(smol, settings().replace(max_new_tokens=24), store)
     session.open(book())
     answer = session.ask(PARK_QUESTION)
     assert len(answer.recall.spans) == 3 and f"page {NEEDLE_PAGE}" in answer.recall.spans
