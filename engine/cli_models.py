@@ -67,8 +67,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         state = ("downloaded" if downloaded_folder(model.repo) else
                  f"partial {format_bytes(partial)}" if partial else "gated: log in" if model.gated else
                  "embedded (default)" if model.embedded else "")
+        copy = " + reading copy" if any("bfloat16 copy" in what for what, _ in verdict.weights_parts) else ""
         rows.append((model.id, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
-                     f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}", f"{model.kv_bytes_per_token:,} B",
+                     f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}{copy}", f"{model.kv_bytes_per_token:,} B",
                      "yes" if verdict.fits else "no", verdict.reason, state))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:

@@ -144,6 +144,11 @@ def test_cli_lists_the_models_with_what_fits(hub, capsys):
     for model_id in ("smollm2-360m", "qwen2.5-1.5b", "llama-3.2-3b", "qwen3-4b"):
         assert model_id in out
     assert "needs" in out and (" yes " in out or " no " in out)
+    # each row says whether it has the bfloat16 reading copy: only small models on a CPU with AVX-512 BF16
+    from engine.models.catalog import detect_memory
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in ("smollm2-135m", "qwen2.5-1.5b")}
+    assert "+ reading copy" not in rows["qwen2.5-1.5b"]
+    assert ("+ reading copy" in rows["smollm2-135m"]) == detect_memory("cpu").bf16_matmuls
     assert main(["models", "pull", "no-such-model"]) == 1
     assert "pick one of" in capsys.readouterr().err
 
