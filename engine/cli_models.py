@@ -47,7 +47,7 @@ def repo_for(key: str) -> str:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from engine.models.catalog import detect_memory, fit, load_catalog
+    from engine.models.catalog import READING_COPY_PART, detect_memory, fit, load_catalog
     from engine.models.download import downloaded_folder, partial_bytes
 
     settings = load_settings(warn=print_warning)
@@ -67,7 +67,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         state = ("downloaded" if downloaded_folder(model.repo) else
                  f"partial {format_bytes(partial)}" if partial else "gated: log in" if model.gated else
                  "embedded (default)" if model.embedded else "")
-        copy = " + reading copy" if any("bfloat16 copy" in what for what, _ in verdict.weights_parts) else ""
+        copy = " + reading copy" if READING_COPY_PART in dict(verdict.weights_parts) else ""
         rows.append((model.id, f"{model.parameters / 1e9:.2f} B", f"≈ {format_bytes(model.download_bytes)}",
                      f"{format_bytes(verdict.weights_bytes)} {verdict.weights_label}{copy}", f"{model.kv_bytes_per_token:,} B",
                      "yes" if verdict.fits else "no", verdict.reason, state))

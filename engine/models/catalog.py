@@ -47,6 +47,9 @@ CATALOG_PATH = Path(__file__).with_name("catalog.toml")
 NF4_BLOCK = 64            # weights per absmax in bitsandbytes' 4-bit layers (its default blocksize)
 NF4_CODE_BYTES = 16 * 4   # the NF4 code book each 4-bit layer keeps: 16 float32 values
 INT4_GROUP = 32           # weights per bfloat16 scale and zero of a CPU int4 layer (`engine.models.int4_cpu`)
+READING_COPY_PART = "a bfloat16 copy of the layers for reading (prefill)"
+"""The name of the reading copy among `CatalogModel.weight_int4_parts` (`fit` and `halaman models`
+look it up there, so they say what the sizes count)."""
 # Python, torch and Qt before any model is loaded: the window's gauge showed the process holding
 # 1.3 GiB of "workspace" with no document open; rounded up, it also covers a CUDA context.
 PROCESS_MARGIN_BYTES = 3 * 1024**3 // 2
@@ -151,7 +154,7 @@ class CatalogModel:
         rotary = 2 * (self.head_dimension // 2) * 4
         parts = [("4-bit layers", sum(int4(shape) for shape in self._linear_shapes()))]
         if keeps_reading_copy("int4", bf16_matmuls, 2 * self.parameters):
-            parts.append(("a bfloat16 copy of the layers for reading (prefill)",
+            parts.append((READING_COPY_PART,
                           sum(2 * i * o for i, o in self._linear_shapes())))
         if keeps_step_copy("int4", bf16_matmuls):
             parts.append(("an 8-bit copy of the LM head for answering (decode)", int8_rows((h, vocab))))
@@ -269,4 +272,4 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     reason = f"needs {format_bytes(needed)} of {where}" if fits else f"needs {format_bytes(needed)}, more than the {where}"
     return Fit(fits, needed, weights, label, kv, workspace, memory.total_bytes, reason,
                parts if held == "int4" else (),
-               memory.int4_note(keeps_reading_copy("int4", memory.bf16_matmuls, 2 * model.parameters)) if held == "int4" else "")
+               memory.int4_note(READING_COPY_PART in dict(parts)) if held == "int4" else "")
