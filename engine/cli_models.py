@@ -55,7 +55,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     policy = settings.cache
     print(f"this machine  {memory.name}: {format_bytes(memory.total_bytes)} "
           f"({'GPU, 16-bit' if memory.device == 'cuda' else 'CPU, float32'} compute; weights {settings.weights}: "
-          f"{'4-bit NF4 on a GPU, on a CPU 4-bit int4 when float32 takes at most a quarter of RAM, else NF4' if settings.weights == 'auto' else settings.weights})\n"
+          f"{'4-bit NF4 on a GPU, 4-bit int4 on a CPU' if settings.weights == 'auto' else settings.weights})\n"
           f"fits         weights + KV cache at its peak (budget {policy.budget_tokens:,} tokens, INT{policy.kv_bits}, "
           f"recall {settings.recall.recall_tokens:,}) + workspace, against the whole {memory.name}"
           + (f"\nweights      as loaded here, not the download; {memory.int4_note()}" if memory.device == "cpu" else "")

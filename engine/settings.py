@@ -212,8 +212,9 @@ class EngineSettings:
     device: "auto" (CUDA when available), "cpu" or "cuda".
     weights: "auto", "4bit" (bitsandbytes NF4), "int4" (torch's int4 CPU kernel with an 8-bit LM
         head; CPU only) or "full" (the compute dtype: float32 on a CPU). "auto" is NF4 on a GPU,
-        where VRAM is the limit, and int4 on a CPU when the full weights take at most a quarter of
-        RAM (faster than float32 there); NF4 on a CPU dequantizes every weight matrix on every call
+        where VRAM is the limit, and int4 on a CPU (faster than float32 there; NF4 only for a model
+        whose files cannot be streamed into int4 and whose float32 weights take over a quarter of
+        RAM); NF4 on a CPU dequantizes every weight matrix on every call
         (decode 1.5x slower than float32; see `engine.models.weight_format.choose_weights`).
     threads: CPU threads for torch; 0 = the idle physical cores, measured when the model loads and
         before each document is read (`engine.threads`).

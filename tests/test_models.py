@@ -118,20 +118,24 @@ def test_missing_and_unsupported_models_fail_clearly(tmp_path):
         load_model(str(folder), device="cpu")
 
 
-def test_weights_choice_auto_is_int4_on_a_cpu_only_when_ram_allows():
+def test_weights_choice_auto_is_int4_on_a_cpu_unless_the_model_must_load_whole_in_too_little_ram():
     from engine.models.weight_format import choose_weights
 
     cpu, gpu, gib = "cpu", "cuda", 1024**3
-    assert choose_weights("auto", cpu, full_bytes=540 * 1024**2, ram_bytes=8 * gib) == "int4"  # 135M: int4
-    assert choose_weights("auto", cpu, full_bytes=int(6.8 * gib), ram_bytes=16 * gib) == "nf4"  # 1.7B: NF4
-    assert choose_weights("auto", gpu, full_bytes=1, ram_bytes=64 * gib) == "nf4"  # GPU: always NF4
-    assert choose_weights("full", gpu, full_bytes=1, ram_bytes=1) == "full"
-    assert choose_weights("4bit", cpu, full_bytes=1, ram_bytes=64 * gib) == "nf4"
-    assert choose_weights("int4", cpu, full_bytes=1, ram_bytes=1) == "int4"
+    for streams in (True, False):
+        assert choose_weights("auto", cpu, full_bytes=540 * 1024**2, ram_bytes=8 * gib, streams=streams) == "int4"  # 135M
+    # 1.7B on 16 GiB: streamed into int4; loaded whole first, its float32 weights would take 6.8 GiB
+    assert choose_weights("auto", cpu, full_bytes=int(6.8 * gib), ram_bytes=16 * gib, streams=True) == "int4"
+    assert choose_weights("auto", cpu, full_bytes=int(6.8 * gib), ram_bytes=16 * gib, streams=False) == "nf4"
+    assert choose_weights("auto", cpu, full_bytes=4 * gib, ram_bytes=16 * gib, streams=False) == "int4"  # a quarter
+    assert choose_weights("auto", gpu, full_bytes=1, ram_bytes=64 * gib, streams=True) == "nf4"  # GPU: always NF4
+    assert choose_weights("full", gpu, full_bytes=1, ram_bytes=1, streams=True) == "full"
+    assert choose_weights("4bit", cpu, full_bytes=1, ram_bytes=64 * gib, streams=True) == "nf4"
+    assert choose_weights("int4", cpu, full_bytes=1, ram_bytes=1, streams=False) == "int4"
     with pytest.raises(ValueError, match="CPU only"):
-        choose_weights("int4", gpu, full_bytes=1, ram_bytes=64 * gib)
+        choose_weights("int4", gpu, full_bytes=1, ram_bytes=64 * gib, streams=True)
     with pytest.raises(ValueError):
-        choose_weights("int3", cpu, full_bytes=1, ram_bytes=1)
+        choose_weights("int3", cpu, full_bytes=1, ram_bytes=1, streams=True)
 
 
 def test_auto_weights_on_a_cpu_load_int4_and_each_format_has_its_own_fingerprint(tmp_path, tokenizer_folder):

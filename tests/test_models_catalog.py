@@ -118,16 +118,23 @@ def test_fit_adds_weights_kv_peak_and_workspace_and_says_why():
 
 
 def test_fit_counts_the_weights_the_loader_will_hold():
-    """On a CPU, "auto" converts a model to int4 when its float32 weights take at most a quarter of
-    RAM (the loader's own rule), else NF4, so "fits" must count the int4 size there."""
+    """On a CPU, "auto" streams a catalog model (safetensors) into int4 whatever its size (the
+    loader's own rule), so "fits" counts the int4 size there even where its float32 weights would
+    take over a quarter of RAM (they were listed as NF4 until then); a GPU gets NF4."""
     model, auto = find(load_catalog(), "qwen2.5-1.5b"), EngineSettings()
     full = model.parameters * 4
+    int4 = model.weight_int4_bytes(bf16_matmuls=False)
     big_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full, 4))
-    assert big_ram.weights_label == "4-bit int4" and big_ram.weights_bytes == model.weight_int4_bytes(bf16_matmuls=False) < full
+    assert big_ram.weights_label == "4-bit int4" and big_ram.weights_bytes == int4 < full
     cpu_full = fit(model, auto.replace(weights="full"), DeviceMemory("cpu", "RAM", 4 * full, 4))
     assert cpu_full.weights_label == "float32" and cpu_full.weights_bytes == full
-    small_ram = fit(model, auto, DeviceMemory("cpu", "RAM", 4 * full - 1, 4))
-    assert small_ram.weights_label == "4-bit NF4" and small_ram.weights_bytes == model.weight_4bit_bytes(4) < full
+    small_ram = fit(model, auto, DeviceMemory("cpu", "RAM", full, 4))
+    assert small_ram.weights_label == "4-bit int4" and small_ram.weights_bytes == int4
+    assert small_ram.fits and small_ram.needed_bytes < full
+    too_small = fit(model, auto, DeviceMemory("cpu", "RAM", int4, 4))
+    assert too_small.weights_label == "4-bit int4" and not too_small.fits
+    forced_nf4 = fit(model, auto.replace(weights="4bit"), DeviceMemory("cpu", "RAM", 4 * full, 4))
+    assert forced_nf4.weights_label == "4-bit NF4" and forced_nf4.weights_bytes == model.weight_4bit_bytes(4) < full
     gpu = fit(model, auto, DeviceMemory("cuda", "GPU", 100 * full, 2))
     assert gpu.weights_label == "4-bit NF4"
     refused = fit(model, auto.replace(weights="int4"), DeviceMemory("cuda", "GPU", 100 * full, 2))

@@ -15,7 +15,7 @@ from engine.models.gguf_convert import converted_folder
 from engine.models.int4_cpu import Int4Linear, Int8Linear, quantize_for_cpu
 from engine.models.loader import load_model
 from engine.models.source import default_gguf_path
-from engine.models.stream_load import load_int4
+from engine.models.stream_load import load_int4, streams
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,51 @@ def test_a_folder_without_safetensors_falls_back_to_the_whole_load(tmp_path, tok
     assert load_int4(folder, AutoConfig.from_pretrained(folder), dense=False, step_copy=False) is None
 
 
+def strip_model_prefix(folder):
+    """Rewrite `folder`'s safetensors with the base model's names ("layers.0…", not
+    "model.layers.0…"), as a checkpoint of the bare model stores them: from_pretrained adds the
+    prefix back, `load_int4` does not look names up that way."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(folder / "model.safetensors")
+    save_file({k.removeprefix("model."): v for k, v in tensors.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+
+
+def test_streams_says_which_folders_load_int4_reads_and_never_raises(tmp_path, tokenizer_folder):
+    plain = tiny_model_folder(tmp_path / "plain", "qwen2", tokenizer_folder)
+    assert streams(plain)
+    renamed = tiny_model_folder(tmp_path / "renamed", "qwen2", tokenizer_folder)
+    strip_model_prefix(renamed)
+    assert not streams(renamed)
+    assert load_int4(renamed, AutoConfig.from_pretrained(renamed), dense=False, step_copy=False) is None
+    quantized = tiny_model_folder(tmp_path / "quantized", "qwen2", tokenizer_folder)
+    config = json.loads((quantized / "config.json").read_text())
+    (quantized / "config.json").write_text(json.dumps({**config, "quantization_config": {"quant_method": "bitsandbytes"}}))
+    assert not streams(quantized)
+    (plain / "config.json").write_text("{not json")
+    assert not streams(plain)
+    assert not streams(tmp_path / "nowhere")
+
+
+def test_auto_weights_on_a_cpu_stream_a_model_into_int4_even_in_little_ram(tmp_path, tokenizer_folder, monkeypatch):
+    """"auto" once gave NF4 to every model whose float32 weights took over a quarter of RAM (a 1.7B
+    model on a 16 GB laptop), a rule from the loader that held them; one that streams now loads as
+    int4, and only a folder loaded whole keeps the old rule."""
+    import psutil
+
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(total=1 << 20))  # 1 MiB of "RAM"
+    folder = tiny_model_folder(tmp_path / "plain", "llama", tokenizer_folder)
+    assert load_model(str(folder), device="cpu", weights="auto").weights == "int4"
+    renamed = tiny_model_folder(tmp_path / "renamed", "llama", tokenizer_folder)
+    strip_model_prefix(renamed)
+    assert load_model(str(renamed), device="cpu", weights="auto").weights == "nf4"
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real)
+    whole = load_model(str(renamed), device="cpu", weights="auto")  # 24 GiB: loaded whole, then int4
+    assert whole.weights == "int4" and isinstance(whole.decoder.layers[0].self_attn.q_proj, Int4Linear)
+
+
 @pytest.mark.parametrize("layer, option", [(Int4Linear, "dense"), (Int8Linear, "step_copy")])
 def test_quantizing_in_row_blocks_is_the_one_pass_result(monkeypatch, layer, option):
     """A layer quantized 64 output features at a time holds what one pass over the whole matrix holds."""
@@ -116,7 +161,7 @@ from pathlib import Path
 import accelerate, safetensors, torch  # noqa: F401 - imported before the peak is reset, as the load's own imports
 from transformers import AutoConfig, AutoModelForCausalLM
 from engine.models.int4_cpu import quantize_for_cpu
-from engine.models.stream_load import load_int4
+from engine.models.stream_load import load_int4, streams
 
 def status(field):  # kB in /proc/self/status
     line = next(line for line in open("/proc/self/status") if line.startswith(field + ":"))

@@ -20,9 +20,10 @@ Sizes are computed from each model's config numbers, not typed in:
                     `weight_format.keeps_reading_copy`, `keeps_step_copy`), the LM head (its own copy when tied) in
                     8-bit codes held as two 4-bit planes, embeddings, norms and biases in float32,
                     and the rotary buffers
-    weights         what the loader will hold with the `weights` setting: the 4-bit NF4 size, or
-                    on a CPU with "auto" the int4 size when the float32 weights take at most a
-                    quarter of RAM (`engine.models.weight_format.choose_weights`)
+    weights         what the loader will hold with the `weights` setting: with "auto", the 4-bit NF4
+                    size on a GPU and the int4 size on a CPU (the catalog's models are safetensors
+                    repositories, which the loader streams into int4:
+                    `engine.models.weight_format.choose_weights`)
     KV per token    2 (K and V) · L · H_kv · D · 2 bytes: a full 16-bit cache (`engine.estimate`)
 
 "Fits" adds the compressed cache at its prefill peak, the tokens a question may recall and one
@@ -252,7 +253,9 @@ def fit(model: CatalogModel, settings: EngineSettings, memory: DeviceMemory) -> 
     policy, profile = settings.cache, model.profile
     full = model.parameters * memory.element_bytes
     try:
-        held = choose_weights(settings.weights, memory.device, full, memory.total_bytes)
+        # streams: every catalog model is a hub repository of safetensors under transformers' own
+        # names, which the loader reads into int4 layer by layer (`engine.models.stream_load`)
+        held = choose_weights(settings.weights, memory.device, full, memory.total_bytes, streams=True)
     except ValueError as exc:  # "int4" on a GPU: the loader refuses it the same way
         return Fit(False, 0, 0, LABELS["int4"], 0, 0, memory.total_bytes, str(exc))
     if held == "nf4":

@@ -1,6 +1,6 @@
 """Load a model and wrap it in a `CompressedDecoder`: 4-bit weights (bitsandbytes NF4) on a GPU,
 4-bit weights on torch's int4 CPU kernel with an 8-bit LM head (`engine.models.int4_cpu`) on a CPU
-where RAM allows (`engine.models.weight_format.choose_weights`).
+(`engine.models.weight_format.choose_weights`).
 
 Every source ends up as a Hugging Face folder (a GGUF is converted once, a hub id is downloaded
 once) loaded with `from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))`
@@ -32,7 +32,7 @@ from engine.models.gguf_convert import converted_folder, is_converted, no_transf
 from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-from engine.models.stream_load import load_int4
+from engine.models.stream_load import load_int4, streams
 from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy, keeps_step_copy
 
 
@@ -126,7 +126,8 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     dtype = compute_dtype_for(dev)
     full_bytes = full_weight_bytes(folder, dtype)
     try:
-        held = choose_weights(weights, dev.type, full_bytes, psutil.virtual_memory().total)
+        held = choose_weights(weights, dev.type, full_bytes, psutil.virtual_memory().total,
+                              streams=dev.type == "cpu" and streams(folder))
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     bf16_matmuls = held == "int4" and dense_chunks()

@@ -5,10 +5,11 @@ Settings › Model say what the loader will really do."""
 from __future__ import annotations
 
 FULL_WEIGHTS_RAM_SHARE = 0.25
-"""On a CPU, "auto" converts to int4 when the full weights take at most this share of RAM; above it
-bitsandbytes loads NF4. The rule dates from when the loader held the float32 weights while it
-converted them; it now streams a safetensors folder into int4 (`engine.models.stream_load`, peak
-about the int4 weights + 0.6-0.75 GiB), so int4's own size could decide instead (not changed yet)."""
+"""On a CPU, "auto" converts a model the loader cannot stream (`engine.models.stream_load.streams`)
+to int4 only when its full weights take at most this share of RAM: that model is loaded whole at
+float32 and then quantized. Above it bitsandbytes loads NF4, as transformers reads it shard by
+shard. A model that streams goes straight into int4 (peak about the int4 weights + 0.6-0.75 GiB,
+docs/BENCHMARKS.md §5i), whatever its size."""
 
 LABELS = {"nf4": "4-bit NF4", "int4": "4-bit int4"}
 """How each format is named for people; "full" is named by its dtype ("float32", "bfloat16")."""
@@ -43,17 +44,20 @@ def keeps_step_copy(held: str, bf16_matmuls: bool) -> bool:
     return held == "int4" and not bf16_matmuls
 
 
-def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: int) -> str:
+def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: int, *, streams: bool) -> str:
     """The format to load: "nf4", "int4" or "full". `weights` is the setting ("auto", "4bit", "int4"
-    or "full"); `device_type` is "cpu" or "cuda"; `full_bytes`: the weights at the compute dtype.
+    or "full"); `device_type` is "cpu" or "cuda"; `full_bytes`: the weights at the compute dtype;
+    `streams`: whether the model's files can be read into int4 layer by layer
+    (`engine.models.stream_load.streams`).
 
     "auto": NF4 on a GPU (VRAM is the limit there; bitsandbytes' CUDA kernels are fast); on a CPU,
     int4 (linear layers in 4-bit groups of 32, Q4_1's layout, the LM head in 8-bit groups, Q8_0's,
-    on torch's int4 CPU kernel) when the full weights take at most `FULL_WEIGHTS_RAM_SHARE` of
-    `ram_bytes`, else NF4. On the default model, which ships as a Q4_1 GGUF, int4 is its own
-    weights again (perplexity within 0.1 % of float32) and decodes faster than float32
-    (docs/BENCHMARKS.md §3); bitsandbytes' CPU path dequantizes each weight matrix on every
-    call, so NF4 decoded 1.5x slower than float32 there.
+    on torch's int4 CPU kernel) when the model streams, or when its full weights take at most
+    `FULL_WEIGHTS_RAM_SHARE` of `ram_bytes` (it is loaded whole first), else NF4. Where int4 does
+    not fit, NF4 (also half a byte per weight) would not either. On the default model, which ships
+    as a Q4_1 GGUF, int4 is its own weights again (perplexity within 0.1 % of float32) and decodes
+    faster than float32 (docs/BENCHMARKS.md §3); bitsandbytes' CPU path dequantizes each weight
+    matrix on every call, so NF4 decoded 1.5x slower than float32 there.
     Raises ValueError for another value of `weights`, and for "int4" on a GPU (the kernel is torch's
     CPU one).
     """
@@ -67,6 +71,6 @@ def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: i
         return "int4"
     if weights != "auto":
         raise ValueError(f"weights must be auto, 4bit, int4 or full, got {weights!r}")
-    if device_type != "cpu" or full_bytes > FULL_WEIGHTS_RAM_SHARE * ram_bytes:
+    if device_type != "cpu":
         return "nf4"
-    return "int4"
+    return "int4" if streams or full_bytes <= FULL_WEIGHTS_RAM_SHARE * ram_bytes else "nf4"
