@@ -55,7 +55,8 @@ REFERENCE_PARAMETERS = 106_203_456
 @dataclass(frozen=True)
 class RateKey:
     """What a prefill rate is measured for. model: the model's label; device: "cpu" or "cuda";
-    weights: how they are held ("float32", "4-bit NF4"); threads: CPU threads (0 on a GPU)."""
+    weights: how they are held and read (`LoadedModel.reading_label`: "float32", "4-bit NF4",
+    "4-bit int4, unpacked to bfloat16"); threads: CPU threads (0 on a GPU)."""
 
     model: str
     device: str

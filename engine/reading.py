@@ -252,7 +252,7 @@ class Reader:
         return cache
 
     def _rate_key(self, threads: int = 0) -> RateKey:
-        return RateKey(self.model.label, self.model.device.type, self.model.weights_label, threads)
+        return RateKey(self.model.label, self.model.device.type, self.model.reading_label, threads)
 
     def _run_read(self, read: PendingRead, notify: Callable[[Progress], None], cancel: threading.Event | None,
                   pause: threading.Event | None, *, threads: int | None = None) -> bool:

@@ -159,7 +159,7 @@ def test_a_long_read_is_asked_about_first_and_its_rate_is_kept(smol, home, tmp_p
     report = workspace.open(str(doc), before_prefill=ask).report
     assert len(plans) == 2 and plans[1].tokens == plans[0].tokens == report.document_tokens
     assert not report.prefix_hit and workspace.ask("What is the code word?").token_ids
-    key = RateKey(smol.label, "cpu", smol.weights_label, report.threads)
+    key = RateKey(smol.label, "cpu", smol.reading_label, report.threads)
     assert measured_rate(key) == pytest.approx(report.prefill_tokens_per_s)
     assert rates_path() == home / "cache" / "read_speed.json"
 

@@ -41,7 +41,10 @@ class LoadedModel:
     """A ready model. `weight_bytes`: bytes the weights really hold (4-bit codes + absmax + the rest).
     `weights`: how they are held, "nf4", "int4" or the dtype name ("float32", "bfloat16", …).
     `parameters`: parameters outside the embeddings, 4-bit ones counted unpacked (0: unknown), what
-    a token's compute scales with (`engine.read_time.guessed_rate`)."""
+    a token's compute scales with (`engine.read_time.guessed_rate`). `reading`: "unpacked to
+    bfloat16" where int4 weights on a CPU with AVX-512 BF16 keep no bfloat16 reading copy (a model
+    over 1 GiB at bfloat16: its chunks read at ~0.6x the copy's rate, docs/BENCHMARKS.md §5s), else "".
+    """
 
     decoder: CompressedDecoder
     tokenizer: object
@@ -55,11 +58,20 @@ class LoadedModel:
     weights: str = "nf4"
     threads: int = 0            # CPU threads torch was given at load (0 on a GPU)
     parameters: int = 0
+    reading: str = ""
 
     @property
     def weights_label(self) -> str:
         """How the weights are held, for people: "4-bit NF4", "4-bit int4" or "float32" (the CLI, status bar, gauge)."""
         return LABELS.get(self.weights, self.weights)
+
+    @property
+    def reading_label(self) -> str:
+        """`weights_label`, with how chunks read the weights where a CPU with AVX-512 BF16 has no
+        reading copy for them ("4-bit int4, unpacked to bfloat16"): read rates are kept per this
+        label (`engine.read_time.RateKey`), and the copy reads ~1.6x faster, so a rate measured with
+        it must never plan a read without it."""
+        return f"{self.weights_label}, {self.reading}" if self.reading else self.weights_label
 
 
 def resolve_device(device: str) -> torch.device:
@@ -155,6 +167,7 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
         weights=held,
         threads=used_threads,
         parameters=parameters,
+        reading="unpacked to bfloat16" if bf16_matmuls and not copy else "",
     )
 
 
