@@ -118,6 +118,27 @@ def test_streams_says_which_folders_load_int4_reads_and_never_raises(tmp_path, t
     assert not streams(tmp_path / "nowhere")
 
 
+def test_a_tied_head_stored_beside_its_embedding_counts_once_and_still_streams(tmp_path, tokenizer_folder):
+    """Qwen3-0.6B's checkpoint stores `lm_head.weight`, a copy of the embedding its config ties it
+    to (a 1.5 GB file for 0.6B parameters): the loader's count, which decides the reading copy, must
+    be the model's one tensor, and the model the one from_pretrained ties."""
+    from safetensors.torch import load_file, save_file
+
+    from engine.models.loader import full_weight_bytes
+
+    folder = tiny_model_folder(tmp_path / "head", "qwen3", tokenizer_folder)  # untied: the file stores the head
+    tensors = load_file(folder / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    untied = full_weight_bytes(folder, torch.float32)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    assert full_weight_bytes(folder, torch.float32) == untied - tensors["lm_head.weight"].numel() * 4
+    assert streams(folder)
+    model, _ = load_int4(folder, AutoConfig.from_pretrained(folder), dense=False, step_copy=False)
+    assert_same_model(model, reference_int4(folder, False, False)[0])
+
+
 def test_auto_weights_on_a_cpu_stream_a_model_into_int4_even_in_little_ram(tmp_path, tokenizer_folder, monkeypatch):
     """"auto" once gave NF4 to every model whose float32 weights took over a quarter of RAM (a 1.7B
     model on a 16 GB laptop), a rule from the loader that held them; one that streams now loads as

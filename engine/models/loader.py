@@ -91,23 +91,39 @@ def compute_dtype_for(device: torch.device) -> torch.dtype:
 
 
 def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
-    """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers).
-    Raises ModelError naming the file when one is not a whole safetensors file (a folder an older
-    Halaman marked complete without checking its content)."""
+    """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers),
+    a tied LM head counted once: some checkpoints store `lm_head.weight` beside the embedding it is
+    tied to, where the loaded model holds one tensor (and the model list counts one). Raises
+    ModelError naming the file when one is not a whole safetensors file (a folder an older Halaman
+    marked complete without checking its content)."""
     from engine.models.verify import safetensors_shapes
 
-    elements = 0
+    shapes: dict[str, list[int]] = {}
     for path in sorted(folder.glob("*.safetensors")):
         try:
-            shapes = safetensors_shapes(path, path.name)
+            shapes.update(safetensors_shapes(path, path.name))
         except ModelError as exc:
             raise ModelError(f"{exc} (in {folder}): delete that folder and pull the model again") from None
-        for shape in shapes.values():
-            count = 1
-            for size in shape:
-                count *= size
-            elements += count
+    if "lm_head.weight" in shapes and _ties_embeddings(folder):
+        del shapes["lm_head.weight"]
+    elements = 0
+    for shape in shapes.values():
+        count = 1
+        for size in shape:
+            count *= size
+        elements += count
     return elements * torch.empty((), dtype=dtype).element_size()
+
+
+def _ties_embeddings(folder: Path) -> bool:
+    """Whether the folder's config ties the LM head to the input embedding (False when the config
+    cannot be read: loading will say why)."""
+    from transformers import AutoConfig
+
+    try:
+        return bool(AutoConfig.from_pretrained(folder).tie_word_embeddings)
+    except Exception:  # noqa: BLE001 - unreadable config: the load itself reports it
+        return False
 
 
 def conversion_pending(spec: str) -> bool:
