@@ -118,6 +118,28 @@ def test_missing_and_unsupported_models_fail_clearly(tmp_path):
         load_model(str(folder), device="cpu")
 
 
+def test_a_broken_model_folder_says_what_is_wrong_in_one_line(tmp_path, tokenizer_folder):
+    """A fresh-clone check: an unknown model type read "has no readable config.json (ValueError)", and
+    a folder without tokenizer files gave transformers' five-line list of tokenizer classes."""
+    folder = tiny_model_folder(tmp_path / "tiny", "llama", tokenizer_folder)
+    config = (folder / "config.json").read_text()
+    cases = [('{"model_type": "nosuchmodel"}', r"is a 'nosuchmodel' model; Halaman runs llama, qwen2, qwen3 models"),
+             ("{}", "config.json names no model_type"),
+             ("[]", "config.json names no model_type"),
+             ('{"model_type": "llama",', r"is not valid JSON \(line 1: ")]
+    for text, message in cases:
+        (folder / "config.json").write_text(text)
+        with pytest.raises(ModelError, match=message) as raised:
+            load_model(str(folder), device="cpu")
+        assert "\n" not in str(raised.value)
+    (folder / "config.json").write_text(config)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    with pytest.raises(ModelError, match=r"tiny has no usable tokenizer \(it has no tokenizer.json") as raised:
+        load_model(str(folder), device="cpu")
+    assert "\n" not in str(raised.value)
+
+
 def test_weights_choice_auto_is_int4_on_a_cpu_unless_the_model_must_load_whole_in_too_little_ram():
     from engine.models.weight_format import choose_weights
 

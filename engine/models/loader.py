@@ -18,6 +18,7 @@ which costs the default model perplexity even one token at a time (SmolLM2's out
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -103,7 +104,8 @@ def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
         try:
             shapes.update(safetensors_shapes(path, path.name))
         except ModelError as exc:
-            raise ModelError(f"{exc} (in {folder}): delete that folder and pull the model again") from None
+            raise ModelError(f"{exc} (in {folder}): the file is damaged or incomplete; if Halaman downloaded it, "
+                             "delete that folder and pull the model again") from None
     if "lm_head.weight" in shapes and _ties_embeddings(folder):
         del shapes["lm_head.weight"]
     elements = 0
@@ -257,14 +259,9 @@ def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, held: s
     outside the embeddings (4-bit ones unpacked). int4 streams the safetensors into int4 layers
     (`engine.models.stream_load`; `copies`: the reading copy and the LM head's step copy), or, for a
     folder it cannot stream, loads the float32 model and quantizes it in place."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    try:
-        config = AutoConfig.from_pretrained(folder)
-    except Exception as exc:  # noqa: BLE001
-        raise ModelError(f"{folder} has no readable config.json ({type(exc).__name__})") from None
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise ModelError(f"{folder.name} is a {config.model_type!r} model; Halaman runs {', '.join(SUPPORTED_MODEL_TYPES)} models")
+    config = _config(folder)
     quant = None
     if held == "nf4":
         # bitsandbytes tries to fetch an optional CPU kernel from the Hugging Face hub and logs a
@@ -273,7 +270,7 @@ def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, held: s
         quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
     try:
         with no_transformers_bars():
-            tokenizer = AutoTokenizer.from_pretrained(folder)
+            tokenizer = _tokenizer(folder)
             streamed = load_int4(folder, config, dense=copies[0], step_copy=copies[1]) if held == "int4" else None
             if streamed is not None:
                 model, parameters = streamed
@@ -294,6 +291,42 @@ def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, held: s
     if held == "nf4" and device.type == "cpu":
         _use_portable_cpu_4bit_kernel(model)
     return model, tokenizer, parameters
+
+
+def _config(folder: Path):
+    """The folder's transformers config, read only once its config.json is a JSON object naming a
+    model type Halaman runs. Raises ModelError saying which of these it is not."""
+    from transformers import AutoConfig
+
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ModelError(f"the config.json of {folder} could not be read ({exc.strerror or type(exc).__name__})") from None
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"the config.json of {folder} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except UnicodeDecodeError:
+        raise ModelError(f"the config.json of {folder} is not UTF-8 text") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        what = f"a {model_type!r} model" if model_type else "a model of no type (config.json names no model_type)"
+        raise ModelError(f"{folder.name} is {what}; Halaman runs {', '.join(SUPPORTED_MODEL_TYPES)} models")
+    try:
+        return AutoConfig.from_pretrained(folder)
+    except Exception as exc:  # noqa: BLE001 - a value transformers refuses
+        raise ModelError(f"the config.json of {folder} is not a valid {model_type} config ({type(exc).__name__})") from None
+
+
+def _tokenizer(folder: Path):
+    """The folder's tokenizer. Raises ModelError in one line when it has none that loads (transformers'
+    own message lists every tokenizer class it tried, over several lines)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except Exception as exc:  # noqa: BLE001 - missing or damaged tokenizer files end the same way for the user
+        has = [name for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model") if (folder / name).exists()]
+        found = f"it has {', '.join(has)}, which did not load" if has else "it has no tokenizer.json"
+        raise ModelError(f"{folder.name} has no usable tokenizer ({found}; {type(exc).__name__})") from None
 
 
 def _use_portable_cpu_4bit_kernel(model: torch.nn.Module) -> None:
