@@ -4,11 +4,13 @@ from __future__ import annotations
 
 
 def format_bytes(n: int | float) -> str:
-    """Binary size: 1536 -> '1.5 KiB', 0 -> '0 B'."""
+    """Binary size: 1536 -> '1.5 KiB', 0 -> '0 B'; a size that rounds to 1,024 of a unit is one of
+    the next ('1.0 GiB', not '1,024.0 MiB')."""
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        digits = 0 if unit == "B" else 1
+        if abs(round(value, digits)) < 1024 or unit == "TiB":
+            return f"{value:,.{digits}f} {unit}"
         value /= 1024
     return f"{n} B"
 

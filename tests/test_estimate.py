@@ -136,3 +136,13 @@ def test_the_default_disk_budget_follows_the_free_disk():
     assert default_disk_budget_bytes(3 * GIB) == 2 * GIB          # a full disk: the minimum
     assert default_disk_budget_bytes(10_000 * GIB) == 32 * GIB    # a huge one: bounded
     assert EngineSettings().prefix_cache_disk_bytes == sized_for_this_disk()
+
+
+def test_sizes_print_in_the_unit_they_round_into():
+    """SmolLM2-360M's int4 weights (just under 1 GiB) were listed as "1,024.0 MiB" beside "1.0 GiB" rows."""
+    from engine.units import format_bytes
+
+    assert format_bytes(0) == "0 B" and format_bytes(1023) == "1,023 B" and format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(1024**3 - 1024) == "1.0 GiB"  # 1,023.999 MiB
+    assert format_bytes(int(1023.94 * 1024**2)) == "1,023.9 MiB"
+    assert format_bytes(5 * 1024**4) == "5.0 TiB" and format_bytes(2048 * 1024**4) == "2,048.0 TiB"
