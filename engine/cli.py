@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--model", help="'default', a .gguf file, a model folder or a hub id")
     ask.add_argument("--device", choices=("auto", "cpu", "cuda"))
     ask.add_argument("--weights", choices=WEIGHTS,
-                     help="4-bit NF4, 4-bit int4 (CPU only) or full-precision weights (auto: NF4 on a GPU, int4 on a CPU when RAM allows)")
+                     help="4-bit NF4, 4-bit int4 (CPU only) or full-precision weights (auto: NF4 on a GPU, int4 on a CPU)")
     ask.add_argument("--threads", type=int, help="CPU threads (0 = the idle cores, measured; the default)")
     ask.add_argument("--draft-tokens", type=int, dest="draft_tokens",
                      help="prompt-lookup drafts from the document per decode pass (0 = off, the default)")

@@ -179,6 +179,25 @@ def test_a_long_read_is_asked_about_first_and_its_rate_is_kept(smol, home, tmp_p
     assert len(plans) == 3
 
 
+def test_a_model_read_unpacked_keeps_its_rates_apart_from_the_reading_copys(smol, home, tmp_path, monkeypatch):
+    """A model read without the reading copy on a CPU with AVX-512 BF16 reads ~1.6x slower than with
+    it: its measured rate goes under its own key, and a rate kept for the copy never plans it."""
+    doc = tmp_path / "notes.md"
+    doc.write_text("# Notes\n\nThe meeting is on Tuesday at 10 in room 4. The code word is PELICAN.\n" * 8)
+    monkeypatch.setattr(read_time, "MIN_MEASURED_TOKENS", 1)
+    monkeypatch.setattr(read_time, "LONG_READ_S", 0.0)  # every read is planned aloud
+    monkeypatch.setattr(smol, "reading", "unpacked to bfloat16")
+    with_copy = RateKey(smol.label, "cpu", smol.weights_label, SMALL.threads)
+    record_rate(with_copy, 4096, 0.001)  # a copy's rate, absurdly fast: it must not be the plan's
+    plans: list[ReadPlan] = []
+    workspace = Workspace(SMALL, lambda _settings: smol)
+    report = workspace.open(str(doc), before_prefill=lambda plan: plans.append(plan) or True).report
+    assert plans and not plans[0].measured
+    unpacked = RateKey(smol.label, "cpu", f"{smol.weights_label}, unpacked to bfloat16", report.threads)
+    assert measured_rate(unpacked) == pytest.approx(report.prefill_tokens_per_s)
+    assert measured_rate(with_copy) == pytest.approx(4096 / 0.001)
+
+
 def test_a_guess_on_a_busy_machine_counts_the_processor_other_programs_take(tmp_path):
     """Issue 45: on a busy machine the first plan said "about 1 h 00 min" for a read that then
     showed "7 h 38 min left": the guess is an idle machine's. Other programs keeping both cores

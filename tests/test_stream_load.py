@@ -11,6 +11,7 @@ from test_models import CONFIGS, tiny_model_folder
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
 
 import engine.models.int4_cpu as int4_cpu
+from engine.errors import ModelError
 from engine.models.gguf_convert import converted_folder
 from engine.models.int4_cpu import Int4Linear, Int8Linear, quantize_for_cpu
 from engine.models.loader import load_model
@@ -137,6 +138,45 @@ def test_a_tied_head_stored_beside_its_embedding_counts_once_and_still_streams(t
     assert streams(folder)
     model, _ = load_int4(folder, AutoConfig.from_pretrained(folder), dense=False, step_copy=False)
     assert_same_model(model, reference_int4(folder, False, False)[0])
+
+
+def test_a_tied_config_with_a_different_stored_head_loads_both_as_from_pretrained_does(tmp_path, tokenizer_folder):
+    """transformers 5 keeps a stored LM head apart from the embedding when their values differ, even
+    under a tied config: such a folder does not stream (streaming ties them), counts both matrices,
+    and loads as the whole load + quantizing gives it."""
+    from safetensors.torch import load_file
+
+    from engine.models.loader import full_weight_bytes
+
+    folder = tiny_model_folder(tmp_path / "apart", "llama", tokenizer_folder)
+    tensors = load_file(folder / "model.safetensors")
+    assert not torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"])
+    untied = full_weight_bytes(folder, torch.float32)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    assert full_weight_bytes(folder, torch.float32) == untied
+    assert not streams(folder)
+    loaded = load_model(str(folder), device="cpu", weights="auto")
+    assert loaded.weights == "int4"
+    dense = any(m.dense is not None for m in loaded.decoder.model.modules() if isinstance(m, Int4Linear))
+    assert_same_model(loaded.decoder.model, reference_int4(folder, dense, loaded.decoder.int8_steps)[0])
+
+
+def test_a_folder_asking_to_run_its_own_code_is_refused_without_running_it(tmp_path, tokenizer_folder):
+    """A config naming an unknown model type with an `auto_map` to a Python file in the folder: the
+    load says which types Halaman runs, and never imports that file (nor asks to)."""
+    folder = tiny_model_folder(tmp_path / "custom", "llama", tokenizer_folder)
+    marker = tmp_path / "ran.txt"
+    (folder / "custom_config.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from transformers import PretrainedConfig\n\n\nclass CustomConfig(PretrainedConfig):\n    model_type = 'custommodel'\n")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "custommodel",
+                                                   "auto_map": {"AutoConfig": "custom_config.CustomConfig"}}))
+    assert not streams(folder)
+    with pytest.raises(ModelError, match="'custommodel' model; Halaman runs llama, qwen2, qwen3"):
+        load_model(str(folder), device="cpu", weights="auto")
+    assert not marker.exists()
 
 
 def test_auto_weights_on_a_cpu_stream_a_model_into_int4_even_in_little_ram(tmp_path, tokenizer_folder, monkeypatch):

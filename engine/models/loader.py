@@ -33,7 +33,7 @@ from engine.models.gguf_convert import converted_folder, is_converted, no_transf
 from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-from engine.models.stream_load import load_int4, streams
+from engine.models.stream_load import load_int4, stored_head_is_embedding, streams
 from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy, keeps_step_copy
 
 
@@ -93,8 +93,8 @@ def compute_dtype_for(device: torch.device) -> torch.dtype:
 
 def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
     """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers),
-    a tied LM head counted once: some checkpoints store `lm_head.weight` beside the embedding it is
-    tied to, where the loaded model holds one tensor (and the model list counts one). Raises
+    a tied LM head counted once: some checkpoints store `lm_head.weight`, a copy of the embedding
+    it is tied to, where the loaded model holds one tensor (and the model list counts one). Raises
     ModelError naming the file when one is not a whole safetensors file (a folder an older Halaman
     marked complete without checking its content)."""
     from engine.models.verify import safetensors_shapes
@@ -106,7 +106,7 @@ def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
         except ModelError as exc:
             raise ModelError(f"{exc} (in {folder}): the file is damaged or incomplete; if Halaman downloaded it, "
                              "delete that folder and pull the model again") from None
-    if "lm_head.weight" in shapes and _ties_embeddings(folder):
+    if "lm_head.weight" in shapes and _ties_embeddings(folder) and stored_head_is_embedding(folder):
         del shapes["lm_head.weight"]
     elements = 0
     for shape in shapes.values():
@@ -123,7 +123,7 @@ def _ties_embeddings(folder: Path) -> bool:
     from transformers import AutoConfig
 
     try:
-        return bool(AutoConfig.from_pretrained(folder).tie_word_embeddings)
+        return bool(AutoConfig.from_pretrained(folder, trust_remote_code=False).tie_word_embeddings)
     except Exception:  # noqa: BLE001 - unreadable config: the load itself reports it
         return False
 
@@ -151,19 +151,20 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     began = time.perf_counter()
     source = resolve(spec)
     folder, fingerprint = _materialize(source)
+    config = _config(folder)  # a type Halaman runs, before anything else reads the folder
     dev = resolve_device(device)
     used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
     full_bytes = full_weight_bytes(folder, dtype)
     try:
         held = choose_weights(weights, dev.type, full_bytes, psutil.virtual_memory().total,
-                              streams=dev.type == "cpu" and streams(folder))
+                              streams=dev.type == "cpu" and weights == "auto" and streams(folder))
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     bf16_matmuls = held == "int4" and dense_chunks()
     bf16_bytes = full_bytes // dtype.itemsize * 2
     copy, int8_steps = keeps_reading_copy(held, bf16_matmuls, bf16_bytes), keeps_step_copy(held, bf16_matmuls)
-    model, tokenizer, parameters = _load_folder(folder, dev, dtype, held, (copy, int8_steps))
+    model, tokenizer, parameters = _load_folder(folder, config, dev, dtype, held, (copy, int8_steps))
     tokenizer_fp = hashlib.sha256(
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
@@ -254,14 +255,13 @@ def _download(repo_id: str) -> tuple[Path, str]:
     return folder, folder_fingerprint(folder)
 
 
-def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, held: str, copies: tuple[bool, bool]):
-    """The model held as `held` ("nf4", "int4" or "full"), its tokenizer, and its parameter count
+def _load_folder(folder: Path, config, device: torch.device, dtype: torch.dtype, held: str, copies: tuple[bool, bool]):
+    """The model of `folder` (its `_config`) held as `held` ("nf4", "int4" or "full"), its tokenizer, and its parameter count
     outside the embeddings (4-bit ones unpacked). int4 streams the safetensors into int4 layers
     (`engine.models.stream_load`; `copies`: the reading copy and the LM head's step copy), or, for a
     folder it cannot stream, loads the float32 model and quantizes it in place."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    config = _config(folder)
     quant = None
     if held == "nf4":
         # bitsandbytes tries to fetch an optional CPU kernel from the Hugging Face hub and logs a
@@ -276,7 +276,7 @@ def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, held: s
                 model, parameters = streamed
                 return model, tokenizer, parameters
             model = AutoModelForCausalLM.from_pretrained(
-                folder, dtype=dtype, quantization_config=quant, device_map={"": str(device)}
+                folder, dtype=dtype, quantization_config=quant, device_map={"": str(device)}, trust_remote_code=False
             )
     except torch.cuda.OutOfMemoryError:
         raise ModelError(f"not enough GPU memory to load {folder.name}; choose a smaller model or the CPU") from None
@@ -311,7 +311,7 @@ def _config(folder: Path):
         what = f"a {model_type!r} model" if model_type else "a model of no type (config.json names no model_type)"
         raise ModelError(f"{folder.name} is {what}; Halaman runs {', '.join(SUPPORTED_MODEL_TYPES)} models")
     try:
-        return AutoConfig.from_pretrained(folder)
+        return AutoConfig.from_pretrained(folder, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - a value transformers refuses
         raise ModelError(f"the config.json of {folder} is not a valid {model_type} config ({type(exc).__name__})") from None
 
@@ -322,7 +322,7 @@ def _tokenizer(folder: Path):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(folder)
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - missing or damaged tokenizer files end the same way for the user
         has = [name for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model") if (folder / name).exists()]
         found = f"it has {', '.join(has)}, which did not load" if has else "it has no tokenizer.json"

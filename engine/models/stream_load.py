@@ -62,17 +62,41 @@ def streams(folder: Path) -> bool:
     from transformers import AutoConfig
 
     try:
-        return _plan(folder, AutoConfig.from_pretrained(folder)) is not None
-    except Exception:  # noqa: BLE001 - unreadable config or file: the load itself reports it
+        return _plan(folder, AutoConfig.from_pretrained(folder, trust_remote_code=False)) is not None
+    except Exception:  # noqa: BLE001 - unreadable config or file, or code the folder asks to run: the load itself reports it
         return False
+
+
+def stored_head_is_embedding(folder: Path) -> bool:
+    """Whether the folder's safetensors store `lm_head.weight` as an exact copy of
+    `model.embed_tokens.weight` (Qwen3-0.6B's checkpoint does): a config that ties them then holds
+    one tensor, as `from_pretrained` does. False when either is missing or they differ (transformers
+    5 then does not tie them, whatever the config says). Reads both matrices (mapped, ~0.3 s for a
+    151,936 x 1,024 embedding). Raises nothing."""
+    try:
+        files = _tensor_files(folder)
+        if "lm_head.weight" not in files or "model.embed_tokens.weight" not in files:
+            return False
+        return _same_stored(files, "lm_head.weight", "model.embed_tokens.weight")
+    except Exception:  # noqa: BLE001 - an unreadable file: the load itself reports it
+        return False
+
+
+def _same_stored(files: dict[str, Path], first: str, second: str) -> bool:
+    from safetensors import safe_open
+
+    with safe_open(str(files[first]), framework="pt") as a, safe_open(str(files[second]), framework="pt") as b:
+        x, y = a.get_tensor(first), b.get_tensor(second)
+        return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
 
 
 def _plan(folder: Path, config) -> tuple[torch.nn.Module, dict[int, str], dict[str, Path]] | None:
     """The model of `config` built without weights (tied as `from_pretrained` ties it), the name of
     each of its parameters by id (tied ones: the first name) and the safetensors file holding each
-    name; None when the config names a quantization (transformers' own quantizer reads those) or a
+    name; None when the config names a quantization (transformers' own quantizer reads those), a
     parameter's name is in no safetensors file (none there, or names transformers renames while
-    loading)."""
+    loading), or the config ties an LM head the file stores with other values than the embedding
+    (`from_pretrained` keeps both apart then)."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
@@ -80,13 +104,19 @@ def _plan(folder: Path, config) -> tuple[torch.nn.Module, dict[int, str], dict[s
         return None
     files = _tensor_files(folder)
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
     model.tie_weights()  # as `from_pretrained` does after loading (a tied LM head is the embedding)
     names = {id(p): name for name, p in model.named_parameters()}
     missing = sorted(set(names.values()) - set(files))
     if missing:
         log.info("%s: %d parameters not in its safetensors under the model's names (first: %s); it cannot stream",
                  folder.name, len(missing), missing[0])
+        return None
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and head.weight is embedding.weight and "lm_head.weight" in files \
+            and not _same_stored(files, "lm_head.weight", names[id(embedding.weight)]):
+        # transformers 5 keeps a stored head that differs from the embedding, tied config or not
+        log.info("%s: its stored LM head differs from the embedding its config ties it to; it cannot stream", folder.name)
         return None
     return model, names, files
 
