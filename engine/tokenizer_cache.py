@@ -158,8 +158,9 @@ def _build(source: ModelSource) -> TextTokenizer:
     where = str(folder) if source.kind != "hub" else source.path
     try:
         with no_transformers_bars():
-            tokenizer = AutoTokenizer.from_pretrained(where, **options)
-            config = AutoConfig.from_pretrained(where, **options)
+            # as the loader: a folder's own Python code (its config's auto_map) is never run
+            tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **options)
+            config = AutoConfig.from_pretrained(where, trust_remote_code=False, **options)
         layout = chat_layout(tokenizer)
     except ValueError as error:  # no chat template
         raise ModelError(f"{source.label}: {error}") from None

@@ -201,13 +201,13 @@ def profile_for(spec: str) -> ModelProfile:
     try:
         if source.kind == "gguf":
             path = Path(source.path)
-            config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+            config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
         elif source.kind == "folder":
-            config = AutoConfig.from_pretrained(source.path)
+            config = AutoConfig.from_pretrained(source.path, trust_remote_code=False)
         else:
             from huggingface_hub import hf_hub_download
 
-            config = AutoConfig.from_pretrained(str(Path(hf_hub_download(source.path, "config.json")).parent))
+            config = AutoConfig.from_pretrained(str(Path(hf_hub_download(source.path, "config.json")).parent), trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - offline, missing file, bad JSON
         raise ModelError(f"could not read the config of {spec} ({type(exc).__name__}); check the name or path") from None
     return ModelProfile.from_config(config)
