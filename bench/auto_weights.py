@@ -63,15 +63,18 @@ def auto_on_a_laptop(folder: Path) -> dict:
     """The format "auto" gives this folder on a 16 GiB CPU machine: under the old rule (as if no
     folder streamed) and now."""
     import torch
+    from transformers import AutoConfig
 
     from engine.models.loader import full_weight_bytes
-    from engine.models.stream_load import streams
+    from engine.models.stream_load import plan_stream
     from engine.models.weight_format import choose_weights
 
-    full = full_weight_bytes(folder, torch.float32)
+    config = AutoConfig.from_pretrained(folder)
+    plan = plan_stream(folder, config)
+    full = full_weight_bytes(folder, torch.float32, config, plan)
     return {"float32_weight_gib": full / GIB,
             "auto_16gib_before": choose_weights("auto", "cpu", full, LAPTOP_RAM, streams=False),
-            "auto_16gib_now": choose_weights("auto", "cpu", full, LAPTOP_RAM, streams=streams(folder))}
+            "auto_16gib_now": choose_weights("auto", "cpu", full, LAPTOP_RAM, streams=plan is not None)}
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from engine.models.gguf_convert import converted_folder
 from engine.models.int4_cpu import Int4Linear, Int8Linear, quantize_for_cpu
 from engine.models.loader import load_model
 from engine.models.source import default_gguf_path
-from engine.models.stream_load import load_int4, streams
+from engine.models.stream_load import load_int4, plan_stream
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,9 @@ def reference_int4(folder, dense: bool, step_copy: bool) -> tuple[torch.nn.Modul
 @pytest.mark.parametrize("family", sorted(CONFIGS))
 def test_streamed_int4_is_the_quantized_float_model_bit_for_bit(tmp_path, tokenizer_folder, family, dense, step_copy):
     folder = tiny_model_folder(tmp_path, family, tokenizer_folder)
-    streamed = load_int4(folder, AutoConfig.from_pretrained(folder), dense=dense, step_copy=step_copy)
-    assert streamed is not None, "fell back to loading the whole model"
-    model, parameters = streamed
+    plan = plan_stream(folder, AutoConfig.from_pretrained(folder))
+    assert plan is not None, "would fall back to loading the whole model"
+    model, parameters = load_int4(plan, dense=dense, step_copy=step_copy)
     reference, reference_parameters = reference_int4(folder, dense, step_copy)
     assert parameters == reference_parameters
     assert_same_model(model, reference)
@@ -89,7 +89,7 @@ def test_the_embedded_model_loads_as_int4_without_from_pretrained(tokenizer_fold
 def test_a_folder_without_safetensors_falls_back_to_the_whole_load(tmp_path, tokenizer_folder):
     folder = tiny_model_folder(tmp_path, "llama", tokenizer_folder)
     (folder / "model.safetensors").unlink()  # as a folder holding only another format
-    assert load_int4(folder, AutoConfig.from_pretrained(folder), dense=False, step_copy=False) is None
+    assert plan_stream(folder, AutoConfig.from_pretrained(folder)) is None
 
 
 def strip_model_prefix(folder):
@@ -103,41 +103,60 @@ def strip_model_prefix(folder):
               metadata={"format": "pt"})
 
 
-def test_streams_says_which_folders_load_int4_reads_and_never_raises(tmp_path, tokenizer_folder):
+def test_plan_stream_says_which_folders_load_int4_reads_and_never_raises(tmp_path, tokenizer_folder):
     plain = tiny_model_folder(tmp_path / "plain", "qwen2", tokenizer_folder)
-    assert streams(plain)
+    config = AutoConfig.from_pretrained(plain)
+    assert plan_stream(plain, config) is not None
     renamed = tiny_model_folder(tmp_path / "renamed", "qwen2", tokenizer_folder)
     strip_model_prefix(renamed)
-    assert not streams(renamed)
-    assert load_int4(renamed, AutoConfig.from_pretrained(renamed), dense=False, step_copy=False) is None
+    assert plan_stream(renamed, AutoConfig.from_pretrained(renamed)) is None
     quantized = tiny_model_folder(tmp_path / "quantized", "qwen2", tokenizer_folder)
-    config = json.loads((quantized / "config.json").read_text())
-    (quantized / "config.json").write_text(json.dumps({**config, "quantization_config": {"quant_method": "bitsandbytes"}}))
-    assert not streams(quantized)
-    (plain / "config.json").write_text("{not json")
-    assert not streams(plain)
-    assert not streams(tmp_path / "nowhere")
+    raw = json.loads((quantized / "config.json").read_text())
+    (quantized / "config.json").write_text(json.dumps({**raw, "quantization_config": {"quant_method": "bitsandbytes"}}))
+    assert plan_stream(quantized, AutoConfig.from_pretrained(quantized)) is None
+    assert plan_stream(tmp_path / "nowhere", config) is None
+    damaged = plain / "model.safetensors"
+    damaged.write_bytes(damaged.read_bytes()[:100])  # a header cut short
+    assert plan_stream(plain, config) is None
 
 
-def test_a_tied_head_stored_beside_its_embedding_counts_once_and_still_streams(tmp_path, tokenizer_folder):
+def test_a_tied_head_stored_beside_its_embedding_counts_once_and_still_streams(tmp_path, tokenizer_folder, monkeypatch):
     """Qwen3-0.6B's checkpoint stores `lm_head.weight`, a copy of the embedding its config ties it
     to (a 1.5 GB file for 0.6B parameters): the loader's count, which decides the reading copy, must
-    be the model's one tensor, and the model the one from_pretrained ties."""
+    be the model's one tensor, and the model the one from_pretrained ties. An "auto" load plans the
+    stream once: one model built without weights, one comparison of the two stored matrices."""
     from safetensors.torch import load_file, save_file
 
+    import engine.models.stream_load as stream_load
     from engine.models.loader import full_weight_bytes
 
     folder = tiny_model_folder(tmp_path / "head", "qwen3", tokenizer_folder)  # untied: the file stores the head
     tensors = load_file(folder / "model.safetensors")
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    untied = full_weight_bytes(folder, torch.float32)
+    untied = full_weight_bytes(folder, torch.float32, AutoConfig.from_pretrained(folder))
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
-    assert full_weight_bytes(folder, torch.float32) == untied - tensors["lm_head.weight"].numel() * 4
-    assert streams(folder)
-    model, _ = load_int4(folder, AutoConfig.from_pretrained(folder), dense=False, step_copy=False)
+    tied = AutoConfig.from_pretrained(folder)
+    assert full_weight_bytes(folder, torch.float32, tied) == untied - tensors["lm_head.weight"].numel() * 4
+    plan = plan_stream(folder, tied)
+    assert plan is not None
+    assert full_weight_bytes(folder, torch.float32, tied, plan) == untied - tensors["lm_head.weight"].numel() * 4
+    model, _ = load_int4(plan, dense=False, step_copy=False)
     assert_same_model(model, reference_int4(folder, False, False)[0])
+
+    calls = {"plans": 0, "comparisons": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(stream_load, "_plan", counted("plans", stream_load._plan))
+    monkeypatch.setattr(stream_load, "_same_stored", counted("comparisons", stream_load._same_stored))
+    loaded = load_model(str(folder), device="cpu", weights="auto")
+    assert loaded.weights == "int4" and calls == {"plans": 1, "comparisons": 1}
 
 
 def test_a_tied_config_with_a_different_stored_head_loads_both_as_from_pretrained_does(tmp_path, tokenizer_folder):
@@ -151,11 +170,12 @@ def test_a_tied_config_with_a_different_stored_head_loads_both_as_from_pretraine
     folder = tiny_model_folder(tmp_path / "apart", "llama", tokenizer_folder)
     tensors = load_file(folder / "model.safetensors")
     assert not torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"])
-    untied = full_weight_bytes(folder, torch.float32)
+    untied = full_weight_bytes(folder, torch.float32, AutoConfig.from_pretrained(folder))
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
-    assert full_weight_bytes(folder, torch.float32) == untied
-    assert not streams(folder)
+    tied = AutoConfig.from_pretrained(folder)
+    assert full_weight_bytes(folder, torch.float32, tied) == untied
+    assert plan_stream(folder, tied) is None
     loaded = load_model(str(folder), device="cpu", weights="auto")
     assert loaded.weights == "int4"
     dense = any(m.dense is not None for m in loaded.decoder.model.modules() if isinstance(m, Int4Linear))
@@ -173,7 +193,6 @@ def test_a_folder_asking_to_run_its_own_code_is_refused_without_running_it(tmp_p
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "custommodel",
                                                    "auto_map": {"AutoConfig": "custom_config.CustomConfig"}}))
-    assert not streams(folder)
     with pytest.raises(ModelError, match="'custommodel' model; Halaman runs llama, qwen2, qwen3"):
         load_model(str(folder), device="cpu", weights="auto")
     assert not marker.exists()
@@ -222,7 +241,7 @@ from pathlib import Path
 import accelerate, safetensors, torch  # noqa: F401 - imported before the peak is reset, as the load's own imports
 from transformers import AutoConfig, AutoModelForCausalLM
 from engine.models.int4_cpu import quantize_for_cpu
-from engine.models.stream_load import load_int4, streams
+from engine.models.stream_load import load_int4, plan_stream
 
 def status(field):  # kB in /proc/self/status
     line = next(line for line in open("/proc/self/status") if line.startswith(field + ":"))
@@ -236,7 +255,7 @@ with open("/proc/self/clear_refs", "w") as handle:
     handle.write("5")  # the peak (VmHWM) starts again from the RSS now (Linux 4.0+)
 base = status("VmRSS")
 if sys.argv[2] == "stream":
-    model, _ = load_int4(folder, config, dense=False, step_copy=True)
+    model, _ = load_int4(plan_stream(folder, config), dense=False, step_copy=True)
 else:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     quantize_for_cpu(model, dense=False, step_copy=True)

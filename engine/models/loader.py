@@ -33,7 +33,7 @@ from engine.models.gguf_convert import converted_folder, is_converted, no_transf
 from engine.models.int4_cpu import dense_chunks, quantize_for_cpu
 from engine.models.profile import ModelProfile
 from engine.models.source import ModelSource, file_sha256, folder_fingerprint, resolve
-from engine.models.stream_load import load_int4, stored_head_is_embedding, streams
+from engine.models.stream_load import StreamPlan, load_int4, plan_stream, stored_head_is_embedding
 from engine.models.weight_format import LABELS, choose_weights, keeps_reading_copy, keeps_step_copy
 
 
@@ -91,12 +91,14 @@ def compute_dtype_for(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
+def full_weight_bytes(folder: Path, dtype: torch.dtype, config, plan: StreamPlan | None = None) -> int:
     """Bytes of the folder's weights held at `dtype` (parameter count from the safetensors headers),
     a tied LM head counted once: some checkpoints store `lm_head.weight`, a copy of the embedding
-    it is tied to, where the loaded model holds one tensor (and the model list counts one). Raises
-    ModelError naming the file when one is not a whole safetensors file (a folder an older Halaman
-    marked complete without checking its content)."""
+    it is tied to, where the loaded model holds one tensor (and the model list counts one).
+    `config`: the folder's transformers config; `plan`: its `plan_stream`, where one was made (it
+    compared a stored tied head with the embedding already; without it they are compared here,
+    ~0.3 s for Qwen3-0.6B). Raises ModelError naming the file when one is not a whole safetensors
+    file (a folder an older Halaman marked complete without checking its content)."""
     from engine.models.verify import safetensors_shapes
 
     shapes: dict[str, list[int]] = {}
@@ -106,7 +108,8 @@ def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
         except ModelError as exc:
             raise ModelError(f"{exc} (in {folder}): the file is damaged or incomplete; if Halaman downloaded it, "
                              "delete that folder and pull the model again") from None
-    if "lm_head.weight" in shapes and _ties_embeddings(folder) and stored_head_is_embedding(folder):
+    if "lm_head.weight" in shapes and getattr(config, "tie_word_embeddings", False) \
+            and (plan is not None or stored_head_is_embedding(folder)):
         del shapes["lm_head.weight"]
     elements = 0
     for shape in shapes.values():
@@ -115,17 +118,6 @@ def full_weight_bytes(folder: Path, dtype: torch.dtype) -> int:
             count *= size
         elements += count
     return elements * torch.empty((), dtype=dtype).element_size()
-
-
-def _ties_embeddings(folder: Path) -> bool:
-    """Whether the folder's config ties the LM head to the input embedding (False when the config
-    cannot be read: loading will say why)."""
-    from transformers import AutoConfig
-
-    try:
-        return bool(AutoConfig.from_pretrained(folder, trust_remote_code=False).tie_word_embeddings)
-    except Exception:  # noqa: BLE001 - unreadable config: the load itself reports it
-        return False
 
 
 def conversion_pending(spec: str) -> bool:
@@ -155,16 +147,17 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     dev = resolve_device(device)
     used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
-    full_bytes = full_weight_bytes(folder, dtype)
+    # Made once: "auto" asks whether the folder streams, the int4 load reads it, the count trusts its head check.
+    plan = plan_stream(folder, config) if dev.type == "cpu" and weights in ("auto", "int4") else None
+    full_bytes = full_weight_bytes(folder, dtype, config, plan)
     try:
-        held = choose_weights(weights, dev.type, full_bytes, psutil.virtual_memory().total,
-                              streams=dev.type == "cpu" and weights == "auto" and streams(folder))
+        held = choose_weights(weights, dev.type, full_bytes, psutil.virtual_memory().total, streams=plan is not None)
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     bf16_matmuls = held == "int4" and dense_chunks()
     bf16_bytes = full_bytes // dtype.itemsize * 2
     copy, int8_steps = keeps_reading_copy(held, bf16_matmuls, bf16_bytes), keeps_step_copy(held, bf16_matmuls)
-    model, tokenizer, parameters = _load_folder(folder, config, dev, dtype, held, (copy, int8_steps))
+    model, tokenizer, parameters = _load_folder(folder, config, dev, dtype, held, (copy, int8_steps), plan)
     tokenizer_fp = hashlib.sha256(
         tokenizer.backend_tokenizer.to_str().encode() + (tokenizer.chat_template or "").encode()
     ).hexdigest()
@@ -255,11 +248,12 @@ def _download(repo_id: str) -> tuple[Path, str]:
     return folder, folder_fingerprint(folder)
 
 
-def _load_folder(folder: Path, config, device: torch.device, dtype: torch.dtype, held: str, copies: tuple[bool, bool]):
+def _load_folder(folder: Path, config, device: torch.device, dtype: torch.dtype, held: str, copies: tuple[bool, bool],
+                 plan: StreamPlan | None):
     """The model of `folder` (its `_config`) held as `held` ("nf4", "int4" or "full"), its tokenizer, and its parameter count
     outside the embeddings (4-bit ones unpacked). int4 streams the safetensors into int4 layers
-    (`engine.models.stream_load`; `copies`: the reading copy and the LM head's step copy), or, for a
-    folder it cannot stream, loads the float32 model and quantizes it in place."""
+    (`engine.models.stream_load` with `plan`; `copies`: the reading copy and the LM head's step copy), or, for a
+    folder it cannot stream (no `plan`), loads the float32 model and quantizes it in place."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     quant = None
@@ -271,9 +265,8 @@ def _load_folder(folder: Path, config, device: torch.device, dtype: torch.dtype,
     try:
         with no_transformers_bars():
             tokenizer = _tokenizer(folder)
-            streamed = load_int4(folder, config, dense=copies[0], step_copy=copies[1]) if held == "int4" else None
-            if streamed is not None:
-                model, parameters = streamed
+            if held == "int4" and plan is not None:
+                model, parameters = load_int4(plan, dense=copies[0], step_copy=copies[1])
                 return model, tokenizer, parameters
             model = AutoModelForCausalLM.from_pretrained(
                 folder, dtype=dtype, quantization_config=quant, device_map={"": str(device)}, trust_remote_code=False

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,40 +32,52 @@ from engine.models.int4_cpu import Int4Linear, Int8Linear, fits
 log = logging.getLogger("engine.models")
 
 
-def load_int4(folder: Path, config, *, dense: bool, step_copy: bool) -> tuple[torch.nn.Module, int] | None:
-    """The model in `folder` (its transformers `config`) with int4 decoder layers and an 8-bit LM
-    head as `quantize_for_cpu(model, dense=dense, step_copy=step_copy)` makes them, in eval mode,
-    and its parameter count outside the embeddings (`num_parameters(exclude_embeddings=True)`, the
-    4-bit ones unpacked). None when `streams` would say False: the caller then loads it the ordinary
-    way. Raises ModelError when a tensor's shape differs from the model's."""
-    planned = _plan(folder, config)
-    if planned is None:
+@dataclass
+class StreamPlan:
+    """What `load_int4` reads a folder with (`plan_stream`): the model built without weights (its
+    parameters on the meta device, tied as `from_pretrained` ties them), the name of each parameter
+    by id (tied ones: the first name) and the safetensors file holding each name. Used once: the
+    load fills `model` in place."""
+
+    folder: Path
+    model: torch.nn.Module
+    names: dict[int, str]
+    files: dict[str, Path]
+
+
+def plan_stream(folder: Path, config) -> StreamPlan | None:
+    """How `load_int4` reads `folder` (its transformers `config`), or None where it cannot: the
+    config names a quantization (transformers' own quantizer reads those), a parameter's name is in
+    no safetensors file (none there, or names transformers renames while loading), the config ties
+    an LM head the files store with other values than the embedding (`from_pretrained` keeps both
+    apart then), or a file cannot be read (loading the whole model will say why). Reads the
+    safetensors' headers (and, for a stored tied head, both matrices) and builds the model without
+    weights: ~0.1 s for a 3B shape. Raises nothing."""
+    try:
+        return _plan(folder, config)
+    except Exception as exc:  # noqa: BLE001 - an unreadable file: the whole load reports it
+        log.info("%s: cannot stream (%s: %s)", folder.name, type(exc).__name__, exc)
         return None
-    model, names, files = planned
+
+
+def load_int4(plan: StreamPlan, *, dense: bool, step_copy: bool) -> tuple[torch.nn.Module, int]:
+    """The model `plan` reads (`plan_stream`) with int4 decoder layers and an 8-bit LM head as
+    `quantize_for_cpu(model, dense=dense, step_copy=step_copy)` makes them, in eval mode, and its
+    parameter count outside the embeddings (`num_parameters(exclude_embeddings=True)`, the 4-bit
+    ones unpacked). Raises ModelError when a tensor's shape differs from the model's or a parameter
+    was never read."""
+    model, names, files = plan.model, plan.names, plan.files
     skeleton = list(model.parameters())  # kept alive, so the ids in `names` stay unique while loading
     parameters = model.num_parameters(exclude_embeddings=True)
     _fill(model, names, lambda name: _read(files[name], name), dense=dense, step_copy=step_copy)
     left = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
-        raise ModelError(f"could not load the model in {folder.name}: {left[0]} was never read")
+        raise ModelError(f"could not load the model in {plan.folder.name}: {left[0]} was never read")
     del skeleton
-    model.config.name_or_path = str(folder)
-    _generation_config(model, folder)
+    model.config.name_or_path = str(plan.folder)
+    _generation_config(model, plan.folder)
     model.eval()
     return model, parameters
-
-
-def streams(folder: Path) -> bool:
-    """Whether `load_int4` can stream `folder`: its config names no quantization, and its
-    safetensors name every parameter of the model as the model does. False also when the config
-    cannot be read (loading will say why). Reads the config and the safetensors' headers and builds
-    the model without weights: ~0.1 s for a 3B shape. Raises nothing."""
-    from transformers import AutoConfig
-
-    try:
-        return _plan(folder, AutoConfig.from_pretrained(folder, trust_remote_code=False)) is not None
-    except Exception:  # noqa: BLE001 - unreadable config or file, or code the folder asks to run: the load itself reports it
-        return False
 
 
 def stored_head_is_embedding(folder: Path) -> bool:
@@ -90,13 +103,8 @@ def _same_stored(files: dict[str, Path], first: str, second: str) -> bool:
         return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
 
 
-def _plan(folder: Path, config) -> tuple[torch.nn.Module, dict[int, str], dict[str, Path]] | None:
-    """The model of `config` built without weights (tied as `from_pretrained` ties it), the name of
-    each of its parameters by id (tied ones: the first name) and the safetensors file holding each
-    name; None when the config names a quantization (transformers' own quantizer reads those), a
-    parameter's name is in no safetensors file (none there, or names transformers renames while
-    loading), or the config ties an LM head the file stores with other values than the embedding
-    (`from_pretrained` keeps both apart then)."""
+def _plan(folder: Path, config) -> StreamPlan | None:
+    """`plan_stream`, raising what reading the files raises."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
@@ -118,7 +126,7 @@ def _plan(folder: Path, config) -> tuple[torch.nn.Module, dict[int, str], dict[s
         # transformers 5 keeps a stored head that differs from the embedding, tied config or not
         log.info("%s: its stored LM head differs from the embedding its config ties it to; it cannot stream", folder.name)
         return None
-    return model, names, files
+    return StreamPlan(folder, model, names, files)
 
 
 def _fill(model: torch.nn.Module, names: dict[int, str], read: Callable[[str], torch.Tensor], *,

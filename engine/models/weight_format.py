@@ -5,7 +5,7 @@ Settings › Model say what the loader will really do."""
 from __future__ import annotations
 
 FULL_WEIGHTS_RAM_SHARE = 0.25
-"""On a CPU, "auto" converts a model the loader cannot stream (`engine.models.stream_load.streams`)
+"""On a CPU, "auto" converts a model the loader cannot stream (`engine.models.stream_load.plan_stream`)
 to int4 only when its full weights take at most this share of RAM: that model is loaded whole at
 float32 and then quantized. Above it bitsandbytes loads NF4, as transformers reads it shard by
 shard. A model that streams goes straight into int4 (peak about the int4 weights + 0.6-0.75 GiB,
@@ -48,7 +48,7 @@ def choose_weights(weights: str, device_type: str, full_bytes: int, ram_bytes: i
     """The format to load: "nf4", "int4" or "full". `weights` is the setting ("auto", "4bit", "int4"
     or "full"); `device_type` is "cpu" or "cuda"; `full_bytes`: the weights at the compute dtype;
     `streams`: whether the model's files can be read into int4 layer by layer
-    (`engine.models.stream_load.streams`).
+    (`engine.models.stream_load.plan_stream`).
 
     "auto": NF4 on a GPU (VRAM is the limit there; bitsandbytes' CUDA kernels are fast); on a CPU,
     int4 (linear layers in 4-bit groups of 32, Q4_1's layout, the LM head in 8-bit groups, Q8_0's,
