@@ -120,8 +120,8 @@ class Bf16Int8Workspace:
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, group: int = 1) -> None:
         self._group = group
         self._hold_keys(keys)
-        codes, self._value_scale = int8_rows(values.float())
-        self._values_t = _pad_tokens(codes.transpose(1, 2))
+        codes, scale = int8_rows(values.float())
+        self._hold_values(_pad_tokens(codes.transpose(1, 2)), scale)
         # Unit per-output scales for the kernel (the real ones weight the probabilities instead).
         self._ones = torch.ones(values.shape[2], dtype=torch.bfloat16, device=values.device)
 
@@ -143,8 +143,8 @@ class Bf16Int8Workspace:
         held = self.n
         self._append_keys(keys)
         codes, scale = int8_rows(values.float())
-        self._values_t = _pad_tokens(torch.cat((self._values_t[..., :held], codes.transpose(1, 2)), 2))
-        self._value_scale = torch.cat((self._value_scale, scale), 1)
+        self._hold_values(_pad_tokens(torch.cat((self._values_t[..., :held], codes.transpose(1, 2)), 2)),
+                          torch.cat((self._value_scale, scale), 1))
 
     def keep(self, slots: torch.Tensor, keys: torch.Tensor | None = None) -> None:
         """As `DenseWorkspace.keep`."""
@@ -153,8 +153,7 @@ class Bf16Int8Workspace:
         else:
             self._hold_keys(keys)
         columns = slots[:, None, :].expand(-1, self._values_t.shape[1], -1)
-        self._values_t = _pad_tokens(torch.gather(self._values_t, 2, columns))
-        self._value_scale = torch.gather(self._value_scale, 1, slots)
+        self._hold_values(_pad_tokens(torch.gather(self._values_t, 2, columns)), torch.gather(self._value_scale, 1, slots))
 
     def attention_parts(self) -> tuple[Bf16Int8Workspace, Bf16Int8Workspace]:
         return self, self
@@ -165,9 +164,26 @@ class Bf16Int8Workspace:
 
     def weighted_values(self, probs: torch.Tensor) -> torch.Tensor:
         """p·v `[kv_heads, rows, head_dim]` (bfloat16) for probabilities `probs` `[kv_heads, rows, n]`."""
-        weights = _pad_tokens((probs * self._value_scale[:, None]).to(torch.bfloat16))
-        return torch.stack([torch.ops.aten._weight_int8pack_mm(weights[h], self._values_t[h], self._ones)
-                            for h in range(weights.shape[0])])
+        weights, pairs = self._kernel_operands(probs.shape[1])
+        # The product rounds to bfloat16 as it is stored, as `.to` would; the padding stays zero.
+        torch.mul(probs, self._value_scale[:, None], out=weights[..., : self.n])
+        return torch.stack([torch.ops.aten._weight_int8pack_mm(w, v, self._ones) for w, v in pairs])
+
+    def _hold_values(self, values_t: torch.Tensor, scale: torch.Tensor) -> None:
+        """Hold value codes `[kv_heads, head_dim, n']` (padded) and their scales `[kv_heads, n]`."""
+        self._values_t, self._value_scale = values_t, scale
+        self._operands: dict[int, tuple] = {}
+
+    def _kernel_operands(self, rows: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """A zeroed bfloat16 buffer `[kv_heads, rows, n']` for the weighted probabilities and each KV
+        head's (buffer rows, value codes) pair: made once per held set and row count (a decode step
+        calls this once per layer; drafts' chunks have a few row counts; a flush or eviction holds
+        new values and drops them)."""
+        if rows not in self._operands:
+            h, padded = self._values_t.shape[0], self._values_t.shape[2]
+            weights = torch.zeros((h, rows, padded), dtype=torch.bfloat16, device=self.device)
+            self._operands[rows] = (weights, [(weights[i], self._values_t[i]) for i in range(h)])
+        return self._operands[rows]
 
     def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(keys, values) `[kv_heads, n, head_dim]` float32, decoded (for a chunk too long for a step)."""

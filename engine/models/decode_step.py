@@ -28,8 +28,7 @@ class StepBuffers:
     normed `[1, hidden]` bfloat16: a norm's output as the kernel takes it; qkv `[heads + 2 · kv_heads,
     1, head_dim]` float32 and `stored` (k, v in the cache's store dtype); attended `[1, heads ·
     head_dim]` bfloat16: the attention output as o_proj takes it; scaling: the attention's, float32
-    (0-dimensional: a Python number costs a conversion per use); projected `[1, hidden]` float32:
-    o_proj's and down_proj's outputs; gate_up `[1, 2 · inner]` float32; inner `[1, inner]` bfloat16."""
+    (0-dimensional: a Python number costs a conversion per use); gate_up `[1, 2 · inner]` float32; inner `[1, inner]` bfloat16."""
 
     def __init__(self, shape, hidden: int, inner: int, store_dtype: torch.dtype, device: torch.device,
                  scaling: float) -> None:
@@ -43,7 +42,6 @@ class StepBuffers:
         self.attended = torch.empty((1, heads * d), dtype=bf16, device=device)
         self.attended_heads = self.attended.view(heads, 1, d)
         self.attended_groups = self.attended.view(kv_heads, heads // kv_heads, d)  # attend_step's layout
-        self.projected = torch.empty((1, hidden), dtype=f32, device=device)
         self.gate_up = torch.empty((1, 2 * inner), dtype=f32, device=device)
         self.gate, self.up = self.gate_up[:, :inner], self.gate_up[:, inner:]
         self.inner = torch.empty((1, inner), dtype=bf16, device=device)
@@ -65,11 +63,11 @@ def decode_step(decoder, ids: torch.Tensor, cache: CompressedCache, slack_tokens
     options = StepOptions(compact_positions=compact, reuse_workspace=True, attention_dtype=decoder.attention_dtype,
                           int8_steps=decoder.int8_steps)
     heads = shape.query_heads
-    hidden = decoder.embed(ids)
+    hidden = decoder.embed(ids)  # a fresh tensor (a lookup copies its rows): the layers add into it in place
     for layer, layer_cache, (qkv_proj, gate_up_proj) in zip(decoder.layers, cache.layers, decoder.fused, strict=True):
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        buffers.normed.copy_(rms_norm(layer.input_layernorm, hidden))
+        rms_norm(layer.input_layernorm, hidden, out=buffers.normed)
         qkv = qkv_proj.step_output(buffers.normed).view(buffers.qkv.shape)
         buffers.qkv.copy_(qkv)
         buffers.kv_stored.copy_(qkv[heads:])
@@ -81,11 +79,11 @@ def decode_step(decoder, ids: torch.Tensor, cache: CompressedCache, slack_tokens
             buffers.attended_heads.copy_(layer_cache.attend(q, k, v, start=start, rope=decoder.rope, scaling=decoder.scaling,
                                                             options=options, scratch=decoder.scratch))
         layer_cache.compress(start + 1, slack_tokens)
-        hidden = hidden + buffers.projected.copy_(layer.self_attn.o_proj.step_output(buffers.attended))
-        buffers.normed.copy_(rms_norm(layer.post_attention_layernorm, hidden))
+        hidden.add_(layer.self_attn.o_proj.step_output(buffers.attended))  # widened exactly by the sum
+        rms_norm(layer.post_attention_layernorm, hidden, out=buffers.normed)
         buffers.gate_up.copy_(gate_up_proj.step_output(buffers.normed))
-        buffers.inner.copy_(layer.mlp.act_fn(buffers.gate) * buffers.up)
-        hidden = hidden + buffers.projected.copy_(layer.mlp.down_proj.step_output(buffers.inner))
+        torch.mul(layer.mlp.act_fn(buffers.gate), buffers.up, out=buffers.inner)
+        hidden.add_(layer.mlp.down_proj.step_output(buffers.inner))
     cache.seen_tokens = start + 1
     return decoder.lm_head(rms_norm(decoder.norm, hidden)).float()
 
