@@ -49,10 +49,12 @@ def packed_workspace(attention_dtype: torch.dtype | None, device: torch.device,
 # that decoding does not quantize and write one token per layer per step.
 FLUSH_BATCH_TOKENS = 32
 # While decoding, evict in batches: the cache may exceed its budget by this many tokens. An eviction
-# costs ~150 ms over 30 layers at a 4k budget on 2 cores (select, compact the pool and the decode
-# workspace, re-rotate compact positions), ~2.3 ms per token at 64 (4.5 at 32); the extra tokens
-# are the newest, inside the recent window, never candidates for eviction themselves.
-DECODE_EVICTION_SLACK_TOKENS = 64
+# costs about as much at any batch size (select, compact the pool and the decode workspace,
+# re-rotate compact positions: O(budget)), ~0.25 s over 30 layers at a 4k budget on 2 cores, so a
+# larger batch pays it less often: at 8k context the default model's mean decode step was ~6 %
+# shorter at 128 than at 64, and no shorter at 256 (docs/BENCHMARKS.md §5v). The extra tokens are
+# the newest, inside the default recent window (1,024), never candidates for eviction themselves.
+DECODE_EVICTION_SLACK_TOKENS = 128
 
 
 @dataclass(frozen=True)
