@@ -122,13 +122,11 @@ def decode(lm, cache, steps: int) -> tuple[list[float], list]:
     """`steps` greedy decode steps on a fork of `cache`: seconds per step and the logits."""
     import torch
 
-    from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS
-
     twin, token, seconds, logits = cache.fork(), 42, [], []
     ask(lm, twin)
     for _ in range(steps):
         t0 = time.perf_counter()
-        out = lm.decoder.forward(torch.tensor([token]), twin, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, reuse_workspace=True)
+        out = lm.decoder.forward(torch.tensor([token]), twin, slack_tokens=twin.decode_slack, reuse_workspace=True)
         seconds.append(time.perf_counter() - t0)
         logits.append(out)
         token = int(out[-1].argmax())

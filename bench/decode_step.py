@@ -9,7 +9,7 @@ the default policy (budget 4,096, INT4 keys/values, 128-token residual) in `--mo
 ("compact", what a book past the model's 8,192 positions gets; "original" for a shorter one), the
 CPU's default weights (`weights = "auto"`), recall off. Each run clones the snapshot, as every
 question does, and decodes `--steps` tokens of the document's continuation one at a time as
-`DocumentSession` does (`reuse_workspace=True`, its eviction slack `DECODE_EVICTION_SLACK_TOKENS`):
+`DocumentSession` does (`reuse_workspace=True`, its eviction slack `decode_eviction_slack`):
 so a run includes the workspace's first build, its flushes (every 32 tokens) and evictions (every
 slack + 1 tokens). Thread counts (and,
 with `--against`, the old and the current cache code) are interleaved run by run in one process;
@@ -55,7 +55,6 @@ def main() -> None:
 
     import engine.kvcache.cache as current
 
-    slack = current.DECODE_EVICTION_SLACK_TOKENS
     from engine.documents import load_document
     from engine.models.loader import load_model
     from engine.settings import CachePolicy
@@ -68,6 +67,7 @@ def main() -> None:
     if len(ids) < args.tokens + args.steps:
         raise SystemExit(f"P05 has {len(ids)} tokens, fewer than --tokens + --steps")
     policy = CachePolicy(position_mode=args.mode)
+    slack = current.decode_eviction_slack(policy.budget_tokens)
     snapshot = decoder.new_cache(policy, args.mode)
     began = time.perf_counter()
     decoder.prefill(torch.tensor(ids[: args.tokens]), snapshot)
@@ -130,11 +130,12 @@ def quality(lm, ids: list[int], policy, args, meta: dict) -> None:
     """KL, top-1 agreement and NLL of the default decode path against a float32 workspace (module docstring)."""
     import torch
 
-    from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS as slack
+    from engine.kvcache.cache import decode_eviction_slack
     from engine.models.decoder import CompressedDecoder
     from engine.models.int4_cpu import Int4Linear
 
     torch.set_num_threads(args.threads[-1])
+    slack = decode_eviction_slack(policy.budget_tokens)
     decoder = lm.decoder
     # float32 attention and workspace, and every weight through its int4 (or float) layer: no int8
     # step copy of the LM head (without AVX-512 BF16 the default decodes on it and an `Int8Workspace`)

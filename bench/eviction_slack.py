@@ -4,7 +4,7 @@
     python bench/eviction_slack.py --slacks 64 128 --rounds 9 --steps 384
 
 While decoding, the cache may exceed its budget by `slack` tokens before it evicts back down to it
-(`engine.kvcache.cache.DECODE_EVICTION_SLACK_TOKENS`). An eviction costs about the same at any
+(`engine.kvcache.cache.decode_eviction_slack`: 1/32 of it). An eviction costs about the same at any
 batch size (it selects among, and compacts, the whole budget), so a larger batch pays it less
 often, while each step attends up to `slack` more tokens. The median step a speed table quotes
 never contains one; an answer's mean does. This reads `--context` tokens of P05 into the embedded

@@ -235,7 +235,6 @@ def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
     import torch
 
     from engine.kvcache.archive import ArchiveLayout, ArchiveWriter
-    from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS
     from engine.models.decoder import ChunkTaps
     from engine.settings import CachePolicy, RecallSettings
 
@@ -258,7 +257,7 @@ def trace_ours(lm, ids, marks, decode_steps, workdir: Path) -> dict:
                 twin, times, token = cache.fork(), [], 42
                 for _ in range(decode_steps):
                     t0 = time.perf_counter()
-                    logits = dec.forward(torch.tensor([token]), twin, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, reuse_workspace=True)
+                    logits = dec.forward(torch.tensor([token]), twin, slack_tokens=twin.decode_slack, reuse_workspace=True)
                     times.append(time.perf_counter() - t0)
                     token = int(logits[-1].argmax())
                 out[n] = {"prefill_tok_s": n / elapsed, "chunk_tok_s": step / last, "decode_tok_s": 1 / common.median(times)}

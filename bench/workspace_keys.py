@@ -76,7 +76,6 @@ def part_steps(model: str, context: int, rounds: int) -> list[dict]:
     import torch
 
     from engine.kvcache import key_layout
-    from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS
     from engine.models.loader import load_model
     from engine.settings import CachePolicy
 
@@ -100,7 +99,7 @@ def part_steps(model: str, context: int, rounds: int) -> list[dict]:
                 twin, token, steps = snapshot.fork(), 42, []
                 for _ in range(17):  # the first step builds the workspace: not counted
                     t0 = time.perf_counter()
-                    logits = dec.forward(torch.tensor([token]), twin, slack_tokens=DECODE_EVICTION_SLACK_TOKENS,
+                    logits = dec.forward(torch.tensor([token]), twin, slack_tokens=twin.decode_slack,
                                          reuse_workspace=True)
                     steps.append(time.perf_counter() - t0)
                     token = int(logits[-1].argmax())

@@ -27,7 +27,7 @@ import torch
 
 from engine.answer import Answer, DraftStats, Source, StopReason
 from engine.errors import Cancelled
-from engine.kvcache.cache import DECODE_EVICTION_SLACK_TOKENS, CompressedCache
+from engine.kvcache.cache import CompressedCache
 from engine.kvcache.recall import RecallHook
 from engine.models.decoder import ChunkTaps, CompressedDecoder
 from engine.prompt_lookup import PromptLookup
@@ -123,7 +123,7 @@ def decode_one(decoder: CompressedDecoder, token: int, cache: CompressedCache, *
     """One decode step: feed `token` into `cache`, return the next logits `[1, vocab]` (float32).
     With `recaller`, recall selects again with this token's query. Raises Cancelled."""
     return decoder.forward(
-        torch.tensor([token]), cache, slack_tokens=DECODE_EVICTION_SLACK_TOKENS, cancel=cancel,
+        torch.tensor([token]), cache, slack_tokens=cache.decode_slack, cancel=cancel,
         reuse_workspace=reuse_workspace, taps=ChunkTaps(recaller=recaller) if recaller is not None else None,
     )
 
@@ -133,7 +133,7 @@ def draft_room(cache: CompressedCache, answered: int, limit: int, draft_tokens: 
     `draft_tokens`, within the answer's length `limit`, with no flush or eviction of `cache` inside
     the pass (that would make it differ from one-token decoding), and, when `recalling`, no recall
     refresh due inside it (a refresh runs on a one-token pass). May be 0 or less: no draft."""
-    room = min(draft_tokens, limit - answered, cache.tokens_until_compress(DECODE_EVICTION_SLACK_TOKENS) - 1)
+    room = min(draft_tokens, limit - answered, cache.tokens_until_compress(cache.decode_slack) - 1)
     if recalling:
         for ahead in range(1, room + 1):
             if refresh_recall(answered + ahead):
@@ -161,7 +161,7 @@ def speculative_step(decoder: CompressedDecoder, token: int, proposal: list[int]
             break
         built.emit(draft, picked_logprob)
         accepted += 1
-    cache.commit(1 + accepted, DECODE_EVICTION_SLACK_TOKENS)
+    cache.commit(1 + accepted, cache.decode_slack)
     return checked[accepted : accepted + 1], accepted
 
 

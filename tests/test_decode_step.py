@@ -14,7 +14,7 @@ from engine.kvcache.cache import LayerKV
 from engine.settings import CachePolicy
 
 STEPS = 64
-SLACK = 8  # evict every few steps (the app's DECODE_EVICTION_SLACK_TOKENS is 64)
+SLACK = 8  # evict every few steps (the app's is 1/32 of the budget: `decode_eviction_slack`)
 POLICY = CachePolicy(budget_tokens=384, window_tokens=128, residual_tokens=32, chunk_tokens=128)
 
 

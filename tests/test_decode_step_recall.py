@@ -24,7 +24,7 @@ from engine.settings import CachePolicy, EngineSettings, RecallSettings
 from test_decode_step import document_ids, int4, steps_around_a_draft  # noqa: F401  (fixtures)
 
 STEPS = 64
-SLACK = 8  # evict every few steps (the app's DECODE_EVICTION_SLACK_TOKENS is 64)
+SLACK = 8  # evict every few steps (the app's is 1/32 of the budget: `decode_eviction_slack`)
 # A window shorter than question + answer: the question's tokens are evicted too, differently per KV head,
 # so that under focus some heads hold document tokens past the hidden ones (masked, not hidden).
 POLICY = CachePolicy(budget_tokens=384, window_tokens=40, residual_tokens=32, chunk_tokens=128)

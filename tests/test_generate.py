@@ -38,6 +38,8 @@ class Tokenizer:
 class Cache:
     """What decoding asks of a cache: room before a flush, and commit after a pending pass."""
 
+    decode_slack = 128
+
     def __init__(self, room: int = 1000) -> None:
         self.room = room
         self.fed: list[int] = []

@@ -230,3 +230,23 @@ def test_compact_positions_run_past_the_models_context(smol):
     assert cache.seen_tokens == 8892 and cache.n_tokens == 256
     assert torch.isfinite(logits).all()
     assert decoder.rope._cos.shape[0] < 8192  # positions never reached the model's limit
+
+
+def test_decoding_evicts_in_batches_of_a_32nd_of_the_budget(smol):
+    """An answer's cache grows past its budget by 1/32 of it, then evicts back down in one batch
+    (`decode_eviction_slack`): 64 tokens at a 2,048-token budget, where a fixed batch would not scale."""
+    from engine.generate import decode_one
+    from engine.kvcache.cache import decode_eviction_slack
+
+    ids = smol.tokenizer(PROMPT * 40, add_special_tokens=False)["input_ids"][:2200]
+    policy = CachePolicy(budget_tokens=2048)
+    cache = smol.decoder.new_cache(policy, "original")
+    smol.decoder.prefill(torch.tensor(ids), cache)
+    assert cache.n_tokens == 2048 and cache.decode_slack == decode_eviction_slack(2048) == 64
+    held, token = [], ids[-1]
+    with torch.inference_mode():
+        for _ in range(100):
+            token = int(decode_one(smol.decoder, token, cache, reuse_workspace=True)[-1].argmax())
+            held.append(cache.n_tokens)
+    assert max(held) == 2048 + 64 and held.count(2048) == 1
+    assert held[held.index(2048) - 1] == 2048 + 64  # one eviction of 65 tokens, right after the cap

@@ -48,13 +48,21 @@ def packed_workspace(attention_dtype: torch.dtype | None, device: torch.device,
 # The residual is flushed into the quantized pool in batches of at least this many tokens, so
 # that decoding does not quantize and write one token per layer per step.
 FLUSH_BATCH_TOKENS = 32
-# While decoding, evict in batches: the cache may exceed its budget by this many tokens. An eviction
-# costs about as much at any batch size (select, compact the pool and the decode workspace,
-# re-rotate compact positions: O(budget)), ~0.25 s over 30 layers at a 4k budget on 2 cores, so a
-# larger batch pays it less often: at 8k context the default model's mean decode step was ~6 %
-# shorter at 128 than at 64, and no shorter at 256 (docs/BENCHMARKS.md §5v). The extra tokens are
-# the newest, inside the default recent window (1,024), never candidates for eviction themselves.
-DECODE_EVICTION_SLACK_TOKENS = 128
+DECODE_EVICTION_BATCH_SHARE = 32
+"""While decoding, the cache may exceed its budget by 1/32 of it (`decode_eviction_slack`) before it
+evicts back down to the budget, in one batch."""
+
+
+def decode_eviction_slack(budget_tokens: int) -> int:
+    """Tokens a decoding cache of `budget_tokens` may hold past its budget before it evicts: 1/32 of
+    the budget (128 at the default 4,096), at least `FLUSH_BATCH_TOKENS`. An eviction costs about
+    the same at any batch size (it selects among and compacts the whole budget, re-rotating compact
+    positions: ~0.3 s over the default model's 30 layers at 4k on 2 cores), so a batch in proportion
+    to the budget keeps its cost per token the same at any budget and the cache within ~3 % of it.
+    At 8k context the default model's mean decode step was 5 % shorter at 128 than at 64 (256: 8 %;
+    docs/BENCHMARKS.md §5v). The extra tokens are the newest, inside the recent window (at
+    defaults), never candidates for eviction themselves."""
+    return max(FLUSH_BATCH_TOKENS, budget_tokens // DECODE_EVICTION_BATCH_SHARE)
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,7 @@ class LayerKV:
         self.index = torch.empty((h, 0), dtype=torch.int32, device=device)
         specs = {f"{kv}.{name}": spec for kv in "kv" for name, spec in self.fmt.field_specs(d).items()}
         # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
-        max_tokens = (policy.budget_tokens + max(policy.chunk_tokens, FLUSH_BATCH_TOKENS, DECODE_EVICTION_SLACK_TOKENS)
+        max_tokens = (policy.budget_tokens + max(policy.chunk_tokens, decode_eviction_slack(policy.budget_tokens))
                       + FLUSH_BATCH_TOKENS)
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
         # Kept between decode steps when `attend` is asked to reuse it (engine.kvcache.layer_workspace).
@@ -511,6 +519,11 @@ class CompressedCache:
     def n_tokens(self) -> int:
         """Tokens held per layer and KV head."""
         return self.layers[0].n_tokens
+
+    @property
+    def decode_slack(self) -> int:
+        """Tokens this cache may hold past its budget while decoding (`decode_eviction_slack`)."""
+        return decode_eviction_slack(self.policy.budget_tokens)
 
     def memory(self) -> MemoryBreakdown:
         """Bytes held by all layers, by kind."""
