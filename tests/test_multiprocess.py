@@ -67,11 +67,21 @@ def run_two(script: str, tmp_path: Path, env: dict[str, str], args) -> list[dict
     return results
 
 
-def test_two_processes_converting_the_embedded_gguf_at_once_both_load_the_same_folder(tmp_path):
+def test_two_processes_converting_the_embedded_gguf_at_once_both_load_the_same_folder(tmp_path, monkeypatch):
     """Before the lock, both converted, and the second to finish deleted the folder the first was
-    loading from and renamed its own copy into place (its inode changed under the first)."""
+    loading from and renamed its own copy into place (its inode changed under the first). A killed
+    conversion's temporary folder is cleared by the next one."""
     home = tmp_path / "home"
     done = [tmp_path / "done-0", tmp_path / "done-1"]
+    # what a first start killed while converting leaves: its temporary folder (removed by the next conversion)
+    from engine.models import gguf_convert
+    from engine.models.source import default_gguf_path, file_sha256
+
+    monkeypatch.setenv("HALAMAN_HOME", str(home))
+    target = gguf_convert._target(file_sha256(default_gguf_path()))
+    leftover = target.with_name(f"{target.name}.999999.tmp")
+    leftover.mkdir(parents=True)
+    (leftover / "model.safetensors").write_bytes(b"half written")
     results = run_two(CONVERT, tmp_path, {"HALAMAN_HOME": str(home)},
                       lambda n: [str(done[n]), str(done[1 - n])])
     assert results[0]["folder"] == results[1]["folder"]

@@ -9,6 +9,7 @@ starts load it directly, and then quantize to 4-bit like any other folder.
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import os
 import shutil
@@ -108,8 +109,11 @@ def _conversion_lock(target: Path) -> Iterator[None]:
 def _convert_into(gguf_path: Path, target: Path, sha: str) -> None:
     """Convert into a temporary folder and rename it to `target`; called under the lock, with no
     finished folder at `target` (a folder there is a leftover without its marker)."""
+    # A process killed while converting (a first start closed early) left its temporary folder, hundreds
+    # of MB; only the lock's holder writes one, so every one there now is a leftover.
+    for leftover in target.parent.glob(f"{glob.escape(target.name)}.*.tmp"):
+        shutil.rmtree(leftover, ignore_errors=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
         _convert(gguf_path, tmp)
         (tmp / _DONE_MARKER).write_text(f"converted from {gguf_path.name}\nsha256 {sha}\n")
