@@ -69,7 +69,7 @@ def auto_on_a_laptop(folder: Path) -> dict:
     from engine.models.stream_load import plan_stream
     from engine.models.weight_format import choose_weights
 
-    config = AutoConfig.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     plan = plan_stream(folder, config)
     full = full_weight_bytes(folder, torch.float32, config, plan)
     return {"float32_weight_gib": full / GIB,

@@ -115,9 +115,27 @@ def test_plan_stream_says_which_folders_load_int4_reads_and_never_raises(tmp_pat
     (quantized / "config.json").write_text(json.dumps({**raw, "quantization_config": {"quant_method": "bitsandbytes"}}))
     assert plan_stream(quantized, AutoConfig.from_pretrained(quantized)) is None
     assert plan_stream(tmp_path / "nowhere", config) is None
-    damaged = plain / "model.safetensors"
-    damaged.write_bytes(damaged.read_bytes()[:100])  # a header cut short
-    assert plan_stream(plain, config) is None
+
+
+def test_a_folder_whose_plan_fails_is_not_loaded_whole_behind_the_users_back(tmp_path, tokenizer_folder, monkeypatch):
+    """Planning the stream can fail past the headers `full_weight_bytes` checks (reading a stored
+    head, building the model): an int4 load then says why, as streaming did, instead of loading
+    the whole float32 model, the memory streaming exists to spare."""
+    import engine.models.loader as loader
+
+    folder = tiny_model_folder(tmp_path, "llama", tokenizer_folder)
+
+    def fail(*_args):
+        raise OSError("simulated read error")
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("from_pretrained holds the float32 model")
+
+    monkeypatch.setattr(loader, "plan_stream", fail)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse)
+    for weights in ("int4", "auto"):  # a model this small gets int4 from "auto" even when it does not stream
+        with pytest.raises(ModelError, match=f"could not load the model in {folder.name}: OSError: simulated read error"):
+            load_model(str(folder), device="cpu", weights=weights)
 
 
 def test_a_tied_head_stored_beside_its_embedding_counts_once_and_still_streams(tmp_path, tokenizer_folder, monkeypatch):
@@ -127,6 +145,7 @@ def test_a_tied_head_stored_beside_its_embedding_counts_once_and_still_streams(t
     stream once: one model built without weights, one comparison of the two stored matrices."""
     from safetensors.torch import load_file, save_file
 
+    import engine.models.loader as loader
     import engine.models.stream_load as stream_load
     from engine.models.loader import full_weight_bytes
 
@@ -153,7 +172,7 @@ def test_a_tied_head_stored_beside_its_embedding_counts_once_and_still_streams(t
             return real(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(stream_load, "_plan", counted("plans", stream_load._plan))
+    monkeypatch.setattr(loader, "plan_stream", counted("plans", stream_load.plan_stream))
     monkeypatch.setattr(stream_load, "_same_stored", counted("comparisons", stream_load._same_stored))
     loaded = load_model(str(folder), device="cpu", weights="auto")
     assert loaded.weights == "int4" and calls == {"plans": 1, "comparisons": 1}

@@ -120,7 +120,7 @@ class LayerKV:
         self.score = torch.empty((h, 0), dtype=torch.float32, device=device)
         self.index = torch.empty((h, 0), dtype=torch.int32, device=device)
         specs = {f"{kv}.{name}": spec for kv in "kv" for name, spec in self.fmt.field_specs(d).items()}
-        # Peak: budget + one chunk (+ a residual batch in flight), never the model's max context.
+        # Peak: budget + one chunk or a decode eviction batch (+ a residual batch in flight), never the model's max context.
         max_tokens = (policy.budget_tokens + max(policy.chunk_tokens, decode_eviction_slack(policy.budget_tokens))
                       + FLUSH_BATCH_TOKENS)
         self.paged = PagedTokens(specs, kv_heads=h, block_tokens=policy.block_tokens, max_tokens=max_tokens, device=device)
@@ -245,7 +245,8 @@ class LayerKV:
         if packed is not None:
             held = packed(keys, values, self.shape.group)
         else:
-            held = DenseWorkspace(keys, values, room=2 * FLUSH_BATCH_TOKENS + max(0, self.policy.budget_tokens - keys.shape[1]))
+            held = DenseWorkspace(keys, values, room=decode_eviction_slack(self.policy.budget_tokens) + FLUSH_BATCH_TOKENS
+                                  + max(0, self.policy.budget_tokens - keys.shape[1]))
         self._workspace = DecodeWorkspace(held, pos.hidden, rope, pos.kind, compute)
         return held.attention_parts()
 

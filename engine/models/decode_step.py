@@ -4,8 +4,9 @@ A decode step of the embedded 135M model ran ~10,500 operators, most of them sma
 conversions between float32 activations and the int4 kernel's bfloat16 (four operators each as
 `Tensor.to`), the RoPE rows and positions each layer looked up again, and the general attention
 path's reshapes (docs/BENCHMARKS.md §5l, §5m). Here a conversion is one `copy_` into a buffer held
-across steps (`StepBuffers`), the projections' outputs are widened once, q, k and v are views of
-one buffer, and each layer's attention takes `engine.kvcache.step.attend_step`.
+across steps (`StepBuffers`) or the last operator writing into it (`out=`), the projections'
+bfloat16 outputs are widened by the residual adds themselves, q, k and v are views of one buffer,
+and each layer's attention takes `engine.kvcache.step.attend_step`.
 """
 
 from __future__ import annotations

@@ -148,12 +148,19 @@ def load_model(spec: str = "default", *, device: str = "auto", weights: str = "a
     used_threads = apply_threads(threads) if dev.type == "cpu" else 0
     dtype = compute_dtype_for(dev)
     # Made once: "auto" asks whether the folder streams, the int4 load reads it, the count trusts its head check.
-    plan = plan_stream(folder, config) if dev.type == "cpu" and weights in ("auto", "int4") else None
+    plan, unplanned = None, None
+    if dev.type == "cpu" and weights in ("auto", "int4"):
+        try:
+            plan = plan_stream(folder, config)
+        except Exception as exc:  # noqa: BLE001 - said below if int4 is chosen: the whole load would hide it
+            unplanned = exc
     full_bytes = full_weight_bytes(folder, dtype, config, plan)
     try:
         held = choose_weights(weights, dev.type, full_bytes, psutil.virtual_memory().total, streams=plan is not None)
     except ValueError as exc:
         raise ModelError(str(exc)) from None
+    if held == "int4" and unplanned is not None:
+        raise ModelError(f"could not load the model in {folder.name}: {type(unplanned).__name__}: {unplanned}")
     bf16_matmuls = held == "int4" and dense_chunks()
     bf16_bytes = full_bytes // dtype.itemsize * 2
     copy, int8_steps = keeps_reading_copy(held, bf16_matmuls, bf16_bytes), keeps_step_copy(held, bf16_matmuls)

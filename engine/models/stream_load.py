@@ -45,21 +45,6 @@ class StreamPlan:
     files: dict[str, Path]
 
 
-def plan_stream(folder: Path, config) -> StreamPlan | None:
-    """How `load_int4` reads `folder` (its transformers `config`), or None where it cannot: the
-    config names a quantization (transformers' own quantizer reads those), a parameter's name is in
-    no safetensors file (none there, or names transformers renames while loading), the config ties
-    an LM head the files store with other values than the embedding (`from_pretrained` keeps both
-    apart then), or a file cannot be read (loading the whole model will say why). Reads the
-    safetensors' headers (and, for a stored tied head, both matrices) and builds the model without
-    weights: ~0.1 s for a 3B shape. Raises nothing."""
-    try:
-        return _plan(folder, config)
-    except Exception as exc:  # noqa: BLE001 - an unreadable file: the whole load reports it
-        log.info("%s: cannot stream (%s: %s)", folder.name, type(exc).__name__, exc)
-        return None
-
-
 def load_int4(plan: StreamPlan, *, dense: bool, step_copy: bool) -> tuple[torch.nn.Module, int]:
     """The model `plan` reads (`plan_stream`) with int4 decoder layers and an 8-bit LM head as
     `quantize_for_cpu(model, dense=dense, step_copy=step_copy)` makes them, in eval mode, and its
@@ -103,8 +88,14 @@ def _same_stored(files: dict[str, Path], first: str, second: str) -> bool:
         return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
 
 
-def _plan(folder: Path, config) -> StreamPlan | None:
-    """`plan_stream`, raising what reading the files raises."""
+def plan_stream(folder: Path, config) -> StreamPlan | None:
+    """How `load_int4` reads `folder` (its transformers `config`), or None where it cannot: the
+    config names a quantization (transformers' own quantizer reads those), a parameter's name is in
+    no safetensors file (none there, or names transformers renames while loading), or the config
+    ties an LM head the files store with other values than the embedding (`from_pretrained` keeps
+    both apart then). Reads the safetensors' headers (and, for a stored tied head, both matrices)
+    and builds the model without weights: ~0.1 s for a 3B shape. Raises what reading a file or
+    building the model raises (OSError, safetensors' errors, transformers' ValueError)."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
