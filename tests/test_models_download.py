@@ -306,3 +306,23 @@ def test_a_missing_layer_is_caught_against_config_json(hub, tiny_llama):
     with pytest.raises(ModelError, match=r"the weights hold 2 of the 3 layers config.json names"):
         pull(REPO)
     assert downloaded_folder(REPO) is None
+
+
+def test_a_broken_safetensors_start_is_named_for_what_it_looks_like(tmp_path):
+    """The header-length check guessed "an empty or zero-filled file?" for every file it refused,
+    random bytes and a file cut short included."""
+    import os
+    import struct
+
+    from engine.models.verify import safetensors_shapes
+
+    cases = {"zeros": bytes(4096), "random": os.urandom(4096),
+             "cut short": struct.pack("<Q", 3000) + b"{" + b" " * 1000}
+    guesses = {"zeros": "zero-filled", "random": "another format, or random bytes", "cut short": "a file cut short"}
+    for case, data in cases.items():
+        path = tmp_path / f"{case}.safetensors"
+        path.write_bytes(data)
+        with pytest.raises(ModelError) as caught:
+            safetensors_shapes(path, path.name)
+        assert guesses[case] in str(caught.value), (case, str(caught.value))
+        assert all(other not in str(caught.value) for key, other in guesses.items() if key != case)

@@ -67,8 +67,11 @@ def safetensors_shapes(path: Path, name: str) -> dict[str, list[int]]:
             raise ModelError(f"{name} is not a safetensors file: it has only {size} bytes")
         (header_bytes,) = struct.unpack("<Q", prefix)
         if not 2 <= header_bytes <= min(MAX_HEADER_BYTES, size - 8):
+            guess = ("an empty or zero-filled file?" if header_bytes < 2 else
+                     "its first bytes are not a header's length: another format, or random bytes?"
+                     if header_bytes > MAX_HEADER_BYTES else "a file cut short?")
             raise ModelError(f"{name} is not a safetensors file: its header length ({header_bytes:,} bytes) "
-                             f"does not fit its {size:,} bytes (an empty or zero-filled file?)")
+                             f"does not fit its {size:,} bytes ({guess})")
         raw = handle.read(header_bytes)
     try:
         header = json.loads(raw)
