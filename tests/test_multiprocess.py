@@ -63,7 +63,7 @@ def run_two(script: str, tmp_path: Path, env: dict[str, str], args) -> list[dict
     for child in children:
         out, err = child.communicate(timeout=900)
         assert child.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
+        results.append({**json.loads(out.strip().splitlines()[-1]), "stderr": err})
     return results
 
 
@@ -89,6 +89,8 @@ def test_two_processes_converting_the_embedded_gguf_at_once_both_load_the_same_f
     assert len(inodes) == 1, results  # nobody replaced the folder another process had been given
     folder = Path(results[0]["folder"])
     assert [p.name for p in folder.parent.iterdir() if p.name.endswith(".tmp")] == []
+    # transformers' own bars stay off the terminal (they cut through the CLI's progress line)
+    assert all("de-quantizing" not in r["stderr"] and "Loading weights" not in r["stderr"] for r in results)
 
 
 def test_two_processes_pulling_the_same_model_at_once_both_get_it_whole(tiny_llama, tmp_path):  # noqa: F811

@@ -9,6 +9,7 @@ starts load it directly, and then quantize to 4-bit like any other folder.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import logging
 import os
@@ -164,8 +165,19 @@ def no_transformers_bars() -> Iterator[None]:
 
     was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    # The GGUF reader's bar is a plain tqdm, which that switch does not reach (transformers 5.24).
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+        bar = gguf_utils.tqdm
+    except (ImportError, AttributeError):  # another transformers: its bar, if any, stays
+        gguf_utils = None
+    else:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
+        if gguf_utils is not None:
+            gguf_utils.tqdm = bar
         if was_on:
             hf_logging.enable_progress_bar()
